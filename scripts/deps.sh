@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages anvil builds, runs and tests with, when any is
+# missing. Needs root (or sudo) only when something must be installed.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev bible-kjv bible-kjv-text)
+[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-14-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing: ${missing[*]}" >&2
+sudo_cmd=""
+[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+$sudo_cmd apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

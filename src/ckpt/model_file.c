@@ -1,0 +1,107 @@
+#include "ckpt/model_file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/safetensors.h"
+#include "core/error.h"
+
+int anvil_model_save(const char *path, const anvil_gpt2 *m) {
+    const anvil_gpt2_config *c = &m->cfg;
+    float *host = malloc(m->nparams * sizeof(float));
+    if (!host) return anvil_fail("%s: out of memory", path);
+    m->k->download(host, m->params, m->nparams * sizeof(float));
+    anvil_st_tensor t[ANVIL_GPT2_NPARAM];
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        int64_t s[3];
+        int nd = anvil_gpt2_param_shape(c, i, s);
+        if (i == P_WTE) s[0] = c->vocab_size;
+        memset(&t[i], 0, sizeof t[i]);
+        t[i].name = anvil_gpt2_param_names[i];
+        t[i].dtype = ANVIL_ST_F32;
+        t[i].ndim = nd;
+        t[i].nbytes = sizeof(float);
+        for (int d = 0; d < nd; d++) {
+            t[i].shape[d] = s[d];
+            t[i].nbytes *= (uint64_t)s[d];
+        }
+        t[i].data = host + m->offsets[i];
+    }
+    char vals[5][24];
+    snprintf(vals[0], sizeof vals[0], "%d", c->n_layer);
+    snprintf(vals[1], sizeof vals[1], "%d", c->n_head);
+    snprintf(vals[2], sizeof vals[2], "%d", c->n_embd);
+    snprintf(vals[3], sizeof vals[3], "%d", c->block_size);
+    snprintf(vals[4], sizeof vals[4], "%d", c->vocab_size);
+    const char *meta[] = {"format", "anvil-gpt2", "n_layer", vals[0], "n_head", vals[1],
+                          "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4]};
+    int rc = anvil_st_write(path, t, ANVIL_GPT2_NPARAM, meta, 6);
+    free(host);
+    return rc;
+}
+
+static int meta_int(const anvil_st_file *f, const char *path, const char *key, int *out) {
+    const char *v = anvil_st_meta(f, key);
+    if (!v) return anvil_fail("%s: metadata field '%s' is missing", path, key);
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < 1 || x > 1 << 24)
+        return anvil_fail("%s: metadata field '%s' is not a positive integer: '%s'", path, key, v);
+    *out = (int)x;
+    return 0;
+}
+
+static int load_from(const anvil_st_file *f, const char *path, const char *prefix, anvil_gpt2 *m) {
+    const anvil_gpt2_config *c = &m->cfg;
+    float *host = calloc(m->nparams, sizeof(float));
+    if (!host) return anvil_fail("%s: out of memory", path);
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
+        const anvil_st_tensor *t = anvil_st_find(f, name);
+        int64_t s[3];
+        int nd = anvil_gpt2_param_shape(c, i, s);
+        if (i == P_WTE) s[0] = c->vocab_size;
+        int ok = t && t->dtype == ANVIL_ST_F32 && t->ndim == nd;
+        for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
+        if (!ok) {
+            free(host);
+            if (!t) return anvil_fail("%s: tensor '%s' is missing", path, name);
+            return anvil_fail("%s: tensor '%s' has the wrong dtype or shape for this model configuration", path,
+                              name);
+        }
+        memcpy(host + m->offsets[i], t->data, t->nbytes);
+    }
+    m->k->upload(m->params, host, m->nparams * sizeof(float));
+    free(host);
+    return 0;
+}
+
+int anvil_model_load_tensors(const char *path, const char *prefix, anvil_gpt2 *m) {
+    anvil_st_file *f = anvil_st_open(path);
+    if (!f) return -1;
+    int rc = load_from(f, path, prefix, m);
+    anvil_st_close(f);
+    return rc;
+}
+
+int anvil_model_load(const char *path, const anvil_kernels *k, anvil_gpt2 *m) {
+    anvil_st_file *f = anvil_st_open(path);
+    if (!f) return -1;
+    anvil_gpt2_config c = {0};
+    const char *fmt = anvil_st_meta(f, "format");
+    int rc = -1;
+    if (!fmt || strcmp(fmt, "anvil-gpt2")) {
+        anvil_fail("%s: not an anvil GPT-2 model file (metadata 'format' is %s)", path, fmt ? fmt : "missing");
+    } else if (!meta_int(f, path, "n_layer", &c.n_layer) && !meta_int(f, path, "n_head", &c.n_head) &&
+               !meta_int(f, path, "n_embd", &c.n_embd) && !meta_int(f, path, "block_size", &c.block_size) &&
+               !meta_int(f, path, "vocab_size", &c.vocab_size) && !anvil_gpt2_init(m, &c, k)) {
+        rc = load_from(f, path, "", m);
+        if (rc) anvil_gpt2_free(m);
+    }
+    anvil_st_close(f);
+    return rc;
+}

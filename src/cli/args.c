@@ -1,0 +1,67 @@
+#include "cli/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "anvil %s: error: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see 'anvil %s --help')\n", cmd);
+    return 2;
+}
+
+int cli_fail(const char *cmd) {
+    fprintf(stderr, "anvil %s: error: %s\n", cmd, anvil_errmsg());
+    return 1;
+}
+
+const char *arg_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "option %s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int arg_i64(const char *cmd, const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (errno || end == val || *end) {
+        cli_usage_error(cmd, "%s expects an integer, got '%s'", opt, val);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        cli_usage_error(cmd, "%s must be in %lld..%lld, got %lld", opt, (long long)lo, (long long)hi, v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int arg_int(const char *cmd, const char *opt, const char *val, long lo, long hi, int *out) {
+    int64_t v;
+    if (arg_i64(cmd, opt, val, lo, hi, &v)) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int arg_float(const char *cmd, const char *opt, const char *val, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(val, &end);
+    if (errno || end == val || *end || !isfinite(v)) {
+        cli_usage_error(cmd, "%s expects a finite number, got '%s'", opt, val);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,19 @@
+/* Option parsing shared by the subcommands: "--name value" and "--flag",
+ * with typed, range-checked conversions whose errors name the option. */
+#ifndef ANVIL_CLI_ARGS_H
+#define ANVIL_CLI_ARGS_H
+
+#include <stdint.h>
+
+/* Each returns 0, or prints "anvil <cmd>: error: ..." and returns -1. */
+int arg_int(const char *cmd, const char *opt, const char *val, long lo, long hi, int *out);
+int arg_i64(const char *cmd, const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out);
+int arg_float(const char *cmd, const char *opt, const char *val, float *out);
+/* The value after argv[*i] (advancing *i), or an error when the option is last. */
+const char *arg_value(const char *cmd, int argc, char **argv, int *i);
+/* Prints the library's last error as the command's one-line error; returns exit status 1. */
+int cli_fail(const char *cmd);
+/* Prints a usage error; returns exit status 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...);
+
+#endif

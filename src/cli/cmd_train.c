@@ -1,0 +1,147 @@
+/* anvil train: parse options into an anvil_train_config and run it. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "data/prep.h"
+#include "train/trainer.h"
+
+static const char *usage =
+    "usage: anvil train [options]\n"
+    "\n"
+    "Trains a GPT-2 model on llm.c token shards (or on random tokens, for benchmarks).\n"
+    "\n"
+    "data:\n"
+    "  --data DIR              a folder made by 'anvil prep' (train_*.bin, val_*.bin, manifest.json)\n"
+    "  --train GLOB            train shards (instead of --data); --val GLOB for validation shards\n"
+    "  --synthetic             uniform random tokens instead of shards\n"
+    "model:\n"
+    "  --preset NAME           gpt2 | gpt2-medium | gpt2-large | gpt2-xl | tiny | mini | small (default tiny)\n"
+    "  --layers N --heads N --embd N --block N --vocab N   override the preset\n"
+    "  --init FILE             start from a model.safetensors instead of a fresh init\n"
+    "batch and schedule:\n"
+    "  --batch B               sequences per micro-batch (default 4)\n"
+    "  --seq T                 tokens per sequence (default: the block size)\n"
+    "  --total-batch-tokens N  tokens per optimizer step, by gradient accumulation (default B*T)\n"
+    "  --steps N               optimizer steps (default 100)\n"
+    "  --lr X                  peak learning rate (default 6e-4)\n"
+    "  --min-lr X              floor of the cosine decay (default lr/10)\n"
+    "  --lr-warmup N           linear warmup steps (default 0)\n"
+    "  --schedule cosine|constant\n"
+    "  --weight-decay X --beta1 X --beta2 X --eps X --grad-clip X (0.1, 0.9, 0.95, 1e-8, 1.0)\n"
+    "  --seed N                initialization, data and sampling seed (default 1337)\n"
+    "evaluation and output:\n"
+    "  --val-every N           steps between validations (default: only at the end)\n"
+    "  --val-batches N         batches per validation (default 8)\n"
+    "  --sample-every N        steps between samples (default: only at the end; -1 never)\n"
+    "  --sample-tokens N       tokens per sample (default 128)\n"
+    "  --out DIR               run folder: metrics.jsonl and model.safetensors\n"
+    "  --log-every N           log-line period when not on a terminal (default 10)\n"
+    "  --threads N             OpenMP threads (default: all cores)\n"
+    "  --warmup N              steps left out of the timing medians (default 1)\n"
+    "  --summary-json          print a JSON summary as the last line of stdout\n"
+    "  --no-progress           log lines instead of a progress bar\n"
+    "\n"
+    "Same seed, config, data and thread count give bit-identical losses.\n";
+
+int cmd_train(int argc, char **argv) {
+    const char *cmd = "train";
+    anvil_train_config c;
+    anvil_train_defaults(&c);
+    const char *preset = "tiny", *data = NULL, *schedule = "cosine";
+    int layers = 0, heads = 0, embd = 0, block = 0, vocab = 0, seq = 0, threads = 0, summary = 0, progress = 1;
+    int64_t seed = 1337;
+    float min_lr = -1.0f;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = NULL;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (!strcmp(o, "--synthetic")) { c.synthetic = 1; continue; }
+        if (!strcmp(o, "--summary-json")) { summary = 1; continue; }
+        if (!strcmp(o, "--no-progress")) { progress = 0; continue; }
+        if (strncmp(o, "--", 2)) return cli_usage_error(cmd, "unexpected argument '%s'", o);
+        if (!(v = arg_value(cmd, argc, argv, &i))) return 2;
+        int bad = 0;
+        if (!strcmp(o, "--data")) data = v;
+        else if (!strcmp(o, "--train")) c.train_pattern = v;
+        else if (!strcmp(o, "--val")) c.val_pattern = v;
+        else if (!strcmp(o, "--preset")) preset = v;
+        else if (!strcmp(o, "--init")) c.init_model = v;
+        else if (!strcmp(o, "--schedule")) schedule = v;
+        else if (!strcmp(o, "--out")) c.out_dir = v;
+        else if (!strcmp(o, "--layers")) bad = arg_int(cmd, o, v, 1, 1000, &layers);
+        else if (!strcmp(o, "--heads")) bad = arg_int(cmd, o, v, 1, 4096, &heads);
+        else if (!strcmp(o, "--embd")) bad = arg_int(cmd, o, v, 1, 16384, &embd);
+        else if (!strcmp(o, "--block")) bad = arg_int(cmd, o, v, 1, 1 << 20, &block);
+        else if (!strcmp(o, "--vocab")) bad = arg_int(cmd, o, v, 2, 1 << 24, &vocab);
+        else if (!strcmp(o, "--batch")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.B);
+        else if (!strcmp(o, "--seq")) bad = arg_int(cmd, o, v, 1, 1 << 20, &seq);
+        else if (!strcmp(o, "--total-batch-tokens")) bad = arg_i64(cmd, o, v, 1, INT64_C(1) << 40, &c.total_batch_tokens);
+        else if (!strcmp(o, "--steps")) bad = arg_int(cmd, o, v, 1, 1 << 30, &c.steps);
+        else if (!strcmp(o, "--lr")) bad = arg_float(cmd, o, v, &c.lr.lr);
+        else if (!strcmp(o, "--min-lr")) bad = arg_float(cmd, o, v, &min_lr);
+        else if (!strcmp(o, "--lr-warmup")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.lr.warmup);
+        else if (!strcmp(o, "--weight-decay")) bad = arg_float(cmd, o, v, &c.adamw.weight_decay);
+        else if (!strcmp(o, "--beta1")) bad = arg_float(cmd, o, v, &c.adamw.beta1);
+        else if (!strcmp(o, "--beta2")) bad = arg_float(cmd, o, v, &c.adamw.beta2);
+        else if (!strcmp(o, "--eps")) bad = arg_float(cmd, o, v, &c.adamw.eps);
+        else if (!strcmp(o, "--grad-clip")) bad = arg_float(cmd, o, v, &c.grad_clip);
+        else if (!strcmp(o, "--seed")) bad = arg_i64(cmd, o, v, 0, INT64_MAX, &seed);
+        else if (!strcmp(o, "--val-every")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.val_every);
+        else if (!strcmp(o, "--val-batches")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.val_batches);
+        else if (!strcmp(o, "--sample-every")) bad = arg_int(cmd, o, v, -1, 1 << 30, &c.sample_every);
+        else if (!strcmp(o, "--sample-tokens")) bad = arg_int(cmd, o, v, 0, 1 << 20, &c.sample_tokens);
+        else if (!strcmp(o, "--log-every")) bad = arg_int(cmd, o, v, 1, 1 << 30, &c.log_every);
+        else if (!strcmp(o, "--threads")) bad = arg_int(cmd, o, v, 1, 4096, &threads);
+        else if (!strcmp(o, "--warmup")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.timing_warmup);
+        else return cli_usage_error(cmd, "unknown option '%s'", o);
+        if (bad) return 2;
+    }
+
+    if (anvil_gpt2_preset(preset, &c.model)) return cli_fail(cmd);
+    char train_glob[4096], val_glob[4096];
+    if (data) {
+        if (c.train_pattern || c.val_pattern) return cli_usage_error(cmd, "--data cannot be combined with --train/--val");
+        int eot;
+        if (anvil_data_manifest_vocab(data, &c.model.vocab_size, &eot)) return cli_fail(cmd);
+        snprintf(train_glob, sizeof train_glob, "%s/train_*.bin", data);
+        snprintf(val_glob, sizeof val_glob, "%s/val_*.bin", data);
+        c.train_pattern = train_glob;
+        c.val_pattern = val_glob;
+    }
+    if (layers) c.model.n_layer = layers;
+    if (heads) c.model.n_head = heads;
+    if (embd) c.model.n_embd = embd;
+    if (vocab) c.model.vocab_size = vocab;
+    if (block) c.model.block_size = block;
+    else if (seq > c.model.block_size) c.model.block_size = seq;
+    c.T = seq ? seq : c.model.block_size;
+    if (!strcmp(schedule, "cosine")) c.lr.kind = ANVIL_LR_COSINE;
+    else if (!strcmp(schedule, "constant")) c.lr.kind = ANVIL_LR_CONSTANT;
+    else return cli_usage_error(cmd, "--schedule must be cosine or constant, got '%s'", schedule);
+    c.lr.min_lr = min_lr >= 0.0f ? min_lr : c.lr.lr / 10.0f;
+    c.seed = (uint64_t)seed;
+    c.progress = progress && isatty(STDERR_FILENO);
+    if (threads) omp_set_num_threads(threads);
+
+    anvil_train_result r;
+    if (anvil_train(&c, &r)) return cli_fail(cmd);
+    fprintf(stderr, "done: %d steps, final loss %.4f", r.steps_done, r.final_loss);
+    if (r.val_loss == r.val_loss) fprintf(stderr, ", val loss %.4f", r.val_loss);
+    fprintf(stderr, ", median %.1f ms/step, %.0f tok/s, %.1f GFLOP/s, peak RSS %.0f MB\n", r.ms_per_step_median,
+            r.tokens_per_s_median, r.gflops_median, r.peak_rss_mb);
+    if (summary)
+        printf("{\"impl\":\"anvil\",\"threads\":%d,\"params\":%lld,\"steps\":%d,\"final_loss\":%.6f,"
+               "\"val_loss\":%.6f,\"ms_per_step_median\":%.3f,\"tokens_per_s_median\":%.2f,"
+               "\"gflops_median\":%.3f,\"peak_rss_mb\":%.1f}\n",
+               omp_get_max_threads(), (long long)r.params, r.steps_done, r.final_loss,
+               r.val_loss == r.val_loss ? r.val_loss : -1.0, r.ms_per_step_median, r.tokens_per_s_median,
+               r.gflops_median, r.peak_rss_mb);
+    return 0;
+}

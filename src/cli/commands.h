@@ -1,0 +1,11 @@
+/* The anvil subcommands. Each takes the arguments after its own name,
+ * prints its usage on --help, and returns the process exit status. */
+#ifndef ANVIL_CLI_COMMANDS_H
+#define ANVIL_CLI_COMMANDS_H
+
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+int cmd_prep(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+#endif

@@ -1,0 +1,38 @@
+/* anvil: one binary, one subcommand per task. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"prep", cmd_prep, "turn a text corpus into llm.c token shards"},
+    {"train", cmd_train, "train a GPT-2 model on token shards"},
+    {"sample", cmd_sample, "generate text from a trained model"},
+    {"info", cmd_info, "show model presets, sizes and the kernels in use"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: anvil <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nRun 'anvil <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "anvil: error: unknown command '%s' (try 'anvil --help')\n", argv[1]);
+    return 2;
+}

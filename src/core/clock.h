@@ -1,0 +1,7 @@
+/* Monotonic wall-clock time, for step timing and ETAs. */
+#ifndef ANVIL_CORE_CLOCK_H
+#define ANVIL_CORE_CLOCK_H
+
+double anvil_now(void); /* seconds since an arbitrary fixed point */
+
+#endif

@@ -1,0 +1,49 @@
+/* The training data loader: reads batches of B sequences of T tokens from a
+ * set of shards, in llm.c's order, sliced across the processes of a
+ * data-parallel job.
+ *
+ * The shards (a glob, sorted by name) are read as one endless stream of
+ * global batches. A global batch is world*B*T+1 contiguous tokens of one shard
+ * starting at the loader's position; process `rank` takes the window of
+ * B*T+1 tokens at position + rank*B*T (inputs are its first B*T tokens,
+ * targets the same shifted by one). Each batch advances the position by
+ * world*B*T. When the next global batch would not fit in the shard, the
+ * loader moves to the start of the next shard, wrapping to the first after
+ * the last (one epoch). Every process moves to the next shard on the same
+ * step, so ranks never read from different shards. With one process, step i
+ * of a shard reads tokens [i*B*T, i*B*T + B*T + 1). */
+#ifndef ANVIL_DATA_LOADER_H
+#define ANVIL_DATA_LOADER_H
+
+#include <stdint.h>
+
+typedef struct anvil_loader anvil_loader;
+
+/* Where the next global batch starts. The same on every rank, so rank 0's
+ * copy in a checkpoint restores all of them. */
+typedef struct {
+    int64_t shard;    /* index into the sorted shard list */
+    int64_t position; /* token offset of the next global batch in that shard */
+    int64_t epoch;    /* completed passes over all shards */
+} anvil_loader_state;
+
+/* Validates every shard up front; a shard with fewer than world*B*T+1 tokens
+ * cannot supply one batch and is an error naming it. Token ids are checked
+ * against vocab_size on every read. */
+anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size);
+void anvil_loader_close(anvil_loader *L);
+
+/* Fills B*T inputs and B*T targets (targets[i] is the token after inputs[i]). */
+int anvil_loader_next(anvil_loader *L, int32_t *inputs, int32_t *targets);
+/* Back to the first batch of the first shard, epoch 0. */
+void anvil_loader_reset(anvil_loader *L);
+
+anvil_loader_state anvil_loader_get_state(const anvil_loader *L);
+/* Restores a state from get_state so the batches that follow are identical. */
+int anvil_loader_set_state(anvil_loader *L, anvil_loader_state st);
+
+int anvil_loader_num_shards(const anvil_loader *L);
+const char *anvil_loader_shard_path(const anvil_loader *L, int i);
+int64_t anvil_loader_total_tokens(const anvil_loader *L);
+
+#endif

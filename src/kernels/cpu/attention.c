@@ -1,0 +1,184 @@
+/* Causal self-attention in the flash style: scores are computed a block at a
+ * time and never stored for the backward pass. The forward keeps only each
+ * row's log-sum-exp; the backward recomputes the probabilities from it.
+ *
+ * Layout: qkv[B,T,3C] holds q, k and v side by side, head h at columns
+ * h*hd..(h+1)*hd of each; out[B,T,C] likewise. All per-head matrices are
+ * addressed in place with a leading dimension, never copied. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vmath.h"
+#include "kernels/gemm.h"
+
+#define BQ 64  /* query rows per block */
+#define BK 256 /* keys per block */
+
+/* Forward of one block of query rows [q0, q1) of one (batch, head), with the
+ * online softmax over key blocks: running max m, running sum l, and the
+ * output accumulator rescaled whenever the max grows. */
+static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v, int q0, int q1,
+                           int hd, int ld, int ldo, float scale, float *S, float *acc, float *m, float *l) {
+    int nq = q1 - q0;
+    for (int i = 0; i < nq; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)nq * hd);
+    for (int k0 = 0; k0 < q1; k0 += BK) {
+        int nk = q1 - k0 < BK ? q1 - k0 : BK;
+        anvil_sgemm_serial(false, true, nq, nk, hd, scale, q + (size_t)q0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f,
+                           S, BK);
+        for (int i = 0; i < nq; i++) {
+            float *s = S + (size_t)i * BK;
+            int valid = q0 + i + 1 - k0; /* keys k0..q0+i are visible */
+            if (valid > nk) valid = nk;
+            float mx = m[i];
+            for (int j = 0; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
+            float corr = vexpf(m[i] - mx);
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < valid; j++) {
+                s[j] = vexpf(s[j] - mx);
+                sum += s[j];
+            }
+            for (int j = valid; j < nk; j++) s[j] = 0.0f;
+            l[i] = l[i] * corr + sum;
+            m[i] = mx;
+            float *a = acc + (size_t)i * hd;
+            for (int d = 0; d < hd; d++) a[d] *= corr;
+        }
+        anvil_sgemm_serial(false, false, nq, hd, nk, 1.0f, S, BK, v + (size_t)k0 * ld, ld, 1.0f, acc, hd);
+    }
+    for (int i = 0; i < nq; i++) {
+        float inv = 1.0f / l[i];
+        float *o = out + (size_t)(q0 + i) * ldo;
+        const float *a = acc + (size_t)i * hd;
+        for (int d = 0; d < hd; d++) o[d] = a[d] * inv;
+        lse[q0 + i] = m[i] + logf(l[i]);
+    }
+}
+
+void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    int hd = C / NH, nqb = (T + BQ - 1) / BQ;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel
+    {
+        float *S = aligned_alloc(64, sizeof(float) * BQ * BK);
+        float *acc = aligned_alloc(64, sizeof(float) * BQ * (size_t)hd);
+        float m[BQ], l[BQ];
+#pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int bh = 0; bh < B * NH; bh++)
+            for (int qb = 0; qb < nqb; qb++) {
+                int b = bh / NH, h = bh % NH;
+                /* Later blocks see more keys: issuing them first balances the threads. */
+                int q0 = (nqb - 1 - qb) * BQ, q1 = q0 + BQ < T ? q0 + BQ : T;
+                const float *base = qkv + (size_t)b * T * 3 * C + (size_t)h * hd;
+                attn_fwd_block(out + (size_t)b * T * C + (size_t)h * hd, lse + (size_t)bh * T, base, base + C,
+                               base + 2 * C, q0, q1, hd, 3 * C, C, scale, S, acc, m, l);
+            }
+        free(S);
+        free(acc);
+    }
+}
+
+/* Backward of one (batch, head), with P recomputed from the saved
+ * log-sum-exp. dq, dk, dv point into dqkv and are owned by this call alone,
+ * so no two threads ever write the same gradient. */
+static void attn_bwd_head(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                          const float *q, const float *k, const float *v, int T, int hd, int ld, int ldo,
+                          float scale, float *P, float *dP, float *Dsum) {
+    for (int t = 0; t < T; t++) {
+        memset(dq + (size_t)t * ld, 0, sizeof(float) * hd);
+        memset(dk + (size_t)t * ld, 0, sizeof(float) * hd);
+        memset(dv + (size_t)t * ld, 0, sizeof(float) * hd);
+    }
+    for (int q0 = 0; q0 < T; q0 += BQ) {
+        int q1 = q0 + BQ < T ? q0 + BQ : T, nq = q1 - q0;
+        for (int i = 0; i < nq; i++) {
+            const float *o = out + (size_t)(q0 + i) * ldo, *d = dout + (size_t)(q0 + i) * ldo;
+            float s = 0.0f;
+            for (int c = 0; c < hd; c++) s += o[c] * d[c];
+            Dsum[i] = s;
+        }
+        const float *qb = q + (size_t)q0 * ld, *dob = dout + (size_t)q0 * ldo;
+        for (int k0 = 0; k0 < q1; k0 += BK) {
+            int nk = q1 - k0 < BK ? q1 - k0 : BK;
+            anvil_sgemm_serial(false, true, nq, nk, hd, scale, qb, ld, k + (size_t)k0 * ld, ld, 0.0f, P, BK);
+            anvil_sgemm_serial(false, true, nq, nk, hd, 1.0f, dob, ldo, v + (size_t)k0 * ld, ld, 0.0f, dP, BK);
+            for (int i = 0; i < nq; i++) {
+                float *p = P + (size_t)i * BK, *dp = dP + (size_t)i * BK;
+                int valid = q0 + i + 1 - k0;
+                if (valid > nk) valid = nk;
+                float li = lse[q0 + i], Di = Dsum[i];
+#pragma omp simd
+                for (int j = 0; j < valid; j++) {
+                    p[j] = vexpf(p[j] - li);
+                    dp[j] = p[j] * (dp[j] - Di) * scale;
+                }
+                for (int j = valid; j < nk; j++) p[j] = dp[j] = 0.0f;
+            }
+            /* dV += P^T dO; dQ += dS K; dK += dS^T Q (dS already holds the scale). */
+            anvil_sgemm_serial(true, false, nk, hd, nq, 1.0f, P, BK, dob, ldo, 1.0f, dv + (size_t)k0 * ld, ld);
+            anvil_sgemm_serial(false, false, nq, hd, nk, 1.0f, dP, BK, k + (size_t)k0 * ld, ld, 1.0f,
+                               dq + (size_t)q0 * ld, ld);
+            anvil_sgemm_serial(true, false, nk, hd, nq, 1.0f, dP, BK, qb, ld, 1.0f, dk + (size_t)k0 * ld, ld);
+        }
+    }
+}
+
+void cpu_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+                            int B, int T, int C, int NH) {
+    int hd = C / NH;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel
+    {
+        float *P = aligned_alloc(64, sizeof(float) * BQ * BK);
+        float *dP = aligned_alloc(64, sizeof(float) * BQ * BK);
+        float Dsum[BQ];
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t qoff = (size_t)b * T * 3 * C + (size_t)h * hd, ooff = (size_t)b * T * C + (size_t)h * hd;
+            attn_bwd_head(dqkv + qoff, dqkv + qoff + C, dqkv + qoff + 2 * C, dout + ooff, out + ooff,
+                          lse + (size_t)bh * T, qkv + qoff, qkv + qoff + C, qkv + qoff + 2 * C, T, hd, 3 * C, C,
+                          scale, P, dP, Dsum);
+        }
+        free(P);
+        free(dP);
+    }
+}
+
+void cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int n, int C,
+                          int NH) {
+    int hd = C / NH;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(static) if (n * C > 65536)
+    for (int h = 0; h < NH; h++) {
+        float *s = malloc(sizeof(float) * (size_t)n);
+        const float *qh = q + h * hd;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            const float *kj = kcache + (size_t)j * C + h * hd;
+            float dot = 0.0f;
+            for (int d = 0; d < hd; d++) dot += qh[d] * kj[d];
+            s[j] = dot * scale;
+            mx = s[j] > mx ? s[j] : mx;
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < n; j++) {
+            s[j] = vexpf(s[j] - mx);
+            sum += s[j];
+        }
+        float *oh = out + h * hd;
+        for (int d = 0; d < hd; d++) oh[d] = 0.0f;
+        for (int j = 0; j < n; j++) {
+            const float *vj = vcache + (size_t)j * C + h * hd;
+            float p = s[j] / sum;
+            for (int d = 0; d < hd; d++) oh[d] += p * vj[d];
+        }
+        free(s);
+    }
+}

@@ -1,0 +1,64 @@
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vmath.h"
+#include "kernels/gemm.h"
+
+/* Rows per chunk: large enough that the three GEMMs run near peak, small
+ * enough that the chunk's logits (ROWS x Vp floats, 100 MB for GPT-2's
+ * vocabulary) stay a fraction of the activations. */
+#define ROWS 512
+
+void cpu_logits(float *logits, const float *x, const float *wte, int N, int C, int Vp) {
+    anvil_sgemm(false, true, N, Vp, C, 1.0f, x, C, wte, C, 0.0f, logits, Vp);
+}
+
+/* Softmax of one row of logits over the real vocabulary; returns the loss
+ * and, when want_grad, turns the row into dloss/dlogits (scaled). */
+static float softmax_xent_row(float *row, int V, int Vp, int target, int want_grad, float dscale) {
+    float mx = -INFINITY;
+    for (int j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+    float target_logit = row[target] - mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; j++) {
+        row[j] = vexpf(row[j] - mx);
+        sum += row[j];
+    }
+    float loss = logf(sum) - target_logit;
+    if (want_grad) {
+        float inv = dscale / sum;
+#pragma omp simd
+        for (int j = 0; j < V; j++) row[j] *= inv;
+        row[target] -= dscale;
+        for (int j = V; j < Vp; j++) row[j] = 0.0f;
+    }
+    return loss;
+}
+
+void cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte, const int32_t *targets,
+                    int N, int C, int V, int Vp, float dscale) {
+    int rows = N < ROWS ? N : ROWS;
+    float *buf = aligned_alloc(64, ((size_t)rows * Vp * sizeof(float) + 63) & ~(size_t)63);
+    for (int r0 = 0; r0 < N; r0 += rows) {
+        int nr = N - r0 < rows ? N - r0 : rows;
+        const float *xc = x + (size_t)r0 * C;
+        anvil_sgemm(false, true, nr, Vp, C, 1.0f, xc, C, wte, C, 0.0f, buf, Vp);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < nr; r++) {
+            float *row = buf + (size_t)r * Vp;
+            int tgt = targets[r0 + r];
+            if (tgt < 0) {
+                losses[r0 + r] = 0.0f;
+                for (int j = 0; j < Vp; j++) row[j] = 0.0f;
+                continue;
+            }
+            losses[r0 + r] = softmax_xent_row(row, V, Vp, tgt, dx != NULL, dscale);
+        }
+        if (!dx) continue;
+        anvil_sgemm(false, false, nr, C, Vp, 1.0f, buf, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
+        anvil_sgemm(true, false, Vp, C, nr, 1.0f, buf, Vp, xc, C, 1.0f, dwte, C);
+    }
+    free(buf);
+}

@@ -1,0 +1,94 @@
+/* The kernel interface: every numeric operation of the model, forward and
+ * backward, behind one table of function pointers.
+ *
+ * Model code calls only through this table and never touches a buffer's
+ * contents itself, so a CUDA backend can provide its own table (and its own
+ * allocator) without any change to src/model. All tensors are fp32, dense,
+ * row-major; shapes use the names of the GPT-2 code: N rows (= B*T), C
+ * channels, OC output channels, NH heads, V real vocabulary, Vp padded
+ * vocabulary.
+ *
+ * Conventions: functions named *_backward ACCUMULATE (+=) into parameter
+ * gradients (dw, db, dwte...) so gradient accumulation over micro-batches
+ * needs no extra pass; input gradients are written or accumulated as each
+ * function documents. Every kernel is deterministic for a given thread
+ * count. */
+#ifndef ANVIL_KERNELS_KERNELS_H
+#define ANVIL_KERNELS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct anvil_kernels {
+    const char *name;
+
+    /* Memory owned by the backend (host memory for the CPU). */
+    void *(*alloc)(size_t bytes);            /* zeroed, aligned for vector loads; NULL on failure */
+    void (*free)(void *p);
+    void (*zero)(void *p, size_t bytes);
+    void (*upload)(void *dst, const void *src, size_t bytes);   /* host -> backend */
+    void (*download)(void *dst, const void *src, size_t bytes); /* backend -> host */
+
+    /* out[N,C] = wte[tokens] + wpe[position] for B sequences of T tokens. */
+    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,
+                            int T, int C);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,
+                             int C);
+
+    /* out = (x - mean) * rstd * w + b per row; mean and rstd [N] are kept for the backward. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *x, const float *w,
+                              const float *b, int N, int C);
+    /* dx += ..., dw += ..., db += ... */
+    void (*layernorm_backward)(float *dx, float *dw, float *db, const float *dout, const float *x,
+                               const float *w, const float *mean, const float *rstd, int N, int C);
+
+    /* out[N,OC] (= or += when accumulate) x[N,C] @ w[OC,C]^T + b[OC] (b may be NULL). */
+    void (*matmul_forward)(float *out, const float *x, const float *w, const float *b, int N, int C, int OC,
+                           int accumulate);
+    /* dx[N,C] = dout @ w (skipped when dx is NULL); dw += dout^T @ x; db += column sums (if db). */
+    void (*matmul_backward)(float *dx, float *dw, float *db, const float *dout, const float *x,
+                            const float *w, int N, int C, int OC);
+
+    /* Causal multi-head attention on packed qkv[B,T,3C] into out[B,T,C]; lse[B,NH,T] keeps each
+     * row's log-sum-exp so the backward can recompute the probabilities. */
+    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    /* dqkv[B,T,3C] = gradient (written, not accumulated). */
+    void (*attention_backward)(float *dqkv, const float *dout, const float *out, const float *lse,
+                               const float *qkv, int B, int T, int C, int NH);
+
+    /* One new query row per head against the first n cached keys and values (incremental decoding):
+     * q[C], kcache/vcache[>=n, C], out[C]. */
+    void (*attention_decode)(float *out, const float *q, const float *kcache, const float *vcache, int n, int C,
+                             int NH);
+
+    /* GELU, tanh form. The backward may run in place (dx == dout). */
+    void (*gelu_forward)(float *out, const float *x, size_t n);
+    void (*gelu_backward)(float *dx, const float *x, const float *dout, size_t n);
+
+    /* dst = src, elementwise (residual stream copies). */
+    void (*copy)(float *dst, const float *src, size_t n);
+    /* dst += src */
+    void (*add_inplace)(float *dst, const float *src, size_t n);
+
+    /* Fused LM head and cross-entropy over x[N,C] against wte[Vp,C], chunked so the [N,Vp] logits
+     * never exist at once. Writes losses[N] (per-position loss). When dx is not NULL it also
+     * writes dx[N,C] and accumulates dwte, for the loss sum(losses) * dscale. Columns >= V are
+     * padding and never take part. targets < 0 are ignored (no loss, no gradient). */
+    void (*classifier)(float *losses, float *dx, float *dwte, const float *x, const float *wte,
+                       const int32_t *targets, int N, int C, int V, int Vp, float dscale);
+    /* logits[N,Vp] = x @ wte^T, all of them: for evaluation and sampling. */
+    void (*logits)(float *logits, const float *x, const float *wte, int N, int C, int Vp);
+
+    /* Sum of squares of g[n], in double for a stable global norm. */
+    double (*sumsq)(const float *g, size_t n);
+    void (*scale)(float *g, float s, size_t n);
+    /* One AdamW update as PyTorch computes it (decoupled weight decay first, then the bias-corrected
+     * step); t is the 1-based step count. */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int t);
+} anvil_kernels;
+
+/* The CPU backend: OpenMP + AVX-512/OpenBLAS GEMM. */
+const anvil_kernels *anvil_kernels_cpu(void);
+
+#endif

@@ -1,0 +1,427 @@
+#include "model/gpt2.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+const char *const anvil_gpt2_param_names[ANVIL_GPT2_NPARAM] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
+};
+
+static const struct {
+    const char *name;
+    int n_layer, n_head, n_embd, block_size, vocab_size;
+} presets[] = {
+    {"gpt2", 12, 12, 768, 1024, 50257},
+    {"gpt2-medium", 24, 16, 1024, 1024, 50257},
+    {"gpt2-large", 36, 20, 1280, 1024, 50257},
+    {"gpt2-xl", 48, 25, 1600, 1024, 50257},
+    {"tiny", 2, 4, 64, 64, 257},
+    {"mini", 4, 4, 128, 128, 257},
+    {"small", 6, 6, 384, 256, 50257},
+};
+
+int anvil_gpt2_preset(const char *name, anvil_gpt2_config *cfg) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(name, presets[i].name)) {
+            memset(cfg, 0, sizeof *cfg);
+            cfg->n_layer = presets[i].n_layer;
+            cfg->n_head = presets[i].n_head;
+            cfg->n_embd = presets[i].n_embd;
+            cfg->block_size = presets[i].block_size;
+            cfg->vocab_size = presets[i].vocab_size;
+            return 0;
+        }
+    return anvil_fail("model: unknown preset '%s' (gpt2, gpt2-medium, gpt2-large, gpt2-xl, tiny, mini, small)",
+                      name);
+}
+
+int anvil_gpt2_config_check(anvil_gpt2_config *c) {
+    if (c->n_layer < 1 || c->n_layer > 1000) return anvil_fail("model: n_layer must be in 1..1000, got %d", c->n_layer);
+    if (c->n_head < 1) return anvil_fail("model: n_head must be positive, got %d", c->n_head);
+    if (c->n_embd < 1 || c->n_embd > 16384) return anvil_fail("model: n_embd must be in 1..16384, got %d", c->n_embd);
+    if (c->n_embd % c->n_head)
+        return anvil_fail("model: n_embd (%d) is not divisible by n_head (%d)", c->n_embd, c->n_head);
+    if (c->block_size < 1 || c->block_size > 1 << 20)
+        return anvil_fail("model: block_size must be in 1..1048576, got %d", c->block_size);
+    if (c->vocab_size < 2 || c->vocab_size > 1 << 24)
+        return anvil_fail("model: vocab_size must be in 2..16777216, got %d", c->vocab_size);
+    c->padded_vocab = (c->vocab_size + 63) / 64 * 64;
+    return 0;
+}
+
+int anvil_gpt2_param_shape(const anvil_gpt2_config *c, int i, int64_t s[3]) {
+    int64_t L = c->n_layer, C = c->n_embd;
+    s[0] = s[1] = s[2] = 0;
+    switch (i) {
+    case P_WTE: s[0] = c->padded_vocab; s[1] = C; return 2;
+    case P_WPE: s[0] = c->block_size; s[1] = C; return 2;
+    case P_LN1W: case P_LN1B: case P_ATTPROJB: case P_LN2W: case P_LN2B: case P_FCPROJB:
+        s[0] = L; s[1] = C; return 2;
+    case P_QKVW: s[0] = L; s[1] = 3 * C; s[2] = C; return 3;
+    case P_QKVB: s[0] = L; s[1] = 3 * C; return 2;
+    case P_ATTPROJW: s[0] = L; s[1] = C; s[2] = C; return 3;
+    case P_FCW: s[0] = L; s[1] = 4 * C; s[2] = C; return 3;
+    case P_FCB: s[0] = L; s[1] = 4 * C; return 2;
+    case P_FCPROJW: s[0] = L; s[1] = C; s[2] = 4 * C; return 3;
+    default: s[0] = C; return 1; /* lnfw, lnfb */
+    }
+}
+
+int anvil_gpt2_param_decays(int i) {
+    return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
+}
+
+static size_t shape_numel(const int64_t s[3], int nd) {
+    size_t n = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)s[d];
+    return n;
+}
+
+size_t anvil_gpt2_num_params(const anvil_gpt2_config *c) {
+    size_t n = 0;
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        int64_t s[3];
+        int nd = anvil_gpt2_param_shape(c, i, s);
+        n += shape_numel(s, nd);
+    }
+    return n;
+}
+
+size_t anvil_gpt2_flop_params(const anvil_gpt2_config *c) {
+    size_t C = (size_t)c->n_embd;
+    return anvil_gpt2_num_params(c) - (size_t)c->block_size * C - (size_t)(c->padded_vocab - c->vocab_size) * C;
+}
+
+double anvil_gpt2_flops_per_token(const anvil_gpt2_config *c, int T) {
+    return 6.0 * (double)anvil_gpt2_flop_params(c) + 12.0 * c->n_layer * (double)c->n_embd * T;
+}
+
+/* Saved activations of a forward pass, per layer stacked, and the scratch
+ * of the backward pass (shared by all layers). The GELU output is not kept:
+ * the backward recomputes it from the pre-activation, which saves 4*B*T*C
+ * floats per layer for one cheap elementwise pass. */
+struct gpt2_acts {
+    float *resid;                      /* (L+1) x [N,C]: input of layer l, and the final residual */
+    float *ln1, *ln1_mean, *ln1_rstd;  /* L x [N,C], L x [N] */
+    float *qkv;                        /* L x [N,3C] */
+    float *atty, *lse;                 /* L x [N,C], L x [B,NH,T] */
+    float *resid2;                     /* L x [N,C]: after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch;                        /* L x [N,4C]: MLP pre-activation */
+    float *lnf, *lnf_mean, *lnf_rstd;  /* [N,C], [N] */
+    float *losses;                     /* [N] */
+    float *gelu, *dfch;                /* [N,4C] scratch */
+    float *dres, *dln, *datty, *dqkv;  /* backward scratch */
+    int32_t *inputs, *targets;         /* backend copies of the batch */
+    float **all[24];                   /* every pointer above that owns memory, to free */
+    int nall;
+};
+
+float *anvil_gpt2_param(const anvil_gpt2 *m, int i, float *base) { return base + m->offsets[i]; }
+
+int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    if (anvil_gpt2_config_check(&m->cfg)) return -1;
+    m->k = k;
+    size_t off = 0;
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        int64_t s[3];
+        int nd = anvil_gpt2_param_shape(&m->cfg, i, s);
+        m->offsets[i] = off;
+        off += shape_numel(s, nd);
+    }
+    m->offsets[ANVIL_GPT2_NPARAM] = off;
+    m->nparams = off;
+    m->params = k->alloc(off * sizeof(float));
+    if (!m->params) return anvil_fail("model: cannot allocate %zu parameters", off);
+    return 0;
+}
+
+static void acts_free(anvil_gpt2 *m) {
+    struct gpt2_acts *a = m->acts;
+    if (!a) return;
+    for (int i = 0; i < a->nall; i++) m->k->free(*a->all[i]);
+    m->k->free(a->inputs);
+    m->k->free(a->targets);
+    free(a);
+    m->acts = NULL;
+    m->B = m->T = 0;
+}
+
+void anvil_gpt2_free(anvil_gpt2 *m) {
+    acts_free(m);
+    if (m->k) {
+        m->k->free(m->params);
+        m->k->free(m->grads);
+    }
+    memset(m, 0, sizeof *m);
+}
+
+static int acts_ensure(anvil_gpt2 *m, int B, int T) {
+    if (m->acts && m->B == B && m->T == T) return 0;
+    acts_free(m);
+    struct gpt2_acts *a = calloc(1, sizeof *a);
+    if (!a) return anvil_fail("model: out of memory for activations");
+    m->acts = a;
+    size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, N = (size_t)B * T, NH = (size_t)m->cfg.n_head;
+    struct {
+        float **p;
+        size_t n;
+    } plan[] = {
+        {&a->resid, (L + 1) * N * C}, {&a->ln1, L * N * C}, {&a->ln1_mean, L * N}, {&a->ln1_rstd, L * N},
+        {&a->qkv, L * N * 3 * C},     {&a->atty, L * N * C}, {&a->lse, L * NH * N},  {&a->resid2, L * N * C},
+        {&a->ln2, L * N * C},         {&a->ln2_mean, L * N}, {&a->ln2_rstd, L * N},  {&a->fch, L * N * 4 * C},
+        {&a->lnf, N * C},             {&a->lnf_mean, N},     {&a->lnf_rstd, N},      {&a->losses, N},
+        {&a->gelu, N * 4 * C},        {&a->dfch, N * 4 * C}, {&a->dres, N * C},      {&a->dln, N * C},
+        {&a->datty, N * C},           {&a->dqkv, N * 3 * C},
+    };
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+        *plan[i].p = m->k->alloc(plan[i].n * sizeof(float));
+        a->all[a->nall++] = plan[i].p;
+        if (!*plan[i].p) {
+            acts_free(m);
+            return anvil_fail("model: cannot allocate activations for B=%d T=%d", B, T);
+        }
+    }
+    a->inputs = m->k->alloc(N * sizeof(int32_t));
+    a->targets = m->k->alloc(N * sizeof(int32_t));
+    if (!a->inputs || !a->targets) {
+        acts_free(m);
+        return anvil_fail("model: cannot allocate the token buffers");
+    }
+    m->B = B;
+    m->T = T;
+    return 0;
+}
+
+void anvil_gpt2_init_weights(anvil_gpt2 *m, uint64_t seed) {
+    const anvil_gpt2_config *c = &m->cfg;
+    anvil_rng rng;
+    anvil_rng_seed(&rng, seed);
+    float *host = calloc(m->nparams, sizeof(float));
+    float resid_std = 0.02f / sqrtf(2.0f * c->n_layer);
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        float *p = host + m->offsets[i];
+        size_t n = m->offsets[i + 1] - m->offsets[i];
+        if (i == P_WTE) n = (size_t)c->vocab_size * c->n_embd; /* padding rows stay zero */
+        if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
+            for (size_t j = 0; j < n; j++) p[j] = 1.0f;
+        } else if (anvil_gpt2_param_decays(i)) {
+            float std = (i == P_ATTPROJW || i == P_FCPROJW) ? resid_std : 0.02f;
+            for (size_t j = 0; j < n; j++) p[j] = std * anvil_rng_normal(&rng);
+        }
+    }
+    m->k->upload(m->params, host, m->nparams * sizeof(float));
+    free(host);
+}
+
+void anvil_gpt2_zero_grad(anvil_gpt2 *m) {
+    if (!m->grads) m->grads = m->k->alloc(m->nparams * sizeof(float));
+    else m->k->zero(m->grads, m->nparams * sizeof(float));
+}
+
+/* Pointers to layer l's slice of a stacked parameter tensor. */
+#define LP(base, i, l, per) (anvil_gpt2_param(m, (i), (base)) + (size_t)(l) * (size_t)(per))
+
+static void forward_body(anvil_gpt2 *m, int B, int T) {
+    const anvil_kernels *k = m->k;
+    struct gpt2_acts *a = m->acts;
+    int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    size_t NC = (size_t)N * C;
+    float *P = m->params;
+    k->encoder_forward(a->resid, a->inputs, anvil_gpt2_param(m, P_WTE, P), anvil_gpt2_param(m, P_WPE, P), B, T, C);
+    for (int l = 0; l < L; l++) {
+        float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NC;
+        float *atty = a->atty + l * NC, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
+        float *fch = a->fch + l * 4 * NC, *out = a->resid + (l + 1) * NC;
+        k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, res,
+                             LP(P, P_LN1W, l, C), LP(P, P_LN1B, l, C), N, C);
+        k->matmul_forward(qkv, ln1, LP(P, P_QKVW, l, 3 * C * C), LP(P, P_QKVB, l, 3 * C), N, C, 3 * C, 0);
+        k->attention_forward(atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH);
+        k->copy(res2, res, NC);
+        k->matmul_forward(res2, atty, LP(P, P_ATTPROJW, l, C * C), LP(P, P_ATTPROJB, l, C), N, C, C, 1);
+        k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, res2,
+                             LP(P, P_LN2W, l, C), LP(P, P_LN2B, l, C), N, C);
+        k->matmul_forward(fch, ln2, LP(P, P_FCW, l, 4 * C * C), LP(P, P_FCB, l, 4 * C), N, C, 4 * C, 0);
+        k->gelu_forward(a->gelu, fch, 4 * NC);
+        k->copy(out, res2, NC);
+        k->matmul_forward(out, a->gelu, LP(P, P_FCPROJW, l, 4 * C * C), LP(P, P_FCPROJB, l, C), N, 4 * C, C, 1);
+    }
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * NC, anvil_gpt2_param(m, P_LNFW, P),
+                         anvil_gpt2_param(m, P_LNFB, P), N, C);
+}
+
+static int check_batch(anvil_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    if (B < 1 || T < 1 || T > m->cfg.block_size)
+        return anvil_fail("model: batch shape B=%d T=%d is invalid (block_size %d)", B, T, m->cfg.block_size);
+    for (size_t i = 0; i < (size_t)B * T; i++) {
+        if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size)
+            return anvil_fail("model: input token %d at position %zu is outside the vocabulary (%d)", inputs[i], i,
+                              m->cfg.vocab_size);
+        if (targets && targets[i] >= m->cfg.vocab_size)
+            return anvil_fail("model: target token %d at position %zu is outside the vocabulary (%d)", targets[i], i,
+                              m->cfg.vocab_size);
+    }
+    if (acts_ensure(m, B, T)) return -1;
+    m->k->upload(m->acts->inputs, inputs, (size_t)B * T * sizeof(int32_t));
+    if (targets) m->k->upload(m->acts->targets, targets, (size_t)B * T * sizeof(int32_t));
+    return 0;
+}
+
+static int count_targets(const int32_t *targets, size_t n) {
+    int c = 0;
+    for (size_t i = 0; i < n; i++) c += targets[i] >= 0;
+    return c;
+}
+
+/* Mean of the per-position losses, summed in double in a fixed order. */
+static float mean_loss(anvil_gpt2 *m, size_t n, int count) {
+    float *host = malloc(n * sizeof(float));
+    m->k->download(host, m->acts->losses, n * sizeof(float));
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += host[i];
+    free(host);
+    return count ? (float)(s / count) : 0.0f;
+}
+
+int anvil_gpt2_forward(anvil_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
+    if (check_batch(m, inputs, targets, B, T)) return -1;
+    forward_body(m, B, T);
+    if (!targets || !loss) return 0;
+    const anvil_gpt2_config *c = &m->cfg;
+    m->k->classifier(m->acts->losses, NULL, NULL, m->acts->lnf, anvil_gpt2_param(m, P_WTE, m->params),
+                     m->acts->targets, B * T, c->n_embd, c->vocab_size, c->padded_vocab, 0.0f);
+    *loss = mean_loss(m, (size_t)B * T, count_targets(targets, (size_t)B * T));
+    return 0;
+}
+
+int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                                float grad_scale, float *loss) {
+    if (!targets) return anvil_fail("model: training needs targets");
+    if (check_batch(m, inputs, targets, B, T)) return -1;
+    if (!m->grads) anvil_gpt2_zero_grad(m);
+    if (!m->grads) return anvil_fail("model: cannot allocate gradients");
+    forward_body(m, B, T);
+
+    const anvil_kernels *k = m->k;
+    struct gpt2_acts *a = m->acts;
+    int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    size_t NC = (size_t)N * C;
+    float *P = m->params, *G = m->grads;
+    int count = count_targets(targets, (size_t)N);
+    float dscale = count ? grad_scale / (float)count : 0.0f;
+
+    /* The LM head and loss: dlnf lands in dln, and dwte accumulates. */
+    k->classifier(a->losses, a->dln, anvil_gpt2_param(m, P_WTE, G), a->lnf, anvil_gpt2_param(m, P_WTE, P), a->targets,
+                  N, C, m->cfg.vocab_size, m->cfg.padded_vocab, dscale);
+    k->zero(a->dres, NC * sizeof(float));
+    k->layernorm_backward(a->dres, anvil_gpt2_param(m, P_LNFW, G), anvil_gpt2_param(m, P_LNFB, G), a->dln,
+                          a->resid + (size_t)L * NC, anvil_gpt2_param(m, P_LNFW, P), a->lnf_mean, a->lnf_rstd, N, C);
+
+    /* dres carries d(loss)/d(residual stream) down through the layers. */
+    for (int l = L - 1; l >= 0; l--) {
+        float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NC;
+        float *atty = a->atty + l * NC, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
+        float *fch = a->fch + l * 4 * NC;
+        k->gelu_forward(a->gelu, fch, 4 * NC);
+        k->matmul_backward(a->dfch, LP(G, P_FCPROJW, l, 4 * C * C), LP(G, P_FCPROJB, l, C), a->dres, a->gelu,
+                           LP(P, P_FCPROJW, l, 4 * C * C), N, 4 * C, C);
+        k->gelu_backward(a->dfch, fch, a->dfch, 4 * NC);
+        k->matmul_backward(a->dln, LP(G, P_FCW, l, 4 * C * C), LP(G, P_FCB, l, 4 * C), a->dfch, ln2,
+                           LP(P, P_FCW, l, 4 * C * C), N, C, 4 * C);
+        k->layernorm_backward(a->dres, LP(G, P_LN2W, l, C), LP(G, P_LN2B, l, C), a->dln, res2, LP(P, P_LN2W, l, C),
+                              a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
+        k->matmul_backward(a->datty, LP(G, P_ATTPROJW, l, C * C), LP(G, P_ATTPROJB, l, C), a->dres, atty,
+                           LP(P, P_ATTPROJW, l, C * C), N, C, C);
+        k->attention_backward(a->dqkv, a->datty, atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH);
+        k->matmul_backward(a->dln, LP(G, P_QKVW, l, 3 * C * C), LP(G, P_QKVB, l, 3 * C), a->dqkv, ln1,
+                           LP(P, P_QKVW, l, 3 * C * C), N, C, 3 * C);
+        k->layernorm_backward(a->dres, LP(G, P_LN1W, l, C), LP(G, P_LN1B, l, C), a->dln, res, LP(P, P_LN1W, l, C),
+                              a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
+    }
+    k->encoder_backward(anvil_gpt2_param(m, P_WTE, G), anvil_gpt2_param(m, P_WPE, G), a->dres, a->inputs, B, T, C);
+    *loss = mean_loss(m, (size_t)N, count);
+    return 0;
+}
+
+int anvil_gpt2_logits(anvil_gpt2 *m, float *out) {
+    if (!m->acts) return anvil_fail("model: logits requested before any forward pass");
+    m->k->logits(out, m->acts->lnf, anvil_gpt2_param(m, P_WTE, m->params), m->B * m->T, m->cfg.n_embd,
+                 m->cfg.padded_vocab);
+    return 0;
+}
+
+struct anvil_gpt2_cache {
+    const anvil_kernels *k;
+    float *kc, *vc; /* [L, block_size, C] */
+    float *x, *ln, *qkv, *att, *fc, *gelu, *mean, *rstd;
+    int32_t *tok;
+};
+
+void anvil_gpt2_cache_free(anvil_gpt2_cache *c) {
+    if (!c) return;
+    void *owned[] = {c->kc, c->vc, c->x, c->ln, c->qkv, c->att, c->fc, c->gelu, c->mean, c->rstd, c->tok};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) c->k->free(owned[i]);
+    free(c);
+}
+
+anvil_gpt2_cache *anvil_gpt2_cache_new(const anvil_gpt2 *m) {
+    const anvil_kernels *k = m->k;
+    size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, T = (size_t)m->cfg.block_size;
+    anvil_gpt2_cache *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->k = k;
+    c->kc = k->alloc(L * T * C * sizeof(float));
+    c->vc = k->alloc(L * T * C * sizeof(float));
+    c->x = k->alloc(C * sizeof(float));
+    c->ln = k->alloc(C * sizeof(float));
+    c->qkv = k->alloc(3 * C * sizeof(float));
+    c->att = k->alloc(C * sizeof(float));
+    c->fc = k->alloc(4 * C * sizeof(float));
+    c->gelu = k->alloc(4 * C * sizeof(float));
+    c->mean = k->alloc(sizeof(float));
+    c->rstd = k->alloc(sizeof(float));
+    c->tok = k->alloc(sizeof(int32_t));
+    if (!c->kc || !c->vc || !c->x || !c->ln || !c->qkv || !c->att || !c->fc || !c->gelu || !c->mean || !c->rstd ||
+        !c->tok) {
+        anvil_gpt2_cache_free(c);
+        anvil_fail("model: cannot allocate the decoding cache");
+        return NULL;
+    }
+    return c;
+}
+
+int anvil_gpt2_decode(anvil_gpt2 *m, anvil_gpt2_cache *c, int32_t token, int pos, float *logits) {
+    const anvil_kernels *k = m->k;
+    int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, T = m->cfg.block_size;
+    if (pos < 0 || pos >= T) return anvil_fail("model: decode position %d is outside the context (%d)", pos, T);
+    if (token < 0 || token >= m->cfg.vocab_size)
+        return anvil_fail("model: token %d is outside the vocabulary (%d)", token, m->cfg.vocab_size);
+    float *P = m->params;
+    k->upload(c->tok, &token, sizeof token);
+    k->encoder_forward(c->x, c->tok, anvil_gpt2_param(m, P_WTE, P), anvil_gpt2_param(m, P_WPE, P) + (size_t)pos * C, 1,
+                       1, C);
+    for (int l = 0; l < L; l++) {
+        float *kc = c->kc + (size_t)l * T * C, *vc = c->vc + (size_t)l * T * C;
+        k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, LP(P, P_LN1W, l, C), LP(P, P_LN1B, l, C), 1, C);
+        k->matmul_forward(c->qkv, c->ln, LP(P, P_QKVW, l, 3 * C * C), LP(P, P_QKVB, l, 3 * C), 1, C, 3 * C, 0);
+        k->copy(kc + (size_t)pos * C, c->qkv + C, C);
+        k->copy(vc + (size_t)pos * C, c->qkv + 2 * C, C);
+        k->attention_decode(c->att, c->qkv, kc, vc, pos + 1, C, NH);
+        k->matmul_forward(c->x, c->att, LP(P, P_ATTPROJW, l, C * C), LP(P, P_ATTPROJB, l, C), 1, C, C, 1);
+        k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, LP(P, P_LN2W, l, C), LP(P, P_LN2B, l, C), 1, C);
+        k->matmul_forward(c->fc, c->ln, LP(P, P_FCW, l, 4 * C * C), LP(P, P_FCB, l, 4 * C), 1, C, 4 * C, 0);
+        k->gelu_forward(c->gelu, c->fc, 4 * (size_t)C);
+        k->matmul_forward(c->x, c->gelu, LP(P, P_FCPROJW, l, 4 * C * C), LP(P, P_FCPROJB, l, C), 1, 4 * C, C, 1);
+    }
+    k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, anvil_gpt2_param(m, P_LNFW, P), anvil_gpt2_param(m, P_LNFB, P),
+                         1, C);
+    k->logits(logits, c->ln, anvil_gpt2_param(m, P_WTE, P), 1, C, m->cfg.padded_vocab);
+    return 0;
+}

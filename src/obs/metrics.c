@@ -1,0 +1,76 @@
+#include "obs/metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+struct anvil_metrics {
+    int fd;
+};
+
+anvil_metrics *anvil_metrics_open(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        anvil_fail("%s: cannot open metrics file: %s", path, strerror(errno));
+        return NULL;
+    }
+    anvil_metrics *m = malloc(sizeof *m);
+    if (!m) {
+        close(fd);
+        anvil_fail("%s: out of memory", path);
+        return NULL;
+    }
+    m->fd = fd;
+    return m;
+}
+
+void anvil_metrics_close(anvil_metrics *m) {
+    if (!m) return;
+    close(m->fd);
+    free(m);
+}
+
+int anvil_metrics_write(anvil_metrics *m, const char *kind, const char *const *keys, const double *values,
+                        int nfields) {
+    char line[2048];
+    int n = snprintf(line, sizeof line, "{\"kind\":\"%s\"", kind);
+    for (int i = 0; i < nfields && n < (int)sizeof line; i++) {
+        double v = values[i];
+        if (!isfinite(v)) n += snprintf(line + n, sizeof line - n, ",\"%s\":null", keys[i]);
+        else if (v == floor(v) && fabs(v) < 1e15) n += snprintf(line + n, sizeof line - n, ",\"%s\":%.0f", keys[i], v);
+        else n += snprintf(line + n, sizeof line - n, ",\"%s\":%.9g", keys[i], v);
+    }
+    if (n >= (int)sizeof line - 2) return anvil_fail("metrics: record too long");
+    n += snprintf(line + n, sizeof line - n, "}\n");
+    if (write(m->fd, line, (size_t)n) != n) return anvil_fail("metrics: write failed: %s", strerror(errno));
+    return 0;
+}
+
+static void fmt_hms(char *out, size_t cap, double s) {
+    long t = s < 0 ? 0 : (long)(s + 0.5);
+    if (t >= 3600) snprintf(out, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(out, cap, "%02ld:%02ld", t / 60, t % 60);
+}
+
+void anvil_progress_draw(FILE *tty, int step, int total, double elapsed_s, const char *detail) {
+    const int width = 24;
+    int filled = total > 0 ? (int)((long)width * step / total) : 0;
+    char bar[32];
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+    bar[width] = 0;
+    char el[32], eta[32];
+    fmt_hms(el, sizeof el, elapsed_s);
+    fmt_hms(eta, sizeof eta, step > 0 ? elapsed_s / step * (total - step) : 0);
+    fprintf(tty, "\r\033[K[%s] %d/%d %s elapsed %s eta %s", bar, step, total, detail, el, eta);
+    fflush(tty);
+}
+
+void anvil_progress_end(FILE *tty) {
+    fputc('\n', tty);
+    fflush(tty);
+}

@@ -1,0 +1,285 @@
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "ckpt/model_file.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/bytetok.h"
+#include "data/loader.h"
+#include "obs/metrics.h"
+#include "sample/sampler.h"
+
+void anvil_train_defaults(anvil_train_config *c) {
+    memset(c, 0, sizeof *c);
+    anvil_gpt2_preset("tiny", &c->model);
+    c->B = 4;
+    c->T = 64;
+    c->steps = 100;
+    c->lr = (anvil_lr_schedule){ANVIL_LR_COSINE, 6e-4f, 6e-5f, 0, 0};
+    c->adamw = (anvil_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
+    c->grad_clip = 1.0f;
+    c->val_batches = 8;
+    c->sample_tokens = 128;
+    c->seed = 1337;
+    c->log_every = 10;
+    c->timing_warmup = 1;
+    c->log = stderr;
+}
+
+int anvil_train_check(const anvil_train_config *c) {
+    anvil_gpt2_config m = c->model;
+    if (anvil_gpt2_config_check(&m)) return -1;
+    if (c->B < 1) return anvil_fail("train: --batch must be positive, got %d", c->B);
+    if (c->T < 1 || c->T > m.block_size)
+        return anvil_fail("train: --seq must be in 1..block_size (%d), got %d", m.block_size, c->T);
+    int64_t bt = (int64_t)c->B * c->T;
+    if (c->total_batch_tokens < 0 || (c->total_batch_tokens && c->total_batch_tokens % bt))
+        return anvil_fail("train: --total-batch-tokens (%lld) must be a positive multiple of batch*seq (%lld)",
+                          (long long)c->total_batch_tokens, (long long)bt);
+    if (c->steps < 1) return anvil_fail("train: --steps must be positive, got %d", c->steps);
+    if (!(c->lr.lr > 0.0f) || !isfinite(c->lr.lr)) return anvil_fail("train: --lr must be positive, got %g", c->lr.lr);
+    if (!(c->lr.min_lr >= 0.0f) || c->lr.min_lr > c->lr.lr)
+        return anvil_fail("train: the minimum learning rate must be in [0, lr], got %g", c->lr.min_lr);
+    if (c->lr.warmup < 0) return anvil_fail("train: --lr-warmup must be >= 0, got %d", c->lr.warmup);
+    if (!(c->adamw.beta1 >= 0.0f && c->adamw.beta1 < 1.0f))
+        return anvil_fail("train: --beta1 must be in [0, 1), got %g", c->adamw.beta1);
+    if (!(c->adamw.beta2 >= 0.0f && c->adamw.beta2 < 1.0f))
+        return anvil_fail("train: --beta2 must be in [0, 1), got %g", c->adamw.beta2);
+    if (!(c->adamw.eps > 0.0f)) return anvil_fail("train: --eps must be positive, got %g", c->adamw.eps);
+    if (!(c->adamw.weight_decay >= 0.0f))
+        return anvil_fail("train: --weight-decay must be >= 0, got %g", c->adamw.weight_decay);
+    if (!(c->grad_clip >= 0.0f)) return anvil_fail("train: --grad-clip must be >= 0, got %g", c->grad_clip);
+    if (c->val_every < 0 || c->val_batches < 1)
+        return anvil_fail("train: --val-every must be >= 0 and --val-batches positive");
+    if (!c->synthetic && !c->train_pattern) return anvil_fail("train: no training data (give --data or --synthetic)");
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    if (n <= 0) return 0.0;
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* Mean loss over the first val_batches batches of the val split (always
+ * the same batches, so successive validations are comparable). */
+static int validate(const anvil_train_config *c, anvil_gpt2 *m, anvil_loader *val, int32_t *x, int32_t *y,
+                    float *out) {
+    anvil_loader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < c->val_batches; i++) {
+        float l;
+        if (anvil_loader_next(val, x, y) || anvil_gpt2_forward(m, x, y, c->B, c->T, &l)) return -1;
+        sum += l;
+    }
+    *out = (float)(sum / c->val_batches);
+    return 0;
+}
+
+static void emit_token(void *ctx, int32_t tok) {
+    FILE *out = ctx;
+    char piece[ANVIL_BYTETOK_MAX_PIECE + 1];
+    int n = anvil_bytetok_decode(tok, piece);
+    if (n > 0) fwrite(piece, 1, (size_t)n, out);
+}
+
+static void emit_id(void *ctx, int32_t tok) { fprintf((FILE *)ctx, " %d", tok); }
+
+/* A sample from the end-of-text token, printed as text when the model uses
+ * the byte tokenizer and as ids otherwise. */
+static int print_sample(const anvil_train_config *c, anvil_gpt2 *m, int step) {
+    int bytes = m->cfg.vocab_size == ANVIL_BYTETOK_VOCAB;
+    int32_t start = bytes ? ANVIL_BYTETOK_EOT : 0;
+    anvil_sample_opts so = {1.0f, 0, 1.0f, bytes ? ANVIL_BYTETOK_EOT : -1};
+    anvil_rng rng;
+    anvil_rng_seed(&rng, c->seed + (uint64_t)step);
+    fprintf(c->log, "--- sample at step %d ---\n", step);
+    int rc = anvil_generate(m, &start, 1, c->sample_tokens, &so, &rng, bytes ? emit_token : emit_id, c->log);
+    fprintf(c->log, "\n---\n");
+    return rc < 0 ? -1 : 0;
+}
+
+static int fill_synthetic(anvil_rng *rng, int32_t *x, int32_t *y, size_t n, int vocab) {
+    int32_t prev = (int32_t)(anvil_rng_u64(rng) % (uint64_t)vocab);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = prev;
+        prev = (int32_t)(anvil_rng_u64(rng) % (uint64_t)vocab);
+        y[i] = prev;
+    }
+    return 0;
+}
+
+int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
+    if (anvil_train_check(c)) return -1;
+    memset(res, 0, sizeof *res);
+    res->val_loss = NAN;
+    const anvil_kernels *k = anvil_kernels_cpu();
+    anvil_gpt2 model;
+    anvil_adamw opt = {0};
+    anvil_loader *train = NULL, *val = NULL;
+    anvil_metrics *metrics = NULL;
+    int32_t *x = NULL, *y = NULL;
+    double *step_ms = NULL;
+    int rc = -1;
+    int have_model = 0;
+
+    if (c->init_model) {
+        if (anvil_model_load(c->init_model, k, &model)) return -1;
+        if (model.cfg.vocab_size != c->model.vocab_size || c->T > model.cfg.block_size) {
+            anvil_gpt2_free(&model);
+            return anvil_fail("train: %s does not fit this run (vocab %d, block %d)", c->init_model,
+                              model.cfg.vocab_size, model.cfg.block_size);
+        }
+    } else {
+        if (anvil_gpt2_init(&model, &c->model, k)) return -1;
+        anvil_gpt2_init_weights(&model, c->seed);
+    }
+    have_model = 1;
+    const anvil_gpt2_config *mc = &model.cfg;
+    int B = c->B, T = c->T;
+    size_t bt = (size_t)B * T;
+    int accum = c->total_batch_tokens ? (int)(c->total_batch_tokens / (int64_t)bt) : 1;
+    double tokens_per_step = (double)bt * accum;
+    double flops_per_step = anvil_gpt2_flops_per_token(mc, T) * tokens_per_step;
+    res->params = (int64_t)anvil_gpt2_num_params(mc);
+
+    if (anvil_adamw_init(&opt, &model, &c->adamw)) goto out;
+    if (!c->synthetic) {
+        train = anvil_loader_open(c->train_pattern, B, T, 0, 1, mc->vocab_size);
+        if (!train) goto out;
+        if (c->val_pattern) {
+            val = anvil_loader_open(c->val_pattern, B, T, 0, 1, mc->vocab_size);
+            if (!val) goto out;
+        }
+    }
+    if (c->out_dir) {
+        if (mkdir(c->out_dir, 0755) && errno != EEXIST) {
+            anvil_fail("%s: cannot create the run folder: %s", c->out_dir, strerror(errno));
+            goto out;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
+        if (!(metrics = anvil_metrics_open(path))) goto out;
+    }
+    x = malloc(bt * sizeof(int32_t));
+    y = malloc(bt * sizeof(int32_t));
+    step_ms = malloc(sizeof(double) * (size_t)c->steps);
+    if (!x || !y || !step_ms) {
+        anvil_fail("train: out of memory");
+        goto out;
+    }
+
+    fprintf(c->log,
+            "model: %d layers, %d heads, %d embd, block %d, vocab %d (padded %d), %.2fM parameters\n"
+            "batch: %d x %d tokens x %d accumulation = %.0f tokens/step, %d steps, %.3g FLOP/token\n",
+            mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size, mc->padded_vocab,
+            (double)res->params / 1e6, B, T, accum, tokens_per_step, c->steps, anvil_gpt2_flops_per_token(mc, T));
+
+    anvil_rng data_rng;
+    anvil_rng_seed(&data_rng, c->seed ^ 0x5eedda7aULL);
+    anvil_lr_schedule sched = c->lr;
+    if (!sched.total) sched.total = c->steps;
+    double t_start = anvil_now();
+    for (int step = 0; step < c->steps; step++) {
+        double t0 = anvil_now();
+        anvil_gpt2_zero_grad(&model);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            if (c->synthetic) fill_synthetic(&data_rng, x, y, bt, mc->vocab_size);
+            else if (anvil_loader_next(train, x, y)) goto out;
+            float l;
+            if (anvil_gpt2_forward_backward(&model, x, y, B, T, 1.0f / (float)accum, &l)) goto out;
+            loss_sum += l;
+        }
+        float loss = (float)(loss_sum / accum);
+        if (!isfinite(loss)) {
+            anvil_fail("train: step %d: the loss is %s; stopping (try a lower --lr)", step + 1,
+                       isnan(loss) ? "NaN" : "infinite");
+            goto out;
+        }
+        float norm = anvil_clip_grad_norm(&model, c->grad_clip);
+        float lr = anvil_lr_at(&sched, step);
+        anvil_adamw_step(&opt, &model, lr);
+        double dt = anvil_now() - t0;
+        step_ms[step] = dt * 1e3;
+        res->final_loss = loss;
+        res->steps_done = step + 1;
+
+        double tok_s = tokens_per_step / dt, gflops = flops_per_step / dt / 1e9;
+        if (metrics) {
+            const char *keys[] = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops"};
+            double vals[] = {step + 1, loss, lr, norm, dt * 1e3, tok_s, gflops};
+            if (anvil_metrics_write(metrics, "train", keys, vals, 7)) goto out;
+        }
+        if (c->progress) {
+            char detail[160];
+            snprintf(detail, sizeof detail, "loss %.4f | %.0f tok/s | %.1f GFLOP/s |", loss, tok_s, gflops);
+            anvil_progress_draw(c->log, step + 1, c->steps, anvil_now() - t_start, detail);
+        } else if ((step + 1) % c->log_every == 0 || step == 0 || step + 1 == c->steps) {
+            fprintf(c->log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | %.1f GFLOP/s\n",
+                    step + 1, c->steps, loss, lr, norm, dt * 1e3, tok_s, gflops);
+        }
+
+        int last = step + 1 == c->steps;
+        if (val && ((c->val_every && (step + 1) % c->val_every == 0) || last)) {
+            float vl;
+            if (validate(c, &model, val, x, y, &vl)) goto out;
+            res->val_loss = vl;
+            if (c->progress) anvil_progress_end(c->log);
+            fprintf(c->log, "step %d: val loss %.4f\n", step + 1, vl);
+            if (metrics) {
+                const char *keys[] = {"step", "val_loss"};
+                double vals[] = {step + 1, vl};
+                if (anvil_metrics_write(metrics, "val", keys, vals, 2)) goto out;
+            }
+        }
+        if (c->sample_every >= 0 && ((c->sample_every && (step + 1) % c->sample_every == 0) || last)) {
+            if (c->progress && !val) anvil_progress_end(c->log);
+            if (print_sample(c, &model, step + 1)) goto out;
+        }
+    }
+    if (c->progress && !val && c->sample_every < 0) anvil_progress_end(c->log);
+
+    int skip = c->steps > c->timing_warmup ? c->timing_warmup : 0;
+    res->ms_per_step_median = median(step_ms + skip, c->steps - skip);
+    res->tokens_per_s_median = tokens_per_step / (res->ms_per_step_median / 1e3);
+    res->gflops_median = flops_per_step / (res->ms_per_step_median / 1e3) / 1e9;
+    res->peak_rss_mb = peak_rss_mb();
+    if (c->out_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
+        if (anvil_model_save(path, &model)) goto out;
+        fprintf(c->log, "saved %s\n", path);
+    }
+    rc = 0;
+out:
+    if (have_model) {
+        anvil_adamw_free(&opt, &model);
+        anvil_gpt2_free(&model);
+    }
+    anvil_loader_close(train);
+    anvil_loader_close(val);
+    anvil_metrics_close(metrics);
+    free(x);
+    free(y);
+    free(step_ms);
+    return rc;
+}

@@ -1,0 +1,55 @@
+/* The training loop: data in, optimizer steps, metrics, validation,
+ * samples and the trained model out. The CLI's `anvil train` fills the
+ * config; tests and benchmarks call it directly. */
+#ifndef ANVIL_TRAIN_TRAINER_H
+#define ANVIL_TRAIN_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model/gpt2.h"
+#include "train/optim.h"
+
+typedef struct {
+    anvil_gpt2_config model;
+    const char *init_model;    /* a model.safetensors to start from instead of a fresh init */
+    const char *train_pattern; /* glob of train shards */
+    const char *val_pattern;   /* glob of val shards; NULL for no validation */
+    int synthetic;             /* uniform random tokens instead of shards (benchmarks) */
+    int B, T;                  /* micro-batch */
+    int64_t total_batch_tokens; /* tokens per optimizer step; a multiple of B*T (0 means B*T) */
+    int steps;
+    anvil_lr_schedule lr;
+    anvil_adamw_config adamw;
+    float grad_clip;   /* 0 disables clipping */
+    int val_every;     /* steps between validations (0: only at the end) */
+    int val_batches;   /* batches per validation */
+    int sample_every;  /* steps between samples (0: only at the end, -1: never) */
+    int sample_tokens;
+    uint64_t seed;
+    const char *out_dir; /* run folder for metrics.jsonl and model.safetensors; NULL for none */
+    int log_every;       /* log-line period when not on a terminal */
+    int timing_warmup;   /* first steps left out of the timing medians */
+    int progress;        /* 1: progress bar on log; 0: log lines */
+    FILE *log;           /* human-readable output */
+} anvil_train_config;
+
+typedef struct {
+    int steps_done;
+    float final_loss;
+    float val_loss; /* NAN when never validated */
+    double ms_per_step_median;
+    double tokens_per_s_median;
+    double gflops_median; /* achieved model FLOP/s (PaLM counting), in GFLOP/s */
+    double peak_rss_mb;
+    int64_t params;
+} anvil_train_result;
+
+/* Fills c with the defaults (nanoGPT-like hyperparameters, tiny model). */
+void anvil_train_defaults(anvil_train_config *c);
+/* Validates the whole configuration up front; one-line error naming the field. */
+int anvil_train_check(const anvil_train_config *c);
+/* Runs the loop. A NaN or infinite loss stops it with an error naming the step. */
+int anvil_train(const anvil_train_config *c, anvil_train_result *res);
+
+#endif

@@ -1,0 +1,424 @@
+/* The data module: shard format, loader order, byte tokenizer, prep. */
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "data/bytetok.h"
+#include "data/loader.h"
+#include "data/prep.h"
+#include "data/shard.h"
+#include "testutil.h"
+
+static char tmp[256];
+
+static const char *tpath(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
+    return buf[k];
+}
+
+/* A file with exactly these bytes, header and all: for shards the writer refuses to make. */
+static void write_raw(const char *path, int32_t magic, int32_t version, int32_t count, const void *tokens,
+                      size_t token_bytes) {
+    FILE *f = fopen(path, "wb");
+    int32_t hdr[256] = {magic, version, count};
+    fwrite(hdr, sizeof hdr, 1, f);
+    if (token_bytes) fwrite(tokens, token_bytes, 1, f);
+    fclose(f);
+}
+
+static int contains(const char *hay, const char *needle) {
+    if (!strstr(hay, needle)) {
+        fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", hay, needle);
+        return 0;
+    }
+    return 1;
+}
+
+static void expect_open_error(const char *name, const char *what) {
+    anvil_shard s;
+    int rc = anvil_shard_open(&s, tpath(name));
+    CHECK(rc == -1);
+    CHECK(contains(anvil_errmsg(), name));
+    CHECK(contains(anvil_errmsg(), what));
+}
+
+static void test_shard_roundtrip(void) {
+    int32_t tok[1000];
+    for (int i = 0; i < 1000; i++) tok[i] = (i * 7919) % 65536;
+    CHECK(anvil_shard_write(tpath("v1.bin"), tok, 1000, ANVIL_SHARD_V16) == 0);
+    anvil_shard s;
+    CHECK(anvil_shard_open(&s, tpath("v1.bin")) == 0);
+    CHECK(s.version == 1 && s.token_bytes == 2 && s.ntokens == 1000);
+    int32_t got[1000];
+    CHECK(anvil_shard_read(&s, 0, 1000, got, 65536) == 0);
+    CHECK(memcmp(got, tok, sizeof tok) == 0);
+    CHECK(anvil_shard_read(&s, 123, 77, got, 0) == 0);
+    CHECK(memcmp(got, tok + 123, 77 * sizeof *tok) == 0);
+    CHECK(anvil_shard_read(&s, 999, 1, got, 0) == 0 && got[0] == tok[999]);
+    CHECK(anvil_shard_read(&s, 990, 11, got, 0) == -1);
+    CHECK(contains(anvil_errmsg(), "v1.bin"));
+    anvil_shard_close(&s);
+    FILE *f = fopen(tpath("v1.bin"), "rb");
+    fseek(f, 0, SEEK_END);
+    CHECK(ftell(f) == 1024 + 2000);
+    fclose(f);
+
+    /* Version 7 holds ids past 65535. */
+    for (int i = 0; i < 1000; i++) tok[i] = 60000 + i * 100;
+    CHECK(anvil_shard_write(tpath("v7.bin"), tok, 1000, ANVIL_SHARD_V32) == 0);
+    CHECK(anvil_shard_open(&s, tpath("v7.bin")) == 0);
+    CHECK(s.version == 7 && s.token_bytes == 4 && s.ntokens == 1000);
+    CHECK(anvil_shard_read(&s, 500, 500, got, 200000) == 0);
+    CHECK(memcmp(got, tok + 500, 500 * sizeof *tok) == 0);
+    anvil_shard_close(&s);
+    CHECK(anvil_shard_version_for_vocab(50257) == 1 && anvil_shard_version_for_vocab(65536) == 1 &&
+          anvil_shard_version_for_vocab(65537) == 7);
+
+    /* The writer refuses what the format cannot hold, and leaves nothing behind. */
+    int32_t big = 65536, neg = -1;
+    CHECK(anvil_shard_write(tpath("w1.bin"), &big, 1, ANVIL_SHARD_V16) == -1);
+    CHECK(contains(anvil_errmsg(), "token offset 0"));
+    CHECK(anvil_shard_write(tpath("w2.bin"), &neg, 1, ANVIL_SHARD_V32) == -1);
+    CHECK(anvil_shard_write(tpath("w3.bin"), tok, 0, ANVIL_SHARD_V16) == -1);
+    CHECK(anvil_shard_write(tpath("w4.bin"), tok, 1, 3) == -1);
+    CHECK(access(tpath("w1.bin"), F_OK) != 0 && access(tpath("w2.bin"), F_OK) != 0 &&
+          access(tpath("w3.bin"), F_OK) != 0);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", tmp);
+    CHECK(system(cmd) != 0); /* no temporary files left */
+}
+
+static void test_bad_shards(void) {
+    uint16_t t16[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    write_raw(tpath("magic.bin"), 20240521, 1, 10, t16, 20);
+    expect_open_error("magic.bin", "byte offset 0");
+    write_raw(tpath("version.bin"), ANVIL_SHARD_MAGIC, 2, 10, t16, 20);
+    expect_open_error("version.bin", "byte offset 4");
+    write_raw(tpath("zero.bin"), ANVIL_SHARD_MAGIC, 1, 0, t16, 0);
+    expect_open_error("zero.bin", "byte offset 8");
+    write_raw(tpath("negative.bin"), ANVIL_SHARD_MAGIC, 1, -5, t16, 0);
+    expect_open_error("negative.bin", "byte offset 8");
+    write_raw(tpath("short.bin"), ANVIL_SHARD_MAGIC, 1, 10, t16, 18);
+    expect_open_error("short.bin", "1042 bytes");
+    write_raw(tpath("long.bin"), ANVIL_SHARD_MAGIC, 1, 9, t16, 20);
+    expect_open_error("long.bin", "9 tokens");
+    write_raw(tpath("v7short.bin"), ANVIL_SHARD_MAGIC, 7, 10, t16, 20);
+    expect_open_error("v7short.bin", "1064 bytes");
+    FILE *f = fopen(tpath("tiny.bin"), "wb");
+    fwrite(t16, 20, 1, f);
+    fclose(f);
+    expect_open_error("tiny.bin", "header");
+    expect_open_error("missing.bin", "cannot open");
+
+    /* A token id at or past the vocabulary, in both widths. */
+    uint16_t bad16[6] = {1, 2, 3, 50257, 4, 5};
+    write_raw(tpath("vocab16.bin"), ANVIL_SHARD_MAGIC, 1, 6, bad16, sizeof bad16);
+    anvil_shard s;
+    int32_t got[6];
+    CHECK(anvil_shard_open(&s, tpath("vocab16.bin")) == 0);
+    CHECK(anvil_shard_read(&s, 0, 6, got, 50257) == -1);
+    CHECK(contains(anvil_errmsg(), "vocab16.bin") && contains(anvil_errmsg(), "token offset 3") &&
+          contains(anvil_errmsg(), "50257"));
+    CHECK(anvil_shard_read(&s, 0, 3, got, 50257) == 0);
+    CHECK(anvil_shard_read(&s, 0, 6, got, 50258) == 0);
+    anvil_shard_close(&s);
+    uint32_t bad32[4] = {1, 2, 3, 0x80000001u};
+    write_raw(tpath("vocab32.bin"), ANVIL_SHARD_MAGIC, 7, 4, bad32, sizeof bad32);
+    CHECK(anvil_shard_open(&s, tpath("vocab32.bin")) == 0);
+    CHECK(anvil_shard_read(&s, 1, 3, got, 100000) == -1);
+    CHECK(contains(anvil_errmsg(), "token offset 3") && contains(anvil_errmsg(), "2147483649"));
+    anvil_shard_close(&s);
+}
+
+/* Loader fixtures: token k of shard i is i*1000 + k, so a window shows where it came from. */
+static const int sizes[3] = {50, 37, 64};
+
+static void make_loader_shards(void) {
+    int32_t tok[64];
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < sizes[i]; k++) tok[k] = i * 1000 + k;
+        char name[64];
+        snprintf(name, sizeof name, "ld/part_%03d.bin", i);
+        CHECK(anvil_shard_write(tpath(name), tok, sizes[i], ANVIL_SHARD_V16) == 0);
+    }
+}
+
+/* Checks that a batch is the window of B*T+1 tokens at pos of shard. */
+static int is_window(const int32_t *in, const int32_t *tg, int n, int shard, int pos) {
+    for (int j = 0; j < n; j++)
+        if (in[j] != shard * 1000 + pos + j || tg[j] != shard * 1000 + pos + j + 1) return 0;
+    return 1;
+}
+
+static void test_loader_order(void) {
+    enum { B = 2, T = 4, BT = 8 };
+    int32_t in[BT], tg[BT];
+    /* One process: windows of 9 tokens every 8, while pos + 9 <= shard size.
+     * Shard 0 (50 tokens): 0..40; shard 1 (37): 0..24; shard 2 (64): 0..48. */
+    static const int want1[][2] = {{0, 0},  {0, 8},  {0, 16}, {0, 24}, {0, 32}, {0, 40}, {1, 0},  {1, 8},
+                                   {1, 16}, {1, 24}, {2, 0},  {2, 8},  {2, 16}, {2, 24}, {2, 32}, {2, 40},
+                                   {2, 48}, {0, 0},  {0, 8}};
+    anvil_loader *L = anvil_loader_open(tpath("ld/part_*.bin"), B, T, 0, 1, 3000);
+    CHECK(L != NULL);
+    if (!L) return;
+    CHECK(anvil_loader_num_shards(L) == 3 && anvil_loader_total_tokens(L) == 151);
+    CHECK(strstr(anvil_loader_shard_path(L, 2), "part_002.bin") != NULL);
+    int n1 = (int)(sizeof want1 / sizeof want1[0]);
+    for (int i = 0; i < n1; i++) {
+        CHECK(anvil_loader_next(L, in, tg) == 0);
+        if (!is_window(in, tg, BT, want1[i][0], want1[i][1]))
+            t_fail(__FILE__, __LINE__, "world 1 step %d: got window starting at %d, want shard %d pos %d", i, in[0],
+                   want1[i][0], want1[i][1]);
+        anvil_loader_state st = anvil_loader_get_state(L);
+        CHECK(st.epoch == (i >= 17));
+    }
+    anvil_loader_reset(L);
+    CHECK(anvil_loader_next(L, in, tg) == 0 && is_window(in, tg, BT, 0, 0));
+    anvil_loader_close(L);
+
+    /* Two processes: global batches of 17 tokens every 16, rank r at +8r.
+     * Shard 0: 0,16,32; shard 1: 0,16; shard 2: 0,16,32; then epoch 1. */
+    static const int want2[][2] = {{0, 0}, {0, 16}, {0, 32}, {1, 0}, {1, 16}, {2, 0}, {2, 16}, {2, 32}, {0, 0}};
+    int n2 = (int)(sizeof want2 / sizeof want2[0]);
+    for (int rank = 0; rank < 2; rank++) {
+        L = anvil_loader_open(tpath("ld/part_*.bin"), B, T, rank, 2, 3000);
+        CHECK(L != NULL);
+        if (!L) return;
+        for (int i = 0; i < n2; i++) {
+            CHECK(anvil_loader_next(L, in, tg) == 0);
+            if (!is_window(in, tg, BT, want2[i][0], want2[i][1] + rank * BT))
+                t_fail(__FILE__, __LINE__, "world 2 rank %d step %d: got window starting at %d", rank, i, in[0]);
+        }
+        CHECK(anvil_loader_get_state(L).epoch == 1);
+        anvil_loader_close(L);
+    }
+
+    /* B=4, T=4 on three processes needs 3*16+1 = 49 tokens per batch: shard 1 has 37. */
+    L = anvil_loader_open(tpath("ld/part_*.bin"), 4, 4, 0, 3, 3000);
+    CHECK(L == NULL);
+    CHECK(contains(anvil_errmsg(), "part_001.bin") && contains(anvil_errmsg(), "too few"));
+    CHECK(anvil_loader_open(tpath("ld/nothing_*.bin"), B, T, 0, 1, 3000) == NULL);
+    CHECK(contains(anvil_errmsg(), "nothing_*.bin"));
+    CHECK(anvil_loader_open(tpath("ld/part_*.bin"), B, T, 2, 2, 3000) == NULL);
+    CHECK(anvil_loader_open(tpath("ld/part_*.bin"), 0, T, 0, 1, 3000) == NULL);
+
+    /* Ids are checked on every read: shard 2's ids reach 2063. */
+    L = anvil_loader_open(tpath("ld/part_*.bin"), B, T, 0, 1, 2010);
+    CHECK(L != NULL);
+    if (!L) return;
+    for (int i = 0; i < 10; i++) CHECK(anvil_loader_next(L, in, tg) == 0);
+    CHECK(anvil_loader_next(L, in, tg) == 0); /* shard 2 at 0: ids up to 2008 */
+    anvil_loader_state before = anvil_loader_get_state(L);
+    CHECK(anvil_loader_next(L, in, tg) == -1); /* shard 2 at 8: id 2010 at offset 10 */
+    CHECK(contains(anvil_errmsg(), "part_002.bin") && contains(anvil_errmsg(), "token offset 10"));
+    anvil_loader_state after = anvil_loader_get_state(L);
+    CHECK(after.shard == before.shard && after.position == before.position && after.epoch == before.epoch);
+    anvil_loader_close(L);
+}
+
+static void test_loader_state(void) {
+    enum { B = 1, T = 5, BT = 5, STEPS = 40 };
+    int32_t in[BT], tg[BT];
+    static int32_t ref_in[STEPS][BT], ref_tg[STEPS][BT];
+    anvil_loader *L = anvil_loader_open(tpath("ld/part_*.bin"), B, T, 1, 2, 3000);
+    CHECK(L != NULL);
+    if (!L) return;
+    for (int i = 0; i < 7; i++) CHECK(anvil_loader_next(L, in, tg) == 0);
+    anvil_loader_state saved = anvil_loader_get_state(L);
+    for (int i = 0; i < STEPS; i++) CHECK(anvil_loader_next(L, ref_in[i], ref_tg[i]) == 0);
+    anvil_loader_state end = anvil_loader_get_state(L);
+    CHECK(end.epoch >= 1);
+    anvil_loader_close(L);
+
+    /* A fresh loader given the saved state continues identically, across the wrap. */
+    L = anvil_loader_open(tpath("ld/part_*.bin"), B, T, 1, 2, 3000);
+    CHECK(anvil_loader_set_state(L, saved) == 0);
+    for (int i = 0; i < STEPS; i++) {
+        CHECK(anvil_loader_next(L, in, tg) == 0);
+        if (memcmp(in, ref_in[i], sizeof in) || memcmp(tg, ref_tg[i], sizeof tg))
+            t_fail(__FILE__, __LINE__, "restored loader differs at step %d", i);
+    }
+    anvil_loader_state end2 = anvil_loader_get_state(L);
+    CHECK(end2.shard == end.shard && end2.position == end.position && end2.epoch == end.epoch);
+
+    /* States that cannot belong to these shards are refused and change nothing. */
+    CHECK(anvil_loader_set_state(L, (anvil_loader_state){3, 0, 0}) == -1);
+    CHECK(anvil_loader_set_state(L, (anvil_loader_state){-1, 0, 0}) == -1);
+    CHECK(anvil_loader_set_state(L, (anvil_loader_state){1, 38, 0}) == -1);
+    CHECK(anvil_loader_set_state(L, (anvil_loader_state){0, 0, -1}) == -1);
+    anvil_loader_state same = anvil_loader_get_state(L);
+    CHECK(same.shard == end.shard && same.position == end.position && same.epoch == end.epoch);
+    anvil_loader_close(L);
+}
+
+static void test_bytetok(void) {
+    const unsigned char text[] = {'H', 'i', 0, 0xff, '\n'};
+    int32_t tok[5];
+    anvil_bytetok_encode(text, 5, tok);
+    CHECK(tok[0] == 'H' && tok[2] == 0 && tok[3] == 255 && tok[4] == '\n');
+    char piece[ANVIL_BYTETOK_MAX_PIECE];
+    for (int i = 0; i < 5; i++) CHECK(anvil_bytetok_decode(tok[i], piece) == 1 && (unsigned char)piece[0] == text[i]);
+    CHECK(anvil_bytetok_decode(ANVIL_BYTETOK_EOT, piece) == 13 && memcmp(piece, "<|endoftext|>", 13) == 0);
+    CHECK(anvil_bytetok_decode(257, piece) == -1 && anvil_bytetok_decode(-1, piece) == -1);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Reads a whole shard (no vocabulary check); returns its token count. */
+static int64_t slurp(const char *path, int32_t *out, int64_t cap) {
+    anvil_shard s;
+    if (anvil_shard_open(&s, path)) return -1;
+    int64_t n = s.ntokens <= cap ? s.ntokens : -1;
+    if (n > 0 && anvil_shard_read(&s, 0, n, out, ANVIL_BYTETOK_VOCAB)) n = -1;
+    anvil_shard_close(&s);
+    return n;
+}
+
+static void notes(void *ctx, const char *msg) {
+    (void)msg;
+    (*(int *)ctx)++;
+}
+
+static void test_prep(void) {
+    /* FNV-1a 64 reference values. */
+    CHECK(anvil_fnv1a64("", 0) == 0xcbf29ce484222325ull);
+    CHECK(anvil_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);
+    CHECK(anvil_fnv1a64("foobar", 6) == 0x85944171f73967e8ull);
+    CHECK(!anvil_prep_is_val(0, 0.0) && anvil_prep_is_val(999999, 1.0) && anvil_prep_is_val(1000000, 1e-6) &&
+          !anvil_prep_is_val(1000001, 1e-6));
+
+    /* 40 documents "doc N: ..." split at "@@"; two inputs plus an empty one. */
+    char text[8192] = "";
+    for (int i = 0; i < 40; i++) {
+        char d[128];
+        snprintf(d, sizeof d, "doc %d: the quick brown fox jumps over the lazy dog.@@", i);
+        strcat(text, d);
+    }
+    write_text(tpath("in1.txt"), text);
+    write_text(tpath("in2.txt"), "@@@@last document");
+    write_text(tpath("empty.txt"), "");
+    const char *inputs[] = {tpath("in1.txt"), tpath("empty.txt"), tpath("in2.txt")};
+    char in0[512], in1[512], in2[512];
+    snprintf(in0, sizeof in0, "%s", inputs[0]);
+    snprintf(in1, sizeof in1, "%s", inputs[1]);
+    snprintf(in2, sizeof in2, "%s", inputs[2]);
+    const char *const files[] = {in0, in1, in2};
+    char out[512];
+    snprintf(out, sizeof out, "%s/prep/out", tmp);
+    int nnotes = 0;
+    anvil_prep_opts o = {.out_dir = out, .inputs = files, .ninputs = 3, .val_fraction = 0.2, .delimiter = "@@",
+                         .delimiter_len = 2, .shard_tokens = 500, .note = notes, .note_ctx = &nnotes};
+    anvil_prep_stats st;
+    CHECK(anvil_prep_run(&o, &st) == 0);
+    CHECK(st.train_docs + st.val_docs == 41 && st.sources == 2 && st.skipped_inputs == 1 && nnotes == 1);
+    CHECK(st.val_docs > 0 && st.train_docs > 0);
+    CHECK(st.train_shards == (int)((st.train_tokens + 499) / 500));
+
+    /* Every document is EOT + its bytes, in order, split by its hash; shard sizes within one token. */
+    static int32_t all[2][8192];
+    int64_t n[2] = {0, 0};
+    const char *split[2] = {"train", "val"};
+    int nsh[2] = {st.train_shards, st.val_shards};
+    for (int s = 0; s < 2; s++) {
+        int64_t first = -1;
+        for (int i = 0; i < nsh[s]; i++) {
+            char p[600];
+            snprintf(p, sizeof p, "%s/%s_%06d.bin", out, split[s], i);
+            int64_t k = slurp(p, all[s] + n[s], 8192 - n[s]);
+            CHECK(k > 0 && k <= 500);
+            if (first < 0) first = k;
+            CHECK(k == first || k == first - 1);
+            n[s] += k;
+        }
+    }
+    CHECK(n[0] == st.train_tokens && n[1] == st.val_tokens);
+    int64_t pos[2] = {0, 0};
+    for (int i = 0; i <= 40; i++) {
+        char d[128];
+        if (i < 40) snprintf(d, sizeof d, "doc %d: the quick brown fox jumps over the lazy dog.", i);
+        else snprintf(d, sizeof d, "last document");
+        size_t len = strlen(d);
+        int s = anvil_prep_is_val(anvil_fnv1a64(d, len), 0.2);
+        int ok = pos[s] + 1 + (int64_t)len <= n[s] && all[s][pos[s]] == ANVIL_BYTETOK_EOT;
+        for (size_t j = 0; ok && j < len; j++) ok = all[s][pos[s] + 1 + (int64_t)j] == (unsigned char)d[j];
+        if (!ok) t_fail(__FILE__, __LINE__, "document %d is not where it belongs in %s", i, split[s]);
+        pos[s] += 1 + (int64_t)len;
+    }
+    CHECK(pos[0] == n[0] && pos[1] == n[1]);
+
+    int vocab = 0, eot = 0;
+    CHECK(anvil_data_manifest_vocab(out, &vocab, &eot) == 0 && vocab == 257 && eot == 256);
+
+    /* A second run with bigger shards removes the first run's extra shards. */
+    o.shard_tokens = 100000;
+    nnotes = 0;
+    CHECK(anvil_prep_run(&o, &st) == 0);
+    CHECK(st.train_shards == 1 && st.val_shards == 1);
+    char p[600];
+    snprintf(p, sizeof p, "%s/train_000001.bin", out);
+    CHECK(access(p, F_OK) != 0);
+    CHECK(nnotes >= 1);
+
+    /* A missing input fails before anything is written. */
+    const char *const bad[] = {in0, "/nonexistent/input.txt"};
+    char out2[512];
+    snprintf(out2, sizeof out2, "%s/prep/never", tmp);
+    anvil_prep_opts o2 = o;
+    o2.out_dir = out2;
+    o2.inputs = bad;
+    o2.ninputs = 2;
+    CHECK(anvil_prep_run(&o2, &st) == -1 && contains(anvil_errmsg(), "/nonexistent/input.txt"));
+    CHECK(access(out2, F_OK) != 0);
+    o2.inputs = files + 1;
+    o2.ninputs = 1;
+    CHECK(anvil_prep_run(&o2, &st) == -1 && contains(anvil_errmsg(), "no documents"));
+
+    /* Manifest errors name the file and the field. */
+    char mdir[512];
+    snprintf(mdir, sizeof mdir, "%s/prep", tmp);
+    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "manifest.json"));
+    write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257, \"eot\": ");
+    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "not valid JSON"));
+    write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257.5, \"eot\": 1}");
+    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "vocab_size"));
+    write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257, \"eot\": 257}");
+    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "\"eot\""));
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+int main(void) {
+    snprintf(tmp, sizeof tmp, "/tmp/anvil_test_data.XXXXXX");
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/ld", tmp);
+    mkdir(sub, 0755);
+    test_shard_roundtrip();
+    test_bad_shards();
+    make_loader_shards();
+    test_loader_order();
+    test_loader_state();
+    test_bytetok();
+    test_prep();
+    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return t_done("test_data");
+}

@@ -1,0 +1,47 @@
+#include "testutil.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+int t_failures = 0;
+
+void t_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "%s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    t_failures++;
+}
+
+int t_close(const char *what, const float *got, const float *want, size_t n, float rtol, float atol) {
+    size_t worst = 0, bad = 0;
+    double worst_excess = -1.0;
+    for (size_t i = 0; i < n; i++) {
+        double diff = fabs((double)got[i] - (double)want[i]);
+        double lim = atol + rtol * fabs((double)want[i]);
+        if (!(diff <= lim)) {
+            bad++;
+            double excess = isnan(diff) ? INFINITY : diff - lim;
+            if (excess > worst_excess) {
+                worst_excess = excess;
+                worst = i;
+            }
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "%s: %zu of %zu elements out of tolerance (rtol %g, atol %g); worst [%zu] got %.9g want %.9g\n",
+                what, bad, n, rtol, atol, worst, got[worst], want[worst]);
+        t_failures++;
+        return 0;
+    }
+    return 1;
+}
+
+int t_done(const char *name) {
+    if (t_failures) fprintf(stderr, "%s: %d check(s) failed\n", name, t_failures);
+    else printf("%s: all checks passed\n", name);
+    return t_failures ? 1 : 0;
+}
