@@ -152,7 +152,7 @@ def build_model(torch, cfg, padded_vocab):
 
 
 def loaded_blas():
-    """Return (path, core name, threads) of the OpenBLAS mapped into this process, if any."""
+    """Return (path, core name, threads, ctypes handle) of the OpenBLAS mapped in, if any."""
     import ctypes
     paths = []
     with open("/proc/self/maps") as f:

@@ -73,8 +73,9 @@ typedef struct anvil_kernels {
     /* Fused LM head and cross-entropy over x[N,C] against wte[Vp,C], chunked so the [N,Vp] logits
      * never exist at once. Writes losses[N] (per-position loss). When dx is not NULL it also
      * writes dx[N,C] and accumulates dwte, for the loss sum(losses) * dscale. Columns >= V are
-     * padding and never take part. targets < 0 are ignored (no loss, no gradient). */
-    void (*classifier)(float *losses, float *dx, float *dwte, const float *x, const float *wte,
+     * padding and never take part. targets < 0 are ignored (no loss, no gradient). Returns -1
+     * (after anvil_fail) if its chunk buffer cannot be allocated. */
+    int (*classifier)(float *losses, float *dx, float *dwte, const float *x, const float *wte,
                        const int32_t *targets, int N, int C, int V, int Vp, float dscale);
     /* logits[N,Vp] = x @ wte^T, all of them: for evaluation and sampling. */
     void (*logits)(float *logits, const float *x, const float *wte, int N, int C, int Vp);

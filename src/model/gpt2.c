@@ -295,8 +295,9 @@ int anvil_gpt2_forward(anvil_gpt2 *m, const int32_t *inputs, const int32_t *targ
     forward_body(m, B, T);
     if (!targets || !loss) return 0;
     const anvil_gpt2_config *c = &m->cfg;
-    m->k->classifier(m->acts->losses, NULL, NULL, m->acts->lnf, anvil_gpt2_param(m, P_WTE, m->params),
-                     m->acts->targets, B * T, c->n_embd, c->vocab_size, c->padded_vocab, 0.0f);
+    if (m->k->classifier(m->acts->losses, NULL, NULL, m->acts->lnf, anvil_gpt2_param(m, P_WTE, m->params),
+                         m->acts->targets, B * T, c->n_embd, c->vocab_size, c->padded_vocab, 0.0f))
+        return -1;
     *loss = mean_loss(m, (size_t)B * T, count_targets(targets, (size_t)B * T));
     return 0;
 }
@@ -318,8 +319,9 @@ int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int3
     float dscale = count ? grad_scale / (float)count : 0.0f;
 
     /* The LM head and loss: dlnf lands in dln, and dwte accumulates. */
-    k->classifier(a->losses, a->dln, anvil_gpt2_param(m, P_WTE, G), a->lnf, anvil_gpt2_param(m, P_WTE, P), a->targets,
-                  N, C, m->cfg.vocab_size, m->cfg.padded_vocab, dscale);
+    if (k->classifier(a->losses, a->dln, anvil_gpt2_param(m, P_WTE, G), a->lnf, anvil_gpt2_param(m, P_WTE, P),
+                      a->targets, N, C, m->cfg.vocab_size, m->cfg.padded_vocab, dscale))
+        return -1;
     k->zero(a->dres, NC * sizeof(float));
     k->layernorm_backward(a->dres, anvil_gpt2_param(m, P_LNFW, G), anvil_gpt2_param(m, P_LNFB, G), a->dln,
                           a->resid + (size_t)L * NC, anvil_gpt2_param(m, P_LNFW, P), a->lnf_mean, a->lnf_rstd, N, C);

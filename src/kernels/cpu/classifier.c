@@ -1,9 +1,11 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vmath.h"
 #include "kernels/gemm.h"
+#include "kernels/kernels.h"
 
 /* Rows per chunk: large enough that the three GEMMs run near peak, small
  * enough that the chunk's logits (ROWS x Vp floats, 100 MB for GPT-2's
@@ -37,10 +39,26 @@ static float softmax_xent_row(float *row, int V, int Vp, int target, int want_gr
     return loss;
 }
 
-void cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte, const int32_t *targets,
-                    int N, int C, int V, int Vp, float dscale) {
+/* The chunk's logits buffer is kept between calls: it is the largest
+ * temporary of a step (100 MB for GPT-2), and allocating it afresh would
+ * page-fault all of it in again every step. */
+static _Thread_local float *chunk_buf;
+static _Thread_local size_t chunk_cap;
+
+static float *chunk_buffer(size_t floats) {
+    if (floats > chunk_cap) {
+        anvil_kernels_cpu()->free(chunk_buf);
+        chunk_buf = anvil_kernels_cpu()->alloc(floats * sizeof(float));
+        chunk_cap = chunk_buf ? floats : 0;
+    }
+    return chunk_buf;
+}
+
+int cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte, const int32_t *targets,
+                   int N, int C, int V, int Vp, float dscale) {
     int rows = N < ROWS ? N : ROWS;
-    float *buf = aligned_alloc(64, ((size_t)rows * Vp * sizeof(float) + 63) & ~(size_t)63);
+    float *buf = chunk_buffer((size_t)rows * Vp);
+    if (!buf) return anvil_fail("classifier: cannot allocate %d x %d logits", rows, Vp);
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
         const float *xc = x + (size_t)r0 * C;
@@ -60,5 +78,5 @@ void cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const
         anvil_sgemm(false, false, nr, C, Vp, 1.0f, buf, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
         anvil_sgemm(true, false, Vp, C, nr, 1.0f, buf, Vp, xc, C, 1.0f, dwte, C);
     }
-    free(buf);
+    return 0;
 }

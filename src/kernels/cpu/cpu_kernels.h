@@ -24,8 +24,8 @@ void cpu_gelu_forward(float *out, const float *x, size_t n);
 void cpu_gelu_backward(float *dx, const float *x, const float *dout, size_t n);
 void cpu_copy(float *dst, const float *src, size_t n);
 void cpu_add_inplace(float *dst, const float *src, size_t n);
-void cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte, const int32_t *targets,
-                    int N, int C, int V, int Vp, float dscale);
+int cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte, const int32_t *targets,
+                   int N, int C, int V, int Vp, float dscale);
 void cpu_logits(float *logits, const float *x, const float *wte, int N, int C, int Vp);
 double cpu_sumsq(const float *g, size_t n);
 void cpu_scale(float *g, float s, size_t n);
