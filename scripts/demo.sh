@@ -16,8 +16,10 @@ if [ ! -s data/kjv.txt ]; then
   mv data/kjv.txt.tmp data/kjv.txt
 fi
 build/anvil prep --out data/kjv --delimiter $'\n\n' --val-fraction 0.02 data/kjv.txt
-build/anvil train --data data/kjv --layers 4 --heads 4 --embd 256 --seq 256 --batch 8 \
-  --steps "${ANVIL_DEMO_STEPS:-600}" --lr 2e-3 --lr-warmup 30 --val-every 200 --val-batches 16 \
-  --sample-every 0 --sample-tokens 200 --out runs/kjv
-build/anvil sample --model runs/kjv/model.safetensors --prompt "And God said" --tokens 400 \
+# A 4-layer, 128-wide model (0.8M parameters) on 128-byte windows: about
+# three minutes on 2 cores, to a validation loss near 1.5 nats per byte.
+build/anvil train --data data/kjv --layers 4 --heads 4 --embd 128 --seq 128 --batch 16 \
+  --steps "${ANVIL_DEMO_STEPS:-2400}" --lr 4e-3 --lr-warmup 100 --val-every 600 --val-batches 32 \
+  --sample-every 0 --sample-tokens 300 --out runs/kjv
+build/anvil sample --model runs/kjv/model.safetensors --prompt "And God said" --tokens 300 \
   --temperature 0.8 --top-k 40 --seed 1

@@ -3,7 +3,8 @@
  *     pass at every position (1e-4 relative + 1e-5 absolute: the two paths
  *     sum in different orders);
  *   - greedy, top-k=1 and a tiny top-p all pick the argmax;
- *   - sampling is reproducible for a seed and respects top-k;
+ *   - sampling is reproducible for a seed and respects top-k; generation
+ *     runs past the context length by sliding the window;
  *   - gradient accumulation: two half batches with grad_scale 1/2 give the
  *     gradient of the whole batch (1e-5 relative + 1e-7 absolute);
  *   - the LR schedule's warmup and cosine end points. */
@@ -83,6 +84,8 @@ static void test_decode_matches_forward(void) {
     CHECK(anvil_generate(&m, toks, 5, 20, &so, &ra, collect, &out_a) == 20);
     CHECK(anvil_generate(&m, toks, 5, 20, &so, &rb, collect, &out_b) == 20);
     CHECK(out_a.n == 20 && out_b.n == 20 && memcmp(out_a.buf, out_b.buf, sizeof out_a.buf) == 0);
+    /* Past the 40-token context the window slides instead of stopping. */
+    CHECK(anvil_generate(&m, toks, 30, 60, &so, &ra, NULL, NULL) == 60);
     anvil_gpt2_cache_free(c);
     free(full);
     free(step);

@@ -54,14 +54,25 @@ int arg_int(const char *cmd, const char *opt, const char *val, long lo, long hi,
     return 0;
 }
 
-int arg_float(const char *cmd, const char *opt, const char *val, float *out) {
+int arg_double(const char *cmd, const char *opt, const char *val, double *out) {
     char *end;
     errno = 0;
-    float v = strtof(val, &end);
+    double v = strtod(val, &end);
     if (errno || end == val || *end || !isfinite(v)) {
         cli_usage_error(cmd, "%s expects a finite number, got '%s'", opt, val);
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int arg_float(const char *cmd, const char *opt, const char *val, float *out) {
+    double v;
+    if (arg_double(cmd, opt, val, &v)) return -1;
+    if (!isfinite((float)v)) {
+        cli_usage_error(cmd, "%s is out of range for a float: '%s'", opt, val);
+        return -1;
+    }
+    *out = (float)v;
     return 0;
 }

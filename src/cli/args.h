@@ -9,6 +9,7 @@
 int arg_int(const char *cmd, const char *opt, const char *val, long lo, long hi, int *out);
 int arg_i64(const char *cmd, const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out);
 int arg_float(const char *cmd, const char *opt, const char *val, float *out);
+int arg_double(const char *cmd, const char *opt, const char *val, double *out);
 /* The value after argv[*i] (advancing *i), or an error when the option is last. */
 const char *arg_value(const char *cmd, int argc, char **argv, int *i);
 /* Prints the library's last error as the command's one-line error; returns exit status 1. */

@@ -1,4 +1,5 @@
 /* anvil train: parse options into an anvil_train_config and run it. */
+#include <cjson/cJSON.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,14 +40,33 @@ static const char *usage =
     "  --val-batches N         batches per validation (default 8)\n"
     "  --sample-every N        steps between samples (default: only at the end; -1 never)\n"
     "  --sample-tokens N       tokens per sample (default 128)\n"
-    "  --out DIR               run folder: metrics.jsonl and model.safetensors\n"
+    "  --out DIR               run folder: metrics.jsonl, model.safetensors, ckpt/\n"
+    "checkpoints (in DIR/ckpt, one folder per step, written in the background):\n"
+    "  --ckpt-every N          every N steps\n"
+    "  --ckpt-minutes M        every M minutes of wall time\n"
+    "  --keep-last K           keep the newest K (default 3) ...\n"
+    "  --keep-every J          ... plus every J-th step for good\n"
+    "  --ckpt-sync             write on the training thread instead\n"
+    "  --resume auto|DIR       continue from the newest valid checkpoint of --out (auto), or from DIR\n"
     "  --log-every N           log-line period when not on a terminal (default 10)\n"
     "  --threads N             OpenMP threads (default: all cores)\n"
     "  --warmup N              steps left out of the timing medians (default 1)\n"
     "  --summary-json          print a JSON summary as the last line of stdout\n"
     "  --no-progress           log lines instead of a progress bar\n"
     "\n"
-    "Same seed, config, data and thread count give bit-identical losses.\n";
+    "Same seed, config, data and thread count give bit-identical losses, also across a resume.\n"
+    "On SIGTERM or SIGUSR1 the current step finishes, a checkpoint is written, and the exit\n"
+    "status is 75 (stopped, resumable with --resume auto). Errors exit 1, usage errors 2.\n";
+
+/* The command line as {"argv": [...]}, recorded in every checkpoint so a
+ * run can be audited and repeated. */
+static char *argv_json(int argc, char **argv) {
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "argv");
+    for (int i = 0; i < argc; i++) cJSON_AddItemToArray(a, cJSON_CreateString(argv[i]));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
 
 int cmd_train(int argc, char **argv) {
     const char *cmd = "train";
@@ -65,6 +85,7 @@ int cmd_train(int argc, char **argv) {
         if (!strcmp(o, "--synthetic")) { c.synthetic = 1; continue; }
         if (!strcmp(o, "--summary-json")) { summary = 1; continue; }
         if (!strcmp(o, "--no-progress")) { progress = 0; continue; }
+        if (!strcmp(o, "--ckpt-sync")) { c.ckpt_sync = 1; continue; }
         if (strncmp(o, "--", 2)) return cli_usage_error(cmd, "unexpected argument '%s'", o);
         if (!(v = arg_value(cmd, argc, argv, &i))) return 2;
         int bad = 0;
@@ -75,6 +96,11 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(o, "--init")) c.init_model = v;
         else if (!strcmp(o, "--schedule")) schedule = v;
         else if (!strcmp(o, "--out")) c.out_dir = v;
+        else if (!strcmp(o, "--resume")) c.resume = v;
+        else if (!strcmp(o, "--ckpt-every")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.ckpt_every);
+        else if (!strcmp(o, "--ckpt-minutes")) bad = arg_double(cmd, o, v, &c.ckpt_minutes);
+        else if (!strcmp(o, "--keep-last")) bad = arg_int(cmd, o, v, 1, 1 << 30, &c.keep_last);
+        else if (!strcmp(o, "--keep-every")) bad = arg_i64(cmd, o, v, 0, INT64_MAX, &c.keep_every);
         else if (!strcmp(o, "--layers")) bad = arg_int(cmd, o, v, 1, 1000, &layers);
         else if (!strcmp(o, "--heads")) bad = arg_int(cmd, o, v, 1, 4096, &heads);
         else if (!strcmp(o, "--embd")) bad = arg_int(cmd, o, v, 1, 16384, &embd);
@@ -130,8 +156,13 @@ int cmd_train(int argc, char **argv) {
     c.progress = progress && isatty(STDERR_FILENO);
     if (threads) omp_set_num_threads(threads);
 
+    char *config_json = argv_json(argc, argv);
+    c.config_json = config_json;
     anvil_train_result r;
-    if (anvil_train(&c, &r)) return cli_fail(cmd);
+    int rc = anvil_train(&c, &r);
+    free(config_json);
+    if (rc == ANVIL_TRAIN_STOPPED) return ANVIL_EXIT_RESUMABLE;
+    if (rc) return cli_fail(cmd);
     fprintf(stderr, "done: %d steps, final loss %.4f", r.steps_done, r.final_loss);
     if (r.val_loss == r.val_loss) fprintf(stderr, ", val loss %.4f", r.val_loss);
     fprintf(stderr, ", median %.1f ms/step, %.0f tok/s, %.1f GFLOP/s, peak RSS %.0f MB\n", r.ms_per_step_median,

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -62,35 +63,45 @@ int32_t anvil_sample_pick(float *logits, int vocab, const anvil_sample_opts *o, 
 
 int anvil_generate(anvil_gpt2 *m, const int32_t *prompt, int nprompt, int max_new, const anvil_sample_opts *o,
                    anvil_rng *rng, void (*emit)(void *ctx, int32_t token), void *ctx) {
+    const int ctx_len = m->cfg.block_size;
     if (nprompt < 1) return anvil_fail("sample: the prompt must hold at least one token");
-    if (nprompt > m->cfg.block_size)
-        return anvil_fail("sample: the prompt (%d tokens) is longer than the context (%d)", nprompt, m->cfg.block_size);
+    if (nprompt > ctx_len)
+        return anvil_fail("sample: the prompt (%d tokens) is longer than the context (%d)", nprompt, ctx_len);
     if (max_new <= 0) return 0;
     anvil_gpt2_cache *cache = anvil_gpt2_cache_new(m);
     float *dev_logits = m->k->alloc((size_t)m->cfg.padded_vocab * sizeof(float));
     float *logits = malloc((size_t)m->cfg.padded_vocab * sizeof(float));
+    int32_t *window = malloc(sizeof(int32_t) * (size_t)ctx_len); /* the tokens now in the cache */
     int rc = -1, made = 0;
-    if (!cache || !dev_logits || !logits) {
+    if (!cache || !dev_logits || !logits || !window) {
         anvil_fail("sample: out of memory");
         goto out;
     }
-    int32_t tok = prompt[0];
-    for (int pos = 0;; pos++) {
-        if (anvil_gpt2_decode(m, cache, tok, pos, dev_logits)) goto out;
-        if (pos + 1 < nprompt) {
-            tok = prompt[pos + 1];
-            continue;
-        }
+    memcpy(window, prompt, sizeof(int32_t) * (size_t)nprompt);
+    int n = nprompt, fed = 0; /* tokens in the window, and how many of them the cache holds */
+    for (;;) {
+        for (; fed < n; fed++)
+            if (anvil_gpt2_decode(m, cache, window[fed], fed, dev_logits)) goto out;
         m->k->download(logits, dev_logits, (size_t)m->cfg.vocab_size * sizeof(float));
-        tok = anvil_sample_pick(logits, m->cfg.vocab_size, o, rng);
+        int32_t tok = anvil_sample_pick(logits, m->cfg.vocab_size, o, rng);
         made++;
         if (emit) emit(ctx, tok);
-        if (made == max_new || tok == o->stop_token || pos + 1 >= m->cfg.block_size) break;
+        if (made == max_new || tok == o->stop_token) break;
+        /* A full context slides: keep its second half and rebuild the cache
+         * from it, since cached keys carry their old positions. */
+        if (n == ctx_len) {
+            int keep = ctx_len / 2;
+            memmove(window, window + n - keep, sizeof(int32_t) * (size_t)keep);
+            n = keep;
+            fed = 0;
+        }
+        window[n++] = tok;
     }
     rc = made;
 out:
     anvil_gpt2_cache_free(cache);
     if (dev_logits) m->k->free(dev_logits);
     free(logits);
+    free(window);
     return rc;
 }

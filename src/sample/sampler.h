@@ -19,8 +19,9 @@ typedef struct {
 /* Picks a token from logits[vocab] (modified in place). Deterministic for a given rng state. */
 int32_t anvil_sample_pick(float *logits, int vocab, const anvil_sample_opts *o, anvil_rng *rng);
 
-/* Feeds the prompt, then generates up to max_new tokens (never past block_size), calling emit for
- * each new token. Returns the number generated, or -1 after anvil_fail. */
+/* Feeds the prompt, then generates up to max_new tokens, calling emit for each new token. When the
+ * context (block_size) fills up, it slides: the newest half is kept and re-fed to the cache.
+ * Returns the number generated, or -1 after anvil_fail. */
 int anvil_generate(anvil_gpt2 *m, const int32_t *prompt, int nprompt, int max_new, const anvil_sample_opts *o,
                    anvil_rng *rng, void (*emit)(void *ctx, int32_t token), void *ctx);
 

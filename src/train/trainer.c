@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -15,6 +16,7 @@
 #include "data/loader.h"
 #include "obs/metrics.h"
 #include "sample/sampler.h"
+#include "train/checkpointer.h"
 
 void anvil_train_defaults(anvil_train_config *c) {
     memset(c, 0, sizeof *c);
@@ -29,6 +31,7 @@ void anvil_train_defaults(anvil_train_config *c) {
     c->sample_tokens = 128;
     c->seed = 1337;
     c->log_every = 10;
+    c->keep_last = 3;
     c->timing_warmup = 1;
     c->log = stderr;
 }
@@ -59,6 +62,10 @@ int anvil_train_check(const anvil_train_config *c) {
     if (c->val_every < 0 || c->val_batches < 1)
         return anvil_fail("train: --val-every must be >= 0 and --val-batches positive");
     if (!c->synthetic && !c->train_pattern) return anvil_fail("train: no training data (give --data or --synthetic)");
+    if ((c->ckpt_every || c->ckpt_minutes > 0 || c->resume) && !c->out_dir)
+        return anvil_fail("train: checkpoints and --resume need a run folder (--out)");
+    if (c->ckpt_every < 0 || c->ckpt_minutes < 0 || c->keep_last < 1 || c->keep_every < 0)
+        return anvil_fail("train: checkpoint intervals must be >= 0 and --keep-last >= 1");
     return 0;
 }
 
@@ -127,6 +134,38 @@ static int fill_synthetic(anvil_rng *rng, int32_t *x, int32_t *y, size_t n, int 
     return 0;
 }
 
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+/* Restores model, optimizer, loader and RNG from the checkpoint that
+ * c->resume names; *start_step receives its step (0 when "auto" finds none). */
+static int resume_from(const anvil_train_config *c, anvil_gpt2 *model, anvil_adamw *opt, anvil_loader *train,
+                       anvil_rng *data_rng, int64_t *start_step, int64_t *tokens_seen) {
+    char dir[4096], warn[4096] = "";
+    if (!strcmp(c->resume, "auto")) {
+        int found = anvil_ckpt_find_latest_valid(c->out_dir, dir, sizeof dir, warn, sizeof warn);
+        if (warn[0]) fprintf(c->log, "warning: %s", warn);
+        if (found < 0) return -1;
+        if (found == 0) {
+            fprintf(c->log, "resume: no checkpoint in %s yet; starting from step 0\n", c->out_dir);
+            return 0;
+        }
+    } else {
+        snprintf(dir, sizeof dir, "%s", c->resume);
+    }
+    anvil_ckpt_manifest man;
+    if (anvil_ckpt_load(dir, model, opt, &man)) return -1;
+    int rc = 0;
+    if (train && anvil_loader_set_state(train, man.loader)) rc = -1;
+    *data_rng = man.rng;
+    *start_step = man.step;
+    *tokens_seen = man.tokens_seen;
+    if (!rc) fprintf(c->log, "resumed from %s (step %lld)\n", dir, (long long)man.step);
+    anvil_ckpt_manifest_free(&man);
+    return rc;
+}
+
 int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     if (anvil_train_check(c)) return -1;
     memset(res, 0, sizeof *res);
@@ -136,23 +175,32 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     anvil_adamw opt = {0};
     anvil_loader *train = NULL, *val = NULL;
     anvil_metrics *metrics = NULL;
+    anvil_checkpointer *ckpt = NULL;
     int32_t *x = NULL, *y = NULL;
     double *step_ms = NULL;
-    int rc = -1;
+    int rc = -1, timed = 0;
     int have_model = 0;
+    struct sigaction old_term, old_usr1, sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    stop_signal = 0;
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR1, &sa, &old_usr1);
 
     if (c->init_model) {
-        if (anvil_model_load(c->init_model, k, &model)) return -1;
+        if (anvil_model_load(c->init_model, k, &model)) goto out;
+        have_model = 1;
         if (model.cfg.vocab_size != c->model.vocab_size || c->T > model.cfg.block_size) {
-            anvil_gpt2_free(&model);
-            return anvil_fail("train: %s does not fit this run (vocab %d, block %d)", c->init_model,
-                              model.cfg.vocab_size, model.cfg.block_size);
+            anvil_fail("train: %s does not fit this run (vocab %d, block %d)", c->init_model, model.cfg.vocab_size,
+                       model.cfg.block_size);
+            goto out;
         }
     } else {
-        if (anvil_gpt2_init(&model, &c->model, k)) return -1;
+        if (anvil_gpt2_init(&model, &c->model, k)) goto out;
+        have_model = 1;
         anvil_gpt2_init_weights(&model, c->seed);
     }
-    have_model = 1;
     const anvil_gpt2_config *mc = &model.cfg;
     int B = c->B, T = c->T;
     size_t bt = (size_t)B * T;
@@ -195,10 +243,17 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
 
     anvil_rng data_rng;
     anvil_rng_seed(&data_rng, c->seed ^ 0x5eedda7aULL);
+    int64_t start = 0, tokens_seen = 0;
+    if (c->resume && resume_from(c, &model, &opt, train, &data_rng, &start, &tokens_seen)) goto out;
+    if (c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume)) {
+        anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
+                                        c->keep_every, !c->ckpt_sync, c->log};
+        if (!(ckpt = anvil_checkpointer_new(&cc))) goto out;
+    }
     anvil_lr_schedule sched = c->lr;
     if (!sched.total) sched.total = c->steps;
     double t_start = anvil_now();
-    for (int step = 0; step < c->steps; step++) {
+    for (int step = (int)start; step < c->steps; step++) {
         double t0 = anvil_now();
         anvil_gpt2_zero_grad(&model);
         double loss_sum = 0.0;
@@ -219,7 +274,8 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         float lr = anvil_lr_at(&sched, step);
         anvil_adamw_step(&opt, &model, lr);
         double dt = anvil_now() - t0;
-        step_ms[step] = dt * 1e3;
+        step_ms[timed++] = dt * 1e3;
+        tokens_seen += (int64_t)tokens_per_step;
         res->final_loss = loss;
         res->steps_done = step + 1;
 
@@ -232,7 +288,7 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         if (c->progress) {
             char detail[160];
             snprintf(detail, sizeof detail, "loss %.4f | %.0f tok/s | %.1f GFLOP/s |", loss, tok_s, gflops);
-            anvil_progress_draw(c->log, step + 1, c->steps, anvil_now() - t_start, detail);
+            anvil_progress_draw(c->log, step + 1 - (int)start, c->steps - (int)start, anvil_now() - t_start, detail);
         } else if ((step + 1) % c->log_every == 0 || step == 0 || step + 1 == c->steps) {
             fprintf(c->log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | %.1f GFLOP/s\n",
                     step + 1, c->steps, loss, lr, norm, dt * 1e3, tok_s, gflops);
@@ -255,13 +311,28 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             if (c->progress && !val) anvil_progress_end(c->log);
             if (print_sample(c, &model, step + 1)) goto out;
         }
+        int stopping = stop_signal != 0;
+        if (ckpt && (last || stopping || anvil_checkpointer_due(ckpt, step + 1))) {
+            anvil_ckpt_state st = {&model, &opt, {0, 0, 0}, data_rng, step + 1, tokens_seen, NULL, c->config_json};
+            if (train) st.loader = anvil_loader_get_state(train);
+            if (c->progress) anvil_progress_end(c->log);
+            if (anvil_checkpointer_save(ckpt, &st, last || stopping)) goto out;
+        }
+        if (stopping && !last) {
+            fprintf(c->log, "stopped by signal %d after step %d; resume with --resume auto\n", (int)stop_signal,
+                    step + 1);
+            rc = ANVIL_TRAIN_STOPPED;
+            goto out;
+        }
     }
     if (c->progress && !val && c->sample_every < 0) anvil_progress_end(c->log);
 
-    int skip = c->steps > c->timing_warmup ? c->timing_warmup : 0;
-    res->ms_per_step_median = median(step_ms + skip, c->steps - skip);
-    res->tokens_per_s_median = tokens_per_step / (res->ms_per_step_median / 1e3);
-    res->gflops_median = flops_per_step / (res->ms_per_step_median / 1e3) / 1e9;
+    int skip = timed > c->timing_warmup ? c->timing_warmup : 0;
+    if (timed > skip) {
+        res->ms_per_step_median = median(step_ms + skip, timed - skip);
+        res->tokens_per_s_median = tokens_per_step / (res->ms_per_step_median / 1e3);
+        res->gflops_median = flops_per_step / (res->ms_per_step_median / 1e3) / 1e9;
+    }
     res->peak_rss_mb = peak_rss_mb();
     if (c->out_dir) {
         char path[4096];
@@ -271,6 +342,9 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     }
     rc = 0;
 out:
+    if (anvil_checkpointer_free(ckpt) && rc != -1) rc = -1;
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
     if (have_model) {
         anvil_adamw_free(&opt, &model);
         anvil_gpt2_free(&model);

@@ -27,12 +27,24 @@ typedef struct {
     int sample_every;  /* steps between samples (0: only at the end, -1: never) */
     int sample_tokens;
     uint64_t seed;
-    const char *out_dir; /* run folder for metrics.jsonl and model.safetensors; NULL for none */
+    const char *out_dir; /* run folder: metrics.jsonl, model.safetensors, ckpt/; NULL for none */
+    int ckpt_every;          /* checkpoint every N steps (0: not by steps) */
+    double ckpt_minutes;     /* checkpoint every M minutes of wall time (0: not by time) */
+    int keep_last;           /* retention: the newest K checkpoints ... */
+    int64_t keep_every;      /* ... plus every step that is a multiple of J, for good (0: none) */
+    int ckpt_sync;           /* 1: write checkpoints on the training thread (for comparison) */
+    const char *resume;      /* "auto": newest valid checkpoint of out_dir, if any; or a checkpoint folder */
+    const char *config_json; /* the run's options as a JSON object, recorded in each checkpoint */
     int log_every;       /* log-line period when not on a terminal */
     int timing_warmup;   /* first steps left out of the timing medians */
     int progress;        /* 1: progress bar on log; 0: log lines */
     FILE *log;           /* human-readable output */
 } anvil_train_config;
+
+/* anvil_train's return value when SIGTERM or SIGUSR1 stopped the run after writing a checkpoint. */
+#define ANVIL_TRAIN_STOPPED 1
+/* The process exit status the CLI uses for that case: "stopped, resumable with --resume auto". */
+#define ANVIL_EXIT_RESUMABLE 75
 
 typedef struct {
     int steps_done;
@@ -49,7 +61,9 @@ typedef struct {
 void anvil_train_defaults(anvil_train_config *c);
 /* Validates the whole configuration up front; one-line error naming the field. */
 int anvil_train_check(const anvil_train_config *c);
-/* Runs the loop. A NaN or infinite loss stops it with an error naming the step. */
+/* Runs the loop: 0 when done, -1 after anvil_fail, ANVIL_TRAIN_STOPPED when a SIGTERM or SIGUSR1
+ * arrived: the step in progress is finished and checkpointed first. A NaN or infinite loss stops
+ * it with an error naming the step. */
 int anvil_train(const anvil_train_config *c, anvil_train_result *res);
 
 #endif

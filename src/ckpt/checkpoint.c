@@ -1,0 +1,966 @@
+#include "ckpt/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef __SSE4_2__
+#include <nmmintrin.h>
+#else
+#include <pthread.h>
+#endif
+
+#include "ckpt/safetensors.h"
+#include "core/error.h"
+
+#define MANIFEST_MAX_BYTES (16u << 20)
+#define JSON_MAX_INT 9007199254740992.0 /* 2^53: beyond it a JSON number is not an exact integer */
+
+/* ---- CRC-32C ---- */
+
+#ifndef __SSE4_2__
+static uint32_t crc_table[256];
+
+static void crc_table_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
+    }
+}
+#endif
+
+uint32_t anvil_crc32c(uint32_t crc, const void *data, size_t n) {
+    const unsigned char *p = data;
+    crc = ~crc;
+#ifdef __SSE4_2__
+    uint64_t c = crc;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+    }
+    crc = (uint32_t)c;
+    for (; n; n--) crc = _mm_crc32_u8(crc, *p++);
+#else
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, crc_table_init);
+    for (; n; n--) crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+#endif
+    return ~crc;
+}
+
+/* ---- small file-system helpers; each names the path in its error ---- */
+
+static int join(char *out, size_t cap, const char *a, const char *b) {
+    int n = snprintf(out, cap, "%s/%s", a, b);
+    if (n < 0 || (size_t)n >= cap) return anvil_fail("%s/%s: path too long", a, b);
+    return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n) {
+    const unsigned char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Creates path (which must not exist) with the given bytes, fsync'ed. */
+static int write_file_synced(const char *path, const void *data, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return anvil_fail("%s: cannot create: %s", path, strerror(errno));
+    const char *what = "write";
+    int ok = write_full(fd, data, len) == 0;
+    if (ok && !(ok = fsync(fd) == 0)) what = "fsync";
+    int err = errno;
+    if (close(fd) && ok) {
+        ok = 0;
+        what = "close";
+        err = errno;
+    }
+    if (!ok) {
+        unlink(path);
+        return anvil_fail("%s: %s failed: %s", path, what, strerror(err));
+    }
+    return 0;
+}
+
+static int fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return anvil_fail("%s: cannot open folder to fsync it: %s", dir, strerror(errno));
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    if (rc) return anvil_fail("%s: fsync of folder failed: %s", dir, strerror(err));
+    return 0;
+}
+
+/* mkdir that tolerates an existing folder and makes a new one durable. */
+static int ensure_dir(const char *dir) {
+    if (mkdir(dir, 0755) == 0) {
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", dir);
+        size_t len = strlen(parent);
+        while (len > 1 && parent[len - 1] == '/') parent[--len] = '\0';
+        char *slash = strrchr(parent, '/');
+        if (!slash)
+            snprintf(parent, sizeof parent, ".");
+        else
+            slash[slash == parent] = '\0';
+        return fsync_dir(parent);
+    }
+    if (errno == EEXIST) {
+        struct stat sb;
+        if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return 0;
+        return anvil_fail("%s: exists and is not a folder", dir);
+    }
+    return anvil_fail("%s: cannot create folder: %s", dir, strerror(errno));
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+static int rm_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) && errno == ENOENT) return 0;
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS))
+        return anvil_fail("%s: cannot remove: %s", path, strerror(errno));
+    return 0;
+}
+
+static int file_crc(const char *path, uint64_t *bytes, uint32_t *crc) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4u << 20;
+    unsigned char *buf = malloc(cap);
+    if (!buf) {
+        close(fd);
+        return anvil_fail("%s: out of memory", path);
+    }
+    uint32_t c = 0;
+    uint64_t total = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, cap);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int err = errno;
+            free(buf);
+            close(fd);
+            return anvil_fail("%s: read error: %s", path, strerror(err));
+        }
+        if (r == 0) break;
+        c = anvil_crc32c(c, buf, (size_t)r);
+        total += (uint64_t)r;
+    }
+    free(buf);
+    close(fd);
+    *bytes = total;
+    *crc = c;
+    return 0;
+}
+
+static char *read_small_file(const char *path, size_t max, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        anvil_fail("%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) || sb.st_size < 0 || (uint64_t)sb.st_size > max) {
+        close(fd);
+        anvil_fail("%s: missing or larger than %zu bytes", path, max);
+        return NULL;
+    }
+    size_t n = (size_t)sb.st_size, got = 0;
+    char *buf = malloc(n + 1);
+    while (buf && got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            anvil_fail("%s: read error: %s", path, r < 0 ? strerror(errno) : "file shrank");
+            free(buf);
+            close(fd);
+            return NULL;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!buf) {
+        anvil_fail("%s: out of memory", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* ---- tensor tables: the model-file layout, shared by weights and moments ---- */
+
+typedef struct {
+    anvil_st_tensor t[ANVIL_GPT2_NPARAM];
+    char names[ANVIL_GPT2_NPARAM][32];
+} tensor_table;
+
+static void fill_table(tensor_table *tt, const anvil_gpt2_config *c, const size_t *offsets, const float *base,
+                       const char *prefix) {
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        int64_t s[3];
+        int nd = anvil_gpt2_param_shape(c, i, s);
+        if (i == P_WTE) s[0] = c->vocab_size;
+        anvil_st_tensor *t = &tt->t[i];
+        memset(t, 0, sizeof *t);
+        snprintf(tt->names[i], sizeof tt->names[i], "%s%s", prefix, anvil_gpt2_param_names[i]);
+        t->name = tt->names[i];
+        t->dtype = ANVIL_ST_F32;
+        t->ndim = nd;
+        t->nbytes = sizeof(float);
+        for (int d = 0; d < nd; d++) {
+            t->shape[d] = s[d];
+            t->nbytes *= (uint64_t)s[d];
+        }
+        t->data = base + offsets[i];
+    }
+}
+
+/* Copies the tensors named prefix+param into host (whose padding rows stay as they are). */
+static int read_table(const anvil_st_file *f, const char *path, const char *prefix, const anvil_gpt2_config *c,
+                      const size_t *offsets, float *host) {
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
+        const anvil_st_tensor *t = anvil_st_find(f, name);
+        if (!t) return anvil_fail("%s: tensor '%s' is missing", path, name);
+        int64_t s[3];
+        int nd = anvil_gpt2_param_shape(c, i, s);
+        if (i == P_WTE) s[0] = c->vocab_size;
+        int ok = t->dtype == ANVIL_ST_F32 && t->ndim == nd;
+        for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
+        if (!ok) return anvil_fail("%s: tensor '%s' has the wrong dtype or shape for the manifest's model", path, name);
+        memcpy(host + offsets[i], t->data, t->nbytes);
+    }
+    return 0;
+}
+
+/* ---- snapshots ---- */
+
+struct anvil_ckpt_snapshot {
+    anvil_gpt2_config cfg;
+    size_t nparams;
+    size_t offsets[ANVIL_GPT2_NPARAM + 1];
+    float *params, *m, *v;
+    anvil_adamw_config acfg;
+    int t;
+    anvil_loader_state loader;
+    anvil_rng rng;
+    int64_t step, tokens_seen;
+    char *tokenizer;
+    char *train_config; /* compact JSON object */
+};
+
+void anvil_ckpt_snapshot_free(anvil_ckpt_snapshot *s) {
+    if (!s) return;
+    free(s->params);
+    free(s->m);
+    free(s->v);
+    free(s->tokenizer);
+    free(s->train_config);
+    free(s);
+}
+
+int64_t anvil_ckpt_snapshot_step(const anvil_ckpt_snapshot *s) { return s->step; }
+
+static char *compact_config(const char *json) {
+    if (!json) json = "{}";
+    cJSON *j = cJSON_Parse(json);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        anvil_fail("checkpoint: the training configuration is not a JSON object");
+        return NULL;
+    }
+    char *out = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!out) anvil_fail("checkpoint: out of memory");
+    return out;
+}
+
+anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const anvil_ckpt_state *st) {
+    if (!st || !st->model || !st->opt || !st->opt->m || !st->opt->v || st->step < 0 || st->tokens_seen < 0) {
+        anvil_ckpt_snapshot_free(reuse);
+        anvil_fail("checkpoint: the state to save needs a model, an initialized optimizer and counters >= 0");
+        return NULL;
+    }
+    const anvil_adamw_config *ac = &st->opt->cfg;
+    if (!isfinite(ac->beta1) || !isfinite(ac->beta2) || !isfinite(ac->eps) || !isfinite(ac->weight_decay)) {
+        anvil_ckpt_snapshot_free(reuse);
+        anvil_fail("checkpoint: the AdamW hyperparameters are not finite");
+        return NULL;
+    }
+    const anvil_gpt2 *model = st->model;
+    anvil_ckpt_snapshot *s = reuse;
+    if (s && s->nparams != model->nparams) {
+        anvil_ckpt_snapshot_free(s);
+        s = NULL;
+    }
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (s) {
+            s->nparams = model->nparams;
+            s->params = malloc(model->nparams * sizeof(float));
+            s->m = malloc(model->nparams * sizeof(float));
+            s->v = malloc(model->nparams * sizeof(float));
+        }
+        if (!s || !s->params || !s->m || !s->v) {
+            anvil_ckpt_snapshot_free(s);
+            anvil_fail("checkpoint: out of memory for a %zu-parameter snapshot", model->nparams);
+            return NULL;
+        }
+    }
+    free(s->tokenizer);
+    free(s->train_config);
+    s->tokenizer = strdup(st->tokenizer ? st->tokenizer : "bytes");
+    s->train_config = compact_config(st->train_config_json);
+    if (!s->tokenizer || !s->train_config) {
+        if (!s->tokenizer) anvil_fail("checkpoint: out of memory");
+        anvil_ckpt_snapshot_free(s);
+        return NULL;
+    }
+    s->cfg = model->cfg;
+    memcpy(s->offsets, model->offsets, sizeof s->offsets);
+    size_t bytes = model->nparams * sizeof(float);
+    model->k->download(s->params, model->params, bytes);
+    model->k->download(s->m, st->opt->m, bytes);
+    model->k->download(s->v, st->opt->v, bytes);
+    s->acfg = st->opt->cfg;
+    s->t = st->opt->t;
+    s->loader = st->loader;
+    s->rng = st->rng;
+    s->step = st->step;
+    s->tokens_seen = st->tokens_seen;
+    return s;
+}
+
+/* ---- manifest ---- */
+
+static int add_raw_i64(cJSON *o, const char *key, int64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRId64, v);
+    return cJSON_AddRawToObject(o, key, buf) != NULL;
+}
+
+static int add_u64_string(cJSON *o, const char *key, uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRIu64, v);
+    return cJSON_AddStringToObject(o, key, buf) != NULL;
+}
+
+/* The shortest decimal that reads back as the same float, so 0.9f shows as 0.9. */
+static int add_float(cJSON *o, const char *key, float v) {
+    char buf[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    return cJSON_AddRawToObject(o, key, buf) != NULL;
+}
+
+static char *build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file *files, int nfiles) {
+    cJSON *root = cJSON_CreateObject(), *o;
+    int ok = root != NULL;
+    ok = ok && cJSON_AddStringToObject(root, "format", "anvil-checkpoint");
+    ok = ok && cJSON_AddNumberToObject(root, "version", ANVIL_CKPT_VERSION);
+    ok = ok && add_raw_i64(root, "step", s->step) && add_raw_i64(root, "tokens_seen", s->tokens_seen);
+    char when[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+    ok = ok && cJSON_AddStringToObject(root, "saved_at", when);
+    ok = ok && (o = cJSON_AddObjectToObject(root, "model"));
+    ok = ok && cJSON_AddNumberToObject(o, "n_layer", s->cfg.n_layer) &&
+         cJSON_AddNumberToObject(o, "n_head", s->cfg.n_head) && cJSON_AddNumberToObject(o, "n_embd", s->cfg.n_embd) &&
+         cJSON_AddNumberToObject(o, "block_size", s->cfg.block_size) &&
+         cJSON_AddNumberToObject(o, "vocab_size", s->cfg.vocab_size);
+    ok = ok && cJSON_AddStringToObject(root, "tokenizer", s->tokenizer);
+    cJSON *tc = ok ? cJSON_Parse(s->train_config) : NULL;
+    ok = ok && tc && cJSON_AddItemToObject(root, "train_config", tc);
+    ok = ok && (o = cJSON_AddObjectToObject(root, "loader"));
+    ok = ok && add_raw_i64(o, "shard", s->loader.shard) && add_raw_i64(o, "position", s->loader.position) &&
+         add_raw_i64(o, "epoch", s->loader.epoch);
+    ok = ok && (o = cJSON_AddObjectToObject(root, "rng"));
+    ok = ok && add_u64_string(o, "s0", s->rng.s[0]) && add_u64_string(o, "s1", s->rng.s[1]);
+    ok = ok && (o = cJSON_AddObjectToObject(root, "optimizer"));
+    ok = ok && cJSON_AddStringToObject(o, "name", "adamw") && add_raw_i64(o, "t", s->t) &&
+         add_float(o, "beta1", s->acfg.beta1) && add_float(o, "beta2", s->acfg.beta2) &&
+         add_float(o, "eps", s->acfg.eps) && add_float(o, "weight_decay", s->acfg.weight_decay);
+    ok = ok && (o = cJSON_AddObjectToObject(root, "parallel"));
+    ok = ok && cJSON_AddNumberToObject(o, "world", 1) && cJSON_AddNumberToObject(o, "rank", 0) &&
+         cJSON_AddNumberToObject(o, "zero_stage", 0) && cJSON_AddNumberToObject(o, "shard_group", 1);
+    cJSON *arr = ok ? cJSON_AddArrayToObject(root, "files") : NULL;
+    ok = ok && arr;
+    for (int i = 0; ok && i < nfiles; i++) {
+        cJSON *f = cJSON_CreateObject();
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08" PRIx32, files[i].crc32c);
+        ok = f && cJSON_AddItemToArray(arr, f) && cJSON_AddStringToObject(f, "name", files[i].name) &&
+             add_raw_i64(f, "bytes", (int64_t)files[i].bytes) && cJSON_AddStringToObject(f, "crc32c", hex);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) anvil_fail("checkpoint: out of memory building the manifest");
+    return text;
+}
+
+static int get_int(const cJSON *obj, const char *key, const char *where, const char *name, double lo, double hi,
+                   int64_t *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!it) return anvil_fail("%s: field '%s%s' is missing", name, where, key);
+    double d = it->valuedouble;
+    if (!cJSON_IsNumber(it) || d != floor(d) || d < lo || d > hi)
+        return anvil_fail("%s: field '%s%s' must be an integer in [%.0f, %.0f]", name, where, key, lo, hi);
+    *out = (int64_t)d;
+    return 0;
+}
+
+static int get_num(const cJSON *obj, const char *key, const char *where, const char *name, float *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+        return anvil_fail("%s: field '%s%s' is missing or not a finite number", name, where, key);
+    *out = (float)it->valuedouble;
+    return 0;
+}
+
+static const cJSON *get_obj(const cJSON *obj, const char *key, const char *name) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsObject(it)) anvil_fail("%s: field '%s' is missing or not an object", name, key);
+    return cJSON_IsObject(it) ? it : NULL;
+}
+
+static int get_u64_string(const cJSON *obj, const char *key, const char *where, const char *name, uint64_t *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const char *s = cJSON_GetStringValue(it);
+    int ok = s && *s >= '0' && *s <= '9' && strlen(s) <= 20;
+    if (ok) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        ok = !errno && !*end;
+        *out = v;
+    }
+    if (!ok) return anvil_fail("%s: field '%s%s' must be a decimal u64 in a string", name, where, key);
+    return 0;
+}
+
+/* A file name in the manifest must stay inside the checkpoint folder. */
+static int safe_file_name(const char *s) {
+    if (!s || !*s || *s == '.' || strlen(s) >= sizeof((anvil_ckpt_file *)0)->name) return 0;
+    for (const char *p = s; *p; p++)
+        if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20) return 0;
+    return 1;
+}
+
+static int parse_files(const cJSON *root, const char *name, anvil_ckpt_manifest *m) {
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "files");
+    if (!cJSON_IsArray(arr)) return anvil_fail("%s: field 'files' is missing or not an array", name);
+    int n = cJSON_GetArraySize(arr);
+    if (n < 1 || n > ANVIL_CKPT_MAX_FILES)
+        return anvil_fail("%s: 'files' must list 1 to %d files, has %d", name, ANVIL_CKPT_MAX_FILES, n);
+    int i = 0;
+    for (const cJSON *f = arr->child; f; f = f->next, i++) {
+        char where[32];
+        snprintf(where, sizeof where, "files[%d].", i);
+        if (!cJSON_IsObject(f)) return anvil_fail("%s: 'files[%d]' is not an object", name, i);
+        const char *fn = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "name"));
+        if (!safe_file_name(fn)) return anvil_fail("%s: 'files[%d].name' is missing or not a plain file name", name, i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(m->files[j].name, fn)) return anvil_fail("%s: file '%s' is listed twice", name, fn);
+        int64_t bytes = 0;
+        if (get_int(f, "bytes", where, name, 0, JSON_MAX_INT, &bytes)) return -1;
+        const char *hex = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "crc32c"));
+        char *end = NULL;
+        unsigned long crc = hex && strlen(hex) == 8 && hex[0] != '-' && hex[0] != '+' ? strtoul(hex, &end, 16) : 0;
+        if (!end || *end) return anvil_fail("%s: 'files[%d].crc32c' must be 8 hex digits", name, i);
+        snprintf(m->files[i].name, sizeof m->files[i].name, "%s", fn);
+        m->files[i].bytes = (uint64_t)bytes;
+        m->files[i].crc32c = (uint32_t)crc;
+    }
+    m->nfiles = n;
+    return 0;
+}
+
+static int parse_root(const cJSON *root, const char *name, anvil_ckpt_manifest *m) {
+    if (!cJSON_IsObject(root)) return anvil_fail("%s: not a JSON object", name);
+    const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "format"));
+    if (!fmt || strcmp(fmt, "anvil-checkpoint"))
+        return anvil_fail("%s: field 'format' is not \"anvil-checkpoint\"", name);
+    int64_t v = 0;
+    if (get_int(root, "version", "", name, 1, 1e9, &v)) return -1;
+    if (v > ANVIL_CKPT_VERSION)
+        return anvil_fail("%s: checkpoint format version %" PRId64 " is newer than this build reads (%d); "
+                          "upgrade anvil",
+                          name, v, ANVIL_CKPT_VERSION);
+    m->version = (int)v;
+    if (get_int(root, "step", "", name, 0, JSON_MAX_INT, &m->step) ||
+        get_int(root, "tokens_seen", "", name, 0, JSON_MAX_INT, &m->tokens_seen))
+        return -1;
+
+    const cJSON *o = get_obj(root, "model", name);
+    int64_t x[5] = {0};
+    if (!o || get_int(o, "n_layer", "model.", name, 1, 1e9, &x[0]) ||
+        get_int(o, "n_head", "model.", name, 1, 1e9, &x[1]) || get_int(o, "n_embd", "model.", name, 1, 1e9, &x[2]) ||
+        get_int(o, "block_size", "model.", name, 1, 1e9, &x[3]) ||
+        get_int(o, "vocab_size", "model.", name, 1, 1e9, &x[4]))
+        return -1;
+    m->model = (anvil_gpt2_config){(int)x[0], (int)x[1], (int)x[2], (int)x[3], (int)x[4], 0};
+    if (anvil_gpt2_config_check(&m->model)) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        return anvil_fail("%s: field 'model' is invalid: %s", name, why);
+    }
+
+    const char *tok = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "tokenizer"));
+    if (!tok || strlen(tok) >= sizeof m->tokenizer)
+        return anvil_fail("%s: field 'tokenizer' is missing, not a string or too long", name);
+    snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tok);
+
+    if (!(o = get_obj(root, "loader", name)) ||
+        get_int(o, "shard", "loader.", name, 0, JSON_MAX_INT, &m->loader.shard) ||
+        get_int(o, "position", "loader.", name, 0, JSON_MAX_INT, &m->loader.position) ||
+        get_int(o, "epoch", "loader.", name, 0, JSON_MAX_INT, &m->loader.epoch))
+        return -1;
+    if (!(o = get_obj(root, "rng", name)) || get_u64_string(o, "s0", "rng.", name, &m->rng.s[0]) ||
+        get_u64_string(o, "s1", "rng.", name, &m->rng.s[1]))
+        return -1;
+    if (!(o = get_obj(root, "optimizer", name)) || get_int(o, "t", "optimizer.", name, 0, INT_MAX, &m->adam_t) ||
+        get_num(o, "beta1", "optimizer.", name, &m->adamw.beta1) ||
+        get_num(o, "beta2", "optimizer.", name, &m->adamw.beta2) ||
+        get_num(o, "eps", "optimizer.", name, &m->adamw.eps) ||
+        get_num(o, "weight_decay", "optimizer.", name, &m->adamw.weight_decay))
+        return -1;
+    int64_t p[4] = {0};
+    if (!(o = get_obj(root, "parallel", name)) || get_int(o, "world", "parallel.", name, 1, 1 << 24, &p[0]) ||
+        get_int(o, "rank", "parallel.", name, 0, (1 << 24) - 1, &p[1]) ||
+        get_int(o, "zero_stage", "parallel.", name, 0, 3, &p[2]) ||
+        get_int(o, "shard_group", "parallel.", name, 1, 1 << 24, &p[3]))
+        return -1;
+    if (p[1] >= p[0])
+        return anvil_fail("%s: field 'parallel.rank' (%" PRId64 ") is not below 'parallel.world'", name, p[1]);
+    m->world = (int)p[0];
+    m->rank = (int)p[1];
+    m->zero_stage = (int)p[2];
+    m->shard_group = (int)p[3];
+
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "train_config");
+    if (!cJSON_IsObject(tc)) return anvil_fail("%s: field 'train_config' is missing or not an object", name);
+    if (parse_files(root, name, m)) return -1;
+    m->train_config = cJSON_PrintUnformatted(tc);
+    if (!m->train_config) return anvil_fail("%s: out of memory", name);
+    return 0;
+}
+
+int anvil_ckpt_manifest_parse(const char *text, size_t len, const char *name, anvil_ckpt_manifest *out) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) return anvil_fail("%s: not valid JSON (truncated or corrupt?)", name);
+    int rc = parse_root(root, name, out);
+    cJSON_Delete(root);
+    if (rc) anvil_ckpt_manifest_free(out);
+    return rc;
+}
+
+void anvil_ckpt_manifest_free(anvil_ckpt_manifest *m) {
+    if (!m) return;
+    free(m->train_config);
+    m->train_config = NULL;
+}
+
+int anvil_ckpt_read_manifest(const char *ckpt_dir, anvil_ckpt_manifest *out) {
+    char path[PATH_MAX];
+    memset(out, 0, sizeof *out);
+    if (join(path, sizeof path, ckpt_dir, "manifest.json")) return -1;
+    size_t len;
+    char *text = read_small_file(path, MANIFEST_MAX_BYTES, &len);
+    if (!text) return -1;
+    int rc = anvil_ckpt_manifest_parse(text, len, path, out);
+    free(text);
+    return rc;
+}
+
+static int verify_files(const char *dir, const anvil_ckpt_manifest *m) {
+    for (int i = 0; i < m->nfiles; i++) {
+        char path[PATH_MAX];
+        uint64_t bytes;
+        uint32_t crc;
+        if (join(path, sizeof path, dir, m->files[i].name) || file_crc(path, &bytes, &crc)) return -1;
+        if (bytes != m->files[i].bytes)
+            return anvil_fail("%s: %" PRIu64 " bytes, the manifest says %" PRIu64 " (truncated or replaced)", path,
+                              bytes, m->files[i].bytes);
+        if (crc != m->files[i].crc32c)
+            return anvil_fail("%s: checksum mismatch (crc32c %08" PRIx32 ", the manifest says %08" PRIx32 ")", path,
+                              crc, m->files[i].crc32c);
+    }
+    return 0;
+}
+
+int anvil_ckpt_verify(const char *ckpt_dir) {
+    anvil_ckpt_manifest m;
+    if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
+    int rc = verify_files(ckpt_dir, &m);
+    anvil_ckpt_manifest_free(&m);
+    return rc;
+}
+
+/* ---- writing ---- */
+
+static int write_weights(const anvil_ckpt_snapshot *s, const char *path) {
+    tensor_table tt;
+    fill_table(&tt, &s->cfg, s->offsets, s->params, "");
+    char vals[5][24];
+    snprintf(vals[0], sizeof vals[0], "%d", s->cfg.n_layer);
+    snprintf(vals[1], sizeof vals[1], "%d", s->cfg.n_head);
+    snprintf(vals[2], sizeof vals[2], "%d", s->cfg.n_embd);
+    snprintf(vals[3], sizeof vals[3], "%d", s->cfg.block_size);
+    snprintf(vals[4], sizeof vals[4], "%d", s->cfg.vocab_size);
+    /* The model file's metadata, so anvil_model_load (and `anvil sample`) read this file directly. */
+    const char *meta[] = {"format", "anvil-gpt2", "n_layer",    vals[0], "n_head",     vals[1],
+                          "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4]};
+    return anvil_st_write(path, tt.t, ANVIL_GPT2_NPARAM, meta, 6);
+}
+
+static int write_moments(const anvil_ckpt_snapshot *s, const char *path) {
+    tensor_table tm, tv;
+    fill_table(&tm, &s->cfg, s->offsets, s->m, "m.");
+    fill_table(&tv, &s->cfg, s->offsets, s->v, "v.");
+    anvil_st_tensor all[2 * ANVIL_GPT2_NPARAM];
+    memcpy(all, tm.t, sizeof tm.t);
+    memcpy(all + ANVIL_GPT2_NPARAM, tv.t, sizeof tv.t);
+    char t[24];
+    snprintf(t, sizeof t, "%d", s->t);
+    const char *meta[] = {"format", "anvil-adamw", "t", t};
+    return anvil_st_write(path, all, 2 * ANVIL_GPT2_NPARAM, meta, 2);
+}
+
+/* Fills the temporary folder: both tensor files, then the manifest with their checksums. */
+static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp) {
+    static const char *const names[2] = {"model.safetensors", "optim.safetensors"};
+    anvil_ckpt_file files[2];
+    for (int i = 0; i < 2; i++) {
+        char path[PATH_MAX];
+        if (join(path, sizeof path, tmp, names[i])) return -1;
+        if ((i == 0 ? write_weights(s, path) : write_moments(s, path))) return -1;
+        snprintf(files[i].name, sizeof files[i].name, "%s", names[i]);
+        /* Read back rather than checksum the buffers: this also proves the bytes reached the file system. */
+        if (file_crc(path, &files[i].bytes, &files[i].crc32c)) return -1;
+    }
+    char *text = build_manifest(s, files, 2);
+    if (!text) return -1;
+    char path[PATH_MAX];
+    int rc = join(path, sizeof path, tmp, "manifest.json");
+    if (!rc) rc = write_file_synced(path, text, strlen(text));
+    cJSON_free(text);
+    return rc ? rc : fsync_dir(tmp);
+}
+
+static int update_latest(const char *ckdir, const char *leaf) {
+    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    if (join(path, sizeof path, ckdir, "latest")) return -1;
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    unlink(tmp);
+    char line[128];
+    int n = snprintf(line, sizeof line, "%s\n", leaf);
+    if (write_file_synced(tmp, line, (size_t)n)) return -1;
+    if (rename(tmp, path)) {
+        int err = errno;
+        unlink(tmp);
+        return anvil_fail("%s: rename of %s failed: %s", path, tmp, strerror(err));
+    }
+    return fsync_dir(ckdir);
+}
+
+int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir, char *out, size_t cap) {
+    char ckdir[PATH_MAX], leaf[64], final[PATH_MAX], tmp[PATH_MAX + 32];
+    snprintf(leaf, sizeof leaf, "step_%08" PRId64, s->step);
+    if (ensure_dir(run_dir) || join(ckdir, sizeof ckdir, run_dir, "ckpt") || ensure_dir(ckdir) ||
+        join(final, sizeof final, ckdir, leaf))
+        return -1;
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", final, (long)getpid());
+    if (rm_tree(tmp)) return -1;
+    if (mkdir(tmp, 0755)) return anvil_fail("%s: cannot create folder: %s", tmp, strerror(errno));
+    if (fill_tmp(s, tmp)) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        rm_tree(tmp);
+        return anvil_fail("checkpoint step %" PRId64 " not saved: %s", s->step, why);
+    }
+    if (rename(tmp, final)) {
+        /* A checkpoint of this step exists already (a rerun of the same step): swap atomically so
+         * step_X is always one complete checkpoint, then delete the old one under the temporary name. */
+        int err = errno;
+        if ((err != ENOTEMPTY && err != EEXIST) || renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE)) {
+            if (err == ENOTEMPTY || err == EEXIST) err = errno;
+            rm_tree(tmp);
+            return anvil_fail("%s: rename from %s failed: %s", final, tmp, strerror(err));
+        }
+        if (fsync_dir(ckdir) || rm_tree(tmp)) return -1;
+    }
+    if (fsync_dir(ckdir) || update_latest(ckdir, leaf)) return -1;
+    if (out && cap) snprintf(out, cap, "%s", final);
+    return 0;
+}
+
+int anvil_ckpt_save(const char *run_dir, const anvil_ckpt_state *st, char *out, size_t cap) {
+    anvil_ckpt_snapshot *s = anvil_ckpt_snapshot_take(NULL, st);
+    if (!s) return -1;
+    int rc = anvil_ckpt_snapshot_write(s, run_dir, out, cap);
+    anvil_ckpt_snapshot_free(s);
+    return rc;
+}
+
+/* ---- loading ---- */
+
+static int compare_config(const char *dir, const anvil_gpt2_config *a, const anvil_gpt2_config *b) {
+    static const struct {
+        const char *name;
+        size_t off;
+    } fields[] = {{"n_layer", offsetof(anvil_gpt2_config, n_layer)},
+                  {"n_head", offsetof(anvil_gpt2_config, n_head)},
+                  {"n_embd", offsetof(anvil_gpt2_config, n_embd)},
+                  {"block_size", offsetof(anvil_gpt2_config, block_size)},
+                  {"vocab_size", offsetof(anvil_gpt2_config, vocab_size)}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        int x = *(const int *)((const char *)a + fields[i].off), y = *(const int *)((const char *)b + fields[i].off);
+        if (x != y)
+            return anvil_fail("%s: model config differs: %s is %d in the checkpoint, %d in this run", dir,
+                              fields[i].name, x, y);
+    }
+    return 0;
+}
+
+static int load_file(const char *dir, const char *leaf, const char *const *prefixes, float *const *dst, int n,
+                     const anvil_gpt2 *model) {
+    char path[PATH_MAX];
+    if (join(path, sizeof path, dir, leaf)) return -1;
+    anvil_st_file *f = anvil_st_open(path);
+    if (!f) return -1;
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) rc = read_table(f, path, prefixes[i], &model->cfg, model->offsets, dst[i]);
+    anvil_st_close(f);
+    return rc;
+}
+
+int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info) {
+    anvil_ckpt_manifest m;
+    if (info) memset(info, 0, sizeof *info);
+    if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
+    int rc = verify_files(ckpt_dir, &m);
+    if (!rc && (m.world != 1 || m.zero_stage != 0))
+        rc = anvil_fail("%s: written by a %d-process run (zero_stage %d); this build restores single-process "
+                        "checkpoints only",
+                        ckpt_dir, m.world, m.zero_stage);
+    if (!rc) rc = compare_config(ckpt_dir, &m.model, &model->cfg);
+    size_t n = model->nparams;
+    float *host = NULL;
+    if (!rc && !(host = calloc(3 * n, sizeof(float)))) rc = anvil_fail("%s: out of memory", ckpt_dir);
+    if (!rc) {
+        static const char *const pre[] = {""};
+        float *dst[1] = {host};
+        rc = load_file(ckpt_dir, "model.safetensors", pre, dst, 1, model);
+    }
+    if (!rc && opt) {
+        static const char *const pre[] = {"m.", "v."};
+        float *dst[2] = {host + n, host + 2 * n};
+        rc = load_file(ckpt_dir, "optim.safetensors", pre, dst, 2, model);
+    }
+    if (!rc) {
+        model->k->upload(model->params, host, n * sizeof(float));
+        if (opt) {
+            model->k->upload(opt->m, host + n, n * sizeof(float));
+            model->k->upload(opt->v, host + 2 * n, n * sizeof(float));
+            opt->t = (int)m.adam_t;
+        }
+    }
+    free(host);
+    if (!rc && info)
+        *info = m;
+    else
+        anvil_ckpt_manifest_free(&m);
+    return rc;
+}
+
+/* ---- finding and pruning ---- */
+
+/* The step of a folder named exactly step_<digits>, or -1. */
+static int64_t step_of(const char *name) {
+    if (strncmp(name, "step_", 5) || !name[5] || strlen(name + 5) > 15) return -1;
+    for (const char *p = name + 5; *p; p++)
+        if (*p < '0' || *p > '9') return -1;
+    return strtoll(name + 5, NULL, 10);
+}
+
+typedef struct {
+    int64_t step;
+    char name[64];
+} entry;
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = ((const entry *)a)->step, y = ((const entry *)b)->step;
+    return (x < y) - (x > y);
+}
+
+/* The step folders of ckdir, newest first. *n = -1 and 0 returned when ckdir does not exist. */
+static entry *list_steps(const char *ckdir, int *n) {
+    *n = 0;
+    DIR *d = opendir(ckdir);
+    if (!d) {
+        if (errno == ENOENT) {
+            *n = -1;
+            return NULL;
+        }
+        anvil_fail("%s: cannot list: %s", ckdir, strerror(errno));
+        return NULL;
+    }
+    entry *v = NULL;
+    int cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        int64_t s = step_of(e->d_name);
+        if (s < 0) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            entry *nv = realloc(v, sizeof *v * (size_t)cap);
+            if (!nv) {
+                free(v);
+                closedir(d);
+                anvil_fail("%s: out of memory", ckdir);
+                *n = 0;
+                return NULL;
+            }
+            v = nv;
+        }
+        v[*n].step = s;
+        memcpy(v[*n].name, e->d_name, strlen(e->d_name) + 1); /* step_of bounds the length */
+        (*n)++;
+    }
+    closedir(d);
+    if (!v) v = malloc(sizeof *v);
+    if (!v)
+        anvil_fail("%s: out of memory", ckdir);
+    else
+        qsort(v, (size_t)*n, sizeof *v, cmp_desc);
+    return v;
+}
+
+static void append(char *buf, size_t cap, const char *fmt, const char *a, const char *b) {
+    if (!buf || !cap) return;
+    size_t len = strlen(buf);
+    if (len < cap) snprintf(buf + len, cap - len, fmt, a, b);
+}
+
+int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, char *warn, size_t warn_cap) {
+    if (warn && warn_cap) warn[0] = '\0';
+    char ckdir[PATH_MAX];
+    if (join(ckdir, sizeof ckdir, run_dir, "ckpt")) return -1;
+    int n;
+    entry *v = list_steps(ckdir, &n);
+    if (n < 0) return 0;
+    if (!v) return -1;
+    int found = n == 0 ? 0 : -1;
+    char first_err[1024] = "";
+    for (int i = 0; i < n && found < 0; i++) {
+        char dir[PATH_MAX];
+        anvil_ckpt_manifest m;
+        if (join(dir, sizeof dir, ckdir, v[i].name)) break;
+        int rc = anvil_ckpt_read_manifest(dir, &m);
+        if (!rc) {
+            if (m.step != v[i].step)
+                rc = anvil_fail("%s: the manifest says step %" PRId64, dir, m.step);
+            else
+                rc = verify_files(dir, &m);
+            anvil_ckpt_manifest_free(&m);
+        }
+        if (rc == 0) {
+            snprintf(out, cap, "%s", dir);
+            found = 1;
+        } else {
+            if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", anvil_errmsg());
+            append(warn, warn_cap, "skipping corrupt checkpoint %s: %s\n", v[i].name, anvil_errmsg());
+        }
+    }
+    free(v);
+    if (found < 0) anvil_fail("%s: no checkpoint verifies (newest: %s)", ckdir, first_err);
+    return found;
+}
+
+/* Whether a .tmp- leftover belongs to a process that no longer exists (ours never counts as stale). */
+static int stale_tmp(const char *name) {
+    const char *t = strstr(name, ".tmp-");
+    if (!t || t[5] < '0' || t[5] > '9') return 0;
+    long pid = strtol(t + 5, NULL, 10);
+    if (pid <= 0 || pid == (long)getpid()) return 0;
+    if (pid > INT_MAX) return 1;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int anvil_ckpt_prune(const char *run_dir, int keep_last, int64_t keep_every) {
+    if (keep_last < 1 || keep_every < 0)
+        return anvil_fail("checkpoint prune: keep_last must be >= 1 and keep_every >= 0");
+    char ckdir[PATH_MAX], path[PATH_MAX];
+    if (join(ckdir, sizeof ckdir, run_dir, "ckpt")) return -1;
+    int n;
+    entry *v = list_steps(ckdir, &n);
+    if (n < 0) return 0;
+    if (!v) return -1;
+    char latest[64] = "";
+    if (!join(path, sizeof path, ckdir, "latest")) {
+        size_t len;
+        char *text = read_small_file(path, 4096, &len);
+        if (text) {
+            text[strcspn(text, "\n")] = '\0';
+            snprintf(latest, sizeof latest, "%s", text);
+            free(text);
+        }
+    }
+    int removed = 0, rc = 0;
+    for (int i = keep_last; i < n && !rc; i++) {
+        if ((keep_every > 0 && v[i].step % keep_every == 0) || !strcmp(v[i].name, latest)) continue;
+        char doomed[PATH_MAX + 48];
+        /* Out of the step_<digits> namespace first, so a crash mid-delete leaves only a .tmp- leftover. */
+        if (join(path, sizeof path, ckdir, v[i].name)) break;
+        snprintf(doomed, sizeof doomed, "%s.tmp-%ld.del", path, (long)getpid());
+        if (rename(path, doomed)) {
+            rc = anvil_fail("%s: cannot rename for deletion: %s", path, strerror(errno));
+            break;
+        }
+        rc = rm_tree(doomed);
+        removed += !rc;
+    }
+    free(v);
+    DIR *d = rc ? NULL : opendir(ckdir);
+    for (struct dirent *e; d && !rc && (e = readdir(d));) {
+        if ((strncmp(e->d_name, "step_", 5) && strncmp(e->d_name, "latest.tmp-", 11)) || !stale_tmp(e->d_name))
+            continue;
+        if (join(path, sizeof path, ckdir, e->d_name) || rm_tree(path))
+            rc = -1;
+        else
+            removed++;
+    }
+    if (d) closedir(d);
+    return rc ? -1 : removed;
+}

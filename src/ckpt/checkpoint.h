@@ -1,0 +1,136 @@
+/* Training checkpoints: everything a run needs to continue bit-exactly
+ * (weights, AdamW moments and step count, data-loader position, RNG state,
+ * step and token counters) in one directory per step:
+ *
+ *   RUN/ckpt/step_00001000/model.safetensors   weights, the model-file layout
+ *                                             (anvil_model_load reads it)
+ *   RUN/ckpt/step_00001000/optim.safetensors   AdamW m and v, named "m.<param>"
+ *                                             and "v.<param>", wte without padding
+ *   RUN/ckpt/step_00001000/manifest.json       everything else, plus each file's
+ *                                             size and CRC32C (Castagnoli)
+ *   RUN/ckpt/latest                            "step_00001000\n", updated last
+ *
+ * Crash safety: a checkpoint is assembled in step_X.tmp-<pid>/, every file
+ * and the folder are fsync'ed, the folder is renamed to step_X and the
+ * parent fsync'ed; only then is `latest` replaced (temp file, fsync, rename,
+ * fsync). Pruning renames a folder to a .tmp- name before deleting it. So a
+ * crash at any moment never leaves a folder named step_<digits> that fails
+ * verification; leftovers are .tmp- names, which readers ignore and
+ * anvil_ckpt_prune removes. On any write error (ENOSPC, EFBIG, EIO, ...) the
+ * temporary folder is removed, older checkpoints and `latest` are untouched,
+ * and the message names the file.
+ *
+ * Asynchronous saving: anvil_ckpt_snapshot_take copies parameters and
+ * moments to host buffers owned by the snapshot (the only stall for the
+ * training thread); anvil_ckpt_snapshot_write then writes it, from any
+ * thread. Thread safety: take reads the model and optimizer, so call it on
+ * the training thread between steps. A snapshot is immutable after take:
+ * write may run on a background thread while training continues. Error
+ * messages are per thread (core/error.h), so the writing thread must read
+ * anvil_errmsg() itself. At most one write per run folder at a time (two
+ * would race on `latest`); prune may run concurrently with a write of the
+ * same process, because it never touches this process's .tmp- folders and
+ * keeps the newest checkpoints. */
+#ifndef ANVIL_CKPT_CHECKPOINT_H
+#define ANVIL_CKPT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "data/loader.h"
+#include "model/gpt2.h"
+#include "train/optim.h"
+
+#define ANVIL_CKPT_VERSION 1
+#define ANVIL_CKPT_MAX_FILES 16
+
+/* What to save. step counts completed optimizer steps, so a resumed run
+ * continues with step `step`. */
+typedef struct {
+    const anvil_gpt2 *model;
+    const anvil_adamw *opt;
+    anvil_loader_state loader;
+    anvil_rng rng;
+    int64_t step;
+    int64_t tokens_seen;
+    const char *tokenizer;         /* e.g. "bytes" or a rank-file hash; NULL means "bytes" */
+    const char *train_config_json; /* a JSON object as text; NULL means {} */
+} anvil_ckpt_state;
+
+typedef struct {
+    char name[64];
+    uint64_t bytes;
+    uint32_t crc32c;
+} anvil_ckpt_file;
+
+/* The parsed manifest.json. */
+typedef struct {
+    int version;
+    int64_t step, tokens_seen;
+    anvil_gpt2_config model; /* padded_vocab set */
+    char tokenizer[256];
+    anvil_loader_state loader;
+    anvil_rng rng;
+    int64_t adam_t;
+    anvil_adamw_config adamw; /* the hyperparameters in use when saved, for information */
+    int world, rank, zero_stage, shard_group;
+    int nfiles;
+    anvil_ckpt_file files[ANVIL_CKPT_MAX_FILES];
+    char *train_config; /* the training configuration as compact JSON text (owned) */
+} anvil_ckpt_manifest;
+
+/* Parses and validates manifest text (len bytes, need not be NUL-terminated);
+ * name labels the messages. Refuses a format version newer than this build's.
+ * On success the caller frees with anvil_ckpt_manifest_free. */
+int anvil_ckpt_manifest_parse(const char *text, size_t len, const char *name, anvil_ckpt_manifest *out);
+void anvil_ckpt_manifest_free(anvil_ckpt_manifest *m);
+/* Reads DIR/manifest.json. */
+int anvil_ckpt_read_manifest(const char *ckpt_dir, anvil_ckpt_manifest *out);
+
+/* Snapshot + write + free. On success writes the checkpoint folder's path to
+ * out (when out is not NULL). */
+int anvil_ckpt_save(const char *run_dir, const anvil_ckpt_state *st, char *out, size_t cap);
+
+typedef struct anvil_ckpt_snapshot anvil_ckpt_snapshot;
+/* Copies everything st refers to. Passing the previous snapshot as reuse
+ * recycles its buffers when the model size is unchanged (reuse is consumed
+ * either way: do not use it after the call). NULL after anvil_fail. */
+anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const anvil_ckpt_state *st);
+/* Writes RUN/ckpt/step_<step>/ (replacing an existing one of the same step atomically) and then
+ * `latest`; creates RUN and RUN/ckpt when missing. -1 after anvil_fail: nothing new named step_*
+ * exists, except when only the final fsync of RUN/ckpt or the `latest` update failed, in which
+ * case the step folder is already complete and valid. */
+int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir, char *out, size_t cap);
+int64_t anvil_ckpt_snapshot_step(const anvil_ckpt_snapshot *s);
+void anvil_ckpt_snapshot_free(anvil_ckpt_snapshot *s);
+
+/* Verifies the checkpoint folder (its manifest, then every listed file's
+ * size and checksum), then restores weights into model and, when opt is not
+ * NULL, the moments and step count into opt. Both must already be
+ * initialized with the checkpoint's configuration: a difference is refused
+ * with a message naming the field. info (may be NULL) receives the manifest
+ * (loader state, RNG, counters, tokenizer, training configuration); free it
+ * with anvil_ckpt_manifest_free. Nothing is modified on failure. */
+int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info);
+
+/* 0 when every file listed in the manifest has its size and checksum;
+ * -1 with a message naming the first bad file. */
+int anvil_ckpt_verify(const char *ckpt_dir);
+
+/* For --resume auto: the newest RUN/ckpt/step_* folder that verifies.
+ * Returns 1 with its path in out; 0 when the run has no checkpoint at all;
+ * -1 when none verifies or on an error. Each newer folder skipped because it
+ * failed verification adds a line to warn (NUL-terminated, may be NULL). */
+int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, char *warn, size_t warn_cap);
+
+/* Deletes checkpoints of RUN/ckpt except the keep_last newest (>= 1), those
+ * whose step is a multiple of keep_every (0: none), and the one `latest`
+ * names; also removes .tmp- leftovers of processes that no longer exist.
+ * Returns the number of folders removed, or -1. */
+int anvil_ckpt_prune(const char *run_dir, int keep_last, int64_t keep_every);
+
+/* CRC-32C (Castagnoli), continuing from crc (0 to start). */
+uint32_t anvil_crc32c(uint32_t crc, const void *data, size_t n);
+
+#endif

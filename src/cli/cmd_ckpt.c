@@ -1,0 +1,95 @@
+/* anvil ckpt: look inside and check training checkpoints. */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt/checkpoint.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+
+static const char *usage = "usage: anvil ckpt inspect DIR\n"
+                           "       anvil ckpt verify DIR\n"
+                           "\n"
+                           "DIR is one checkpoint (RUN/ckpt/step_00001000) or a run folder, which means its newest\n"
+                           "checkpoint that verifies.\n"
+                           "  inspect   print the manifest (step, tokens, model and training configuration, loader\n"
+                           "            and RNG state, parallel layout, files with sizes and CRC32C checksums)\n"
+                           "  verify    check every file's size and checksum; exit 0 if all match, 1 naming the\n"
+                           "            first bad file\n";
+
+/* A run folder stands for its newest valid checkpoint; anything else is taken as a checkpoint. */
+static int resolve(const char *dir, char *out, size_t cap) {
+    char probe[PATH_MAX];
+    struct stat sb;
+    snprintf(probe, sizeof probe, "%s/manifest.json", dir);
+    int is_ckpt = stat(probe, &sb) == 0;
+    snprintf(probe, sizeof probe, "%s/ckpt", dir);
+    if (!is_ckpt && stat(probe, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char warn[4096];
+        int rc = anvil_ckpt_find_latest_valid(dir, out, cap, warn, sizeof warn);
+        if (warn[0]) fputs(warn, stderr);
+        if (rc == 0) anvil_fail("%s: the run has no checkpoint", dir);
+        return rc == 1 ? 0 : -1;
+    }
+    snprintf(out, cap, "%s", dir);
+    return 0;
+}
+
+static int inspect(const char *dir) {
+    anvil_ckpt_manifest m;
+    if (anvil_ckpt_read_manifest(dir, &m)) return cli_fail("ckpt");
+    cJSON *tc = cJSON_Parse(m.train_config);
+    char *tct = tc ? cJSON_Print(tc) : NULL;
+    printf("checkpoint   %s\n", dir);
+    printf("version      %d\n", m.version);
+    printf("step         %" PRId64 "\n", m.step);
+    printf("tokens seen  %" PRId64 "\n", m.tokens_seen);
+    printf("model        n_layer %d, n_head %d, n_embd %d, block_size %d, vocab_size %d\n", m.model.n_layer,
+           m.model.n_head, m.model.n_embd, m.model.block_size, m.model.vocab_size);
+    printf("tokenizer    %s\n", m.tokenizer);
+    printf("loader       shard %" PRId64 ", position %" PRId64 ", epoch %" PRId64 "\n", m.loader.shard,
+           m.loader.position, m.loader.epoch);
+    printf("rng          %" PRIu64 " %" PRIu64 "\n", m.rng.s[0], m.rng.s[1]);
+    printf("optimizer    adamw t=%" PRId64 ", beta1 %g, beta2 %g, eps %g, weight_decay %g\n", m.adam_t,
+           (double)m.adamw.beta1, (double)m.adamw.beta2, (double)m.adamw.eps, (double)m.adamw.weight_decay);
+    printf("parallel     world %d, rank %d, zero_stage %d, shard_group %d\n", m.world, m.rank, m.zero_stage,
+           m.shard_group);
+    printf("files\n");
+    for (int i = 0; i < m.nfiles; i++)
+        printf("  %-20s %14" PRIu64 " bytes  crc32c %08" PRIx32 "\n", m.files[i].name, m.files[i].bytes,
+               m.files[i].crc32c);
+    printf("train_config %s\n", tct ? tct : m.train_config);
+    cJSON_free(tct);
+    cJSON_Delete(tc);
+    anvil_ckpt_manifest_free(&m);
+    return 0;
+}
+
+static int verify(const char *dir) {
+    anvil_ckpt_manifest m;
+    if (anvil_ckpt_read_manifest(dir, &m) || anvil_ckpt_verify(dir)) return cli_fail("ckpt");
+    uint64_t total = 0;
+    for (int i = 0; i < m.nfiles; i++) total += m.files[i].bytes;
+    printf("%s: ok (step %" PRId64 ", %d files, %" PRIu64 " bytes, checksums match)\n", dir, m.step, m.nfiles, total);
+    anvil_ckpt_manifest_free(&m);
+    return 0;
+}
+
+int cmd_ckpt(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+    if (argc != 3) return cli_usage_error("ckpt", "expected 'inspect DIR' or 'verify DIR'");
+    if (strcmp(argv[1], "inspect") && strcmp(argv[1], "verify"))
+        return cli_usage_error("ckpt", "unknown action '%s'", argv[1]);
+    char dir[PATH_MAX];
+    if (resolve(argv[2], dir, sizeof dir)) return cli_fail("ckpt");
+    return !strcmp(argv[1], "inspect") ? inspect(dir) : verify(dir);
+}

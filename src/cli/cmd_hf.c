@@ -1,0 +1,97 @@
+/* anvil export / anvil import: Hugging Face GPT-2 (GPT2LMHeadModel) folders. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_gpt2.h"
+#include "ckpt/model_file.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+
+static const char *export_usage =
+    "usage: anvil export --model PATH --out DIR\n"
+    "\n"
+    "Writes a Hugging Face GPT-2 folder (model.safetensors with GPT2LMHeadModel's tensor\n"
+    "names, config.json) that transformers' GPT2LMHeadModel.from_pretrained(DIR) loads.\n"
+    "  --model PATH   a model.safetensors, or a checkpoint folder (verified first)\n"
+    "  --out DIR      the folder to write (created if needed)\n";
+
+static const char *import_usage =
+    "usage: anvil import --hf DIR --out FILE\n"
+    "\n"
+    "Converts a Hugging Face GPT-2 folder (config.json and model.safetensors, with or without\n"
+    "the 'transformer.' name prefix; F32, F16 or BF16) into an anvil model file.\n"
+    "  --hf DIR       the Hugging Face folder\n"
+    "  --out FILE     the anvil model.safetensors to write\n";
+
+/* Parses "--model/--hf X --out Y"; returns -1 for done (help printed: *rc 0) or a usage error. */
+static int two_paths(const char *cmd, const char *usage, const char *in_opt, int argc, char **argv, const char **in,
+                     const char **out, int *rc) {
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            fputs(usage, stdout);
+            *rc = 0;
+            return -1;
+        }
+        if (strncmp(o, "--", 2)) {
+            *rc = cli_usage_error(cmd, "unexpected argument '%s'", o);
+            return -1;
+        }
+        if (!(v = arg_value(cmd, argc, argv, &i))) {
+            *rc = 2;
+            return -1;
+        }
+        if (!strcmp(o, in_opt))
+            *in = v;
+        else if (!strcmp(o, "--out"))
+            *out = v;
+        else {
+            *rc = cli_usage_error(cmd, "unknown option '%s'", o);
+            return -1;
+        }
+    }
+    if (!*in || !*out) {
+        *rc = cli_usage_error(cmd, "%s and --out are required", in_opt);
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_export(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    int rc;
+    if (two_paths("export", export_usage, "--model", argc, argv, &in, &out, &rc)) return rc;
+    char path[PATH_MAX];
+    struct stat sb;
+    if (stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (anvil_ckpt_verify(in)) return cli_fail("export");
+        snprintf(path, sizeof path, "%s/model.safetensors", in);
+    } else {
+        snprintf(path, sizeof path, "%s", in);
+    }
+    anvil_gpt2 m;
+    if (anvil_model_load(path, anvil_kernels_cpu(), &m)) return cli_fail("export");
+    rc = anvil_hf_export(&m, out);
+    anvil_gpt2_free(&m);
+    if (rc) return cli_fail("export");
+    printf("wrote %s/model.safetensors and %s/config.json\n", out, out);
+    return 0;
+}
+
+int cmd_import(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    int rc;
+    if (two_paths("import", import_usage, "--hf", argc, argv, &in, &out, &rc)) return rc;
+    anvil_gpt2 m;
+    if (anvil_hf_import(in, anvil_kernels_cpu(), &m)) return cli_fail("import");
+    rc = anvil_model_save(out, &m);
+    if (!rc)
+        printf("wrote %s (n_layer %d, n_head %d, n_embd %d, block_size %d, vocab_size %d)\n", out, m.cfg.n_layer,
+               m.cfg.n_head, m.cfg.n_embd, m.cfg.block_size, m.cfg.vocab_size);
+    anvil_gpt2_free(&m);
+    return rc ? cli_fail("import") : 0;
+}

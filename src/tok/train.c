@@ -1,0 +1,597 @@
+/* BPE training over unique pre-tokenized words.
+ *
+ * The corpus is split with the encoding's regex into words, counted once
+ * (in parallel over chunks that start at an ASCII letter beginning a line
+ * after a printable ASCII character: no regex piece of any of the encodings
+ * crosses such a point).
+ * Merging then works on the unique words only: each pair keeps its total
+ * count and the words it occurs in, a lazy max-heap yields the next pair,
+ * and a merge touches only the words that contain it, re-counting just
+ * their pairs. Nothing is ever recounted over the whole corpus. */
+#include <errno.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "tok/tok_internal.h"
+
+/* ---- unique words with their counts ---- */
+
+typedef struct {
+    uint64_t *slots; /* hash tag << 32 | word index + 1 */
+    uint32_t mask;
+    uint32_t n;
+    uint64_t *off;  /* per word: offset of its bytes */
+    uint32_t *len;
+    int64_t *freq;
+    unsigned char *bytes;
+    size_t used, cap;
+    uint32_t wcap;
+    int oom;
+} wordmap;
+
+static int wm_init(wordmap *m) {
+    memset(m, 0, sizeof *m);
+    m->mask = (1u << 16) - 1;
+    m->slots = calloc(m->mask + 1, sizeof *m->slots);
+    m->cap = 1 << 20;
+    m->bytes = malloc(m->cap);
+    m->wcap = 1 << 15;
+    m->off = malloc(m->wcap * sizeof *m->off);
+    m->len = malloc(m->wcap * sizeof *m->len);
+    m->freq = malloc(m->wcap * sizeof *m->freq);
+    return m->slots && m->bytes && m->off && m->len && m->freq ? 0 : -1;
+}
+
+static void wm_free(wordmap *m) {
+    free(m->slots), free(m->bytes), free(m->off), free(m->len), free(m->freq);
+}
+
+static int wm_grow(wordmap *m) {
+    uint32_t nmask = m->mask * 2 + 1;
+    uint64_t *ns = calloc((size_t)nmask + 1, sizeof *ns);
+    if (!ns) return -1;
+    for (uint32_t i = 0; i <= m->mask; i++) {
+        uint64_t s = m->slots[i];
+        if (!s) continue;
+        uint32_t w = (uint32_t)s - 1;
+        uint64_t h = tok_hash(m->bytes + m->off[w], m->len[w]);
+        uint32_t j = (uint32_t)h & nmask;
+        while (ns[j]) j = (j + 1) & nmask;
+        ns[j] = s;
+    }
+    free(m->slots);
+    m->slots = ns;
+    m->mask = nmask;
+    return 0;
+}
+
+static int wm_add(wordmap *m, const unsigned char *p, size_t n, int64_t freq) {
+    if (m->oom) return -1;
+    uint64_t h = tok_hash(p, n);
+    uint32_t tag = (uint32_t)(h >> 32), i = (uint32_t)h & m->mask;
+    for (;; i = (i + 1) & m->mask) {
+        uint64_t s = m->slots[i];
+        if (!s) break;
+        uint32_t w = (uint32_t)s - 1;
+        if ((uint32_t)(s >> 32) == tag && m->len[w] == n && !memcmp(m->bytes + m->off[w], p, n)) {
+            m->freq[w] += freq;
+            return 0;
+        }
+    }
+    if (m->n == m->wcap) {
+        uint32_t nc = m->wcap * 2;
+        uint64_t *o = realloc(m->off, nc * sizeof *o);
+        if (o) m->off = o;
+        uint32_t *l = realloc(m->len, nc * sizeof *l);
+        if (l) m->len = l;
+        int64_t *f = realloc(m->freq, nc * sizeof *f);
+        if (f) m->freq = f;
+        if (!o || !l || !f) return m->oom = -1;
+        m->wcap = nc;
+    }
+    while (m->used + n > m->cap) {
+        unsigned char *b = realloc(m->bytes, m->cap * 2);
+        if (!b) return m->oom = -1;
+        m->bytes = b;
+        m->cap *= 2;
+    }
+    memcpy(m->bytes + m->used, p, n);
+    uint32_t w = m->n++;
+    m->off[w] = m->used;
+    m->len[w] = (uint32_t)n;
+    m->freq[w] = freq;
+    m->used += n;
+    m->slots[i] = (uint64_t)tag << 32 | (w + 1);
+    if (2 * (uint64_t)m->n > m->mask && wm_grow(m)) return m->oom = -1;
+    return 0;
+}
+
+static int wm_piece(const unsigned char *p, size_t n, void *ctx) { return wm_add(ctx, p, n, 1); }
+
+/* Splits one text (documents separated by <|endoftext|>) into m. */
+static int count_text(pcre2_code *const re[2], pcre2_match_data *md, const unsigned char *p, size_t n, wordmap *m) {
+    static const char eot[] = "<|endoftext|>";
+    const size_t el = sizeof eot - 1;
+    while (n) {
+        const unsigned char *e = memmem(p, n, eot, el);
+        size_t seg = e ? (size_t)(e - p) : n;
+        if (tok_split(re[!tok_needs_u16(p, seg)], md, p, seg, wm_piece, m)) return -1;
+        if (!e) break;
+        p += seg + el;
+        n -= seg + el;
+    }
+    return 0;
+}
+
+/* ---- pairs ---- */
+
+typedef struct {
+    uint32_t a, b;
+    int64_t count;
+    int64_t heap_count; /* the highest count among its heap entries (0: none live) */
+    uint32_t *where;    /* words that contained the pair when it was counted */
+    uint32_t n_where, cap_where;
+    int dirty;
+} pair_t;
+
+typedef struct {
+    int64_t count;
+    uint32_t a, b, pair;
+} heap_ent;
+
+typedef struct {
+    pair_t *pairs;
+    uint32_t n_pairs, cap_pairs;
+    uint32_t *slots; /* pair index + 1 */
+    uint32_t mask;
+    heap_ent *heap;
+    size_t n_heap, cap_heap;
+    uint32_t *dirty;
+    size_t n_dirty, cap_dirty;
+} trainer;
+
+static uint64_t pair_hash(uint32_t a, uint32_t b) {
+    uint64_t h = ((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
+}
+
+static int grow_array(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap : 64;
+    while (nc < need) nc *= 2;
+    void *q = realloc(*p, nc * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+/* The index of pair (a, b), created with count 0 when new; UINT32_MAX on OOM. */
+static uint32_t pair_get(trainer *T, uint32_t a, uint32_t b) {
+    uint32_t i = (uint32_t)pair_hash(a, b) & T->mask;
+    for (;; i = (i + 1) & T->mask) {
+        uint32_t s = T->slots[i];
+        if (!s) break;
+        if (T->pairs[s - 1].a == a && T->pairs[s - 1].b == b) return s - 1;
+    }
+    if (T->n_pairs == T->cap_pairs) {
+        size_t cap = T->cap_pairs;
+        if (grow_array((void **)&T->pairs, &cap, (size_t)T->n_pairs + 1, sizeof(pair_t))) return UINT32_MAX;
+        T->cap_pairs = (uint32_t)cap;
+    }
+    uint32_t p = T->n_pairs++;
+    T->pairs[p] = (pair_t){.a = a, .b = b};
+    T->slots[i] = p + 1;
+    if (2 * (uint64_t)T->n_pairs > T->mask) {
+        uint32_t nmask = T->mask * 2 + 1;
+        uint32_t *ns = calloc((size_t)nmask + 1, sizeof *ns);
+        if (!ns) return UINT32_MAX;
+        for (uint32_t k = 0; k < T->n_pairs; k++) {
+            uint32_t j = (uint32_t)pair_hash(T->pairs[k].a, T->pairs[k].b) & nmask;
+            while (ns[j]) j = (j + 1) & nmask;
+            ns[j] = k + 1;
+        }
+        free(T->slots);
+        T->slots = ns;
+        T->mask = nmask;
+    }
+    return p;
+}
+
+static int pair_add(trainer *T, uint32_t a, uint32_t b, int64_t delta, uint32_t word, int note_word) {
+    uint32_t p = pair_get(T, a, b);
+    if (p == UINT32_MAX) return -1;
+    pair_t *q = &T->pairs[p];
+    q->count += delta;
+    if (note_word && (!q->n_where || q->where[q->n_where - 1] != word)) {
+        size_t cap = q->cap_where;
+        if (grow_array((void **)&q->where, &cap, (size_t)q->n_where + 1, sizeof(uint32_t))) return -1;
+        q->cap_where = (uint32_t)cap;
+        q->where[q->n_where++] = word;
+    }
+    if (!q->dirty) {
+        q->dirty = 1;
+        if (grow_array((void **)&T->dirty, &T->cap_dirty, T->n_dirty + 1, sizeof(uint32_t))) return -1;
+        T->dirty[T->n_dirty++] = p;
+    }
+    return 0;
+}
+
+/* Higher count first; ties to the lower left id, then the lower right id. */
+static int heap_before(const heap_ent *x, const heap_ent *y) {
+    if (x->count != y->count) return x->count > y->count;
+    if (x->a != y->a) return x->a < y->a;
+    return x->b < y->b;
+}
+
+static int heap_push(trainer *T, uint32_t p) {
+    if (grow_array((void **)&T->heap, &T->cap_heap, T->n_heap + 1, sizeof(heap_ent))) return -1;
+    heap_ent e = {T->pairs[p].count, T->pairs[p].a, T->pairs[p].b, p};
+    T->pairs[p].heap_count = e.count;
+    size_t i = T->n_heap++;
+    while (i) {
+        size_t up = (i - 1) / 2;
+        if (!heap_before(&e, &T->heap[up])) break;
+        T->heap[i] = T->heap[up];
+        i = up;
+    }
+    T->heap[i] = e;
+    return 0;
+}
+
+static heap_ent heap_pop(trainer *T) {
+    heap_ent top = T->heap[0], e = T->heap[--T->n_heap];
+    size_t i = 0, n = T->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && heap_before(&T->heap[c + 1], &T->heap[c])) c++;
+        if (!heap_before(&T->heap[c], &e)) break;
+        T->heap[i] = T->heap[c];
+        i = c;
+    }
+    if (n) T->heap[i] = e;
+    return top;
+}
+
+/* Pushes every pair whose count grew past its heap entries. Decreases are
+ * left lazy: an entry above its pair's count is re-pushed when it surfaces
+ * (merge loop), so the heap holds about one entry per live pair instead of
+ * one per change. */
+static int flush_dirty(trainer *T) {
+    for (size_t k = 0; k < T->n_dirty; k++) {
+        pair_t *q = &T->pairs[T->dirty[k]];
+        q->dirty = 0;
+        if (q->count > q->heap_count && heap_push(T, T->dirty[k])) return -1;
+    }
+    T->n_dirty = 0;
+    return 0;
+}
+
+static int cmp_u32(const void *x, const void *y) {
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* ---- the .tiktoken writer ---- */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static void put_b64(FILE *f, const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        fputc(b64[w >> 18 & 63], f);
+        fputc(b64[w >> 12 & 63], f);
+        fputc(i + 1 < n ? b64[w >> 6 & 63] : '=', f);
+        fputc(i + 2 < n ? b64[w & 63] : '=', f);
+    }
+}
+
+static int write_ranks(const char *path, const unsigned char *arena, const uint32_t *off, const uint32_t *len,
+                       uint32_t n) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return anvil_fail("%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return anvil_fail("%s: cannot create: %s", tmp, strerror(errno));
+    for (uint32_t i = 0; i < n; i++) {
+        put_b64(f, arena + off[i], len[i]);
+        fprintf(f, " %u\n", i);
+    }
+    int bad = fflush(f) || ferror(f) || fsync(fileno(f));
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return anvil_fail("%s: cannot write the rank file: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/* ---- training ---- */
+
+typedef struct {
+    const unsigned char *p;
+    uint32_t n, w;
+} word_key;
+
+static int cmp_key(const void *x, const void *y) {
+    const word_key *a = x, *b = y;
+    int c = memcmp(a->p, b->p, a->n < b->n ? a->n : b->n);
+    return c ? c : (a->n > b->n) - (a->n < b->n);
+}
+
+typedef struct {
+    const unsigned char *p;
+    size_t n;
+} chunk_t;
+
+static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, size_t n_chunks) {
+    if (o->vocab_size < 257 || o->vocab_size > TOK_MAX_ID)
+        return anvil_fail("tokenizer train: vocab size %d is outside [257, %d]", o->vocab_size, TOK_MAX_ID);
+    const tok_encoding *enc = tok_find_encoding(o->pattern_name ? o->pattern_name : "gpt2");
+    if (!enc) return -1;
+    pcre2_code *re[2] = {tok_compile_regex(enc, 0), NULL};
+    if (!re[0] || !(re[1] = tok_compile_regex(enc, 1))) {
+        if (re[0]) pcre2_code_free(re[0]);
+        return -1;
+    }
+
+    /* 1. Unique words, counted per thread, then combined in thread order. */
+    int nt = o->threads > 0 ? o->threads : omp_get_max_threads();
+    if (nt < 1) nt = 1;
+    wordmap *maps = calloc((size_t)nt, sizeof *maps);
+    int rc = maps ? 0 : anvil_fail("tokenizer train: out of memory");
+    for (int k = 0; k < nt && !rc; k++)
+        if (wm_init(&maps[k])) rc = anvil_fail("tokenizer train: out of memory");
+    if (!rc) {
+        int failed = 0;
+#pragma omp parallel num_threads(nt) reduction(| : failed)
+        {
+            int me = omp_get_thread_num();
+            pcre2_match_data *md = pcre2_match_data_create_from_pattern(re[0], NULL);
+            if (!md) failed = 1;
+            /* Dynamic chunks, but each thread's words go to its own map. */
+#pragma omp for schedule(dynamic, 1)
+            for (size_t c = 0; c < n_chunks; c++)
+                if (!failed && count_text(re, md, chunks[c].p, chunks[c].n, &maps[me])) failed = 1;
+            if (md) pcre2_match_data_free(md);
+        }
+        if (failed) rc = anvil_fail("tokenizer train: out of memory counting words");
+        for (int k = 1; k < nt && !rc; k++) {
+            for (uint32_t w = 0; w < maps[k].n && !rc; w++)
+                if (wm_add(&maps[0], maps[k].bytes + maps[k].off[w], maps[k].len[w], maps[k].freq[w]))
+                    rc = anvil_fail("tokenizer train: out of memory counting words");
+            wm_free(&maps[k]);
+            memset(&maps[k], 0, sizeof maps[k]);
+        }
+    }
+    pcre2_code_free(re[0]);
+    pcre2_code_free(re[1]);
+    if (rc) {
+        for (int k = 0; maps && k < nt; k++) wm_free(&maps[k]);
+        free(maps);
+        return rc;
+    }
+    wordmap *W = &maps[0];
+    /* The map's order depends on the thread schedule; sorting the words by
+     * their bytes makes everything after this point deterministic. */
+    uint32_t nw = W->n;
+    uint32_t *order = malloc(sizeof(uint32_t) * (nw ? nw : 1));
+    uint32_t *wstart = malloc(sizeof(uint32_t) * ((size_t)nw + 1));
+    uint32_t *wlen = malloc(sizeof(uint32_t) * (nw ? nw : 1));
+    int64_t *wfreq = malloc(sizeof(int64_t) * (nw ? nw : 1));
+    uint32_t *sym = malloc(sizeof(uint32_t) * (W->used ? W->used : 1));
+    trainer T = {0};
+    T.mask = (1u << 16) - 1;
+    T.slots = calloc(T.mask + 1, sizeof *T.slots);
+    uint32_t max_tokens = (uint32_t)o->vocab_size - 1;
+    unsigned char *tarena = NULL;
+    size_t tused = 0, tcap = 0;
+    uint32_t *toff = malloc(sizeof(uint32_t) * max_tokens);
+    uint32_t *tlen = malloc(sizeof(uint32_t) * max_tokens);
+    tok_map tmap = {0};
+    if (W->used >= UINT32_MAX) {
+        rc = anvil_fail("tokenizer train: the unique words take %zu bytes, more than 4 GB", W->used);
+        goto done;
+    }
+    if (!order || !wstart || !wlen || !wfreq || !sym || !T.slots || !toff || !tlen ||
+        tok_map_init(&tmap, max_tokens) || grow_array((void **)&tarena, &tcap, 1 << 16, 1)) {
+        rc = anvil_fail("tokenizer train: out of memory for %u words", nw);
+        goto done;
+    }
+    for (uint32_t w = 0; w < nw; w++) order[w] = w;
+    {
+        word_key *keys = malloc(sizeof(word_key) * (nw ? nw : 1));
+        if (!keys) {
+            rc = anvil_fail("tokenizer train: out of memory sorting words");
+            goto done;
+        }
+        for (uint32_t w = 0; w < nw; w++) keys[w] = (word_key){W->bytes + W->off[w], W->len[w], w};
+        qsort(keys, nw, sizeof(word_key), cmp_key);
+        for (uint32_t w = 0; w < nw; w++) order[w] = keys[w].w;
+        free(keys);
+    }
+    size_t pos = 0;
+    for (uint32_t i = 0; i < nw; i++) {
+        uint32_t w = order[i];
+        wstart[i] = (uint32_t)pos;
+        wlen[i] = W->len[w];
+        wfreq[i] = W->freq[w];
+        for (uint32_t k = 0; k < W->len[w]; k++) sym[pos++] = W->bytes[W->off[w] + k];
+    }
+    /* 2. The 256 byte tokens (in a map that finds merges re-creating an
+     * existing token), then pair counts over all words. */
+    uint32_t n_tok = 256;
+    for (uint32_t b = 0; b < 256; b++) {
+        tarena[b] = (unsigned char)b;
+        toff[b] = b;
+        tlen[b] = 1;
+    }
+    tused = 256;
+    tmap.arena = tarena;
+    tmap.tok_off = toff;
+    tmap.tok_len = tlen;
+    for (uint32_t b = 0; b < 256; b++) tok_map_put(&tmap, b);
+    for (uint32_t i = 0; i < nw && !rc; i++)
+        for (uint32_t k = 0; k + 1 < wlen[i] && !rc; k++)
+            if (pair_add(&T, sym[wstart[i] + k], sym[wstart[i] + k + 1], wfreq[i], i, 1))
+                rc = anvil_fail("tokenizer train: out of memory counting pairs");
+    if (rc || flush_dirty(&T)) {
+        rc = rc ? rc : anvil_fail("tokenizer train: out of memory");
+        goto done;
+    }
+
+    /* 3. Merges. */
+    int merges_total = (int)max_tokens - 256, merges_done = 0;
+    while (n_tok < max_tokens && T.n_heap && !rc) {
+        heap_ent top = heap_pop(&T);
+        pair_t *q = &T.pairs[top.pair];
+        if (top.count != q->count) {
+            /* Stale: a higher entry of this pair was already handled, or
+             * the count fell since; then queue the current count. */
+            if (top.count > q->count && top.count == q->heap_count) {
+                q->heap_count = 0;
+                if (q->count > 0 && heap_push(&T, top.pair)) rc = anvil_fail("tokenizer train: out of memory");
+            }
+            continue;
+        }
+        q->heap_count = 0;
+        uint32_t a = q->a, b = q->b;
+        size_t nl = tlen[a] + tlen[b];
+        if (grow_array((void **)&tarena, &tcap, tused + nl, 1) || tused + nl > UINT32_MAX) {
+            rc = anvil_fail("tokenizer train: out of memory for token bytes");
+            break;
+        }
+        memcpy(tarena + tused, tarena + toff[a], tlen[a]);
+        memcpy(tarena + tused + tlen[a], tarena + toff[b], tlen[b]);
+        tmap.arena = tarena;
+        uint32_t t, probe = n_tok;
+        toff[probe] = (uint32_t)tused;
+        tlen[probe] = (uint32_t)nl;
+        uint32_t existing = tok_map_put(&tmap, probe);
+        if (existing != TOK_NO_RANK) {
+            t = existing;
+        } else {
+            t = n_tok++;
+            tused += nl;
+        }
+        /* Take the pair's word list: after this merge it has no occurrences. */
+        uint32_t *where = q->where, n_where = q->n_where;
+        q->where = NULL;
+        q->n_where = q->cap_where = 0;
+        qsort(where, n_where, sizeof(uint32_t), cmp_u32);
+        for (uint32_t k = 0; k < n_where && !rc; k++) {
+            uint32_t w = where[k];
+            if (k && where[k - 1] == w) continue;
+            uint32_t *s = sym + wstart[w], L = wlen[w];
+            int has = 0;
+            for (uint32_t j = 0; j + 1 < L; j++)
+                if (s[j] == a && s[j + 1] == b) {
+                    has = 1;
+                    break;
+                }
+            if (!has) continue;
+            int64_t f = wfreq[w];
+            for (uint32_t j = 0; j + 1 < L && !rc; j++)
+                if (pair_add(&T, s[j], s[j + 1], -f, w, 0)) rc = -1;
+            uint32_t o2 = 0;
+            for (uint32_t j = 0; j < L;) {
+                if (j + 1 < L && s[j] == a && s[j + 1] == b) {
+                    s[o2++] = t;
+                    j += 2;
+                } else {
+                    s[o2++] = s[j++];
+                }
+            }
+            wlen[w] = L = o2;
+            for (uint32_t j = 0; j + 1 < L && !rc; j++)
+                if (pair_add(&T, s[j], s[j + 1], f, w, s[j] == t || s[j + 1] == t)) rc = -1;
+        }
+        free(where);
+        if (rc || flush_dirty(&T)) {
+            rc = anvil_fail("tokenizer train: out of memory merging");
+            break;
+        }
+        merges_done++;
+        if (o->progress) o->progress(o->progress_ctx, merges_done, merges_total, top.count);
+    }
+    if (!rc) rc = write_ranks(o->out_path, tarena, toff, tlen, n_tok);
+    if (!rc) rc = (int)n_tok;
+done:
+    for (uint32_t p = 0; p < T.n_pairs; p++) free(T.pairs[p].where);
+    free(T.pairs), free(T.slots), free(T.heap), free(T.dirty);
+    free(order), free(wstart), free(wlen), free(wfreq), free(sym);
+    free(tarena), free(toff), free(tlen), free(tmap.slots);
+    wm_free(W);
+    free(maps);
+    return rc;
+}
+
+/* Cuts a text into chunks of about `target` bytes at points where no regex
+ * piece can continue (see the top of this file). */
+static int add_chunks(const unsigned char *p, size_t n, chunk_t **chunks, size_t *nc, size_t *cc) {
+    const size_t target = 1 << 20;
+    size_t start = 0;
+    while (start < n) {
+        size_t end = start + target < n ? start + target : n;
+        while (end < n && !(end >= 2 && p[end - 1] == '\n' && p[end - 2] > ' ' && p[end - 2] < 127 &&
+                            ((p[end] | 32) >= 'a' && (p[end] | 32) <= 'z')))
+            end++;
+        if (grow_array((void **)chunks, cc, *nc + 1, sizeof(chunk_t))) return -1;
+        (*chunks)[(*nc)++] = (chunk_t){p + start, end - start};
+        start = end;
+    }
+    return 0;
+}
+
+int anvil_tok_train_mem(const anvil_tok_train_opts *o, const char *const *texts, const size_t *lens, int n_texts) {
+    chunk_t *chunks = NULL;
+    size_t nc = 0, cc = 0;
+    for (int i = 0; i < n_texts; i++)
+        if (add_chunks((const unsigned char *)texts[i], lens[i], &chunks, &nc, &cc)) {
+            free(chunks);
+            return anvil_fail("tokenizer train: out of memory");
+        }
+    int rc = train_chunks(o, chunks, nc);
+    free(chunks);
+    return rc;
+}
+
+int anvil_tok_train(const anvil_tok_train_opts *o) {
+    char **texts = calloc((size_t)(o->n_files > 0 ? o->n_files : 1), sizeof *texts);
+    size_t *lens = calloc((size_t)(o->n_files > 0 ? o->n_files : 1), sizeof *lens);
+    int rc = texts && lens ? 0 : anvil_fail("tokenizer train: out of memory");
+    for (int i = 0; i < o->n_files && !rc; i++) {
+        FILE *f = fopen(o->files[i], "rb");
+        if (!f) {
+            rc = anvil_fail("%s: cannot open: %s", o->files[i], strerror(errno));
+            break;
+        }
+        size_t cap = 1 << 20, n = 0;
+        char *buf = malloc(cap);
+        for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+            n += got;
+            if (n == cap) {
+                char *nb = realloc(buf, cap *= 2);
+                if (!nb) free(buf);
+                buf = nb;
+            }
+        }
+        if (!buf || ferror(f)) rc = anvil_fail("%s: cannot read%s", o->files[i], buf ? "" : " (out of memory)");
+        fclose(f);
+        texts[i] = buf;
+        lens[i] = n;
+    }
+    if (!rc) rc = anvil_tok_train_mem(o, (const char *const *)texts, lens, o->n_files);
+    for (int i = 0; texts && i < o->n_files; i++) free(texts[i]);
+    free(texts);
+    free(lens);
+    return rc;
+}

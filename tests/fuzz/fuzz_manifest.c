@@ -1,0 +1,41 @@
+/* libFuzzer entry point for the checkpoint manifest parser: any byte string
+ * must be either accepted as a consistent manifest or refused with a message,
+ * never crash, leak or read out of bounds. A manifest steers which files
+ * verification opens, so an accepted one must name only plain files inside
+ * the checkpoint folder. Not part of the CMake build.
+ *
+ * Build and run from the repository root:
+ *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Isrc \
+ *     tests/fuzz/fuzz_manifest.c src/ckpt/checkpoint.c src/ckpt/safetensors.c src/model/gpt2.c \
+ *     src/core/error.c src/core/rng.c -lcjson -lm -o /tmp/fuzz_manifest
+ *   mkdir -p /tmp/fuzz_manifest_corpus && cp SOME_RUN/ckpt/step_*\/manifest.json /tmp/fuzz_manifest_corpus/
+ *   /tmp/fuzz_manifest -runs=2000000 -max_len=8192 /tmp/fuzz_manifest_corpus
+ * (gpt2.c is linked for anvil_gpt2_config_check; the model code itself is not exercised.) */
+#include "ckpt/checkpoint.h"
+#include "core/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    anvil_fail("%s", "");
+    anvil_ckpt_manifest m;
+    if (anvil_ckpt_manifest_parse((const char *)data, size, "fuzz", &m)) {
+        if (anvil_errmsg()[0] == '\0') __builtin_trap();
+        if (m.train_config) __builtin_trap(); /* a refusal leaves nothing to free */
+        return 0;
+    }
+    if (m.version < 1 || m.version > ANVIL_CKPT_VERSION || m.nfiles < 1 || m.nfiles > ANVIL_CKPT_MAX_FILES)
+        __builtin_trap();
+    if (m.step < 0 || m.tokens_seen < 0 || m.loader.shard < 0 || m.loader.position < 0 || m.rank >= m.world)
+        __builtin_trap();
+    if (m.model.padded_vocab < m.model.vocab_size || m.model.n_embd % m.model.n_head) __builtin_trap();
+    for (int i = 0; i < m.nfiles; i++) {
+        const char *n = m.files[i].name;
+        if (!n[0] || n[0] == '.' || strchr(n, '/') || strlen(n) >= sizeof m.files[i].name) __builtin_trap();
+    }
+    if (!m.train_config || m.train_config[0] != '{') __builtin_trap();
+    anvil_ckpt_manifest_free(&m);
+    return 0;
+}

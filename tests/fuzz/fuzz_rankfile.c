@@ -1,0 +1,89 @@
+/* libFuzzer targets for the tokenizer. Not part of the CMake build.
+ *
+ * Default: the .tiktoken rank-file parser. Any byte string must be either
+ * loaded as a consistent vocabulary or refused with a message; a loaded one
+ * must round-trip a few texts. With -DFUZZ_ENCODE: encoding arbitrary bytes
+ * (mostly ill-formed UTF-8) with the real gpt2, cl100k_base and o200k_base
+ * tables, the first input byte picking the table and the special-token
+ * mode; decode(encode(x)) must give x back.
+ *
+ * Build and run from the repository root:
+ *   S="src/tok/bpe.c src/tok/pretok.c src/tok/ranks.c src/tok/train.c src/core/error.c"
+ *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined -Isrc \
+ *     tests/fuzz/fuzz_rankfile.c $S -lpcre2-8 -o /tmp/fuzz_rankfile
+ *   mkdir -p /tmp/fuzz_rank_corpus && cp tests/tok/fuzz_seed/small.tiktoken /tmp/fuzz_rank_corpus/
+ *   /tmp/fuzz_rankfile -runs=2000000 -max_len=8192 /tmp/fuzz_rank_corpus
+ *   clang ... -DFUZZ_ENCODE ... -o /tmp/fuzz_encode   (same line, plus -DFUZZ_ENCODE)
+ *   (cd tests && /tmp/fuzz_encode -runs=2000000 -max_len=4096 /tmp/fuzz_enc_corpus)
+ * The encode target reads tok/ranks/<encoding>.tiktoken relative to the
+ * working directory (tests/; see tests/tok/gen.sh). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "tok/tokenizer.h"
+
+static void check_roundtrip(const anvil_tok *t, const uint8_t *x, size_t n, enum anvil_tok_special mode) {
+    int32_t *ids = NULL;
+    size_t cap = 0, bcap = 0;
+    unsigned char *back = NULL;
+    int64_t k = anvil_tok_encode(t, NULL, x, n, mode, &ids, &cap);
+    if (k < 0) {
+        /* Only refusing special-token text may fail. */
+        if (mode != ANVIL_TOK_SPECIAL_REFUSE || !strstr(anvil_errmsg(), "special token")) __builtin_trap();
+    } else {
+        int64_t m = anvil_tok_decode(t, ids, (size_t)k, &back, &bcap);
+        if (m != (int64_t)n || (n && memcmp(back, x, n))) __builtin_trap();
+    }
+    free(ids);
+    free(back);
+}
+
+#ifndef FUZZ_ENCODE
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    anvil_fail("%s", "");
+    anvil_tok *t = anvil_tok_load_mem((const char *)data, size, "fuzz", "gpt2");
+    if (!t) {
+        if (anvil_errmsg()[0] == '\0') __builtin_trap();
+        return 0;
+    }
+    static const char *texts[] = {"", "hello world", "aaaa bbbb", "\xff\xfe<|endoftext|>x", "  \n\n 123"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+        check_roundtrip(t, (const uint8_t *)texts[i], strlen(texts[i]), ANVIL_TOK_SPECIAL_ALLOW);
+    /* Every id below the vocabulary size either names a token or is refused. */
+    for (int32_t id = 0; id < anvil_tok_vocab_size(t) && id < 4096; id++) {
+        size_t len = 0;
+        const unsigned char *b = anvil_tok_token_bytes(t, id, &len);
+        if (b && len == 0) __builtin_trap();
+    }
+    anvil_tok_free(t);
+    return 0;
+}
+
+#else
+
+static anvil_tok *toks[3];
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    static const char *enc[3] = {"gpt2", "cl100k_base", "o200k_base"};
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        strcpy(path, "tok/ranks/");
+        strcat(path, enc[i]);
+        strcat(path, ".tiktoken");
+        if (!(toks[i] = anvil_tok_load(path, enc[i]))) abort();
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    const anvil_tok *t = toks[data[0] % 3];
+    check_roundtrip(t, data + 1, size - 1, (enum anvil_tok_special)((data[0] / 3) % 3));
+    return 0;
+}
+
+#endif

@@ -1,0 +1,665 @@
+/* Training checkpoints and the Hugging Face GPT-2 interchange:
+ * - save/load restores parameters, AdamW moments and step, loader and RNG
+ *   state bit-exactly; a different model config or a newer format is refused;
+ * - verify catches truncated and bit-flipped files and names them;
+ * - --resume auto falls back past a corrupt newest checkpoint, ignores .tmp-
+ *   leftovers; prune keeps the right set and removes stale leftovers;
+ * - a full disk (RLIMIT_FSIZE) fails the save with the file named, leaves no
+ *   temporary folder, and leaves older checkpoints and `latest` intact;
+ * - export/import round-trips bit-exactly, and the exported model's logits
+ *   computed by an independent GPT-2 over the HF layout (the fixture from
+ *   tests/fixtures/gen_hf_fixture.py) match anvil's to 1e-4 rel + 1e-5 abs.
+ *
+ * `test_checkpoint --write-hf DIR` writes the fixture model's export for the
+ * generator script. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_gpt2.h"
+#include "ckpt/model_file.h"
+#include "ckpt/safetensors.h"
+#include "core/error.h"
+#include "model/gpt2.h"
+#include "testutil.h"
+#include "train/optim.h"
+
+#define HF_FIXTURE "fixtures/hf_gpt2_tiny_logits.safetensors"
+#define HF_SEED 4242
+
+static char root[64];
+
+static const anvil_gpt2_config tiny_cfg = {2, 2, 32, 16, 67, 0};
+
+static void path_in(char *out, size_t cap, const char *a, const char *b) {
+    if ((size_t)snprintf(out, cap, "%s/%s", a, b) >= cap) {
+        fprintf(stderr, "path too long: %s/%s\n", a, b);
+        exit(1);
+    }
+}
+
+static int exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+static void make_model(anvil_gpt2 *m, anvil_gpt2_config cfg, uint64_t seed) {
+    anvil_gpt2_config_check(&cfg);
+    if (anvil_gpt2_init(m, &cfg, anvil_kernels_cpu())) {
+        fprintf(stderr, "init: %s\n", anvil_errmsg());
+        exit(1);
+    }
+    anvil_gpt2_init_weights(m, seed);
+}
+
+/* A few real training steps so the moments are not trivial. */
+static void train_steps(anvil_gpt2 *m, anvil_adamw *o, int steps) {
+    enum { B = 2, T = 8 };
+    int32_t x[B * T], y[B * T];
+    anvil_rng r;
+    anvil_rng_seed(&r, 7);
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < B * T; i++) {
+            x[i] = (int32_t)(anvil_rng_u64(&r) % (uint64_t)m->cfg.vocab_size);
+            y[i] = (int32_t)(anvil_rng_u64(&r) % (uint64_t)m->cfg.vocab_size);
+        }
+        float loss;
+        anvil_gpt2_zero_grad(m);
+        CHECK(anvil_gpt2_forward_backward(m, x, y, B, T, 1.0f, &loss) == 0);
+        anvil_adamw_step(o, m, 1e-3f);
+    }
+}
+
+typedef struct {
+    anvil_gpt2 m;
+    anvil_adamw o;
+} trained;
+
+static const anvil_adamw_config acfg = {0.9f, 0.95f, 1e-8f, 0.1f};
+
+static void make_trained(trained *t, uint64_t seed, int steps) {
+    make_model(&t->m, tiny_cfg, seed);
+    CHECK(anvil_adamw_init(&t->o, &t->m, &acfg) == 0);
+    train_steps(&t->m, &t->o, steps);
+}
+
+static void free_trained(trained *t) {
+    anvil_adamw_free(&t->o, &t->m);
+    anvil_gpt2_free(&t->m);
+}
+
+static anvil_ckpt_state state_of(const trained *t, int64_t step) {
+    anvil_ckpt_state st = {0};
+    st.model = &t->m;
+    st.opt = &t->o;
+    st.loader = (anvil_loader_state){3, 123456789012LL, 2};
+    st.rng.s[0] = 0xfedcba9876543210ULL; /* above 2^53: must survive as text */
+    st.rng.s[1] = (uint64_t)step * 0x9e3779b97f4a7c15ULL;
+    st.step = step;
+    st.tokens_seen = step * 4096;
+    st.tokenizer = "bytes";
+    st.train_config_json = "{\"lr\":0.0006,\"B\":2,\"T\":8,\"name\":\"test\"}";
+    return st;
+}
+
+static void save_step(const char *run, const trained *t, int64_t step) {
+    anvil_ckpt_state st = state_of(t, step);
+    char out[PATH_MAX];
+    if (anvil_ckpt_save(run, &st, out, sizeof out)) t_fail(__FILE__, __LINE__, "save: %s", anvil_errmsg());
+}
+
+static void test_crc(void) {
+    CHECK(anvil_crc32c(0, "123456789", 9) == 0xE3069283u);
+    CHECK(anvil_crc32c(anvil_crc32c(0, "1234", 4), "56789", 5) == 0xE3069283u);
+    CHECK(anvil_crc32c(0, "", 0) == 0);
+}
+
+static void test_round_trip(void) {
+    char run[PATH_MAX], dir[PATH_MAX], warn[1024];
+    path_in(run, sizeof run, root, "rt");
+    trained a, b;
+    make_trained(&a, 1, 3);
+    save_step(run, &a, 3);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000003");
+    CHECK(anvil_ckpt_verify(dir) == 0);
+
+    char latest[PATH_MAX];
+    path_in(latest, sizeof latest, run, "ckpt/latest");
+    FILE *f = fopen(latest, "r");
+    char line[64] = "";
+    if (f) {
+        CHECK(fgets(line, sizeof line, f) != NULL);
+        fclose(f);
+    }
+    CHECK(!strcmp(line, "step_00000003\n"));
+
+    make_trained(&b, 99, 1);
+    anvil_ckpt_manifest info;
+    if (anvil_ckpt_load(dir, &b.m, &b.o, &info)) {
+        t_fail(__FILE__, __LINE__, "load: %s", anvil_errmsg());
+        return;
+    }
+    size_t bytes = a.m.nparams * sizeof(float);
+    CHECK(!memcmp(a.m.params, b.m.params, bytes));
+    CHECK(!memcmp(a.o.m, b.o.m, bytes));
+    CHECK(!memcmp(a.o.v, b.o.v, bytes));
+    CHECK(b.o.t == 3 && a.o.t == 3);
+    anvil_ckpt_state st = state_of(&a, 3);
+    CHECK(info.step == 3 && info.tokens_seen == 3 * 4096);
+    CHECK(info.loader.shard == 3 && info.loader.position == 123456789012LL && info.loader.epoch == 2);
+    CHECK(info.rng.s[0] == st.rng.s[0] && info.rng.s[1] == st.rng.s[1]);
+    CHECK(!strcmp(info.tokenizer, "bytes"));
+    CHECK(info.train_config && !strcmp(info.train_config, "{\"lr\":0.0006,\"B\":2,\"T\":8,\"name\":\"test\"}"));
+    CHECK(info.world == 1 && info.rank == 0 && info.zero_stage == 0 && info.shard_group == 1);
+    CHECK(info.adamw.beta2 == 0.95f);
+    anvil_ckpt_manifest_free(&info);
+
+    /* Training continues identically from the restored state. */
+    train_steps(&a.m, &a.o, 2);
+    train_steps(&b.m, &b.o, 2);
+    CHECK(!memcmp(a.m.params, b.m.params, bytes));
+
+    /* The weights file is a plain model file too. */
+    anvil_gpt2 mf;
+    char wpath[PATH_MAX];
+    path_in(wpath, sizeof wpath, dir, "model.safetensors");
+    if (anvil_model_load(wpath, anvil_kernels_cpu(), &mf) == 0) {
+        CHECK(mf.nparams == b.m.nparams);
+        anvil_gpt2_free(&mf);
+    } else {
+        t_fail(__FILE__, __LINE__, "model_load of checkpoint weights: %s", anvil_errmsg());
+    }
+
+    /* Saving the same step again replaces it atomically. */
+    save_step(run, &a, 3);
+    CHECK(anvil_ckpt_verify(dir) == 0);
+    CHECK(anvil_ckpt_find_latest_valid(run, latest, sizeof latest, warn, sizeof warn) == 1);
+    CHECK(!strcmp(latest, dir) && warn[0] == '\0');
+
+    free_trained(&a);
+    free_trained(&b);
+}
+
+static void rewrite_manifest_field(const char *dir, const char *from, const char *to) {
+    char p[PATH_MAX];
+    path_in(p, sizeof p, dir, "manifest.json");
+    FILE *f = fopen(p, "rb");
+    static char buf[1 << 16];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = '\0';
+    char *at = strstr(buf, from);
+    if (!at) {
+        t_fail(__FILE__, __LINE__, "manifest lacks '%s'", from);
+        return;
+    }
+    f = fopen(p, "wb");
+    fwrite(buf, 1, (size_t)(at - buf), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+}
+
+static void test_refusals(void) {
+    char run[PATH_MAX], dir[PATH_MAX];
+    path_in(run, sizeof run, root, "ref");
+    trained a;
+    make_trained(&a, 2, 1);
+    save_step(run, &a, 10);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000010");
+
+    /* Another model config: the message names the field. */
+    anvil_gpt2_config other = tiny_cfg;
+    other.n_head = 4;
+    anvil_gpt2 m;
+    make_model(&m, other, 1);
+    CHECK(anvil_ckpt_load(dir, &m, NULL, NULL) == -1);
+    CHECK(strstr(anvil_errmsg(), "n_head is 2 in the checkpoint, 4 in this run") != NULL);
+    anvil_gpt2_free(&m);
+
+    /* A sharded checkpoint of a multi-process run is not restored into one process. */
+    rewrite_manifest_field(dir, "\"world\":\t1", "\"world\":\t2");
+    CHECK(anvil_ckpt_verify(dir) == 0);
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1 && strstr(anvil_errmsg(), "2-process run"));
+    rewrite_manifest_field(dir, "\"world\":\t2", "\"world\":\t1");
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
+
+    /* A newer format version. */
+    rewrite_manifest_field(dir, "\"version\":\t1", "\"version\":\t2");
+    CHECK(anvil_ckpt_verify(dir) == -1);
+    CHECK(strstr(anvil_errmsg(), "version 2 is newer") != NULL);
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1);
+    free_trained(&a);
+}
+
+static void corrupt(const char *file, long off, int truncate_to) {
+    if (truncate_to >= 0) {
+        CHECK(truncate(file, truncate_to) == 0);
+        return;
+    }
+    int fd = open(file, O_RDWR);
+    unsigned char c;
+    CHECK(pread(fd, &c, 1, off) == 1);
+    c ^= 0x10;
+    CHECK(pwrite(fd, &c, 1, off) == 1);
+    close(fd);
+}
+
+static void test_corruption_and_fallback(void) {
+    char run[PATH_MAX], d1[PATH_MAX], d2[PATH_MAX], d3[PATH_MAX], file[PATH_MAX], out[PATH_MAX], warn[2048];
+    path_in(run, sizeof run, root, "fb");
+    trained a;
+    make_trained(&a, 3, 1);
+    save_step(run, &a, 100);
+    save_step(run, &a, 200);
+    save_step(run, &a, 300);
+    path_in(d1, sizeof d1, run, "ckpt/step_00000100");
+    path_in(d2, sizeof d2, run, "ckpt/step_00000200");
+    path_in(d3, sizeof d3, run, "ckpt/step_00000300");
+
+    /* Bit flip deep in the moments. */
+    path_in(file, sizeof file, d3, "optim.safetensors");
+    corrupt(file, 5000, -1);
+    CHECK(anvil_ckpt_verify(d3) == -1);
+    CHECK(strstr(anvil_errmsg(), "optim.safetensors: checksum mismatch") != NULL);
+    /* Truncated weights. */
+    path_in(file, sizeof file, d2, "model.safetensors");
+    corrupt(file, 0, 1000);
+    CHECK(anvil_ckpt_verify(d2) == -1);
+    CHECK(strstr(anvil_errmsg(), "model.safetensors: 1000 bytes") != NULL);
+    CHECK(anvil_ckpt_load(d2, &a.m, &a.o, NULL) == -1);
+
+    /* A stale temporary folder of a newer step is not a candidate. */
+    char stale[PATH_MAX];
+    path_in(stale, sizeof stale, run, "ckpt/step_00000400.tmp-2147483647");
+    CHECK(mkdir(stale, 0755) == 0);
+
+    CHECK(anvil_ckpt_find_latest_valid(run, out, sizeof out, warn, sizeof warn) == 1);
+    CHECK(!strcmp(out, d1));
+    CHECK(strstr(warn, "step_00000300") && strstr(warn, "step_00000200") && !strstr(warn, "step_00000400"));
+
+    /* Truncated manifest. */
+    path_in(file, sizeof file, d1, "manifest.json");
+    corrupt(file, 0, 100);
+    CHECK(anvil_ckpt_verify(d1) == -1);
+    CHECK(strstr(anvil_errmsg(), "manifest.json: not valid JSON") != NULL);
+    CHECK(anvil_ckpt_find_latest_valid(run, out, sizeof out, warn, sizeof warn) == -1);
+    CHECK(strstr(anvil_errmsg(), "no checkpoint verifies") != NULL);
+
+    char empty[PATH_MAX];
+    path_in(empty, sizeof empty, root, "no-such-run");
+    CHECK(anvil_ckpt_find_latest_valid(empty, out, sizeof out, warn, sizeof warn) == 0);
+    free_trained(&a);
+}
+
+static int count_prefix(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_prune(void) {
+    char run[PATH_MAX], ck[PATH_MAX], p[PATH_MAX];
+    path_in(run, sizeof run, root, "prune");
+    path_in(ck, sizeof ck, run, "ckpt");
+    trained a;
+    make_trained(&a, 4, 1);
+    for (int s = 100; s <= 1000; s += 100) save_step(run, &a, s);
+    char stale[PATH_MAX], mine[PATH_MAX], stale_latest[PATH_MAX];
+    path_in(stale, sizeof stale, ck, "step_00000050.tmp-2147483647");
+    char leaf[64];
+    snprintf(leaf, sizeof leaf, "step_00001100.tmp-%ld", (long)getpid());
+    path_in(mine, sizeof mine, ck, leaf);
+    path_in(stale_latest, sizeof stale_latest, ck, "latest.tmp-2147483647");
+    CHECK(mkdir(stale, 0755) == 0 && mkdir(mine, 0755) == 0);
+    FILE *f = fopen(stale_latest, "w");
+    if (f) fclose(f);
+    /* keep_last 3 -> 800, 900, 1000; keep_every 400 -> 400, 800. */
+    int removed = anvil_ckpt_prune(run, 3, 400);
+    CHECK(removed == 8); /* steps 100, 200, 300, 500, 600, 700 and the two stale leftovers */
+    static const int kept[] = {400, 800, 900, 1000};
+    for (int s = 100; s <= 1000; s += 100) {
+        char leaf[32];
+        snprintf(leaf, sizeof leaf, "step_%08d", s);
+        path_in(p, sizeof p, ck, leaf);
+        int want = 0;
+        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) want |= kept[i] == s;
+        if (exists(p) != want) t_fail(__FILE__, __LINE__, "prune: step %d %s", s, want ? "removed" : "kept");
+    }
+    CHECK(!exists(stale) && !exists(stale_latest));
+    CHECK(exists(mine)); /* this process's in-flight write is never touched */
+    rmdir(mine);
+    CHECK(count_prefix(ck, "step_") == 4);
+    CHECK(anvil_ckpt_prune(run, 0, 0) == -1);
+    free_trained(&a);
+}
+
+static void test_disk_full(void) {
+    char run[PATH_MAX], ck[PATH_MAX], d1[PATH_MAX], p[PATH_MAX], out[PATH_MAX];
+    path_in(run, sizeof run, root, "full");
+    path_in(ck, sizeof ck, run, "ckpt");
+    trained a;
+    make_trained(&a, 5, 1);
+    save_step(run, &a, 1);
+    path_in(d1, sizeof d1, ck, "step_00000001");
+    struct stat sb;
+    path_in(p, sizeof p, d1, "model.safetensors");
+    CHECK(stat(p, &sb) == 0);
+
+    /* Room for the weights but not for the twice-as-large moments file. */
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)sb.st_size + 4096;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    anvil_ckpt_state st = state_of(&a, 2);
+    int rc = anvil_ckpt_save(run, &st, out, sizeof out);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, prev);
+
+    CHECK(rc == -1);
+    CHECK(strstr(anvil_errmsg(), "step_00000002.tmp-") && strstr(anvil_errmsg(), "optim.safetensors") &&
+          strstr(anvil_errmsg(), "File too large"));
+    CHECK(count_prefix(ck, "step_") == 1); /* no step_2, no temporary folder */
+    CHECK(anvil_ckpt_verify(d1) == 0);
+    CHECK(anvil_ckpt_find_latest_valid(run, out, sizeof out, NULL, 0) == 1 && !strcmp(out, d1));
+    path_in(p, sizeof p, ck, "latest");
+    FILE *f = fopen(p, "r");
+    char line[64] = "";
+    if (f) {
+        CHECK(fgets(line, sizeof line, f) != NULL);
+        fclose(f);
+    }
+    CHECK(!strcmp(line, "step_00000001\n"));
+    free_trained(&a);
+}
+
+static void test_snapshot_reuse(void) {
+    char run[PATH_MAX], dir[PATH_MAX];
+    path_in(run, sizeof run, root, "snap");
+    trained a, b;
+    make_trained(&a, 6, 1);
+    anvil_ckpt_state st = state_of(&a, 1);
+    anvil_ckpt_snapshot *s = anvil_ckpt_snapshot_take(NULL, &st);
+    CHECK(s != NULL);
+    /* Training moves on; the snapshot keeps step 1's values. */
+    float *before = malloc(a.m.nparams * sizeof(float));
+    memcpy(before, a.m.params, a.m.nparams * sizeof(float));
+    train_steps(&a.m, &a.o, 1);
+    CHECK(anvil_ckpt_snapshot_step(s) == 1);
+    CHECK(anvil_ckpt_snapshot_write(s, run, dir, sizeof dir) == 0);
+    st = state_of(&a, 2);
+    s = anvil_ckpt_snapshot_take(s, &st);
+    CHECK(s && anvil_ckpt_snapshot_write(s, run, NULL, 0) == 0);
+    anvil_ckpt_snapshot_free(s);
+    make_trained(&b, 7, 0);
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, NULL) == 0);
+    CHECK(!memcmp(before, b.m.params, a.m.nparams * sizeof(float)));
+    st.train_config_json = "[1,2]";
+    CHECK(anvil_ckpt_snapshot_take(NULL, &st) == NULL);
+    CHECK(strstr(anvil_errmsg(), "not a JSON object") != NULL);
+    free(before);
+    free_trained(&a);
+    free_trained(&b);
+}
+
+typedef struct {
+    const anvil_ckpt_snapshot *s;
+    const char *run;
+    int rc;
+    char err[512];
+} bg_write;
+
+static void *bg_writer(void *arg) {
+    bg_write *w = arg;
+    w->rc = anvil_ckpt_snapshot_write(w->s, w->run, NULL, 0);
+    snprintf(w->err, sizeof w->err, "%s", anvil_errmsg()); /* messages are per thread */
+    return NULL;
+}
+
+/* The asynchronous pattern: take on the training thread, write on another while training goes on. */
+static void test_background_write(void) {
+    char run[PATH_MAX], dir[PATH_MAX];
+    path_in(run, sizeof run, root, "bg");
+    trained a, b;
+    make_trained(&a, 9, 1);
+    anvil_ckpt_state st = state_of(&a, 5);
+    anvil_ckpt_snapshot *s = anvil_ckpt_snapshot_take(NULL, &st);
+    float *at5 = malloc(a.m.nparams * sizeof(float));
+    memcpy(at5, a.m.params, a.m.nparams * sizeof(float));
+    bg_write w = {s, run, -1, ""};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, bg_writer, &w) == 0);
+    train_steps(&a.m, &a.o, 3);
+    pthread_join(th, NULL);
+    if (w.rc) t_fail(__FILE__, __LINE__, "background write: %s", w.err);
+    anvil_ckpt_snapshot_free(s);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000005");
+    make_trained(&b, 10, 0);
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, NULL) == 0);
+    CHECK(!memcmp(at5, b.m.params, a.m.nparams * sizeof(float)) && b.o.t == 1);
+    free(at5);
+    free_trained(&a);
+    free_trained(&b);
+}
+
+static void test_manifest_parser(void) {
+    anvil_ckpt_manifest m;
+    CHECK(anvil_ckpt_manifest_parse("{", 1, "x", &m) == -1);
+    CHECK(anvil_ckpt_manifest_parse("{\"format\":\"anvil-checkpoint\",\"version\":1}", 42, "x", &m) == -1);
+    CHECK(strstr(anvil_errmsg(), "'step' is missing") != NULL);
+    const char *evil =
+        "{\"format\":\"anvil-checkpoint\",\"version\":1,\"step\":1,\"tokens_seen\":0,"
+        "\"model\":{\"n_layer\":1,\"n_head\":1,\"n_embd\":8,\"block_size\":8,\"vocab_size\":10},\"tokenizer\":"
+        "\"bytes\","
+        "\"train_config\":{},\"loader\":{\"shard\":0,\"position\":0,\"epoch\":0},\"rng\":{\"s0\":\"1\",\"s1\":\"2\"},"
+        "\"optimizer\":{\"t\":1,\"beta1\":0.9,\"beta2\":0.95,\"eps\":1e-8,\"weight_decay\":0.1},"
+        "\"parallel\":{\"world\":1,\"rank\":0,\"zero_stage\":0,\"shard_group\":1},"
+        "\"files\":[{\"name\":\"../../etc/passwd\",\"bytes\":1,\"crc32c\":\"00000000\"}]}";
+    CHECK(anvil_ckpt_manifest_parse(evil, strlen(evil), "x", &m) == -1);
+    CHECK(strstr(anvil_errmsg(), "files[0].name") != NULL);
+}
+
+/* ---- Hugging Face interchange ---- */
+
+static void fixture_model(anvil_gpt2 *m) { make_model(m, tiny_cfg, HF_SEED); }
+
+static void test_hf_round_trip(void) {
+    char dir[PATH_MAX];
+    path_in(dir, sizeof dir, root, "hf");
+    trained a;
+    make_trained(&a, 8, 2); /* trained weights: no symmetric zeros or ones to hide a transposition */
+    CHECK(anvil_hf_export(&a.m, dir) == 0);
+    anvil_gpt2 b;
+    if (anvil_hf_import(dir, anvil_kernels_cpu(), &b)) {
+        t_fail(__FILE__, __LINE__, "import: %s", anvil_errmsg());
+        return;
+    }
+    CHECK(b.nparams == a.m.nparams && !memcmp(a.m.params, b.params, a.m.nparams * sizeof(float)));
+    anvil_gpt2_free(&b);
+
+    /* The layout HF expects: prefixed names, Conv1D [in, out], no lm_head, format=pt. */
+    char p[PATH_MAX];
+    path_in(p, sizeof p, dir, "model.safetensors");
+    anvil_st_file *f = anvil_st_open(p);
+    CHECK(f != NULL);
+    if (f) {
+        const anvil_st_tensor *t = anvil_st_find(f, "transformer.h.1.attn.c_attn.weight");
+        CHECK(t && t->ndim == 2 && t->shape[0] == 32 && t->shape[1] == 96);
+        t = anvil_st_find(f, "transformer.h.0.mlp.c_proj.weight");
+        CHECK(t && t->shape[0] == 128 && t->shape[1] == 32);
+        /* c_fc.weight[i][j] is anvil's fcw[layer 0][j][i]. */
+        t = anvil_st_find(f, "transformer.h.0.mlp.c_fc.weight");
+        const float *fcw = a.m.params + a.m.offsets[P_FCW];
+        CHECK(t && ((const float *)t->data)[5 * 128 + 77] == fcw[77 * 32 + 5]);
+        t = anvil_st_find(f, "transformer.wte.weight");
+        CHECK(t && t->shape[0] == 67);
+        CHECK(anvil_st_find(f, "lm_head.weight") == NULL);
+        CHECK(anvil_st_count(f) == 4 + 2 * 12);
+        CHECK(anvil_st_meta(f, "format") && !strcmp(anvil_st_meta(f, "format"), "pt"));
+
+        /* The original gpt2 repository's style: no prefix, mask buffers, a tied lm_head, and F16. */
+        int n = anvil_st_count(f);
+        anvil_st_tensor *ts = calloc((size_t)n + 3, sizeof *ts);
+        char(*names)[80] = calloc((size_t)n + 3, sizeof *names);
+        uint16_t *half = calloc(96, sizeof(uint16_t));
+        for (int i = 0; i < n; i++) {
+            ts[i] = *anvil_st_at(f, i);
+            snprintf(names[i], sizeof names[i], "%s", ts[i].name + strlen("transformer."));
+            ts[i].name = names[i];
+        }
+        float mask[4] = {1, 0, 1, 1};
+        ts[n] = (anvil_st_tensor){.name = "h.0.attn.bias",
+                                  .dtype = ANVIL_ST_F32,
+                                  .ndim = 4,
+                                  .shape = {1, 1, 2, 2},
+                                  .nbytes = 16,
+                                  .data = mask};
+        ts[n + 1] = *anvil_st_find(f, "transformer.wte.weight");
+        ts[n + 1].name = "lm_head.weight";
+        /* c_attn.bias of layer 1 as F16 holding exactly representable values. */
+        float *qkvb = a.m.params + a.m.offsets[P_QKVB] + 96;
+        for (int i = 0; i < 96; i++) {
+            float v = qkvb[i] = (float)(i - 48) / 64.0f;
+            if (v == 0.0f) continue;
+            int e;
+            float mant = frexpf(fabsf(v), &e); /* v = mant * 2^e, mant in [0.5, 1) */
+            uint16_t bits = (uint16_t)(((e - 1 + 15) << 10) | (uint16_t)((mant * 2.0f - 1.0f) * 1024.0f));
+            half[i] = (uint16_t)((v < 0 ? 0x8000 : 0) | bits);
+        }
+        for (int i = 0; i < n; i++)
+            if (!strcmp(ts[i].name, "h.1.attn.c_attn.bias")) {
+                ts[i].dtype = ANVIL_ST_F16;
+                ts[i].nbytes = 96 * 2;
+                ts[i].data = half;
+            }
+        char dir2[PATH_MAX], p2[PATH_MAX], cfg1[PATH_MAX], cfg2[PATH_MAX];
+        path_in(dir2, sizeof dir2, root, "hf-orig");
+        mkdir(dir2, 0755);
+        path_in(p2, sizeof p2, dir2, "model.safetensors");
+        CHECK(anvil_st_write(p2, ts, n + 2, NULL, 0) == 0);
+        path_in(cfg1, sizeof cfg1, dir, "config.json");
+        path_in(cfg2, sizeof cfg2, dir2, "config.json");
+        char cmd[3 * PATH_MAX];
+        snprintf(cmd, sizeof cmd, "cp %s %s", cfg1, cfg2);
+        CHECK(system(cmd) == 0);
+        if (anvil_hf_import(dir2, anvil_kernels_cpu(), &b) == 0) {
+            CHECK(!memcmp(a.m.params, b.params, a.m.nparams * sizeof(float)));
+            anvil_gpt2_free(&b);
+        } else {
+            t_fail(__FILE__, __LINE__, "import of the unprefixed file: %s", anvil_errmsg());
+        }
+
+        /* An untied lm_head and a foreign tensor are refused by name. */
+        float *w = (float *)ts[n + 1].data;
+        float *copy = malloc(ts[n + 1].nbytes);
+        memcpy(copy, w, ts[n + 1].nbytes);
+        copy[3] += 1.0f;
+        ts[n + 1].data = copy;
+        CHECK(anvil_st_write(p2, ts, n + 2, NULL, 0) == 0);
+        CHECK(anvil_hf_import(dir2, anvil_kernels_cpu(), &b) == -1 && strstr(anvil_errmsg(), "lm_head.weight"));
+        ts[n + 1].data = w;
+        ts[n + 1].name = "score.weight";
+        CHECK(anvil_st_write(p2, ts, n + 2, NULL, 0) == 0);
+        CHECK(anvil_hf_import(dir2, anvil_kernels_cpu(), &b) == -1 && strstr(anvil_errmsg(), "'score.weight'"));
+        free(copy);
+        free(ts);
+        free(names);
+        free(half);
+        anvil_st_close(f);
+
+        /* Configurations anvil does not compute. */
+        FILE *cf = fopen(cfg2, "w");
+        fputs("{\"model_type\":\"gpt2\",\"n_layer\":2,\"n_head\":2,\"n_embd\":32,\"n_positions\":16,"
+              "\"vocab_size\":67,\"activation_function\":\"relu\"}",
+              cf);
+        fclose(cf);
+        CHECK(anvil_hf_import(dir2, anvil_kernels_cpu(), &b) == -1 && strstr(anvil_errmsg(), "activation_function"));
+    }
+    free_trained(&a);
+}
+
+static void test_hf_logits(void) {
+    anvil_st_file *fx = anvil_st_open(HF_FIXTURE);
+    if (!fx) {
+        t_fail(__FILE__, __LINE__, "fixture: %s", anvil_errmsg());
+        return;
+    }
+    const anvil_st_tensor *ids = anvil_st_find(fx, "input_ids"), *want = anvil_st_find(fx, "logits");
+    if (!ids || !want || ids->dtype != ANVIL_ST_I32 || ids->ndim != 2 || want->ndim != 3 ||
+        want->shape[2] != tiny_cfg.vocab_size) {
+        t_fail(__FILE__, __LINE__, "fixture tensors missing or malformed");
+        anvil_st_close(fx);
+        return;
+    }
+    int B = (int)ids->shape[0], T = (int)ids->shape[1], V = tiny_cfg.vocab_size;
+    anvil_gpt2 native, imported;
+    fixture_model(&native);
+    char dir[PATH_MAX];
+    path_in(dir, sizeof dir, root, "hf-fixture");
+    CHECK(anvil_hf_export(&native, dir) == 0);
+    CHECK(anvil_hf_import(dir, anvil_kernels_cpu(), &imported) == 0);
+    anvil_gpt2 *models[2] = {&native, &imported};
+    const char *what[2] = {"logits (anvil model)", "logits (exported and re-imported)"};
+    for (int k = 0; k < 2; k++) {
+        anvil_gpt2 *m = models[k];
+        float *logits = malloc((size_t)B * T * m->cfg.padded_vocab * sizeof(float));
+        float *real = malloc((size_t)B * T * V * sizeof(float));
+        CHECK(anvil_gpt2_forward(m, ids->data, NULL, B, T, NULL) == 0);
+        CHECK(anvil_gpt2_logits(m, logits) == 0);
+        for (int r = 0; r < B * T; r++)
+            memcpy(real + (size_t)r * V, logits + (size_t)r * m->cfg.padded_vocab, V * sizeof(float));
+        t_close(what[k], real, want->data, (size_t)B * T * V, 1e-4f, 1e-5f);
+        free(logits);
+        free(real);
+    }
+    anvil_gpt2_free(&native);
+    anvil_gpt2_free(&imported);
+    anvil_st_close(fx);
+}
+
+static int rm_rf(const char *p) {
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+    return system(cmd);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--write-hf")) {
+        anvil_gpt2 m;
+        fixture_model(&m);
+        int rc = anvil_hf_export(&m, argv[2]);
+        if (rc) fprintf(stderr, "%s\n", anvil_errmsg());
+        anvil_gpt2_free(&m);
+        return rc ? 1 : 0;
+    }
+    snprintf(root, sizeof root, "/tmp/anvil-ckpt-XXXXXX");
+    if (!mkdtemp(root)) return 1;
+    test_crc();
+    test_manifest_parser();
+    test_round_trip();
+    test_refusals();
+    test_corruption_and_fallback();
+    test_prune();
+    test_disk_full();
+    test_snapshot_reuse();
+    test_background_write();
+    test_hf_round_trip();
+    test_hf_logits();
+    rm_rf(root);
+    return t_done("test_checkpoint");
+}
