@@ -242,9 +242,8 @@ static void fill_table(tensor_table *tt, const anvil_gpt2_config *c, const size_
     }
 }
 
-/* Copies the tensors named prefix+param into host (whose padding rows stay as they are). */
-static int read_table(const anvil_st_file *f, const char *path, const char *prefix, const anvil_gpt2_config *c,
-                      const size_t *offsets, float *host) {
+/* Checks that f holds every tensor prefix+param with the model-file shape. */
+static int check_table(const anvil_st_file *f, const char *path, const char *prefix, const anvil_gpt2_config *c) {
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
         char name[64];
         snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
@@ -256,9 +255,23 @@ static int read_table(const anvil_st_file *f, const char *path, const char *pref
         int ok = t->dtype == ANVIL_ST_F32 && t->ndim == nd;
         for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
         if (!ok) return anvil_fail("%s: tensor '%s' has the wrong dtype or shape for the manifest's model", path, name);
-        memcpy(host + offsets[i], t->data, t->nbytes);
     }
     return 0;
+}
+
+/* Uploads the checked tensors straight from the file buffer into dst (backend memory); wte's padding
+ * rows get `zeros` (room for them). */
+static void upload_table(const anvil_st_file *f, const char *prefix, const anvil_gpt2 *m, float *dst,
+                         const float *zeros) {
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
+        const anvil_st_tensor *t = anvil_st_find(f, name);
+        m->k->upload(dst + m->offsets[i], t->data, t->nbytes);
+    }
+    size_t real = (size_t)m->cfg.vocab_size * (size_t)m->cfg.n_embd;
+    size_t pad = m->offsets[P_WTE + 1] - m->offsets[P_WTE] - real;
+    if (pad) m->k->upload(dst + m->offsets[P_WTE] + real, zeros, pad * sizeof(float));
 }
 
 /* ---- snapshots ---- */
@@ -754,19 +767,21 @@ static int compare_config(const char *dir, const anvil_gpt2_config *a, const anv
     return 0;
 }
 
-static int load_file(const char *dir, const char *leaf, const char *const *prefixes, float *const *dst, int n,
-                     const anvil_gpt2 *model) {
+static anvil_st_file *open_checked(const char *dir, const char *leaf, const char *const *prefixes, int n,
+                                   const anvil_gpt2_config *c) {
     char path[PATH_MAX];
-    if (join(path, sizeof path, dir, leaf)) return -1;
+    if (join(path, sizeof path, dir, leaf)) return NULL;
     anvil_st_file *f = anvil_st_open(path);
-    if (!f) return -1;
-    int rc = 0;
-    for (int i = 0; !rc && i < n; i++) rc = read_table(f, path, prefixes[i], &model->cfg, model->offsets, dst[i]);
-    anvil_st_close(f);
-    return rc;
+    for (int i = 0; f && i < n; i++)
+        if (check_table(f, path, prefixes[i], c)) {
+            anvil_st_close(f);
+            f = NULL;
+        }
+    return f;
 }
 
 int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info) {
+    static const char *const wpre[] = {""}, *const opre[] = {"m.", "v."};
     anvil_ckpt_manifest m;
     if (info) memset(info, 0, sizeof *info);
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
@@ -776,28 +791,24 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
                         "checkpoints only",
                         ckpt_dir, m.world, m.zero_stage);
     if (!rc) rc = compare_config(ckpt_dir, &m.model, &model->cfg);
-    size_t n = model->nparams;
-    float *host = NULL;
-    if (!rc && !(host = calloc(3 * n, sizeof(float)))) rc = anvil_fail("%s: out of memory", ckpt_dir);
+    /* Both files are opened and checked before anything is copied, so a failure changes nothing. */
+    anvil_st_file *fw = NULL, *fo = NULL;
+    if (!rc && !(fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, &model->cfg))) rc = -1;
+    if (!rc && opt && !(fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, &model->cfg))) rc = -1;
+    size_t pad = model->offsets[P_WTE + 1] - model->offsets[P_WTE] - (size_t)model->cfg.vocab_size * model->cfg.n_embd;
+    float *zeros = rc ? NULL : calloc(pad + 1, sizeof(float));
+    if (!rc && !zeros) rc = anvil_fail("%s: out of memory", ckpt_dir);
     if (!rc) {
-        static const char *const pre[] = {""};
-        float *dst[1] = {host};
-        rc = load_file(ckpt_dir, "model.safetensors", pre, dst, 1, model);
-    }
-    if (!rc && opt) {
-        static const char *const pre[] = {"m.", "v."};
-        float *dst[2] = {host + n, host + 2 * n};
-        rc = load_file(ckpt_dir, "optim.safetensors", pre, dst, 2, model);
-    }
-    if (!rc) {
-        model->k->upload(model->params, host, n * sizeof(float));
+        upload_table(fw, "", model, model->params, zeros);
         if (opt) {
-            model->k->upload(opt->m, host + n, n * sizeof(float));
-            model->k->upload(opt->v, host + 2 * n, n * sizeof(float));
+            upload_table(fo, "m.", model, opt->m, zeros);
+            upload_table(fo, "v.", model, opt->v, zeros);
             opt->t = (int)m.adam_t;
         }
     }
-    free(host);
+    free(zeros);
+    anvil_st_close(fw);
+    anvil_st_close(fo);
     if (!rc && info)
         *info = m;
     else

@@ -7,5 +7,9 @@ int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_prep(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv);
+int cmd_ckpt(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 
 #endif

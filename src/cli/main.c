@@ -9,16 +9,20 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
+    {"tokenizer", cmd_tokenizer, "train, encode and decode byte-level BPE (tiktoken files)"},
     {"prep", cmd_prep, "turn a text corpus into llm.c token shards"},
     {"train", cmd_train, "train a GPT-2 model on token shards"},
     {"sample", cmd_sample, "generate text from a trained model"},
+    {"ckpt", cmd_ckpt, "inspect and verify training checkpoints"},
+    {"export", cmd_export, "write a Hugging Face GPT-2 checkpoint"},
+    {"import", cmd_import, "read a Hugging Face GPT-2 checkpoint"},
     {"info", cmd_info, "show model presets, sizes and the kernels in use"},
 };
 
 static void usage(FILE *out) {
     fprintf(out, "usage: anvil <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\nRun 'anvil <command> --help' for a command's options.\n");
 }
 

@@ -423,8 +423,14 @@ int64_t anvil_tok_encode(const anvil_tok *t, anvil_tok_state *s, const void *byt
         }
         /* The text before a special is split on its own, as tiktoken does:
          * a lookahead never sees past it. */
-        const pcre2_code *re = tok_needs_u16(p + pos, at - pos) ? t->re : t->re_fast;
-        rc = tok_split(re, s->md, p + pos, at - pos, encode_piece, s);
+        /* In blocks cut where no piece continues, so that one rare
+         * character sends only its own block to the slower exact regex. */
+        for (size_t b = pos; b < at && !rc;) {
+            size_t e = at - b > 65536 ? b + tok_safe_cut(p + b, at - b, 65536) : at;
+            const pcre2_code *re = tok_needs_u16(p + b, e - b) ? t->re : t->re_fast;
+            rc = tok_split(re, s->md, p + b, e - b, encode_piece, s);
+            b = e;
+        }
         if (!rc && at < n) {
             rc = emit(s, (uint32_t)t->special_id[k]);
             at += t->special_len[k];

@@ -118,6 +118,17 @@ static void parse_u16(void) {
     n_u16 = n;
 }
 
+size_t tok_safe_cut(const unsigned char *p, size_t n, size_t from) {
+    if (from < 2) from = 2;
+    for (size_t c = from; c < n; c++) {
+        const unsigned char *nl = memchr(p + c - 1, '\n', n - c);
+        if (!nl) break;
+        c = (size_t)(nl - p) + 1;
+        if (c < n && p[c - 2] > ' ' && p[c - 2] < 127 && (p[c] | 32) >= 'a' && (p[c] | 32) <= 'z') return c;
+    }
+    return n;
+}
+
 int tok_needs_u16(const unsigned char *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = p[i];

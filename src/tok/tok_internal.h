@@ -98,6 +98,11 @@ const tok_encoding *tok_find_encoding(const char *name);
 /* Compiles (and JIT-compiles) the encoding's regex, or its fast variant;
  * NULL after anvil_fail. */
 pcre2_code *tok_compile_regex(const tok_encoding *e, int fast);
+/* The first point c >= from in p[0..n) where no regex piece of any of the
+ * encodings can continue (an ASCII letter starting a line that follows a
+ * printable ASCII character), or n. Splitting there and encoding the parts
+ * separately gives the same ids as encoding the whole. */
+size_t tok_safe_cut(const unsigned char *p, size_t n, size_t from);
 /* Whether p[0..n) has a code point whose class PCRE2's Unicode tables get
  * wrong (see pretok.c), so that only the exact regex may split it. */
 int tok_needs_u16(const unsigned char *p, size_t n);

@@ -1,9 +1,7 @@
 /* BPE training over unique pre-tokenized words.
  *
  * The corpus is split with the encoding's regex into words, counted once
- * (in parallel over chunks that start at an ASCII letter beginning a line
- * after a printable ASCII character: no regex piece of any of the encodings
- * crosses such a point).
+ * (in parallel over chunks cut where no regex piece continues).
  * Merging then works on the unique words only: each pair keeps its total
  * count and the words it occurs in, a lazy max-heap yields the next pair,
  * and a merge touches only the words that contain it, re-counting just
@@ -534,16 +532,11 @@ done:
     return rc;
 }
 
-/* Cuts a text into chunks of about `target` bytes at points where no regex
- * piece can continue (see the top of this file). */
+/* Cuts a text into chunks of about 1 MB at points where no regex piece can
+ * continue (tok_safe_cut). */
 static int add_chunks(const unsigned char *p, size_t n, chunk_t **chunks, size_t *nc, size_t *cc) {
-    const size_t target = 1 << 20;
-    size_t start = 0;
-    while (start < n) {
-        size_t end = start + target < n ? start + target : n;
-        while (end < n && !(end >= 2 && p[end - 1] == '\n' && p[end - 2] > ' ' && p[end - 2] < 127 &&
-                            ((p[end] | 32) >= 'a' && (p[end] | 32) <= 'z')))
-            end++;
+    for (size_t start = 0; start < n;) {
+        size_t end = n - start > (1 << 20) ? start + tok_safe_cut(p + start, n - start, 1 << 20) : n;
         if (grow_array((void **)chunks, cc, *nc + 1, sizeof(chunk_t))) return -1;
         (*chunks)[(*nc)++] = (chunk_t){p + start, end - start};
         start = end;

@@ -1,7 +1,8 @@
 /* The checkpoint policy of a training run: when to save (every N steps
  * and/or every M minutes of wall time), saving in the background, and
- * retention. The training thread only pays for a snapshot copy of the
- * weights and moments; a writer thread does the I/O while training goes on.
+ * retention. A writer thread copies the weights and moments and does the
+ * I/O while training goes on; the training thread waits only when its next
+ * optimizer update would overtake the copy.
  * Built on src/ckpt/checkpoint.h. */
 #ifndef ANVIL_TRAIN_CHECKPOINTER_H
 #define ANVIL_TRAIN_CHECKPOINTER_H
@@ -28,12 +29,16 @@ anvil_checkpointer *anvil_checkpointer_new(const anvil_checkpointer_config *cfg)
 int anvil_checkpointer_free(anvil_checkpointer *cp);
 /* Whether the policy asks for a checkpoint after `step` completed steps. */
 int anvil_checkpointer_due(const anvil_checkpointer *cp, int64_t step);
-/* Saves st: snapshot now, write now or in the background. force_sync waits for the write (for the
- * last checkpoint and on a stop signal). Logs the stall. A failed background write is reported on
- * the log and makes the next call (and free) return -1. */
+/* Saves st. Asynchronously (the default), a writer thread copies the weights and moments while
+ * the next step's forward and backward run, then writes; force_sync does everything now (for the
+ * last checkpoint and on a stop signal). A failed background write is reported on the log and
+ * makes the next call (and free) return -1. */
 int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, int force_sync);
-/* Milliseconds the training thread stalled in the last save (snapshot, plus waiting for the
- * previous write), and the writer's last write time. */
+/* Must be called before anything changes the weights or optimizer state (the AdamW update): waits
+ * until the writer's snapshot is complete, counting the wait as stall, and logs the stall. */
+int anvil_checkpointer_before_update(anvil_checkpointer *cp);
+/* Milliseconds the training thread stalled for the last checkpoint (waiting for the previous write
+ * and for the snapshot), and the writer's last write time. */
 double anvil_checkpointer_last_stall_ms(const anvil_checkpointer *cp);
 double anvil_checkpointer_last_write_ms(const anvil_checkpointer *cp);
 

@@ -270,6 +270,7 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
                        isnan(loss) ? "NaN" : "infinite");
             goto out;
         }
+        if (anvil_checkpointer_before_update(ckpt)) goto out;
         float norm = anvil_clip_grad_norm(&model, c->grad_clip);
         float lr = anvil_lr_at(&sched, step);
         anvil_adamw_step(&opt, &model, lr);
