@@ -24,7 +24,7 @@ dd_mb_s=$( { dd if=/dev/zero of="$dir/dd.bin" bs=4M count=375 conv=fsync 2>&1 >/
 rm -f "$dir/dd.bin"
 
 "$anvil" train "${common[@]}" --steps 3 --ckpt-every 1 --ckpt-sync --out "$dir/sync" 2> "$dir/sync.log"
-"$anvil" train "${common[@]}" --steps 5 --ckpt-every 2 --out "$dir/async" 2> "$dir/async.log"
+"$anvil" train "${common[@]}" --steps 13 --ckpt-every 6 --out "$dir/async" 2> "$dir/async.log"
 ck="$dir/sync/ckpt/$(cat "$dir/sync/ckpt/latest")"
 bytes=$(du -sb "$ck" | cut -f1)
 sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
@@ -43,4 +43,4 @@ echo "| synchronous checkpoint (= stall), median | $sync_ms ms ($(echo "$bytes /
 echo "| asynchronous: background write, median | $async_write ms |"
 echo "| asynchronous: training stall, median | $async_stall ms ($(echo "scale=1; 100 * $async_stall / $sync_ms" | bc)% of synchronous) |"
 echo "| read: ckpt verify (read + CRC32C every file) | $(printf '%.2f' "$verify_s") s ($(echo "$bytes / $verify_s / 1000000" | bc) MB/s) |"
-rm -rf "$dir"
+[ -n "${KEEP:-}" ] || rm -rf "$dir"

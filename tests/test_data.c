@@ -12,6 +12,7 @@
 #include "data/prep.h"
 #include "data/shard.h"
 #include "testutil.h"
+#include "tok/tokenizer.h"
 
 static char tmp[256];
 
@@ -396,6 +397,175 @@ static void test_prep(void) {
     CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "\"eot\""));
 }
 
+
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)n + 1);
+    *len = b ? fread(b, 1, (size_t)n, f) : 0;
+    fclose(f);
+    return b;
+}
+
+/* BPE prep: the token stream is EOT + encode(doc) per document, in order,
+ * and the shards are byte-identical for any number of workers. */
+static void test_prep_bpe(void) {
+    const char *rank = "tok/ranks/gpt2.tiktoken";
+    anvil_tok *tk = anvil_tok_load(rank, "gpt2");
+    CHECK(tk != NULL);
+    if (!tk) return;
+    char text[1 << 16];
+    size_t tl = 0;
+    for (int i = 0; i < 200; i++)
+        tl += (size_t)snprintf(text + tl, sizeof text - tl, "Doc %d: caf\xc3\xa9 <|endoftext|> %s ends.\n@@", i,
+                               i % 3 ? "héllo, world's" : "  spaced\ttabs");
+    mkdir(tpath("bpe"), 0755);
+    write_text(tpath("bpe/in.txt"), text);
+    const char *files[] = {tpath("bpe/in.txt")};
+    char in[300];
+    snprintf(in, sizeof in, "%s", files[0]);
+    files[0] = in;
+
+    char out[300];
+    snprintf(out, sizeof out, "%s/bpe/all", tmp);
+    anvil_prep_opts o = {.out_dir = out, .inputs = files, .ninputs = 1, .val_fraction = 0, .delimiter = "@@",
+                         .delimiter_len = 2, .shard_tokens = 1 << 20, .tokenizer_file = rank, .workers = 2,
+                         .chunk_bytes = 300};
+    anvil_prep_stats st;
+    CHECK(anvil_prep_run(&o, &st) == 0);
+    CHECK(st.train_docs == 200 && st.train_shards == 1);
+
+    int32_t *want = malloc(sizeof(int32_t) * 65536), *got = malloc(sizeof(int32_t) * 65536), *ids = NULL;
+    size_t cap = 0;
+    int64_t nw = 0;
+    const char *p = text;
+    while (*p) {
+        const char *e = strstr(p, "@@");
+        want[nw++] = anvil_tok_eot(tk);
+        int64_t n = anvil_tok_encode(tk, NULL, p, (size_t)(e - p), ANVIL_TOK_SPECIAL_PLAIN, &ids, &cap);
+        CHECK(n > 0);
+        memcpy(want + nw, ids, (size_t)n * sizeof *ids);
+        nw += n;
+        p = e + 2;
+    }
+    anvil_shard sh;
+    char path[400];
+    snprintf(path, sizeof path, "%s/train_000000.bin", out);
+    CHECK(anvil_shard_open(&sh, path) == 0);
+    CHECK(sh.version == ANVIL_SHARD_V16 && sh.ntokens == nw);
+    CHECK(sh.ntokens == nw && anvil_shard_read(&sh, 0, nw, got, anvil_tok_vocab_size(tk)) == 0 &&
+          !memcmp(got, want, (size_t)nw * sizeof *got));
+    anvil_shard_close(&sh);
+    int vocab = 0, eot = 0;
+    CHECK(anvil_data_manifest_vocab(out, &vocab, &eot) == 0 && vocab == 50257 && eot == 50256);
+
+    /* 1, 2 and 3 workers over many small chunks, both splits, several shards. */
+    o.val_fraction = 0.3;
+    o.shard_tokens = 700;
+    unsigned char *ref[8] = {0};
+    size_t reflen[8] = {0};
+    int nfiles = 0;
+    for (int w = 1; w <= 3; w++) {
+        snprintf(out, sizeof out, "%s/bpe/w%d", tmp, w);
+        o.workers = w;
+        CHECK(anvil_prep_run(&o, &st) == 0);
+        CHECK(st.val_docs > 0 && st.train_shards > 1);
+        int k = 0;
+        for (int s = 0; s < 2; s++)
+            for (int i = 0; i < 4; i++, k++) {
+                snprintf(path, sizeof path, "%s/%s_%06d.bin", out, s ? "val" : "train", i);
+                size_t len = 0;
+                unsigned char *b = read_all(path, &len);
+                if (w == 1) {
+                    ref[k] = b;
+                    reflen[k] = len;
+                    nfiles += b != NULL;
+                } else {
+                    CHECK((b == NULL) == (ref[k] == NULL) && len == reflen[k] && (!b || !memcmp(b, ref[k], len)));
+                    free(b);
+                }
+            }
+    }
+    CHECK(nfiles >= 3);
+    for (int k = 0; k < 8; k++) free(ref[k]);
+
+    /* A bad rank file is reported by name; nothing is written. */
+    o.tokenizer_file = "/nonexistent/x.tiktoken";
+    snprintf(out, sizeof out, "%s/bpe/never", tmp);
+    CHECK(anvil_prep_run(&o, &st) == -1 && contains(anvil_errmsg(), "/nonexistent/x.tiktoken"));
+    struct stat sb;
+    CHECK(stat(out, &sb) != 0);
+    free(want);
+    free(got);
+    free(ids);
+    anvil_tok_free(tk);
+}
+
+typedef struct {
+    int n;
+    char last[2][512];
+} note_log;
+
+static void log_note(void *ctx, const char *msg) {
+    note_log *l = ctx;
+    if (l->n < 2) snprintf(l->last[l->n], sizeof l->last[0], "%s", msg);
+    l->n++;
+}
+
+/* JSON lines: each line's field is a document; bad lines are named by
+ * file:line in order (across chunks and workers) and skipped, or fail the
+ * run under strict. */
+static void test_prep_jsonl(void) {
+    mkdir(tpath("jl"), 0755);
+    char path[300], out[300];
+    snprintf(path, sizeof path, "%s/jl/in.jsonl", tmp);
+    FILE *f = fopen(path, "wb");
+    for (int i = 1; i <= 60; i++) {
+        if (i == 17) fputs("{\"text\": \"unterminated\n", f);
+        else if (i == 41) fputs("{\"title\": \"no text field\"}\r\n", f);
+        else if (i == 50) fputs("\n", f);
+        else fprintf(f, "{\"id\": %d, \"text\": \"line %d\\tsays \\u00e9\"}\n", i, i);
+    }
+    fclose(f);
+    const char *files[] = {path};
+    note_log log = {0};
+    snprintf(out, sizeof out, "%s/jl/out", tmp);
+    anvil_prep_opts o = {.out_dir = out, .inputs = files, .ninputs = 1, .val_fraction = 0, .shard_tokens = 1 << 20,
+                         .jsonl_field = "text", .workers = 3, .chunk_bytes = 100, .note = log_note, .note_ctx = &log};
+    anvil_prep_stats st;
+    CHECK(anvil_prep_run(&o, &st) == 0);
+    CHECK(st.train_docs == 57 && st.bad_lines == 2 && log.n == 2);
+    char want17[400], want41[400];
+    snprintf(want17, sizeof want17, "%s:17: not valid JSON", path);
+    snprintf(want41, sizeof want41, "%s:41: no string field \"text\"", path);
+    CHECK(contains(log.last[0], want17) && contains(log.last[1], want41));
+
+    int32_t *got = malloc(sizeof(int32_t) * 4096);
+    char shard[400];
+    snprintf(shard, sizeof shard, "%s/train_000000.bin", out);
+    int64_t n = slurp(shard, got, 4096);
+    char expect[4096];
+    size_t el = 0;
+    for (int i = 1; i <= 60; i++)
+        if (i != 17 && i != 41 && i != 50) el += (size_t)snprintf(expect + el, sizeof expect - el, "\x01line %d\tsays \xc3\xa9", i);
+    CHECK(n == (int64_t)el);
+    int same = n == (int64_t)el;
+    for (int64_t k = 0; same && k < n; k++)
+        same = got[k] == (expect[k] == '\x01' ? ANVIL_BYTETOK_EOT : (unsigned char)expect[k]);
+    CHECK(same);
+    free(got);
+
+    o.strict = 1;
+    o.workers = 1;
+    snprintf(out, sizeof out, "%s/jl/strict", tmp);
+    CHECK(anvil_prep_run(&o, &st) == -1 && contains(anvil_errmsg(), want17));
+    struct stat sb;
+    CHECK(stat(out, &sb) != 0);
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)flag;
@@ -419,6 +589,8 @@ int main(void) {
     test_loader_state();
     test_bytetok();
     test_prep();
+    test_prep_bpe();
+    test_prep_jsonl();
     nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return t_done("test_data");
 }

@@ -1,4 +1,4 @@
-/* anvil prep: text files in, byte-level token shards out (see data/prep.h). */
+/* anvil prep: text files in, llm.c token shards out (see data/prep.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -14,10 +14,11 @@
 static const char usage_text[] =
     "usage: anvil prep --out DIR [options] FILE... ('-' reads standard input)\n"
     "\n"
-    "Turns text into byte-level llm.c token shards: DIR/train_NNNNNN.bin,\n"
-    "DIR/val_NNNNNN.bin and DIR/manifest.json. Each document starts with the\n"
-    "end-of-text token; a document goes to val when the FNV-1a hash of its\n"
-    "bytes says so, so the split is the same on every run.\n"
+    "Turns text into llm.c token shards (bytes, or BPE with --tokenizer):\n"
+    "DIR/train_NNNNNN.bin, DIR/val_NNNNNN.bin and DIR/manifest.json. Each\n"
+    "document starts with the end-of-text token; a document goes to val when\n"
+    "the FNV-1a hash of its bytes says so, so the split is the same on every run.\n"
+    "Files ending in .gz or .zst are decompressed.\n"
     "\n"
     "options:\n"
     "  --out DIR            output folder (created if missing)\n"
@@ -25,6 +26,13 @@ static const char usage_text[] =
     "  --delimiter STR      split the input into documents at STR; \\n \\t \\r \\\\ \\xHH\n"
     "                       escapes allowed, e.g. '\\n\\n\\n' (default: one document per file)\n"
     "  --shard-tokens N     at most N tokens per shard (default 100000000)\n"
+    "  --tokenizer FILE     BPE tokens from a .tiktoken rank file (default: bytes)\n"
+    "  --pattern NAME       the tokenizer's encoding: gpt2, cl100k_base, o200k_base\n"
+    "                       (default gpt2)\n"
+    "  --jsonl-field NAME   inputs are JSON lines; each line's string field NAME is a\n"
+    "                       document (a bad line is skipped with a note naming it)\n"
+    "  --strict             with --jsonl-field: a bad line is an error instead\n"
+    "  --workers N          encoding threads (default 1); the output is the same for any N\n"
     "  --help               show this help\n";
 
 static int bad_usage(const char *fmt, ...) ANVIL_PRINTF(1, 2);
@@ -131,6 +139,24 @@ int cmd_prep(int argc, char **argv) {
             if (missing || errno || end == v || *end || n < 1 || n > INT32_MAX)
                 rc = bad_usage("--shard-tokens needs an integer in [1, 2147483647], got '%s'", missing ? "" : v);
             else o.shard_tokens = n;
+        } else if ((v = opt_value(argc, argv, &i, "--tokenizer", &missing)) || missing) {
+            if (missing || !*v) rc = bad_usage("--tokenizer needs a .tiktoken file");
+            else o.tokenizer_file = v;
+        } else if ((v = opt_value(argc, argv, &i, "--pattern", &missing)) || missing) {
+            if (missing || !*v) rc = bad_usage("--pattern needs gpt2, cl100k_base or o200k_base");
+            else o.tokenizer_pattern = v;
+        } else if ((v = opt_value(argc, argv, &i, "--jsonl-field", &missing)) || missing) {
+            if (missing || !*v) rc = bad_usage("--jsonl-field needs a field name");
+            else o.jsonl_field = v;
+        } else if (!strcmp(a, "--strict")) {
+            o.strict = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--workers", &missing)) || missing) {
+            char *end;
+            errno = 0;
+            long n = missing ? -1 : strtol(v, &end, 10);
+            if (missing || errno || end == v || *end || n < 1 || n > 1024)
+                rc = bad_usage("--workers needs an integer in [1, 1024], got '%s'", missing ? "" : v);
+            else o.workers = (int)n;
         } else if ((v = opt_value(argc, argv, &i, "--delimiter", &missing)) || missing) {
             free(delim);
             delim = missing ? NULL : malloc(strlen(v) + 1);
@@ -144,6 +170,9 @@ int cmd_prep(int argc, char **argv) {
     }
     if (!rc && !o.out_dir) rc = bad_usage("--out DIR is required");
     if (!rc && !ninputs) rc = bad_usage("no input files given");
+    if (!rc && o.tokenizer_pattern && !o.tokenizer_file) rc = bad_usage("--pattern needs --tokenizer");
+    if (!rc && o.strict && !o.jsonl_field) rc = bad_usage("--strict needs --jsonl-field");
+    if (!rc && o.delimiter && o.jsonl_field) rc = bad_usage("--delimiter and --jsonl-field cannot be combined");
     if (rc) {
         free(inputs);
         free(delim);
@@ -169,6 +198,7 @@ int cmd_prep(int argc, char **argv) {
            (long long)st.train_tokens, st.train_shards, st.train_shards == 1 ? "" : "s");
     printf("  val:   %lld documents, %lld tokens in %d shard%s\n", (long long)st.val_docs, (long long)st.val_tokens,
            st.val_shards, st.val_shards == 1 ? "" : "s");
+    if (st.bad_lines) printf("  skipped %lld bad JSON line%s\n", (long long)st.bad_lines, st.bad_lines == 1 ? "" : "s");
     printf("  wrote %s/manifest.json\n", o.out_dir);
     free(inputs);
     free(delim);

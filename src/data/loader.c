@@ -1,11 +1,23 @@
 #include "data/loader.h"
 
 #include <glob.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "data/shard.h"
+
+/* The prefetch job: one window read by the worker thread into buf while the
+ * trainer computes. Only the worker touches cur while a thread exists; the
+ * caller only reads job fields under mu. */
+typedef struct {
+    anvil_loader_state st; /* the normalized state whose window is (being) read */
+    int64_t file, offset;  /* where that window is */
+    int queued, done, rc;
+    char err[512];
+} job_t;
 
 struct anvil_loader {
     int B, T, rank, world, vocab_size;
@@ -18,17 +30,48 @@ struct anvil_loader {
     int64_t cur_index;
     anvil_loader_state st;
     int32_t *buf; /* B*T+1 */
+
+    /* Shuffled order: slot -> file for epoch order_epoch, and window slot ->
+     * window for (win_epoch, win_file); recomputed when the state moves on. */
+    int shuffle;
+    uint64_t seed;
+    int64_t *order, order_epoch;
+    int64_t *win, win_epoch, win_file;
+
+    int prefetch; /* wanted; the thread starts on the first next */
+    int have_thread, quit, have_job;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_t job;
 };
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+static void stop_thread(anvil_loader *L) {
+    if (!L->have_thread) return;
+    pthread_mutex_lock(&L->mu);
+    L->quit = 1;
+    pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+    pthread_join(L->thread, NULL);
+    L->have_thread = 0;
+    L->quit = 0;
+    L->have_job = 0;
+}
+
 void anvil_loader_close(anvil_loader *L) {
     if (!L) return;
+    stop_thread(L);
+    pthread_mutex_destroy(&L->mu);
+    pthread_cond_destroy(&L->cv);
     if (L->cur_index >= 0) anvil_shard_close(&L->cur);
     for (int i = 0; i < L->nshards; i++) free(L->paths[i]);
     free(L->paths);
     free(L->ntokens);
     free(L->buf);
+    free(L->order);
+    free(L->win);
     free(L);
 }
 
@@ -51,6 +94,9 @@ anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int
     L->bt = (int64_t)B * T;
     L->global = L->bt * world;
     L->cur_index = -1;
+    L->prefetch = 1;
+    pthread_mutex_init(&L->mu, NULL);
+    pthread_cond_init(&L->cv, NULL);
 
     glob_t g;
     int rc = glob(pattern, GLOB_ERR, NULL, &g);
@@ -58,7 +104,7 @@ anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int
         if (rc == GLOB_NOMATCH) anvil_fail("loader: no files match '%s'", pattern);
         else anvil_fail("loader: cannot expand '%s' (unreadable folder?)", pattern);
         globfree(&g);
-        free(L);
+        anvil_loader_close(L);
         return NULL;
     }
     /* glob sorts by the locale's collation; the shard order must not depend on it. */
@@ -102,40 +148,200 @@ anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int
     return L;
 }
 
-static int open_current(anvil_loader *L) {
-    if (L->cur_index == L->st.shard) return 0;
+static int open_file(anvil_loader *L, int64_t file) {
+    if (L->cur_index == file) return 0;
     if (L->cur_index >= 0) anvil_shard_close(&L->cur);
     L->cur_index = -1;
-    if (anvil_shard_open(&L->cur, L->paths[L->st.shard])) return -1;
-    L->cur_index = L->st.shard;
-    if (L->cur.ntokens != L->ntokens[L->st.shard])
+    if (anvil_shard_open(&L->cur, L->paths[file])) return -1;
+    L->cur_index = file;
+    if (L->cur.ntokens != L->ntokens[file])
         return anvil_fail("shard %s: now %lld tokens, %lld when the loader opened it", L->cur.path,
-                          (long long)L->cur.ntokens, (long long)L->ntokens[L->st.shard]);
+                          (long long)L->cur.ntokens, (long long)L->ntokens[file]);
     return 0;
 }
 
-int anvil_loader_next(anvil_loader *L, int32_t *inputs, int32_t *targets) {
-    anvil_loader_state next = L->st;
-    if (next.position + L->global + 1 > L->ntokens[next.shard]) {
-        next.position = 0;
-        if (++next.shard == L->nshards) {
-            next.shard = 0;
-            next.epoch++;
+static int read_window(anvil_loader *L, int64_t file, int64_t offset) {
+    if (open_file(L, file)) return -1;
+    return anvil_shard_read(&L->cur, offset, L->bt + 1, L->buf, L->vocab_size);
+}
+
+/* splitmix64: a stateless mix, so each permutation depends on its inputs alone. */
+static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* A Fisher-Yates permutation of 0..n-1 drawn from key alone. The multiply-shift
+ * draw has a bias below n/2^64, irrelevant for data order. */
+static void permute(int64_t *p, int64_t n, uint64_t key) {
+    for (int64_t i = 0; i < n; i++) p[i] = i;
+    uint64_t r = key;
+    for (int64_t i = n - 1; i > 0; i--) {
+        r = mix(r);
+        int64_t j = (int64_t)(((unsigned __int128)r * (uint64_t)(i + 1)) >> 64);
+        int64_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+}
+
+/* The file at slot `slot` of epoch `epoch`'s shard order. */
+static int64_t file_at(anvil_loader *L, int64_t epoch, int64_t slot) {
+    if (!L->shuffle) return slot;
+    if (L->order_epoch != epoch) {
+        permute(L->order, L->nshards, mix(L->seed ^ mix((uint64_t)epoch * 2)));
+        L->order_epoch = epoch;
+    }
+    return L->order[slot];
+}
+
+/* The window (in units of world*B*T tokens) at window slot k of file in epoch. */
+static int64_t window_at(anvil_loader *L, int64_t epoch, int64_t file, int64_t k) {
+    if (!L->shuffle) return k;
+    if (L->win_epoch != epoch || L->win_file != file) {
+        int64_t n = (L->ntokens[file] - 1) / L->global;
+        permute(L->win, n, mix(L->seed ^ mix((uint64_t)epoch * 2 + 1) ^ mix((uint64_t)file + 0x5bd1e995)));
+        L->win_epoch = epoch;
+        L->win_file = file;
+    }
+    return L->win[k];
+}
+
+/* The state of the batch that next will return: st itself, or the start of
+ * the following shard when st's batch would run past the end of its own. */
+static anvil_loader_state normalize(anvil_loader *L, anvil_loader_state st) {
+    if (st.position + L->global + 1 > L->ntokens[file_at(L, st.epoch, st.shard)]) {
+        st.position = 0;
+        if (++st.shard == L->nshards) {
+            st.shard = 0;
+            st.epoch++;
         }
     }
+    return st;
+}
+
+/* The file and token offset of this process's window for a normalized state. */
+static void locate(anvil_loader *L, anvil_loader_state st, int64_t *file, int64_t *offset) {
+    *file = file_at(L, st.epoch, st.shard);
+    *offset = window_at(L, st.epoch, *file, st.position / L->global) * L->global + L->rank * L->bt;
+}
+
+static void *worker(void *arg) {
+    anvil_loader *L = arg;
+    pthread_mutex_lock(&L->mu);
+    for (;;) {
+        while (!L->quit && !(L->have_job && L->job.queued)) pthread_cond_wait(&L->cv, &L->mu);
+        if (L->quit) break;
+        int64_t file = L->job.file, offset = L->job.offset;
+        L->job.queued = 0;
+        pthread_mutex_unlock(&L->mu);
+        int rc = read_window(L, file, offset);
+        pthread_mutex_lock(&L->mu);
+        L->job.rc = rc;
+        /* The message lives in this thread's error slot; the caller re-raises it in its own. */
+        if (rc) snprintf(L->job.err, sizeof L->job.err, "%s", anvil_errmsg());
+        L->job.done = 1;
+        pthread_cond_broadcast(&L->cv);
+    }
+    pthread_mutex_unlock(&L->mu);
+    return NULL;
+}
+
+/* Waits for the job in flight, if any, so that buf and cur are the caller's. Called with mu held. */
+static void wait_job(anvil_loader *L) {
+    while (L->have_job && !L->job.done) pthread_cond_wait(&L->cv, &L->mu);
+}
+
+/* Queues the read of st's window (st normalized). Called with mu held and no job in flight. */
+static void queue_job(anvil_loader *L, anvil_loader_state st) {
+    L->job.st = st;
+    locate(L, st, &L->job.file, &L->job.offset);
+    L->job.queued = 1;
+    L->job.done = 0;
+    L->job.rc = 0;
+    L->have_job = 1;
+    pthread_cond_broadcast(&L->cv);
+}
+
+static int same_state(anvil_loader_state a, anvil_loader_state b) {
+    return a.shard == b.shard && a.position == b.position && a.epoch == b.epoch;
+}
+
+/* Reads the window of normalized state `want` into buf through the thread,
+ * then queues the read of the batch after it. */
+static int next_prefetched(anvil_loader *L, anvil_loader_state want) {
+    if (!L->have_thread) {
+        if (pthread_create(&L->thread, NULL, worker, L) != 0)
+            return anvil_fail("loader %s: cannot start the prefetch thread", L->paths[0]);
+        L->have_thread = 1;
+    }
+    int64_t file, offset;
+    locate(L, want, &file, &offset);
+    pthread_mutex_lock(&L->mu);
+    wait_job(L);
+    if (!L->have_job || !same_state(L->job.st, want) || L->job.file != file || L->job.offset != offset) {
+        /* set_state, reset or set_shuffle moved the loader since the last prefetch. */
+        queue_job(L, want);
+        wait_job(L);
+    }
+    int rc = L->job.rc;
+    L->have_job = 0;
+    pthread_mutex_unlock(&L->mu);
+    if (rc) return anvil_fail("%s", L->job.err);
+    return 0;
+}
+
+static void prefetch_after(anvil_loader *L) {
+    pthread_mutex_lock(&L->mu);
+    queue_job(L, normalize(L, L->st));
+    pthread_mutex_unlock(&L->mu);
+}
+
+int anvil_loader_next(anvil_loader *L, int32_t *inputs, int32_t *targets) {
     /* The state only moves once the batch has been read, so a failed read can
      * be retried or checkpointed without skipping data. */
-    anvil_loader_state saved = L->st;
-    L->st = next;
-    int rc = open_current(L);
-    if (!rc) rc = anvil_shard_read(&L->cur, next.position + L->rank * L->bt, L->bt + 1, L->buf, L->vocab_size);
-    if (rc) {
-        L->st = saved;
-        return -1;
+    anvil_loader_state want = normalize(L, L->st);
+    int rc;
+    if (L->prefetch) {
+        rc = next_prefetched(L, want);
+    } else {
+        int64_t file, offset;
+        locate(L, want, &file, &offset);
+        rc = read_window(L, file, offset);
     }
+    if (rc) return -1;
     memcpy(inputs, L->buf, (size_t)L->bt * sizeof *inputs);
     memcpy(targets, L->buf + 1, (size_t)L->bt * sizeof *targets);
+    L->st = want;
     L->st.position += L->global;
+    if (L->prefetch) prefetch_after(L);
+    return 0;
+}
+
+void anvil_loader_set_prefetch(anvil_loader *L, int on) {
+    if (!on) stop_thread(L);
+    L->prefetch = on != 0;
+}
+
+int anvil_loader_set_shuffle(anvil_loader *L, uint64_t seed) {
+    if (!L->order) {
+        int64_t maxwin = 0;
+        for (int i = 0; i < L->nshards; i++)
+            if ((L->ntokens[i] - 1) / L->global > maxwin) maxwin = (L->ntokens[i] - 1) / L->global;
+        L->order = malloc((size_t)L->nshards * sizeof *L->order);
+        L->win = malloc((size_t)maxwin * sizeof *L->win);
+        if (!L->order || !L->win) {
+            free(L->order);
+            free(L->win);
+            L->order = L->win = NULL;
+            return anvil_fail("loader %s: out of memory for the shuffled order", L->paths[0]);
+        }
+    }
+    L->shuffle = 1;
+    L->seed = seed;
+    L->order_epoch = L->win_epoch = L->win_file = -1;
     return 0;
 }
 
@@ -147,9 +353,14 @@ int anvil_loader_set_state(anvil_loader *L, anvil_loader_state st) {
     if (st.shard < 0 || st.shard >= L->nshards || st.position < 0 || st.epoch < 0)
         return anvil_fail("loader: state shard=%lld position=%lld epoch=%lld does not fit its %d shards",
                           (long long)st.shard, (long long)st.position, (long long)st.epoch, L->nshards);
-    if (st.position > L->ntokens[st.shard])
+    int64_t file = file_at(L, st.epoch, st.shard);
+    if (st.position > L->ntokens[file])
         return anvil_fail("loader: state position %lld is past the end of shard %s (%lld tokens)",
-                          (long long)st.position, L->paths[st.shard], (long long)L->ntokens[st.shard]);
+                          (long long)st.position, L->paths[file], (long long)L->ntokens[file]);
+    /* Shuffled, a position counts whole windows; another one would read a window twice. */
+    if (L->shuffle && st.position % L->global != 0)
+        return anvil_fail("loader: state position %lld is not a multiple of world*B*T = %lld, as a shuffled order needs",
+                          (long long)st.position, (long long)L->global);
     L->st = st;
     return 0;
 }

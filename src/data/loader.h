@@ -22,8 +22,8 @@ typedef struct anvil_loader anvil_loader;
 /* Where the next global batch starts. The same on every rank, so rank 0's
  * copy in a checkpoint restores all of them. */
 typedef struct {
-    int64_t shard;    /* index into the sorted shard list */
-    int64_t position; /* token offset of the next global batch in that shard */
+    int64_t shard;    /* index into the sorted shard list (the epoch's order when shuffled) */
+    int64_t position; /* token offset of the next global batch in that shard (window slot * world*B*T when shuffled) */
     int64_t epoch;    /* completed passes over all shards */
 } anvil_loader_state;
 
@@ -35,6 +35,18 @@ void anvil_loader_close(anvil_loader *L);
 
 /* Fills B*T inputs and B*T targets (targets[i] is the token after inputs[i]). */
 int anvil_loader_next(anvil_loader *L, int32_t *inputs, int32_t *targets);
+/* On by default: a thread reads the next batch while the caller computes,
+ * so next rarely waits for I/O. The batches and states are the same either
+ * way; a read error of the thread is reported by the next call to next. Off
+ * reads each batch in next itself. */
+void anvil_loader_set_prefetch(anvil_loader *L, int on);
+/* Off by default. On, each epoch visits the shards in a permuted order and
+ * each shard's windows of world*B*T tokens in a permuted order, both drawn
+ * from (seed, epoch) alone. The state then counts the epoch's shards and
+ * windows done: shard is the slot in the epoch's shard order and position is
+ * the window slot times world*B*T, so get/set_state still restore exactly,
+ * given the same seed. Call before the first next or set_state. */
+int anvil_loader_set_shuffle(anvil_loader *L, uint64_t seed);
 /* Back to the first batch of the first shard, epoch 0. */
 void anvil_loader_reset(anvil_loader *L);
 

@@ -1,6 +1,9 @@
 #include "train/checkpointer.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +24,7 @@ struct anvil_checkpointer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int writing;  /* a writer thread exists and has not been joined */
+    int writing_async; /* write_main runs on its own thread */
     int copied;   /* the writer's snapshot is complete */
     int write_rc; /* the writer's result */
     char write_err[1024];
@@ -44,7 +48,11 @@ anvil_checkpointer *anvil_checkpointer_new(const anvil_checkpointer_config *cfg)
     return cp;
 }
 
-/* Snapshot, write, prune. Error text is copied out: messages are per thread. */
+/* Snapshot, write, prune. Error text is copied out: messages are per thread.
+ * In the background, once the snapshot (which the next update waits for) is
+ * taken, the writer drops to the lowest CPU priority: on a machine whose
+ * cores all train, it should use the time the training threads leave idle,
+ * not preempt one of them and stall the others at the next barrier. */
 static void *write_main(void *arg) {
     anvil_checkpointer *cp = arg;
     anvil_ckpt_snapshot *snap = anvil_ckpt_snapshot_take(cp->snap, &cp->st);
@@ -53,6 +61,7 @@ static void *write_main(void *arg) {
     cp->copied = 1;
     pthread_cond_broadcast(&cp->cv);
     pthread_mutex_unlock(&cp->mu);
+    if (cp->writing_async) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     double t0 = anvil_now();
     cp->write_rc = snap ? anvil_ckpt_snapshot_write(snap, cp->cfg.run_dir, cp->path, sizeof cp->path) : -1;
     if (!cp->write_rc && anvil_ckpt_prune(cp->cfg.run_dir, cp->cfg.keep_last, cp->cfg.keep_every) < 0)
@@ -88,11 +97,13 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
     cp->step = st->step;
     cp->copied = 0;
     cp->last_save_time = t0;
-    if (cp->cfg.async && !force_sync && pthread_create(&cp->writer, NULL, write_main, cp) == 0) {
+    cp->writing_async = cp->cfg.async && !force_sync;
+    if (cp->writing_async && pthread_create(&cp->writer, NULL, write_main, cp) == 0) {
         cp->writing = 1;
         cp->stall_ms = (anvil_now() - t0) * 1e3;
         return 0;
     }
+    cp->writing_async = 0;
     write_main(cp);
     cp->stall_ms = (anvil_now() - t0) * 1e3;
     if (cp->write_rc) {

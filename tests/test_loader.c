@@ -1,0 +1,258 @@
+/* The loader's prefetch thread and shuffled order: the same batches and
+ * states with the thread as without, errors reported by the call that would
+ * have read the bad batch, and a shuffled epoch that is a reproducible
+ * permutation of the unshuffled one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "data/loader.h"
+#include "data/shard.h"
+#include "testutil.h"
+
+enum { B = 2, T = 4, BT = 8, NSHARD = 3 };
+/* Token k of shard i is i*1000 + k, so a window shows where it came from. */
+static const int sizes[NSHARD] = {50, 37, 64};
+static char dir[256], pattern[300];
+
+static void make_shards(void) {
+    snprintf(dir, sizeof dir, "/tmp/anvil_test_loader_%d", (int)getpid());
+    mkdir(dir, 0700);
+    snprintf(pattern, sizeof pattern, "%s/part_*.bin", dir);
+    int32_t tok[64];
+    for (int i = 0; i < NSHARD; i++) {
+        for (int k = 0; k < sizes[i]; k++) tok[k] = i * 1000 + k;
+        char path[320];
+        snprintf(path, sizeof path, "%s/part_%03d.bin", dir, i);
+        CHECK(anvil_shard_write(path, tok, sizes[i], ANVIL_SHARD_V16) == 0);
+    }
+}
+
+static void remove_shards(void) {
+    for (int i = 0; i < NSHARD; i++) {
+        char path[320];
+        snprintf(path, sizeof path, "%s/part_%03d.bin", dir, i);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+typedef struct {
+    int32_t in[BT], tg[BT];
+    anvil_loader_state st; /* after the batch */
+} batch;
+
+static int same_state(anvil_loader_state a, anvil_loader_state b) {
+    return a.shard == b.shard && a.position == b.position && a.epoch == b.epoch;
+}
+
+/* n batches from a fresh loader, with a set_state to the current state every
+ * `restate` steps (0: never) to move the loader under a prefetch in flight. */
+static void run_seed(batch *out, int n, int rank, int world, int prefetch, int restate, int64_t seed) {
+    anvil_loader *L = anvil_loader_open(pattern, B, T, rank, world, 3000);
+    CHECK(L != NULL);
+    if (!L) return;
+    anvil_loader_set_prefetch(L, prefetch);
+    if (seed >= 0) CHECK(anvil_loader_set_shuffle(L, (uint64_t)seed) == 0);
+    for (int i = 0; i < n; i++) {
+        if (restate && i % restate == 0) CHECK(anvil_loader_set_state(L, anvil_loader_get_state(L)) == 0);
+        CHECK(anvil_loader_next(L, out[i].in, out[i].tg) == 0);
+        out[i].st = anvil_loader_get_state(L);
+    }
+    anvil_loader_close(L);
+}
+
+static void run(batch *out, int n, int rank, int world, int prefetch, int restate) {
+    run_seed(out, n, rank, world, prefetch, restate, -1);
+}
+
+static void test_prefetch_same_batches(void) {
+    enum { N = 200 };
+    batch *a = calloc(N, sizeof *a), *b = calloc(N, sizeof *b);
+    for (int world = 1; world <= 2; world++)
+        for (int rank = 0; rank < world; rank++)
+            for (int restate = 0; restate <= 7; restate += 7) {
+                run(a, N, rank, world, 0, restate);
+                run(b, N, rank, world, 1, restate);
+                for (int i = 0; i < N; i++)
+                    if (memcmp(a[i].in, b[i].in, sizeof a[i].in) || memcmp(a[i].tg, b[i].tg, sizeof a[i].tg) ||
+                        !same_state(a[i].st, b[i].st)) {
+                        t_fail(__FILE__, __LINE__, "world %d rank %d restate %d: step %d differs with prefetch", world,
+                               rank, restate, i);
+                        break;
+                    }
+                /* 200 batches of 17 (world 1) or 8 (world 2) per epoch cross many shard ends and wraps. */
+                CHECK(a[N - 1].st.epoch >= 10);
+            }
+    free(a);
+    free(b);
+}
+
+/* The state after k batches restores the same continuation, with and without
+ * the thread, however it was produced. */
+static void test_prefetch_state_restore(void) {
+    enum { N = 40, K = 23 };
+    batch ref[N], got[N];
+    run(ref, N, 0, 1, 0, 0);
+    for (int prefetch = 0; prefetch <= 1; prefetch++) {
+        anvil_loader *L = anvil_loader_open(pattern, B, T, 0, 1, 3000);
+        CHECK(L != NULL);
+        if (!L) return;
+        anvil_loader_set_prefetch(L, prefetch);
+        /* Read past K so a prefetch for a later batch is in flight, then move back. */
+        for (int i = 0; i < K + 3; i++) CHECK(anvil_loader_next(L, got[0].in, got[0].tg) == 0);
+        CHECK(anvil_loader_set_state(L, ref[K - 1].st) == 0);
+        CHECK(same_state(anvil_loader_get_state(L), ref[K - 1].st));
+        for (int i = K; i < N; i++) {
+            CHECK(anvil_loader_next(L, got[i].in, got[i].tg) == 0);
+            CHECK(memcmp(got[i].in, ref[i].in, sizeof got[i].in) == 0);
+            CHECK(same_state(anvil_loader_get_state(L), ref[i].st));
+        }
+        anvil_loader_reset(L);
+        CHECK(anvil_loader_next(L, got[0].in, got[0].tg) == 0 && memcmp(got[0].in, ref[0].in, sizeof ref[0].in) == 0);
+        anvil_loader_close(L);
+    }
+}
+
+/* A bad id in the second shard: the batch that holds it fails with the same
+ * message either way, leaves the state alone, and fails again on a retry. */
+static void test_prefetch_errors(void) {
+    char path[320];
+    snprintf(path, sizeof path, "%s/part_001.bin", dir);
+    int32_t tok[37];
+    for (int k = 0; k < 37; k++) tok[k] = 1000 + k;
+    tok[10] = 4000; /* >= vocab_size 3000, in shard 1's second window */
+    CHECK(anvil_shard_write(path, tok, 37, ANVIL_SHARD_V16) == 0);
+    char msg[2][512];
+    for (int prefetch = 0; prefetch <= 1; prefetch++) {
+        anvil_loader *L = anvil_loader_open(pattern, B, T, 0, 1, 3000);
+        CHECK(L != NULL);
+        if (!L) return;
+        anvil_loader_set_prefetch(L, prefetch);
+        int32_t in[BT], tg[BT];
+        for (int i = 0; i < 7; i++) CHECK(anvil_loader_next(L, in, tg) == 0);
+        anvil_loader_state before = anvil_loader_get_state(L);
+        CHECK(anvil_loader_next(L, in, tg) == -1);
+        snprintf(msg[prefetch], sizeof msg[prefetch], "%s", anvil_errmsg());
+        CHECK(strstr(msg[prefetch], "part_001.bin") && strstr(msg[prefetch], "token offset 10"));
+        CHECK(same_state(anvil_loader_get_state(L), before));
+        CHECK(anvil_loader_next(L, in, tg) == -1);
+        CHECK(strcmp(anvil_errmsg(), msg[prefetch]) == 0);
+        /* Skipping the bad shard goes on normally. */
+        CHECK(anvil_loader_set_state(L, (anvil_loader_state){2, 0, 0}) == 0);
+        CHECK(anvil_loader_next(L, in, tg) == 0 && in[0] == 2000);
+        anvil_loader_close(L);
+    }
+    CHECK(strcmp(msg[0], msg[1]) == 0);
+    for (int k = 0; k < 37; k++) tok[k] = 1000 + k;
+    CHECK(anvil_shard_write(path, tok, 37, ANVIL_SHARD_V16) == 0);
+}
+
+/* Closing with a prefetch in flight, or before any read, must not hang or leak. */
+static void test_close(void) {
+    anvil_loader *L = anvil_loader_open(pattern, B, T, 0, 1, 3000);
+    CHECK(L != NULL);
+    anvil_loader_close(L);
+    L = anvil_loader_open(pattern, B, T, 0, 1, 3000);
+    CHECK(L != NULL);
+    int32_t in[BT], tg[BT];
+    CHECK(anvil_loader_next(L, in, tg) == 0);
+    anvil_loader_set_prefetch(L, 0);
+    CHECK(anvil_loader_next(L, in, tg) == 0 && in[0] == 8);
+    anvil_loader_set_prefetch(L, 1);
+    CHECK(anvil_loader_next(L, in, tg) == 0 && in[0] == 16);
+    anvil_loader_close(L);
+}
+
+/* Each epoch visits every window of every shard exactly once, for every rank,
+ * and the order is a real shuffle, the same with or without the thread. */
+static void test_shuffle_epoch(void) {
+    enum { N = 200 };
+    batch *a = calloc(N, sizeof *a), *b = calloc(N, sizeof *b);
+    for (int world = 1; world <= 2; world++) {
+        int64_t global = (int64_t)world * BT, per_epoch = 0;
+        for (int i = 0; i < NSHARD; i++) per_epoch += (sizes[i] - 1) / global;
+        for (int rank = 0; rank < world; rank++) {
+            run_seed(a, N, rank, world, 0, 0, 42);
+            run_seed(b, N, rank, world, 1, 5, 42);
+            CHECK(memcmp(a, b, N * sizeof *a) == 0);
+            int shuffled = 0;
+            for (int e = 0; e * per_epoch + per_epoch <= N; e++) {
+                int seen[NSHARD][8] = {{0}};
+                for (int64_t i = e * per_epoch; i < (e + 1) * per_epoch; i++) {
+                    int shard = a[i].in[0] / 1000, off = a[i].in[0] % 1000 - rank * BT;
+                    int ok = off % global == 0 && off / global < (sizes[shard] - 1) / global;
+                    for (int j = 0; ok && j < BT; j++)
+                        ok = a[i].in[j] == a[i].in[0] + j && a[i].tg[j] == a[i].in[0] + j + 1;
+                    if (!ok) {
+                        t_fail(__FILE__, __LINE__, "world %d rank %d step %lld: bad window at %d", world, rank,
+                               (long long)i, a[i].in[0]);
+                        continue;
+                    }
+                    seen[shard][off / global]++;
+                    if (i > e * per_epoch && a[i].in[0] != a[i - 1].in[0] + global) shuffled = 1;
+                    CHECK(a[i].st.epoch == e || (a[i].st.epoch == e + 1 && i == (e + 1) * per_epoch - 1));
+                }
+                for (int s = 0; s < NSHARD; s++)
+                    for (int w = 0; w < (sizes[s] - 1) / global; w++)
+                        if (seen[s][w] != 1)
+                            t_fail(__FILE__, __LINE__, "world %d rank %d epoch %d: shard %d window %d read %d times",
+                                   world, rank, e, s, w, seen[s][w]);
+            }
+            CHECK(shuffled);
+        }
+    }
+    free(a);
+    free(b);
+}
+
+/* The order is a function of (seed, epoch): the same seed repeats it, another
+ * seed changes it, and a state saved mid-epoch restores the continuation. */
+static void test_shuffle_restore(void) {
+    enum { N = 60 };
+    batch ref[N], other[N], got;
+    run_seed(ref, N, 0, 1, 1, 0, 7);
+    run_seed(other, N, 0, 1, 0, 0, 7);
+    CHECK(memcmp(ref, other, sizeof ref) == 0);
+    run_seed(other, N, 0, 1, 0, 0, 8);
+    CHECK(memcmp(ref, other, sizeof ref) != 0);
+    static const int ks[] = {1, 9, 16, 17, 30, 45};
+    for (int prefetch = 0; prefetch <= 1; prefetch++)
+        for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
+            int k = ks[t];
+            anvil_loader *L = anvil_loader_open(pattern, B, T, 0, 1, 3000);
+            CHECK(L != NULL);
+            if (!L) return;
+            anvil_loader_set_prefetch(L, prefetch);
+            CHECK(anvil_loader_set_shuffle(L, 7) == 0);
+            CHECK(anvil_loader_set_state(L, ref[k - 1].st) == 0);
+            for (int i = k; i < N; i++) {
+                CHECK(anvil_loader_next(L, got.in, got.tg) == 0);
+                if (memcmp(got.in, ref[i].in, sizeof got.in) != 0 ||
+                    !same_state(anvil_loader_get_state(L), ref[i].st)) {
+                    t_fail(__FILE__, __LINE__, "shuffled restore at %d, prefetch %d: step %d differs", k, prefetch, i);
+                    break;
+                }
+            }
+            /* A position inside a window would read part of it twice. */
+            anvil_loader_state bad = ref[k - 1].st;
+            bad.position += 1;
+            CHECK(anvil_loader_set_state(L, bad) == -1 && strstr(anvil_errmsg(), "multiple"));
+            anvil_loader_close(L);
+        }
+}
+
+int main(void) {
+    make_shards();
+    test_prefetch_same_batches();
+    test_prefetch_state_restore();
+    test_prefetch_errors();
+    test_close();
+    test_shuffle_epoch();
+    test_shuffle_restore();
+    remove_shards();
+    return t_done("test_loader");
+}
