@@ -34,6 +34,7 @@ verify_s=$(echo "$(date +%s.%N) - $t0" | bc)
 
 sync_ms=$(grep -o 'written in [0-9]* ms (synchronous)' "$dir/sync.log" | awk '{ print $3 }' | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
 async_stall=$(grep -o 'training stalled [0-9.]* ms' "$dir/async.log" | awk '{ print $3 }' | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+all_stalls=$(grep -o 'training stalled [0-9.]* ms' "$dir/async.log" | awk '{ printf "%s%s", sep, $3; sep = ", " }')
 async_write=$(grep -o 'written in [0-9]* ms$' "$dir/async.log" | awk '{ print $3 }' | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
 echo "| measure | value |"
 echo "|---|---:|"
@@ -41,6 +42,6 @@ echo "| checkpoint size | $((bytes / 1000000)) MB |"
 echo "| disk: dd 1.5 GB, conv=fsync | $(printf '%.0f' "$dd_mb_s") MB/s |"
 echo "| synchronous checkpoint (= stall), median | $sync_ms ms ($(echo "$bytes / $sync_ms / 1000" | bc) MB/s) |"
 echo "| asynchronous: background write, median | $async_write ms |"
-echo "| asynchronous: training stall, median | $async_stall ms ($(echo "scale=1; 100 * $async_stall / $sync_ms" | bc)% of synchronous) |"
+echo "| asynchronous: training stall, median | $async_stall ms ($(echo "scale=1; 100 * $async_stall / $sync_ms" | bc)% of synchronous; each: $all_stalls ms) |"
 echo "| read: ckpt verify (read + CRC32C every file) | $(printf '%.2f' "$verify_s") s ($(echo "$bytes / $verify_s / 1000000" | bc) MB/s) |"
 [ -n "${KEEP:-}" ] || rm -rf "$dir"
