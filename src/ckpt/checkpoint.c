@@ -25,6 +25,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/error.h"
+#include "core/fsutil.h"
 
 #define MANIFEST_MAX_BYTES (16u << 20)
 #define JSON_MAX_INT 9007199254740992.0 /* 2^53: beyond it a JSON number is not an exact integer */
@@ -71,24 +72,12 @@ static int join(char *out, size_t cap, const char *a, const char *b) {
     return 0;
 }
 
-static int write_full(int fd, const void *buf, size_t n) {
-    const unsigned char *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Creates path (which must not exist) with the given bytes, fsync'ed. */
 static int write_file_synced(const char *path, const void *data, size_t len) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return anvil_fail("%s: cannot create: %s", path, strerror(errno));
     const char *what = "write";
-    int ok = write_full(fd, data, len) == 0;
+    int ok = anvil_write_all(fd, data, len, path) == 0;
     if (ok && !(ok = fsync(fd) == 0)) what = "fsync";
     int err = errno;
     if (close(fd) && ok) {
@@ -100,16 +89,6 @@ static int write_file_synced(const char *path, const void *data, size_t len) {
         unlink(path);
         return anvil_fail("%s: %s failed: %s", path, what, strerror(err));
     }
-    return 0;
-}
-
-static int fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return anvil_fail("%s: cannot open folder to fsync it: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    if (rc) return anvil_fail("%s: fsync of folder failed: %s", dir, strerror(err));
     return 0;
 }
 
@@ -125,7 +104,7 @@ static int ensure_dir(const char *dir) {
             snprintf(parent, sizeof parent, ".");
         else
             slash[slash == parent] = '\0';
-        return fsync_dir(parent);
+        return anvil_fsync_dir(parent);
     }
     if (errno == EEXIST) {
         struct stat sb;
@@ -701,7 +680,7 @@ static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp) {
     int rc = join(path, sizeof path, tmp, "manifest.json");
     if (!rc) rc = write_file_synced(path, text, strlen(text));
     cJSON_free(text);
-    return rc ? rc : fsync_dir(tmp);
+    return rc ? rc : anvil_fsync_dir(tmp);
 }
 
 static int update_latest(const char *ckdir, const char *leaf) {
@@ -717,7 +696,7 @@ static int update_latest(const char *ckdir, const char *leaf) {
         unlink(tmp);
         return anvil_fail("%s: rename of %s failed: %s", path, tmp, strerror(err));
     }
-    return fsync_dir(ckdir);
+    return anvil_fsync_dir(ckdir);
 }
 
 int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir, char *out, size_t cap) {
@@ -744,9 +723,9 @@ int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir,
             rm_tree(tmp);
             return anvil_fail("%s: rename from %s failed: %s", final, tmp, strerror(err));
         }
-        if (fsync_dir(ckdir) || rm_tree(tmp)) return -1;
+        if (anvil_fsync_dir(ckdir) || rm_tree(tmp)) return -1;
     }
-    if (fsync_dir(ckdir) || update_latest(ckdir, leaf)) return -1;
+    if (anvil_fsync_dir(ckdir) || update_latest(ckdir, leaf)) return -1;
     if (out && cap) snprintf(out, cap, "%s", final);
     return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/error.h"
+#include "core/fsutil.h"
 
 /* One Hugging Face tensor per anvil tensor (per layer for stacked ones). */
 typedef struct {
@@ -56,40 +57,6 @@ static void slice_of(const anvil_gpt2_config *c, const mapping *mp, int layer, i
 static int hf_ndim(const mapping *mp) { return mp->param == P_WTE || mp->param == P_WPE || mp->transpose ? 2 : 1; }
 
 /* ---- export ---- */
-
-static int write_text_atomic(const char *path, const char *text) {
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return anvil_fail("%s: cannot create %s: %s", path, tmp, strerror(errno));
-    size_t n = strlen(text), off = 0;
-    const char *what = "write";
-    int ok = 1;
-    while (ok && off < n) {
-        ssize_t w = write(fd, text + off, n - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0)
-            ok = 0;
-        else
-            off += (size_t)w;
-    }
-    if (ok && !(ok = fsync(fd) == 0)) what = "fsync";
-    int err = errno;
-    if (close(fd) && ok) {
-        ok = 0;
-        what = "close";
-        err = errno;
-    }
-    if (ok && !(ok = rename(tmp, path) == 0)) {
-        what = "rename";
-        err = errno;
-    }
-    if (!ok) {
-        unlink(tmp);
-        return anvil_fail("%s: %s failed: %s", path, what, strerror(err));
-    }
-    return 0;
-}
 
 static char *config_json(const anvil_gpt2_config *c) {
     cJSON *r = cJSON_CreateObject();
@@ -185,7 +152,7 @@ int anvil_hf_export(const anvil_gpt2 *m, const char *dir) {
         goto done;
     }
     snprintf(path, sizeof path, "%s/config.json", dir);
-    rc = write_text_atomic(path, cfg);
+    rc = anvil_write_file_atomic(path, cfg, strlen(cfg));
     cJSON_free(cfg);
 done:
     free(host);

@@ -16,6 +16,7 @@
 #include <zstd.h>
 
 #include "core/error.h"
+#include "core/fsutil.h"
 #include "data/bytetok.h"
 #include "data/shard.h"
 #include "tok/tokenizer.h"

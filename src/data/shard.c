@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fsutil.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "shards are little-endian and are read and written in place"
@@ -131,101 +132,12 @@ int anvil_shard_read(const anvil_shard *s, int64_t pos, int64_t n, int32_t *out,
 
 int anvil_shard_version_for_vocab(int vocab_size) { return vocab_size <= 65536 ? ANVIL_SHARD_V16 : ANVIL_SHARD_V32; }
 
-/* ---- atomic files ---- */
-
-static int write_full(int fd, const void *buf, size_t n, const char *path) {
-    const char *p = buf;
-    while (n) {
-        ssize_t put = write(fd, p, n);
-        if (put < 0 && errno == EINTR) continue;
-        if (put < 0) return anvil_fail("%s: write failed: %s", path, strerror(errno));
-        p += put;
-        n -= (size_t)put;
-    }
-    return 0;
-}
-
-/* The rename is durable only once the folder entry itself is on disk. */
-static int fsync_parent(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return anvil_fail("%s: cannot open its folder %s: %s", path, dir, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    return rc ? anvil_fail("%s: fsync of folder %s failed: %s", path, dir, strerror(e)) : 0;
-}
-
-typedef struct {
-    char *path, *tmp;
-    int fd;
-} atomic_file;
-
-static int atomic_open(atomic_file *a, const char *path) {
-    a->fd = -1;
-    a->path = strdup(path);
-    size_t len = strlen(path);
-    a->tmp = malloc(len + 16);
-    if (!a->path || !a->tmp) {
-        free(a->path);
-        free(a->tmp);
-        return anvil_fail("%s: out of memory", path);
-    }
-    snprintf(a->tmp, len + 16, "%s.tmp.XXXXXX", path);
-    a->fd = mkostemp(a->tmp, O_CLOEXEC);
-    if (a->fd < 0) {
-        int e = errno;
-        free(a->path);
-        free(a->tmp);
-        return anvil_fail("%s: cannot create a temporary file beside it: %s", path, strerror(e));
-    }
-    fchmod(a->fd, 0644);
-    return 0;
-}
-
-static void atomic_abort(atomic_file *a) {
-    if (a->fd >= 0) close(a->fd);
-    unlink(a->tmp);
-    free(a->path);
-    free(a->tmp);
-}
-
-static int atomic_commit(atomic_file *a) {
-    int rc = 0;
-    if (fsync(a->fd) != 0) rc = anvil_fail("%s: fsync failed: %s", a->path, strerror(errno));
-    if (close(a->fd) != 0 && !rc) rc = anvil_fail("%s: close failed: %s", a->path, strerror(errno));
-    a->fd = -1;
-    if (!rc && rename(a->tmp, a->path) != 0) rc = anvil_fail("%s: rename into place failed: %s", a->path, strerror(errno));
-    if (rc) {
-        atomic_abort(a);
-        return rc;
-    }
-    rc = fsync_parent(a->path);
-    free(a->path);
-    free(a->tmp);
-    return rc;
-}
-
-int anvil_write_file_atomic(const char *path, const void *data, size_t len) {
-    atomic_file a;
-    if (atomic_open(&a, path)) return -1;
-    if (write_full(a.fd, data, len, path)) {
-        atomic_abort(&a);
-        return -1;
-    }
-    return atomic_commit(&a);
-}
-
 /* ---- shard writer ---- */
 
 #define WRITER_BUF_BYTES (1 << 20)
 
 struct anvil_shard_writer {
-    atomic_file f;
+    anvil_atomic_file f;
     int version, token_bytes;
     int64_t count;
     size_t used;
@@ -242,7 +154,7 @@ anvil_shard_writer *anvil_shard_writer_open(const char *path, int version) {
         anvil_fail("shard %s: out of memory", path);
         return NULL;
     }
-    if (atomic_open(&w->f, path)) {
+    if (anvil_atomic_open(&w->f, path)) {
         free(w);
         return NULL;
     }
@@ -256,7 +168,7 @@ anvil_shard_writer *anvil_shard_writer_open(const char *path, int version) {
 }
 
 static int writer_flush(anvil_shard_writer *w) {
-    if (write_full(w->f.fd, w->buf, w->used, w->f.path)) return -1;
+    if (anvil_write_all(w->f.fd, w->buf, w->used, w->f.path)) return -1;
     w->used = 0;
     return 0;
 }
@@ -300,15 +212,15 @@ int anvil_shard_writer_commit(anvil_shard_writer *w) {
         if (pwrite(w->f.fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
             rc = anvil_fail("shard %s: header write failed: %s", w->f.path, strerror(errno));
     }
-    if (rc) atomic_abort(&w->f);
-    else rc = atomic_commit(&w->f);
+    if (rc) anvil_atomic_abort(&w->f);
+    else rc = anvil_atomic_commit(&w->f);
     free(w);
     return rc;
 }
 
 void anvil_shard_writer_abort(anvil_shard_writer *w) {
     if (!w) return;
-    atomic_abort(&w->f);
+    anvil_atomic_abort(&w->f);
     free(w);
 }
 

@@ -53,8 +53,4 @@ void anvil_shard_writer_abort(anvil_shard_writer *w);
 /* The whole shard in one call. */
 int anvil_shard_write(const char *path, const int32_t *tokens, int64_t n, int version);
 
-/* Replaces path with data atomically (temporary file, fsync, rename, fsync of
- * the folder); used for the shards' manifest as well. */
-int anvil_write_file_atomic(const char *path, const void *data, size_t len);
-
 #endif

@@ -1,0 +1,97 @@
+#include "core/fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+int anvil_write_all(int fd, const void *buf, size_t n, const char *path) {
+    const char *p = buf;
+    while (n) {
+        ssize_t put = write(fd, p, n);
+        if (put < 0 && errno == EINTR) continue;
+        if (put < 0) return anvil_fail("%s: write failed: %s", path, strerror(errno));
+        p += put;
+        n -= (size_t)put;
+    }
+    return 0;
+}
+
+int anvil_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return anvil_fail("%s: cannot open the folder to fsync it: %s", dir, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    return rc ? anvil_fail("%s: fsync of the folder failed: %s", dir, strerror(e)) : 0;
+}
+
+/* The rename is durable only once the folder entry itself is on disk. */
+static int fsync_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    return anvil_fsync_dir(dir);
+}
+
+int anvil_atomic_open(anvil_atomic_file *a, const char *path) {
+    a->fd = -1;
+    a->path = strdup(path);
+    size_t len = strlen(path);
+    a->tmp = malloc(len + 16);
+    if (!a->path || !a->tmp) {
+        free(a->path);
+        free(a->tmp);
+        return anvil_fail("%s: out of memory", path);
+    }
+    snprintf(a->tmp, len + 16, "%s.tmp.XXXXXX", path);
+    a->fd = mkostemp(a->tmp, O_CLOEXEC);
+    if (a->fd < 0) {
+        int e = errno;
+        free(a->path);
+        free(a->tmp);
+        return anvil_fail("%s: cannot create a temporary file beside it: %s", path, strerror(e));
+    }
+    fchmod(a->fd, 0644);
+    return 0;
+}
+
+void anvil_atomic_abort(anvil_atomic_file *a) {
+    if (a->fd >= 0) close(a->fd);
+    unlink(a->tmp);
+    free(a->path);
+    free(a->tmp);
+}
+
+int anvil_atomic_commit(anvil_atomic_file *a) {
+    int rc = 0;
+    if (fsync(a->fd) != 0) rc = anvil_fail("%s: fsync failed: %s", a->path, strerror(errno));
+    if (close(a->fd) != 0 && !rc) rc = anvil_fail("%s: close failed: %s", a->path, strerror(errno));
+    a->fd = -1;
+    if (!rc && rename(a->tmp, a->path) != 0) rc = anvil_fail("%s: rename into place failed: %s", a->path, strerror(errno));
+    if (rc) {
+        anvil_atomic_abort(a);
+        return rc;
+    }
+    rc = fsync_parent(a->path);
+    free(a->path);
+    free(a->tmp);
+    return rc;
+}
+
+int anvil_write_file_atomic(const char *path, const void *data, size_t len) {
+    anvil_atomic_file a;
+    if (anvil_atomic_open(&a, path)) return -1;
+    if (anvil_write_all(a.fd, data, len, path)) {
+        anvil_atomic_abort(&a);
+        return -1;
+    }
+    return anvil_atomic_commit(&a);
+}

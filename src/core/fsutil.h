@@ -1,0 +1,30 @@
+/* Durable file writes. Every file anvil writes for later (shards,
+ * manifests, model files, exports) goes to a temporary file beside its
+ * destination, is fsync'ed, renamed over the destination, and the folder is
+ * fsync'ed: a crash leaves either the old file or the complete new one. */
+#ifndef ANVIL_CORE_FSUTIL_H
+#define ANVIL_CORE_FSUTIL_H
+
+#include <stddef.h>
+
+/* write(2) until done (retrying short writes and EINTR); -1 with a message naming path. */
+int anvil_write_all(int fd, const void *buf, size_t n, const char *path);
+/* Makes a folder's entries (a rename, a new file) durable. */
+int anvil_fsync_dir(const char *dir);
+
+/* A file being written under a temporary name beside path. */
+typedef struct {
+    char *path, *tmp;
+    int fd;
+} anvil_atomic_file;
+
+int anvil_atomic_open(anvil_atomic_file *a, const char *path);
+/* fsync, rename into place, fsync the folder; on failure the temporary file is removed. */
+int anvil_atomic_commit(anvil_atomic_file *a);
+/* Drops the temporary file. */
+void anvil_atomic_abort(anvil_atomic_file *a);
+
+/* Replaces path with data atomically. */
+int anvil_write_file_atomic(const char *path, const void *data, size_t len);
+
+#endif
