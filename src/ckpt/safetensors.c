@@ -1,6 +1,7 @@
 #include "ckpt/safetensors.h"
 
 #include "core/error.h"
+#include "core/fsutil.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -430,19 +431,6 @@ anvil_st_file *anvil_st_open(const char *path) {
 
 /* ---- writing ---- */
 
-static int write_full(int fd, const void *buf, uint64_t n) {
-    const unsigned char *p = buf;
-    while (n) {
-        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -1;
-        p += w;
-        n -= (uint64_t)w;
-    }
-    return 0;
-}
-
 static int check_write_args(const char *path, const anvil_st_tensor *ts, int n, const char *const *kv, int nm) {
     if (n < 0 || nm < 0 || (n > 0 && !ts) || (nm > 0 && !kv))
         return anvil_fail("%s: bad tensor or metadata count", path);
@@ -522,18 +510,6 @@ oom:
     return NULL;
 }
 
-static int fsync_parent(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return anvil_fail("%s: out of memory", path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = fd >= 0 && fsync(fd) == 0 ? 0 : -1;
-    if (rc < 0) anvil_fail("%s: cannot fsync folder %s: %s", path, dir, strerror(errno));
-    if (fd >= 0) close(fd);
-    free(dir);
-    return rc;
-}
-
 int anvil_st_write(const char *path, const anvil_st_tensor *tensors, int n, const char *const *meta_kv,
                    int n_meta_pairs) {
     if (check_write_args(path, tensors, n, meta_kv, n_meta_pairs) < 0) return -1;
@@ -541,48 +517,21 @@ int anvil_st_write(const char *path, const anvil_st_tensor *tensors, int n, cons
     if (!text) return -1;
     size_t tlen = strlen(text), hlen = (tlen + 7) / 8 * 8;
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) {
+    anvil_atomic_file f;
+    if (anvil_atomic_open(&f, path)) {
         cJSON_free(text);
-        return anvil_fail("%s: out of memory", path);
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        anvil_fail("%s: cannot create a temporary file beside it: %s", path, strerror(errno));
-        cJSON_free(text);
-        free(tmp);
         return -1;
     }
-
     unsigned char lenbuf[8];
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     static const char spaces[8] = "        ";
-    const char *what = "write";
-    int ok = write_full(fd, lenbuf, 8) == 0 && write_full(fd, text, tlen) == 0 &&
-             write_full(fd, spaces, hlen - tlen) == 0;
-    for (int i = 0; ok && i < n; i++) ok = write_full(fd, tensors[i].data, tensors[i].nbytes) == 0;
-    /* mkstemp creates 0600; a checkpoint should be as readable as any file. */
-    if (ok && !(ok = fchmod(fd, 0644) == 0)) what = "chmod";
-    if (ok && !(ok = fsync(fd) == 0)) what = "fsync";
-    int err = errno;
-    if (close(fd) != 0 && ok) {
-        ok = 0;
-        what = "close";
-        err = errno;
-    }
-    if (ok && !(ok = rename(tmp, path) == 0)) {
-        what = "rename";
-        err = errno;
-    }
-    if (!ok) {
-        anvil_fail("%s: %s of temporary file %s failed: %s", path, what, tmp, strerror(err));
-        unlink(tmp);
-    }
+    int ok = anvil_write_all(f.fd, lenbuf, 8, path) == 0 && anvil_write_all(f.fd, text, tlen, path) == 0 &&
+             anvil_write_all(f.fd, spaces, hlen - tlen, path) == 0;
+    for (int i = 0; ok && i < n; i++) ok = anvil_write_all(f.fd, tensors[i].data, tensors[i].nbytes, path) == 0;
     cJSON_free(text);
-    free(tmp);
-    if (!ok) return -1;
-    return fsync_parent(path);
+    if (!ok) {
+        anvil_atomic_abort(&f);
+        return -1;
+    }
+    return anvil_atomic_commit(&f);
 }

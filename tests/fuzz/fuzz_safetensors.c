@@ -4,7 +4,7 @@
  *
  * Build and run from the repository root (about 2 minutes):
  *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Isrc \
- *     tests/fuzz/fuzz_safetensors.c src/ckpt/safetensors.c src/core/error.c -lcjson \
+ *     tests/fuzz/fuzz_safetensors.c src/ckpt/safetensors.c src/core/error.c src/core/fsutil.c -lcjson \
  *     -o /tmp/fuzz_safetensors
  *   mkdir -p /tmp/fuzz_st_corpus && /tmp/fuzz_safetensors -max_total_time=120 -max_len=4096 \
  *     /tmp/fuzz_st_corpus

@@ -7,7 +7,7 @@
  *
  * Build and run from the repository root:
  *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Isrc \
- *     tests/fuzz/fuzz_shard.c src/data/loader.c src/data/shard.c src/core/error.c -lpthread -lm \
+ *     tests/fuzz/fuzz_shard.c src/data/loader.c src/data/shard.c src/core/error.c src/core/fsutil.c -lpthread -lm \
  *     -o /tmp/fuzz_shard
  *   mkdir -p /tmp/fuzz_shard_corpus   (seed it with a few small shards, e.g. from `anvil prep`)
  *   /tmp/fuzz_shard -max_len=2048 -max_total_time=180 /tmp/fuzz_shard_corpus */
