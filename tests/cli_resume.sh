@@ -14,7 +14,7 @@ bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
 
 bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
-steps=150
+steps=300
 args=(--data "$tmp/data" --preset tiny --batch 8 --seq 64 --lr 3e-3 --lr-warmup 10 --steps $steps --no-progress
       --sample-every -1 --seed 9 --threads 2 --ckpt-every 7 --keep-last 2)
 
@@ -27,17 +27,20 @@ losses() {
     sort -n
 }
 
-# Waits (up to 60 s) for the run's first checkpoint.
-wait_ckpt() {
-  for _ in $(seq 600); do [ -f "$1/ckpt/latest" ] && return 0; sleep 0.1; done
+# Waits (up to 60 s) until the run has a checkpoint and has logged at least
+# $2 steps, so the kill lands mid-run however fast the machine is.
+wait_progress() {
+  for _ in $(seq 6000); do
+    [ -f "$1/ckpt/latest" ] && [ "$(grep -c '"kind":"train"' "$1/metrics.jsonl" 2>/dev/null)" -ge "$2" ] && return 0
+    sleep 0.01
+  done
   return 1
 }
 
-# SIGKILL at a random moment after the first checkpoint.
+# SIGKILL at a random step after the first checkpoint.
 "$anvil" train "${args[@]}" --out "$tmp/kill" > "$tmp/kill.log" 2>&1 &
 pid=$!
-wait_ckpt "$tmp/kill" || bad "no checkpoint appeared"
-sleep "0.$((RANDOM % 9 + 1))"
+wait_progress "$tmp/kill" $((RANDOM % 150 + 10)) || bad "the run made no progress"
 kill -9 $pid 2>/dev/null
 wait $pid 2>/dev/null
 killed_at=$(grep -c '"kind":"train"' "$tmp/kill/metrics.jsonl")
@@ -54,8 +57,7 @@ cmp -s "$tmp/ref/model.safetensors" "$tmp/kill/model.safetensors" && ok "SIGKILL
 # SIGTERM: finish the step, checkpoint, exit 75.
 "$anvil" train "${args[@]}" --out "$tmp/term" > "$tmp/term.log" 2>&1 &
 pid=$!
-wait_ckpt "$tmp/term" || bad "no checkpoint appeared"
-sleep 0.3
+wait_progress "$tmp/term" $((RANDOM % 150 + 10)) || bad "the run made no progress"
 kill -TERM $pid
 wait $pid
 rc=$?
