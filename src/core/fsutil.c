@@ -95,3 +95,40 @@ int anvil_write_file_atomic(const char *path, const void *data, size_t len) {
     }
     return anvil_atomic_commit(&a);
 }
+
+int anvil_read_fd(int fd, const char *name, char **data, size_t *len) {
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return anvil_fail("%s: out of memory", name);
+    for (;;) {
+        if (n == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return anvil_fail("%s: out of memory after %zu bytes", name, n);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int e = errno;
+            free(buf);
+            return anvil_fail("%s: read failed after %zu bytes: %s", name, n, strerror(e));
+        }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+int anvil_read_file(const char *path, char **data, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    int rc = anvil_read_fd(fd, path, data, len);
+    close(fd);
+    return rc;
+}

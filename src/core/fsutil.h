@@ -24,6 +24,11 @@ int anvil_atomic_commit(anvil_atomic_file *a);
 /* Drops the temporary file. */
 void anvil_atomic_abort(anvil_atomic_file *a);
 
+/* Reads everything from fd (a pipe or a file) into a malloc'd buffer; name labels errors. */
+int anvil_read_fd(int fd, const char *name, char **data, size_t *len);
+/* Reads a whole file into a malloc'd buffer. */
+int anvil_read_file(const char *path, char **data, size_t *len);
+
 /* Replaces path with data atomically. */
 int anvil_write_file_atomic(const char *path, const void *data, size_t len);
 

@@ -58,30 +58,10 @@ typedef struct {
 } source;
 
 static int read_fd_all(int fd, const char *name, source *s) {
-    size_t cap = 1 << 20, len = 0;
-    unsigned char *buf = malloc(cap);
-    if (!buf) return anvil_fail("%s: out of memory", name);
-    for (;;) {
-        if (len == cap) {
-            unsigned char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return anvil_fail("%s: out of memory after %zu bytes", name, len);
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t got = read(fd, buf + len, cap - len);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
-            int e = errno;
-            free(buf);
-            return anvil_fail("%s: read failed after %zu bytes: %s", name, len, strerror(e));
-        }
-        if (got == 0) break;
-        len += (size_t)got;
-    }
-    s->data = buf;
+    char *buf;
+    size_t len;
+    if (anvil_read_fd(fd, name, &buf, &len)) return -1;
+    s->data = (const unsigned char *)buf;
     s->len = len;
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/fsutil.h"
 #include "tok/tok_internal.h"
 
 /* Pieces up to this long merge by rescanning a small array (what tiktoken
@@ -108,28 +109,9 @@ fail:
 }
 
 anvil_tok *anvil_tok_load(const char *rank_file, const char *pattern_name) {
-    FILE *f = fopen(rank_file, "rb");
-    if (!f) {
-        anvil_fail("%s: cannot open rank file: %s", rank_file, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += got;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        anvil_fail("%s: cannot read rank file%s", rank_file, bad ? "" : " (out of memory)");
-        return NULL;
-    }
+    char *buf;
+    size_t n;
+    if (anvil_read_file(rank_file, &buf, &n)) return NULL;
     anvil_tok *t = anvil_tok_load_mem(buf, n, rank_file, pattern_name);
     free(buf);
     return t;

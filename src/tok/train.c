@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fsutil.h"
 #include "tok/tok_internal.h"
 
 /* ---- unique words with their counts ---- */
@@ -562,23 +563,12 @@ int anvil_tok_train(const anvil_tok_train_opts *o) {
     size_t *lens = calloc((size_t)(o->n_files > 0 ? o->n_files : 1), sizeof *lens);
     int rc = texts && lens ? 0 : anvil_fail("tokenizer train: out of memory");
     for (int i = 0; i < o->n_files && !rc; i++) {
-        FILE *f = fopen(o->files[i], "rb");
-        if (!f) {
-            rc = anvil_fail("%s: cannot open: %s", o->files[i], strerror(errno));
+        char *buf = NULL;
+        size_t n = 0;
+        if (anvil_read_file(o->files[i], &buf, &n)) {
+            rc = -1;
             break;
         }
-        size_t cap = 1 << 20, n = 0;
-        char *buf = malloc(cap);
-        for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
-            n += got;
-            if (n == cap) {
-                char *nb = realloc(buf, cap *= 2);
-                if (!nb) free(buf);
-                buf = nb;
-            }
-        }
-        if (!buf || ferror(f)) rc = anvil_fail("%s: cannot read%s", o->files[i], buf ? "" : " (out of memory)");
-        fclose(f);
         texts[i] = buf;
         lens[i] = n;
     }

@@ -8,7 +8,7 @@
  * mode; decode(encode(x)) must give x back.
  *
  * Build and run from the repository root:
- *   S="src/tok/bpe.c src/tok/pretok.c src/tok/ranks.c src/tok/train.c src/core/error.c"
+ *   S="src/tok/bpe.c src/tok/pretok.c src/tok/ranks.c src/tok/train.c src/core/error.c src/core/fsutil.c"
  *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined -Isrc \
  *     tests/fuzz/fuzz_rankfile.c $S -lpcre2-8 -o /tmp/fuzz_rankfile
  *   mkdir -p /tmp/fuzz_rank_corpus && cp tests/tok/fuzz_seed/small.tiktoken /tmp/fuzz_rank_corpus/
