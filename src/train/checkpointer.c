@@ -131,9 +131,6 @@ int anvil_checkpointer_before_update(anvil_checkpointer *cp) {
     return 0;
 }
 
-double anvil_checkpointer_last_stall_ms(const anvil_checkpointer *cp) { return cp->stall_ms; }
-double anvil_checkpointer_last_write_ms(const anvil_checkpointer *cp) { return cp->write_ms; }
-
 int anvil_checkpointer_free(anvil_checkpointer *cp) {
     if (!cp) return 0;
     int rc = wait_writer(cp);

@@ -37,9 +37,5 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
 /* Must be called before anything changes the weights or optimizer state (the AdamW update): waits
  * until the writer's snapshot is complete, counting the wait as stall, and logs the stall. */
 int anvil_checkpointer_before_update(anvil_checkpointer *cp);
-/* Milliseconds the training thread stalled for the last checkpoint (waiting for the previous write
- * and for the snapshot), and the writer's last write time. */
-double anvil_checkpointer_last_stall_ms(const anvil_checkpointer *cp);
-double anvil_checkpointer_last_write_ms(const anvil_checkpointer *cp);
 
 #endif

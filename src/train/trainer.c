@@ -124,14 +124,13 @@ static int print_sample(const anvil_train_config *c, anvil_gpt2 *m, int step) {
     return rc < 0 ? -1 : 0;
 }
 
-static int fill_synthetic(anvil_rng *rng, int32_t *x, int32_t *y, size_t n, int vocab) {
+static void fill_synthetic(anvil_rng *rng, int32_t *x, int32_t *y, size_t n, int vocab) {
     int32_t prev = (int32_t)(anvil_rng_u64(rng) % (uint64_t)vocab);
     for (size_t i = 0; i < n; i++) {
         x[i] = prev;
         prev = (int32_t)(anvil_rng_u64(rng) % (uint64_t)vocab);
         y[i] = prev;
     }
-    return 0;
 }
 
 static volatile sig_atomic_t stop_signal;
