@@ -1,0 +1,315 @@
+/* The front end of src/dist: requests, the submission queue and the
+ * communication thread, and the world-of-one backend. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "dist/dist_internal.h"
+
+static struct {
+    int up;
+    const dist_backend *be;
+    anvil_group *world;
+    char host[64];
+    int threaded; /* a communication thread runs the queue (MPI); otherwise collectives run inline */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* queue non-empty, or stop */
+    pthread_cond_t done_cv; /* some request completed */
+    struct anvil_req *head, *tail;
+    int stop;
+    uint64_t next_seq, last_done;
+    struct anvil_req *running;
+    double running_since;
+} D = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER};
+
+size_t anvil_dtype_size(anvil_dtype t) {
+    switch (t) {
+    case ANVIL_F32: return 4;
+    case ANVIL_F64: case ANVIL_I64: return 8;
+    default: return 1;
+    }
+}
+
+static const char *op_name(dist_op_kind k) {
+    static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "barrier", "split"};
+    return names[k];
+}
+
+static int local_run(struct anvil_req *r) {
+    size_t es = anvil_dtype_size(r->t);
+    switch (r->kind) {
+    case OP_REDUCE_SCATTER:
+    case OP_ALLGATHER:
+        if (r->recv != r->send) memmove(r->recv, r->send, r->counts[0] * es);
+        return 0;
+    case OP_SPLIT: {
+        anvil_group *g = calloc(1, sizeof *g);
+        if (!g) {
+            snprintf(r->err, sizeof r->err, "out of memory");
+            return -1;
+        }
+        g->size = 1;
+        r->result = g;
+        return 0;
+    }
+    default: return 0; /* a sum, broadcast or barrier over one process changes nothing */
+    }
+}
+
+static void local_group_free(anvil_group *g) { (void)g; }
+
+const dist_backend dist_local_backend = {"local", local_run, local_group_free};
+
+static void *comm_thread(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&D.mu);
+    for (;;) {
+        while (!D.head && !D.stop) pthread_cond_wait(&D.cv, &D.mu);
+        if (!D.head) break;
+        struct anvil_req *r = D.head;
+        D.head = r->next;
+        if (!D.head) D.tail = NULL;
+        D.running = r;
+        D.running_since = anvil_now();
+        pthread_mutex_unlock(&D.mu);
+        int rc = D.be->run(r);
+        pthread_mutex_lock(&D.mu);
+        r->rc = rc;
+        r->done = 1;
+        D.running = NULL;
+        D.last_done = r->seq;
+        pthread_cond_broadcast(&D.done_cv);
+    }
+    pthread_mutex_unlock(&D.mu);
+    return NULL;
+}
+
+int dist_current_op(uint64_t *seq, double *started, char *what, size_t whatcap, char *group, size_t groupcap,
+                    int *group_size) {
+    pthread_mutex_lock(&D.mu);
+    struct anvil_req *r = D.running;
+    if (r) {
+        *seq = r->seq;
+        *started = D.running_since;
+        snprintf(what, whatcap, "%s '%s'", op_name(r->kind), r->what);
+        snprintf(group, groupcap, "%s", r->g->name);
+        *group_size = r->g->size;
+    }
+    pthread_mutex_unlock(&D.mu);
+    return r != NULL;
+}
+
+uint64_t dist_last_done(void) {
+    pthread_mutex_lock(&D.mu);
+    uint64_t s = D.last_done;
+    pthread_mutex_unlock(&D.mu);
+    return s;
+}
+
+int anvil_dist_init(const anvil_dist_config *cfg) {
+    if (D.up) return 0;
+    const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    if (ws && *ws) {
+        if (dist_mpi_init(&D.world, D.host, sizeof D.host)) return -1;
+        D.be = &dist_mpi_backend;
+        D.threaded = 1;
+        D.stop = 0;
+        if (pthread_create(&D.thread, NULL, comm_thread, NULL)) {
+            dist_mpi_finalize();
+            return anvil_fail("dist: cannot start the communication thread");
+        }
+        if (cfg && cfg->timeout_s > 0 && dist_watchdog_start(cfg->timeout_s, D.host)) {
+            anvil_dist_finalize();
+            return -1;
+        }
+    } else {
+        static anvil_group world1 = {.size = 1, .name = "world"};
+        D.world = &world1;
+        D.be = &dist_local_backend;
+        D.threaded = 0;
+        if (gethostname(D.host, sizeof D.host - 1)) snprintf(D.host, sizeof D.host, "localhost");
+    }
+    D.up = 1;
+    return 0;
+}
+
+void anvil_dist_finalize(void) {
+    if (!D.be) return;
+    if (D.threaded) {
+        pthread_mutex_lock(&D.mu);
+        D.stop = 1;
+        pthread_cond_broadcast(&D.cv);
+        pthread_mutex_unlock(&D.mu);
+        pthread_join(D.thread, NULL);
+        dist_watchdog_stop();
+        dist_mpi_finalize();
+    }
+    D.be = NULL;
+    D.world = NULL;
+    D.up = 0;
+}
+
+int anvil_dist_is_mpi(void) { return D.be == &dist_mpi_backend; }
+int anvil_dist_rank(void) { return D.world ? D.world->rank : 0; }
+int anvil_dist_world_size(void) { return D.world ? D.world->size : 1; }
+const char *anvil_dist_host(void) { return D.host; }
+anvil_group *anvil_dist_world(void) { return D.world; }
+int anvil_group_rank(const anvil_group *g) { return g->rank; }
+int anvil_group_size(const anvil_group *g) { return g->size; }
+const char *anvil_group_name(const anvil_group *g) { return g->name; }
+
+void anvil_dist_abort(int status) {
+    if (anvil_dist_is_mpi()) dist_mpi_abort(status);
+    exit(status);
+}
+
+static struct anvil_req *req_new(dist_op_kind kind, anvil_group *g, anvil_dtype t, const char *what) {
+    if (!D.up || !g) {
+        anvil_fail("dist: %s '%s' before anvil_dist_init", op_name(kind), what);
+        return NULL;
+    }
+    struct anvil_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        anvil_fail("dist: out of memory for a request");
+        return NULL;
+    }
+    r->kind = kind;
+    r->g = g;
+    r->t = t;
+    snprintf(r->what, sizeof r->what, "%s", what ? what : "");
+    return r;
+}
+
+static anvil_req *submit(struct anvil_req *r) {
+    if (!r) return NULL;
+    if (!D.threaded) {
+        r->seq = ++D.next_seq;
+        r->rc = D.be->run(r);
+        r->done = 1;
+        D.last_done = r->seq;
+        return r;
+    }
+    pthread_mutex_lock(&D.mu);
+    r->seq = ++D.next_seq;
+    if (D.tail) D.tail->next = r;
+    else D.head = r;
+    D.tail = r;
+    pthread_cond_signal(&D.cv);
+    pthread_mutex_unlock(&D.mu);
+    return r;
+}
+
+static int copy_counts(struct anvil_req *r, const size_t *counts) {
+    r->counts = malloc((size_t)r->g->size * sizeof *counts);
+    if (!r->counts) return anvil_fail("dist: out of memory for counts");
+    memcpy(r->counts, counts, (size_t)r->g->size * sizeof *counts);
+    return 0;
+}
+
+int anvil_wait(anvil_req *r) {
+    if (!r) return -1;
+    if (D.threaded) {
+        pthread_mutex_lock(&D.mu);
+        while (!r->done) pthread_cond_wait(&D.done_cv, &D.mu);
+        pthread_mutex_unlock(&D.mu);
+    }
+    int rc = r->rc;
+    if (rc) anvil_fail("dist: %s '%s' in group '%s' failed on rank %d: %s", op_name(r->kind), r->what, r->g->name,
+                       anvil_dist_rank(), r->err);
+    free(r->counts);
+    free(r);
+    return rc ? -1 : 0;
+}
+
+anvil_req *anvil_iallreduce(anvil_group *g, void *buf, size_t n, anvil_dtype t, const char *what) {
+    struct anvil_req *r = req_new(OP_ALLREDUCE, g, t, what);
+    if (r) {
+        r->buf = buf;
+        r->n = n;
+    }
+    return submit(r);
+}
+
+anvil_req *anvil_ireduce_scatter(anvil_group *g, const void *send, void *recv, const size_t *counts, anvil_dtype t,
+                                 const char *what) {
+    struct anvil_req *r = req_new(OP_REDUCE_SCATTER, g, t, what);
+    if (!r) return NULL;
+    if (copy_counts(r, counts)) {
+        free(r);
+        return NULL;
+    }
+    r->send = send;
+    r->recv = recv;
+    return submit(r);
+}
+
+anvil_req *anvil_iallgather(anvil_group *g, const void *send, void *recv, const size_t *counts, anvil_dtype t,
+                            const char *what) {
+    struct anvil_req *r = req_new(OP_ALLGATHER, g, t, what);
+    if (!r) return NULL;
+    if (copy_counts(r, counts)) {
+        free(r);
+        return NULL;
+    }
+    r->send = send;
+    r->recv = recv;
+    return submit(r);
+}
+
+anvil_req *anvil_ibroadcast(anvil_group *g, void *buf, size_t n, anvil_dtype t, int root, const char *what) {
+    struct anvil_req *r = req_new(OP_BROADCAST, g, t, what);
+    if (r) {
+        r->buf = buf;
+        r->n = n;
+        r->root = root;
+    }
+    return submit(r);
+}
+
+anvil_req *anvil_ibarrier(anvil_group *g, const char *what) { return submit(req_new(OP_BARRIER, g, ANVIL_U8, what)); }
+
+int anvil_allreduce(anvil_group *g, void *buf, size_t n, anvil_dtype t, const char *what) {
+    return anvil_wait(anvil_iallreduce(g, buf, n, t, what));
+}
+int anvil_reduce_scatter(anvil_group *g, const void *send, void *recv, const size_t *counts, anvil_dtype t,
+                         const char *what) {
+    return anvil_wait(anvil_ireduce_scatter(g, send, recv, counts, t, what));
+}
+int anvil_allgather(anvil_group *g, const void *send, void *recv, const size_t *counts, anvil_dtype t,
+                    const char *what) {
+    return anvil_wait(anvil_iallgather(g, send, recv, counts, t, what));
+}
+int anvil_broadcast(anvil_group *g, void *buf, size_t n, anvil_dtype t, int root, const char *what) {
+    return anvil_wait(anvil_ibroadcast(g, buf, n, t, root, what));
+}
+int anvil_barrier(anvil_group *g, const char *what) { return anvil_wait(anvil_ibarrier(g, what)); }
+
+anvil_group *anvil_group_split(anvil_group *parent, int color, int key, const char *name) {
+    struct anvil_req *r = req_new(OP_SPLIT, parent, ANVIL_U8, name);
+    if (!r) return NULL;
+    r->color = color;
+    r->key = key;
+    anvil_group *result = NULL;
+    /* The request is freed by the wait, so keep the result first. */
+    submit(r);
+    if (D.threaded) {
+        pthread_mutex_lock(&D.mu);
+        while (!r->done) pthread_cond_wait(&D.done_cv, &D.mu);
+        pthread_mutex_unlock(&D.mu);
+    }
+    result = r->result;
+    if (anvil_wait(r)) return NULL;
+    snprintf(result->name, sizeof result->name, "%s", name);
+    return result;
+}
+
+void anvil_group_free(anvil_group *g) {
+    if (!g || g == D.world) return;
+    if (D.be) D.be->group_free(g);
+    free(g);
+}
