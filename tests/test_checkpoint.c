@@ -1,7 +1,9 @@
 /* Training checkpoints and the Hugging Face GPT-2 interchange:
  * - save/load restores parameters, AdamW moments and step, loader and RNG
  *   state bit-exactly; a different model config or a newer format is refused;
- * - verify catches truncated and bit-flipped files and names them;
+ * - verify catches truncated and bit-flipped files and names them, and the
+ *   manifest's own checksum catches every single-bit flip of the manifest;
+ *   version 1 manifests (without it) still load;
  * - --resume auto falls back past a corrupt newest checkpoint, ignores .tmp-
  *   leftovers; prune keeps the right set and removes stale leftovers;
  * - a full disk (RLIMIT_FSIZE) fails the save with the file named, leaves no
@@ -103,7 +105,7 @@ static anvil_ckpt_state state_of(const trained *t, int64_t step) {
     anvil_ckpt_state st = {0};
     st.model = &t->m;
     st.opt = &t->o;
-    st.loader = (anvil_loader_state){3, 123456789012LL, 2};
+    st.loader = (anvil_loader_state){3, 123456789012LL, 2, 1, 0xfedcba9876543211ULL};
     st.rng.s[0] = 0xfedcba9876543210ULL; /* above 2^53: must survive as text */
     st.rng.s[1] = (uint64_t)step * 0x9e3779b97f4a7c15ULL;
     st.step = step;
@@ -158,6 +160,7 @@ static void test_round_trip(void) {
     anvil_ckpt_state st = state_of(&a, 3);
     CHECK(info.step == 3 && info.tokens_seen == 3 * 4096);
     CHECK(info.loader.shard == 3 && info.loader.position == 123456789012LL && info.loader.epoch == 2);
+    CHECK(info.loader.shuffled == 1 && info.loader.shuffle_seed == 0xfedcba9876543211ULL);
     CHECK(info.rng.s[0] == st.rng.s[0] && info.rng.s[1] == st.rng.s[1]);
     CHECK(!strcmp(info.tokenizer, "bytes"));
     CHECK(info.train_config && !strcmp(info.train_config, "{\"lr\":0.0006,\"B\":2,\"T\":8,\"name\":\"test\"}"));
@@ -191,24 +194,54 @@ static void test_round_trip(void) {
     free_trained(&b);
 }
 
-static void rewrite_manifest_field(const char *dir, const char *from, const char *to) {
-    char p[PATH_MAX];
-    path_in(p, sizeof p, dir, "manifest.json");
-    FILE *f = fopen(p, "rb");
-    static char buf[1 << 16];
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+/* The manifest checksum rule written out independently of the library: CRC-32C of the whole
+ * text with the 8 digits after the last "manifest_crc32c":<tab>" taken as "00000000". */
+static int ref_stamp(char *text, size_t n) {
+    static const char key[] = "\"manifest_crc32c\":\t\"";
+    char *at = NULL;
+    for (char *p = text; (p = strstr(p, key)); p++) at = p;
+    if (!at || (size_t)(at - text) + sizeof key - 1 + 8 > n) return -1;
+    char *digits = at + sizeof key - 1;
+    memcpy(digits, "00000000", 8);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", (unsigned)anvil_crc32c(0, text, n));
+    memcpy(digits, hex, 8);
+    return 0;
+}
+
+static size_t read_text(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
     if (f) fclose(f);
     buf[n] = '\0';
+    return n;
+}
+
+static void write_text(const char *path, const char *buf, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(buf, 1, n, f) == n);
+    if (f) fclose(f);
+}
+
+/* Replaces `from` by `to` in DIR/manifest.json, then, when restamp is set, recomputes its checksum
+ * (an edit made on purpose) with the independent rule and checks the library's stamp agrees. */
+static void rewrite_manifest_field(const char *dir, const char *from, const char *to, int restamp) {
+    char p[PATH_MAX];
+    path_in(p, sizeof p, dir, "manifest.json");
+    static char buf[1 << 16], out[1 << 16];
+    read_text(p, buf, sizeof buf);
     char *at = strstr(buf, from);
     if (!at) {
         t_fail(__FILE__, __LINE__, "manifest lacks '%s'", from);
         return;
     }
-    f = fopen(p, "wb");
-    fwrite(buf, 1, (size_t)(at - buf), f);
-    fputs(to, f);
-    fputs(at + strlen(from), f);
-    fclose(f);
+    int n = snprintf(out, sizeof out, "%.*s%s%s", (int)(at - buf), buf, to, at + strlen(from));
+    if (restamp) {
+        CHECK(ref_stamp(out, (size_t)n) == 0);
+        memcpy(buf, out, (size_t)n);
+        CHECK(anvil_ckpt_manifest_stamp(buf, (size_t)n) == 0 && memcmp(buf, out, (size_t)n) == 0);
+    }
+    write_text(p, out, (size_t)n);
 }
 
 static void test_refusals(void) {
@@ -229,18 +262,133 @@ static void test_refusals(void) {
     anvil_gpt2_free(&m);
 
     /* A sharded checkpoint of a multi-process run is not restored into one process. */
-    rewrite_manifest_field(dir, "\"world\":\t1", "\"world\":\t2");
+    rewrite_manifest_field(dir, "\"world\":\t1", "\"world\":\t2", 1);
     CHECK(anvil_ckpt_verify(dir) == 0);
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1 && strstr(anvil_errmsg(), "2-process run"));
-    rewrite_manifest_field(dir, "\"world\":\t2", "\"world\":\t1");
+    rewrite_manifest_field(dir, "\"world\":\t2", "\"world\":\t1", 1);
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
 
+    /* The same edit without a new checksum is corruption. */
+    rewrite_manifest_field(dir, "\"world\":\t1", "\"world\":\t2", 0);
+    CHECK(anvil_ckpt_verify(dir) == -1 && strstr(anvil_errmsg(), "manifest.json: checksum mismatch"));
+    rewrite_manifest_field(dir, "\"world\":\t2", "\"world\":\t1", 0);
+    CHECK(anvil_ckpt_verify(dir) == 0);
+
     /* A newer format version. */
-    rewrite_manifest_field(dir, "\"version\":\t1", "\"version\":\t2");
+    rewrite_manifest_field(dir, "\"version\":\t2", "\"version\":\t3", 1);
     CHECK(anvil_ckpt_verify(dir) == -1);
-    CHECK(strstr(anvil_errmsg(), "version 2 is newer") != NULL);
+    CHECK(strstr(anvil_errmsg(), "version 3 is newer") != NULL);
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1);
     free_trained(&a);
+}
+
+/* Every single-bit flip of a manifest, at every byte, is refused by the parser with one line
+ * naming the file; on disk, a sample of them also fails verify, load and --resume auto, which
+ * falls back to the older checkpoint. */
+static void test_manifest_bit_flips(void) {
+    char run[PATH_MAX], d1[PATH_MAX], d2[PATH_MAX], p[PATH_MAX], out[PATH_MAX], warn[2048];
+    path_in(run, sizeof run, root, "flip");
+    trained a;
+    make_trained(&a, 11, 1);
+    save_step(run, &a, 1);
+    save_step(run, &a, 2);
+    path_in(d1, sizeof d1, run, "ckpt/step_00000001");
+    path_in(d2, sizeof d2, run, "ckpt/step_00000002");
+    path_in(p, sizeof p, d2, "manifest.json");
+    static char orig[1 << 16], buf[1 << 16];
+    size_t n = read_text(p, orig, sizeof orig);
+    CHECK(n > 500);
+
+    /* The stored checksum is the documented rule's. */
+    memcpy(buf, orig, n + 1);
+    CHECK(ref_stamp(buf, n) == 0 && memcmp(buf, orig, n) == 0);
+    const char *key = strstr(orig, "\"manifest_crc32c\"");
+    CHECK(key != NULL);
+    size_t key_at = key ? (size_t)(key - orig) : n;
+
+    long flips = 0, refused = 0, by_checksum = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(buf, orig, n);
+            buf[i] ^= (char)(1 << bit);
+            anvil_ckpt_manifest m;
+            flips++;
+            anvil_fail("%s", "");
+            if (anvil_ckpt_manifest_parse(buf, n, p, &m) == 0) {
+                anvil_ckpt_manifest_free(&m);
+                t_fail(__FILE__, __LINE__, "flip of bit %d at byte %zu (0x%02x) accepted", bit, i,
+                       (unsigned char)orig[i]);
+                continue;
+            }
+            const char *e = anvil_errmsg();
+            if (strstr(e, p) && !strchr(e, '\n')) refused++;
+            else t_fail(__FILE__, __LINE__, "flip at byte %zu: message '%s' does not name the file in one line", i, e);
+            /* Before the checksum's own member, only the checksum can tell (a flipped tab is still JSON). */
+            if (i < key_at) by_checksum += strstr(e, "checksum mismatch") != NULL;
+        }
+    CHECK(refused == flips && by_checksum == (long)key_at * 8);
+    printf("manifest: %ld single-bit flips over %zu bytes, all refused\n", flips, n);
+
+    /* On disk: every 37th byte, one bit each, through verify, load and find_latest_valid. */
+    for (size_t i = 0; i < n; i += 37) {
+        memcpy(buf, orig, n);
+        buf[i] ^= (char)(1 << (i % 8));
+        write_text(p, buf, n);
+        CHECK(anvil_ckpt_verify(d2) == -1 && strstr(anvil_errmsg(), "step_00000002/manifest.json"));
+        CHECK(anvil_ckpt_load(d2, &a.m, &a.o, NULL) == -1 && strstr(anvil_errmsg(), "step_00000002/manifest.json"));
+        if (anvil_ckpt_find_latest_valid(run, out, sizeof out, warn, sizeof warn) != 1 || strcmp(out, d1) ||
+            !strstr(warn, "skipping corrupt checkpoint step_00000002"))
+            t_fail(__FILE__, __LINE__, "flip at byte %zu: resume did not fall back to step 1 (%s)", i, warn);
+    }
+    write_text(p, orig, n);
+    CHECK(anvil_ckpt_verify(d2) == 0);
+    CHECK(anvil_ckpt_find_latest_valid(run, out, sizeof out, warn, sizeof warn) == 1 && !strcmp(out, d2));
+    free_trained(&a);
+}
+
+/* Version 1 manifests (before the manifest checksum and shuffled orders) still load, in order;
+ * a version 2 manifest without its checksum does not. */
+static void test_manifest_v1(void) {
+    char run[PATH_MAX], dir[PATH_MAX], p[PATH_MAX];
+    path_in(run, sizeof run, root, "v1");
+    trained a, b;
+    make_trained(&a, 12, 2);
+    save_step(run, &a, 2);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000002");
+    path_in(p, sizeof p, dir, "manifest.json");
+    static char orig[1 << 16], buf[1 << 16];
+    size_t n = read_text(p, orig, sizeof orig);
+    char *crc = strstr(orig, ",\n\t\"manifest_crc32c\"");
+    CHECK(crc != NULL);
+    if (!crc) return;
+
+    /* Without the checksum, as version 2: refused. */
+    int len = snprintf(buf, sizeof buf, "%.*s\n}", (int)(crc - orig), orig);
+    write_text(p, buf, (size_t)len);
+    CHECK(anvil_ckpt_verify(dir) == -1 && strstr(anvil_errmsg(), "'manifest_crc32c' is missing"));
+
+    /* As version 1 wrote it: no checksum, no order fields. */
+    rewrite_manifest_field(dir, "\"version\":\t2", "\"version\":\t1", 0);
+    rewrite_manifest_field(dir, ",\n\t\t\"shuffled\":\ttrue,\n\t\t\"shuffle_seed\":\t\"18364758544493064721\"", "", 0);
+    CHECK(anvil_ckpt_verify(dir) == 0);
+    make_trained(&b, 13, 0);
+    anvil_ckpt_manifest info;
+    if (anvil_ckpt_load(dir, &b.m, &b.o, &info) == 0) {
+        CHECK(info.version == 1 && info.loader.shuffled == 0 && info.loader.shuffle_seed == 0);
+        CHECK(info.loader.shard == 3 && info.loader.epoch == 2);
+        CHECK(!memcmp(a.m.params, b.m.params, a.m.nparams * sizeof(float)));
+        anvil_ckpt_manifest_free(&info);
+    } else {
+        t_fail(__FILE__, __LINE__, "version 1 manifest: %s", anvil_errmsg());
+    }
+    /* A version 2 manifest's order fields are required, and a seed without shuffling is inconsistent. */
+    write_text(p, orig, n);
+    rewrite_manifest_field(dir, "\"shuffled\":\ttrue", "\"shuffled\":\t1", 1);
+    CHECK(anvil_ckpt_verify(dir) == -1 && strstr(anvil_errmsg(), "'loader.shuffled'"));
+    rewrite_manifest_field(dir, "\"shuffled\":\t1", "\"shuffled\":\tfalse", 1);
+    CHECK(anvil_ckpt_verify(dir) == -1 && strstr(anvil_errmsg(), "'loader.shuffle_seed' must be"));
+    free_trained(&a);
+    free_trained(&b);
 }
 
 static void corrupt(const char *file, long off, int truncate_to) {
@@ -654,6 +802,8 @@ int main(int argc, char **argv) {
     test_round_trip();
     test_refusals();
     test_corruption_and_fallback();
+    test_manifest_bit_flips();
+    test_manifest_v1();
     test_prune();
     test_disk_full();
     test_snapshot_reuse();

@@ -1,7 +1,8 @@
 /* The loader's prefetch thread and shuffled order: the same batches and
  * states with the thread as without, errors reported by the call that would
  * have read the bad batch, and a shuffled epoch that is a reproducible
- * permutation of the unshuffled one. */
+ * permutation of the unshuffled one, different in every epoch, whose state
+ * is refused by a loader with another order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,7 +143,7 @@ static void test_prefetch_errors(void) {
         CHECK(anvil_loader_next(L, in, tg) == -1);
         CHECK(strcmp(anvil_errmsg(), msg[prefetch]) == 0);
         /* Skipping the bad shard goes on normally. */
-        CHECK(anvil_loader_set_state(L, (anvil_loader_state){2, 0, 0}) == 0);
+        CHECK(anvil_loader_set_state(L, (anvil_loader_state){.shard = 2}) == 0);
         CHECK(anvil_loader_next(L, in, tg) == 0 && in[0] == 2000);
         anvil_loader_close(L);
     }
@@ -245,6 +246,56 @@ static void test_shuffle_restore(void) {
         }
 }
 
+/* Epochs wrap into a new order each time: ten epochs of one seed are ten different orders, the
+ * same ten again for the same seed; the state names its order, and a loader with another order
+ * (in order, or another seed) refuses it rather than read other batches. */
+static void test_shuffle_epochs_differ(void) {
+    enum { PER_EPOCH = 6 + 4 + 7, EPOCHS = 10, N = PER_EPOCH * EPOCHS };
+    batch *a = calloc(N, sizeof *a), *b = calloc(N, sizeof *b);
+    run_seed(a, N, 0, 1, 1, 0, 1234);
+    run_seed(b, N, 0, 1, 0, 0, 1234);
+    CHECK(memcmp(a, b, N * sizeof *a) == 0);
+    for (int e = 0; e < EPOCHS; e++) {
+        CHECK(a[e * PER_EPOCH].st.epoch == e);
+        for (int f = 0; f < e; f++) {
+            int same = 1;
+            for (int i = 0; same && i < PER_EPOCH; i++) same = a[e * PER_EPOCH + i].in[0] == a[f * PER_EPOCH + i].in[0];
+            if (same) t_fail(__FILE__, __LINE__, "epochs %d and %d have the same order", f, e);
+        }
+    }
+    CHECK(a[N - 1].st.epoch == EPOCHS - 1); /* the wrap happens on the next read */
+    for (int i = 0; i < N; i++)
+        if (a[i].st.shuffled != 1 || a[i].st.shuffle_seed != 1234) {
+            t_fail(__FILE__, __LINE__, "step %d: the state does not name its order", i);
+            break;
+        }
+
+    anvil_loader_state mid = a[PER_EPOCH + 5].st;
+    anvil_loader *L = anvil_loader_open(pattern, B, T, 0, 1, 3000);
+    CHECK(L != NULL);
+    if (!L) return;
+    CHECK(anvil_loader_get_state(L).shuffled == 0 && anvil_loader_get_state(L).shuffle_seed == 0);
+    CHECK(anvil_loader_set_state(L, mid) == -1);
+    CHECK(strstr(anvil_errmsg(), "shuffled with seed 1234") && strstr(anvil_errmsg(), "in order (not shuffled)"));
+    anvil_loader_state plain = {.shard = 1};
+    CHECK(anvil_loader_set_shuffle(L, 99) == 0);
+    CHECK(anvil_loader_set_state(L, plain) == -1 && strstr(anvil_errmsg(), "shuffled with seed 99"));
+    CHECK(anvil_loader_set_state(L, mid) == -1 && strstr(anvil_errmsg(), "seed 1234"));
+    CHECK(anvil_loader_set_shuffle(L, 1234) == 0);
+    CHECK(anvil_loader_set_state(L, mid) == 0);
+    int32_t in[BT], tg[BT];
+    for (int i = PER_EPOCH + 6; i < N; i++) {
+        CHECK(anvil_loader_next(L, in, tg) == 0);
+        if (memcmp(in, a[i].in, sizeof in)) {
+            t_fail(__FILE__, __LINE__, "restored shuffled loader differs at step %d", i);
+            break;
+        }
+    }
+    anvil_loader_close(L);
+    free(a);
+    free(b);
+}
+
 int main(void) {
     make_shards();
     test_prefetch_same_batches();
@@ -253,6 +304,7 @@ int main(void) {
     test_close();
     test_shuffle_epoch();
     test_shuffle_restore();
+    test_shuffle_epochs_differ();
     remove_shards();
     return t_done("test_loader");
 }

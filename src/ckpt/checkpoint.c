@@ -408,7 +408,8 @@ static char *build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file 
     ok = ok && tc && cJSON_AddItemToObject(root, "train_config", tc);
     ok = ok && (o = cJSON_AddObjectToObject(root, "loader"));
     ok = ok && add_raw_i64(o, "shard", s->loader.shard) && add_raw_i64(o, "position", s->loader.position) &&
-         add_raw_i64(o, "epoch", s->loader.epoch);
+         add_raw_i64(o, "epoch", s->loader.epoch) && cJSON_AddBoolToObject(o, "shuffled", s->loader.shuffled != 0) &&
+         add_u64_string(o, "shuffle_seed", s->loader.shuffle_seed);
     ok = ok && (o = cJSON_AddObjectToObject(root, "rng"));
     ok = ok && add_u64_string(o, "s0", s->rng.s[0]) && add_u64_string(o, "s1", s->rng.s[1]);
     ok = ok && (o = cJSON_AddObjectToObject(root, "optimizer"));
@@ -427,10 +428,57 @@ static char *build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file 
         ok = f && cJSON_AddItemToArray(arr, f) && cJSON_AddStringToObject(f, "name", files[i].name) &&
              add_raw_i64(f, "bytes", (int64_t)files[i].bytes) && cJSON_AddStringToObject(f, "crc32c", hex);
     }
+    /* Last, so that find_crc_field's search from the end finds this one. */
+    ok = ok && cJSON_AddStringToObject(root, "manifest_crc32c", "00000000");
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
-    if (!text) anvil_fail("checkpoint: out of memory building the manifest");
+    if (!text || anvil_ckpt_manifest_stamp(text, strlen(text))) {
+        cJSON_free(text);
+        anvil_fail("checkpoint: out of memory building the manifest");
+        return NULL;
+    }
     return text;
+}
+
+/* ---- the manifest's own checksum ---- */
+
+#define CRC_KEY "\"manifest_crc32c\""
+
+static int json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* The 8 value bytes of the last "manifest_crc32c": "XXXXXXXX" member in text, or NULL. Found in the
+ * raw bytes rather than the parsed tree so that the checksum covers the text exactly as stored;
+ * the last occurrence because the writer puts the field last, after any string of the training
+ * configuration that could contain the same characters. */
+static const char *find_crc_field(const char *text, size_t len) {
+    size_t klen = strlen(CRC_KEY);
+    for (size_t at = len >= klen ? len - klen + 1 : 0; at-- > 0;) {
+        if (memcmp(text + at, CRC_KEY, klen)) continue;
+        size_t i = at + klen;
+        while (i < len && json_space(text[i])) i++;
+        if (i >= len || text[i++] != ':') return NULL;
+        while (i < len && json_space(text[i])) i++;
+        if (len - i < 10 || text[i] != '"' || text[i + 9] != '"') return NULL;
+        return text + i + 1;
+    }
+    return NULL;
+}
+
+/* CRC-32C of the whole text with the 8 value bytes at `value` read as "00000000". */
+static uint32_t manifest_crc(const char *text, size_t len, const char *value) {
+    size_t head = (size_t)(value - text);
+    uint32_t c = anvil_crc32c(0, text, head);
+    c = anvil_crc32c(c, "00000000", 8);
+    return anvil_crc32c(c, value + 8, len - head - 8);
+}
+
+int anvil_ckpt_manifest_stamp(char *text, size_t len) {
+    char *value = (char *)find_crc_field(text, len);
+    if (!value) return anvil_fail("manifest: no \"manifest_crc32c\" field to stamp");
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08" PRIx32, manifest_crc(text, len, value));
+    memcpy(value, hex, 8);
+    return 0;
 }
 
 static int get_int(const cJSON *obj, const char *key, const char *where, const char *name, double lo, double hi,
@@ -510,7 +558,7 @@ static int parse_files(const cJSON *root, const char *name, anvil_ckpt_manifest 
     return 0;
 }
 
-static int parse_root(const cJSON *root, const char *name, anvil_ckpt_manifest *m) {
+static int parse_root(const cJSON *root, const char *name, const char *crc_value, anvil_ckpt_manifest *m) {
     if (!cJSON_IsObject(root)) return anvil_fail("%s: not a JSON object", name);
     const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "format"));
     if (!fmt || strcmp(fmt, "anvil-checkpoint"))
@@ -522,6 +570,11 @@ static int parse_root(const cJSON *root, const char *name, anvil_ckpt_manifest *
                           "upgrade anvil",
                           name, v, ANVIL_CKPT_VERSION);
     m->version = (int)v;
+    /* The checksum itself was checked on the raw text; here the parsed tree must agree that the
+     * field is there, so that a flip inside its key cannot pass a version-2 manifest as unprotected. */
+    const char *mc = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "manifest_crc32c"));
+    if ((v >= 2 || mc) && (!mc || !crc_value || strlen(mc) != 8 || memcmp(mc, crc_value, 8)))
+        return anvil_fail("%s: field 'manifest_crc32c' is missing, malformed or not the last member", name);
     if (get_int(root, "step", "", name, 0, JSON_MAX_INT, &m->step) ||
         get_int(root, "tokens_seen", "", name, 0, JSON_MAX_INT, &m->tokens_seen))
         return -1;
@@ -550,6 +603,15 @@ static int parse_root(const cJSON *root, const char *name, anvil_ckpt_manifest *
         get_int(o, "position", "loader.", name, 0, JSON_MAX_INT, &m->loader.position) ||
         get_int(o, "epoch", "loader.", name, 0, JSON_MAX_INT, &m->loader.epoch))
         return -1;
+    /* Version 1 predates shuffling: its batches were always in order. */
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shuffled");
+    if (m->version >= 2 || sh) {
+        if (!cJSON_IsBool(sh)) return anvil_fail("%s: field 'loader.shuffled' is missing or not true/false", name);
+        if (get_u64_string(o, "shuffle_seed", "loader.", name, &m->loader.shuffle_seed)) return -1;
+        m->loader.shuffled = cJSON_IsTrue(sh);
+        if (!m->loader.shuffled && m->loader.shuffle_seed)
+            return anvil_fail("%s: field 'loader.shuffle_seed' must be \"0\" when 'loader.shuffled' is false", name);
+    }
     if (!(o = get_obj(root, "rng", name)) || get_u64_string(o, "s0", "rng.", name, &m->rng.s[0]) ||
         get_u64_string(o, "s1", "rng.", name, &m->rng.s[1]))
         return -1;
@@ -582,9 +644,24 @@ static int parse_root(const cJSON *root, const char *name, anvil_ckpt_manifest *
 
 int anvil_ckpt_manifest_parse(const char *text, size_t len, const char *name, anvil_ckpt_manifest *out) {
     memset(out, 0, sizeof *out);
+    /* Checked before parsing, so that a corrupt manifest is reported as such rather than as
+     * whichever field the damage happened to hit. */
+    const char *crc_value = find_crc_field(text, len);
+    if (crc_value) {
+        char want[9];
+        snprintf(want, sizeof want, "%08" PRIx32, manifest_crc(text, len, crc_value));
+        if (memcmp(crc_value, want, 8)) {
+            char got[9];
+            for (int i = 0; i < 8; i++) got[i] = crc_value[i] >= 0x20 && crc_value[i] < 0x7f ? crc_value[i] : '?';
+            got[8] = '\0';
+            return anvil_fail("%s: checksum mismatch: the content's crc32c is %s, 'manifest_crc32c' says %s "
+                              "(corrupt or edited)",
+                              name, want, got);
+        }
+    }
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root) return anvil_fail("%s: not valid JSON (truncated or corrupt?)", name);
-    int rc = parse_root(root, name, out);
+    int rc = parse_root(root, name, crc_value, out);
     cJSON_Delete(root);
     if (rc) anvil_ckpt_manifest_free(out);
     return rc;

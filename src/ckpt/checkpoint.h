@@ -10,6 +10,14 @@
  *                                             size and CRC32C (Castagnoli)
  *   RUN/ckpt/latest                            "step_00001000\n", updated last
  *
+ * The manifest protects itself too: its last member, "manifest_crc32c", is
+ * 8 lowercase hex digits, the CRC-32C of the file's exact bytes with those 8
+ * digits read as "00000000". Readers check it on the raw bytes before parsing,
+ * so any single flipped bit, in whitespace as much as in a value, fails with
+ * "<path>: checksum mismatch". Format version 2 (this build) always has it,
+ * and every later version keeps it; version 1 manifests, written before it
+ * existed (and before shuffled data orders), are still read, unprotected.
+ *
  * Crash safety: a checkpoint is assembled in step_X.tmp-<pid>/, every file
  * and the folder are fsync'ed, the folder is renamed to step_X and the
  * parent fsync'ed; only then is `latest` replaced (temp file, fsync, rename,
@@ -42,7 +50,7 @@
 #include "model/gpt2.h"
 #include "train/optim.h"
 
-#define ANVIL_CKPT_VERSION 1
+#define ANVIL_CKPT_VERSION 2
 #define ANVIL_CKPT_MAX_FILES 16
 
 /* What to save. step counts completed optimizer steps, so a resumed run
@@ -80,11 +88,15 @@ typedef struct {
     char *train_config; /* the training configuration as compact JSON text (owned) */
 } anvil_ckpt_manifest;
 
-/* Parses and validates manifest text (len bytes, need not be NUL-terminated);
- * name labels the messages. Refuses a format version newer than this build's.
+/* Parses and validates manifest text (len bytes, need not be NUL-terminated),
+ * its own checksum first; name labels the messages. Refuses a format version
+ * newer than this build's.
  * On success the caller frees with anvil_ckpt_manifest_free. */
 int anvil_ckpt_manifest_parse(const char *text, size_t len, const char *name, anvil_ckpt_manifest *out);
 void anvil_ckpt_manifest_free(anvil_ckpt_manifest *m);
+/* Recomputes the manifest checksum of text (len bytes) and writes it into its manifest_crc32c value,
+ * for tools and tests that edit a manifest on purpose. -1 after anvil_fail when there is no such field. */
+int anvil_ckpt_manifest_stamp(char *text, size_t len);
 /* Reads DIR/manifest.json. */
 int anvil_ckpt_read_manifest(const char *ckpt_dir, anvil_ckpt_manifest *out);
 

@@ -20,6 +20,8 @@ static const char *usage =
     "  --data DIR              a folder made by 'anvil prep' (train_*.bin, val_*.bin, manifest.json)\n"
     "  --train GLOB            train shards (instead of --data); --val GLOB for validation shards\n"
     "  --synthetic             uniform random tokens instead of shards\n"
+    "  --shuffle               each epoch visits the train shards and their batches in a new order drawn\n"
+    "                          from --seed (resumes bit-exactly; validation stays in order)\n"
     "model:\n"
     "  --preset NAME           gpt2 | gpt2-medium | gpt2-large | gpt2-xl | tiny | mini | small (default tiny)\n"
     "  --layers N --heads N --embd N --block N --vocab N   override the preset\n"
@@ -83,6 +85,7 @@ int cmd_train(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(o, "--synthetic")) { c.synthetic = 1; continue; }
+        if (!strcmp(o, "--shuffle")) { c.shuffle = 1; continue; }
         if (!strcmp(o, "--summary-json")) { summary = 1; continue; }
         if (!strcmp(o, "--no-progress")) { progress = 0; continue; }
         if (!strcmp(o, "--ckpt-sync")) { c.ckpt_sync = 1; continue; }

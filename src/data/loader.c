@@ -345,11 +345,30 @@ int anvil_loader_set_shuffle(anvil_loader *L, uint64_t seed) {
     return 0;
 }
 
-void anvil_loader_reset(anvil_loader *L) { L->st = (anvil_loader_state){0, 0, 0}; }
+void anvil_loader_reset(anvil_loader *L) { L->st = (anvil_loader_state){0}; }
 
-anvil_loader_state anvil_loader_get_state(const anvil_loader *L) { return L->st; }
+/* L->st keeps the position only; the order is L's own. */
+anvil_loader_state anvil_loader_get_state(const anvil_loader *L) {
+    anvil_loader_state st = L->st;
+    st.shuffled = L->shuffle;
+    st.shuffle_seed = L->shuffle ? L->seed : 0;
+    return st;
+}
+
+static void describe_order(char *buf, size_t cap, int shuffled, uint64_t seed) {
+    if (shuffled)
+        snprintf(buf, cap, "shuffled with seed %llu", (unsigned long long)seed);
+    else
+        snprintf(buf, cap, "in order (not shuffled)");
+}
 
 int anvil_loader_set_state(anvil_loader *L, anvil_loader_state st) {
+    if ((st.shuffled != 0) != (L->shuffle != 0) || (L->shuffle && st.shuffle_seed != L->seed)) {
+        char saved[64], mine[64];
+        describe_order(saved, sizeof saved, st.shuffled != 0, st.shuffle_seed);
+        describe_order(mine, sizeof mine, L->shuffle, L->seed);
+        return anvil_fail("loader %s: the state's batches are %s, this loader's are %s", L->paths[0], saved, mine);
+    }
     if (st.shard < 0 || st.shard >= L->nshards || st.position < 0 || st.epoch < 0)
         return anvil_fail("loader: state shard=%lld position=%lld epoch=%lld does not fit its %d shards",
                           (long long)st.shard, (long long)st.position, (long long)st.epoch, L->nshards);
@@ -362,6 +381,8 @@ int anvil_loader_set_state(anvil_loader *L, anvil_loader_state st) {
         return anvil_fail("loader: state position %lld is not a multiple of world*B*T = %lld, as a shuffled order needs",
                           (long long)st.position, (long long)L->global);
     L->st = st;
+    L->st.shuffled = 0;
+    L->st.shuffle_seed = 0;
     return 0;
 }
 

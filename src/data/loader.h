@@ -19,12 +19,17 @@
 
 typedef struct anvil_loader anvil_loader;
 
-/* Where the next global batch starts. The same on every rank, so rank 0's
- * copy in a checkpoint restores all of them. */
+/* Where the next global batch starts, and in which order the batches come.
+ * The same on every rank, so rank 0's copy in a checkpoint restores all of
+ * them. The order fields travel with the position because a position means
+ * nothing without them: restoring it into a loader with another order would
+ * silently read other batches, so set_state refuses that. */
 typedef struct {
     int64_t shard;    /* index into the sorted shard list (the epoch's order when shuffled) */
     int64_t position; /* token offset of the next global batch in that shard (window slot * world*B*T when shuffled) */
     int64_t epoch;    /* completed passes over all shards */
+    int64_t shuffled; /* 1: the order of anvil_loader_set_shuffle(shuffle_seed); 0: in order */
+    uint64_t shuffle_seed; /* 0 when not shuffled */
 } anvil_loader_state;
 
 /* Validates every shard up front; a shard with fewer than world*B*T+1 tokens
@@ -47,11 +52,13 @@ void anvil_loader_set_prefetch(anvil_loader *L, int on);
  * the window slot times world*B*T, so get/set_state still restore exactly,
  * given the same seed. Call before the first next or set_state. */
 int anvil_loader_set_shuffle(anvil_loader *L, uint64_t seed);
-/* Back to the first batch of the first shard, epoch 0. */
+/* Back to the first batch of the first shard, epoch 0 (the order stays). */
 void anvil_loader_reset(anvil_loader *L);
 
 anvil_loader_state anvil_loader_get_state(const anvil_loader *L);
-/* Restores a state from get_state so the batches that follow are identical. */
+/* Restores a state from get_state so the batches that follow are identical.
+ * A state of another order (shuffled or not, another seed) is refused with a
+ * message naming both orders. */
 int anvil_loader_set_state(anvil_loader *L, anvil_loader_state st);
 
 int anvil_loader_num_shards(const anvil_loader *L);

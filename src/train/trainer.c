@@ -62,6 +62,7 @@ int anvil_train_check(const anvil_train_config *c) {
     if (c->val_every < 0 || c->val_batches < 1)
         return anvil_fail("train: --val-every must be >= 0 and --val-batches positive");
     if (!c->synthetic && !c->train_pattern) return anvil_fail("train: no training data (give --data or --synthetic)");
+    if (c->synthetic && c->shuffle) return anvil_fail("train: --shuffle needs shards, not --synthetic");
     if ((c->ckpt_every || c->ckpt_minutes > 0 || c->resume) && !c->out_dir)
         return anvil_fail("train: checkpoints and --resume need a run folder (--out)");
     if (c->ckpt_every < 0 || c->ckpt_minutes < 0 || c->keep_last < 1 || c->keep_every < 0)
@@ -211,7 +212,7 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     if (anvil_adamw_init(&opt, &model, &c->adamw)) goto out;
     if (!c->synthetic) {
         train = anvil_loader_open(c->train_pattern, B, T, 0, 1, mc->vocab_size);
-        if (!train) goto out;
+        if (!train || (c->shuffle && anvil_loader_set_shuffle(train, c->seed))) goto out;
         if (c->val_pattern) {
             val = anvil_loader_open(c->val_pattern, B, T, 0, 1, mc->vocab_size);
             if (!val) goto out;
@@ -313,7 +314,7 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         }
         int stopping = stop_signal != 0;
         if (ckpt && (last || stopping || anvil_checkpointer_due(ckpt, step + 1))) {
-            anvil_ckpt_state st = {&model, &opt, {0, 0, 0}, data_rng, step + 1, tokens_seen, NULL, c->config_json};
+            anvil_ckpt_state st = {&model, &opt, {0}, data_rng, step + 1, tokens_seen, NULL, c->config_json};
             if (train) st.loader = anvil_loader_get_state(train);
             if (c->progress) anvil_progress_end(c->log);
             if (anvil_checkpointer_save(ckpt, &st, last || stopping)) goto out;

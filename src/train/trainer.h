@@ -16,6 +16,7 @@ typedef struct {
     const char *train_pattern; /* glob of train shards */
     const char *val_pattern;   /* glob of val shards; NULL for no validation */
     int synthetic;             /* uniform random tokens instead of shards (benchmarks) */
+    int shuffle;               /* 1: each epoch reads the train shards, and their batches, in an order drawn from seed */
     int B, T;                  /* micro-batch */
     int64_t total_batch_tokens; /* tokens per optimizer step; a multiple of B*T (0 means B*T) */
     int steps;
