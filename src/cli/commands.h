@@ -11,5 +11,6 @@ int cmd_tokenizer(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
 
 #endif

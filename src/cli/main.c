@@ -17,6 +17,7 @@ static const struct {
     {"export", cmd_export, "write a Hugging Face GPT-2 checkpoint"},
     {"import", cmd_import, "read a Hugging Face GPT-2 checkpoint"},
     {"info", cmd_info, "show model presets, sizes and the kernels in use"},
+    {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged"},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,846 @@
+#include "job/launch.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/fsutil.h"
+#include "train/trainer.h"
+
+/* A rank that never ends a line still reaches the terminal in pieces this big. */
+#define MAX_LINE (64 * 1024)
+
+/* ---- growable byte strings ---- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf_t;
+
+static int buf_put(buf_t *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return anvil_fail("launch: out of memory");
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+static int buf_putc(buf_t *b, char c) { return buf_put(b, &c, 1); }
+
+/* ---- hosts ---- */
+
+void anvil_launch_free_hosts(anvil_launch_host *hosts, int nhosts) {
+    for (int i = 0; i < nhosts; i++) free(hosts[i].name);
+    free(hosts);
+}
+
+static bool host_char(char c) { return isalnum((unsigned char)c) || c == '.' || c == '-' || c == '_'; }
+
+int anvil_launch_parse_hosts(const char *spec, anvil_launch_host **hosts, int *nhosts) {
+    *hosts = NULL;
+    *nhosts = 0;
+    anvil_launch_host *h = NULL;
+    int n = 0;
+    const char *p = spec;
+    for (int idx = 1;; idx++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = memchr(p, ':', len);
+        size_t nlen = colon ? (size_t)(colon - p) : len;
+        bool ok = nlen > 0 && nlen < 256;
+        for (size_t i = 0; ok && i < nlen; i++) ok = host_char(p[i]);
+        long slots = 1;
+        if (ok && colon) {
+            char digits[16];
+            size_t dlen = len - nlen - 1;
+            ok = dlen > 0 && dlen < sizeof digits;
+            if (ok) {
+                memcpy(digits, colon + 1, dlen);
+                digits[dlen] = 0;
+                for (size_t i = 0; ok && i < dlen; i++) ok = isdigit((unsigned char)digits[i]);
+                slots = ok ? strtol(digits, NULL, 10) : 0;
+                ok = ok && slots >= 1 && slots <= 1000000;
+            }
+        }
+        if (!ok) {
+            anvil_launch_free_hosts(h, n);
+            return anvil_fail("--hosts entry %d '%.*s' is not NAME or NAME:SLOTS (SLOTS a whole number >= 1)", idx,
+                              (int)len, p);
+        }
+        anvil_launch_host *g = realloc(h, sizeof *h * (size_t)(n + 1));
+        char *name = g ? strndup(p, nlen) : NULL;
+        if (!g || !name) {
+            free(name);
+            anvil_launch_free_hosts(g ? g : h, n);
+            return anvil_fail("launch: out of memory");
+        }
+        h = g;
+        h[n].name = name;
+        h[n].slots = (int)slots;
+        n++;
+        if (!end) break;
+        p = end + 1;
+    }
+    *hosts = h;
+    *nhosts = n;
+    return 0;
+}
+
+/* ---- this machine ---- */
+
+static long read_long(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long v = -1;
+    if (fscanf(f, "%ld", &v) != 1) v = -1;
+    fclose(f);
+    return v;
+}
+
+int anvil_launch_local_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set)) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        return n > 0 ? (int)n : 1;
+    }
+    /* Open MPI counts cores, not hardware threads, as slots; SMT siblings share a core id. */
+    long seen[CPU_SETSIZE][2];
+    int cores = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set)) continue;
+        char path[128];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        long core = read_long(path);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        long pkg = read_long(path);
+        if (core < 0 || pkg < 0) return CPU_COUNT(&set);
+        bool dup = false;
+        for (int i = 0; i < cores && !dup; i++) dup = seen[i][0] == pkg && seen[i][1] == core;
+        if (!dup) {
+            seen[cores][0] = pkg;
+            seen[cores][1] = core;
+            cores++;
+        }
+    }
+    return cores > 0 ? cores : 1;
+}
+
+/* ---- the mpirun command line ---- */
+
+char *anvil_launch_default_log_dir(const anvil_launch_spec *spec) {
+    if (!spec->exec && spec->argc > 0 && !strcmp(spec->argv[0], "train"))
+        for (int i = 1; i + 1 < spec->argc; i++)
+            if (!strcmp(spec->argv[i], "--out")) {
+                size_t n = strlen(spec->argv[i + 1]) + sizeof "/logs";
+                char *d = malloc(n);
+                if (d) snprintf(d, n, "%s/logs", spec->argv[i + 1]);
+                return d;
+            }
+    char stamp[32], *d = malloc(64);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    if (d) snprintf(d, 64, "anvil-logs/%s", stamp);
+    return d;
+}
+
+static int check_spec(const anvil_launch_spec *spec, anvil_launch_host **hosts, int *nhosts) {
+    *hosts = NULL;
+    *nhosts = 0;
+    if (spec->nranks < 1) return anvil_fail("-n must be at least 1, got %d", spec->nranks);
+    if (!spec->exec && spec->argc < 1) return anvil_fail("no command: put the anvil subcommand after '--'");
+    if (!spec->exec && !strcmp(spec->argv[0], "launch")) return anvil_fail("the ranks cannot run 'launch' itself");
+    if (spec->exec && !*spec->exec) return anvil_fail("--exec needs a program");
+    if (!spec->hosts) return 0;
+    if (anvil_launch_parse_hosts(spec->hosts, hosts, nhosts)) return -1;
+    long slots = 0;
+    for (int i = 0; i < *nhosts; i++) slots += (*hosts)[i].slots;
+    if (spec->nranks > slots && !spec->oversubscribe) {
+        anvil_launch_free_hosts(*hosts, *nhosts);
+        *hosts = NULL;
+        *nhosts = 0;
+        return anvil_fail("-n %d is more than the %ld slots of --hosts '%s' (add --oversubscribe to allow it)",
+                          spec->nranks, slots, spec->hosts);
+    }
+    return 0;
+}
+
+int anvil_launch_check(const anvil_launch_spec *spec) {
+    anvil_launch_host *hosts;
+    int nhosts;
+    if (check_spec(spec, &hosts, &nhosts)) return -1;
+    anvil_launch_free_hosts(hosts, nhosts);
+    return 0;
+}
+
+typedef struct {
+    char **v;
+    int n, cap;
+} argv_t;
+
+static int argv_add(argv_t *a, const char *s) {
+    if (a->n + 2 > a->cap) {
+        int cap = a->cap ? a->cap * 2 : 32;
+        char **v = realloc(a->v, sizeof *v * (size_t)cap);
+        if (!v) return anvil_fail("launch: out of memory");
+        a->v = v;
+        a->cap = cap;
+    }
+    if (!(a->v[a->n] = strdup(s))) return anvil_fail("launch: out of memory");
+    a->v[++a->n] = NULL;
+    return 0;
+}
+
+void anvil_launch_free_argv(char **argv) {
+    if (!argv) return;
+    for (char **p = argv; *p; p++) free(*p);
+    free(argv);
+}
+
+static bool forwarded(const char *var) {
+    static const char *prefixes[] = {"OMP_", "GOMP_", "OPENBLAS_", "ANVIL_"};
+    static const char *names[] = {"PATH", "LD_LIBRARY_PATH"};
+    size_t len = strcspn(var, "=");
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+        if (!strncmp(var, prefixes[i], strlen(prefixes[i])) && len > strlen(prefixes[i])) return true;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (len == strlen(names[i]) && !strncmp(var, names[i], len)) return true;
+    return false;
+}
+
+int anvil_launch_build_argv(const anvil_launch_spec *spec, const char *self, int local_cores, bool root,
+                            char *const *env, char ***argv_out) {
+    *argv_out = NULL;
+    anvil_launch_host *hosts;
+    int nhosts;
+    if (check_spec(spec, &hosts, &nhosts)) return -1;
+    argv_t a = {0};
+    char num[64];
+    snprintf(num, sizeof num, "%d", spec->nranks);
+    /* --bind-to none: mpirun binds each of up to two ranks to a single core,
+     * which would squeeze a rank's OpenMP threads onto it. --stdin none: a
+     * backgrounded mpirun reading the terminal would be stopped by SIGTTIN. */
+    const char *fixed[] = {"mpirun", "--xml", "--stdin", "none", "--bind-to", "none", "-n", num};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed && !rc; i++) rc = argv_add(&a, fixed[i]);
+    if (!rc && (spec->oversubscribe || (!hosts && spec->nranks > local_cores))) rc = argv_add(&a, "--oversubscribe");
+    if (!rc && root) rc = argv_add(&a, "--allow-run-as-root");
+    if (!rc && hosts) {
+        buf_t h = {0};
+        for (int i = 0; i < nhosts && !rc; i++) {
+            snprintf(num, sizeof num, ":%d", hosts[i].slots);
+            if (i) rc = buf_putc(&h, ',');
+            if (!rc) rc = buf_put(&h, hosts[i].name, strlen(hosts[i].name));
+            if (!rc) rc = buf_put(&h, num, strlen(num));
+        }
+        if (!rc) rc = argv_add(&a, "--host");
+        if (!rc) rc = argv_add(&a, h.p);
+        free(h.p);
+        bool user_rsh = false;
+        for (char *const *e = env; *e; e++) user_rsh |= !strncmp(*e, "OMPI_MCA_plm_rsh_args=", 22);
+        /* Without these, ssh to a host that drops packets waits minutes, and one
+         * that wants a password waits forever. */
+        const char *rsh[] = {"--mca", "plm_rsh_args", "-o BatchMode=yes -o ConnectTimeout=15"};
+        for (size_t i = 0; i < 3 && !rc && !user_rsh; i++) rc = argv_add(&a, rsh[i]);
+    }
+    if (!rc && spec->tcp) {
+        /* btl alone is ignored when the ucx pml is picked, so pin ob1 too. */
+        const char *tcp[] = {"--mca", "pml", "ob1", "--mca", "btl", "tcp,self"};
+        for (size_t i = 0; i < 6 && !rc; i++) rc = argv_add(&a, tcp[i]);
+    }
+    bool have_omp = false;
+    for (char *const *e = env; *e && !rc; e++) {
+        have_omp |= !strncmp(*e, "OMP_NUM_THREADS=", 16);
+        if (!forwarded(*e)) continue;
+        char name[256];
+        size_t len = strcspn(*e, "=");
+        if (len >= sizeof name) continue;
+        memcpy(name, *e, len);
+        name[len] = 0;
+        rc = argv_add(&a, "-x");
+        if (!rc) rc = argv_add(&a, name);
+    }
+    if (!rc && !have_omp && !hosts) {
+        /* Ranks sharing this machine split its cores instead of each taking all of them. */
+        int threads = local_cores / spec->nranks;
+        snprintf(num, sizeof num, "OMP_NUM_THREADS=%d", threads > 0 ? threads : 1);
+        rc = argv_add(&a, "-x");
+        if (!rc) rc = argv_add(&a, num);
+    }
+    if (!rc) rc = argv_add(&a, spec->exec ? spec->exec : self);
+    for (int i = 0; i < spec->argc && !rc; i++) rc = argv_add(&a, spec->argv[i]);
+    anvil_launch_free_hosts(hosts, nhosts);
+    if (rc) {
+        anvil_launch_free_argv(a.v);
+        return -1;
+    }
+    *argv_out = a.v;
+    return 0;
+}
+
+/* ---- merging the ranks' output ---- */
+
+enum { T_NONE = -1, T_MPIRUN = -2 };
+enum { S_TEXT, S_TAG, S_ENT };
+
+struct anvil_launch_merger {
+    int nranks, out_fd, err_fd;
+    char *log_dir;
+    int *log_fd;   /* per rank, -1 until the rank writes */
+    buf_t *line;   /* per rank: [2r] stdout, [2r+1] stderr */
+    buf_t mp_line; /* mpirun's text in the XML stream */
+    buf_t raw_line; /* mpirun's own stderr */
+    buf_t text;
+    int mp_log;
+    int state, target, target_err;
+    char tag[256];
+    size_t tag_n;
+    char ent[12];
+    size_t ent_n;
+    bool log_failed;
+    buf_t scratch;
+};
+
+static void write_quiet(int fd, const char *p, size_t n) {
+    /* The terminal may be gone (a closed pipe); the ranks and the logs carry on. */
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static int open_log(anvil_launch_merger *m, const char *name) {
+    if (!m->log_dir) return -1;
+    size_t n = strlen(m->log_dir) + strlen(name) + 2;
+    char *path = malloc(n);
+    if (!path) return -1;
+    snprintf(path, n, "%s/%s", m->log_dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) anvil_fail("cannot open log %s: %s", path, strerror(errno));
+    free(path);
+    return fd;
+}
+
+static int log_write(anvil_launch_merger *m, int fd, const char *p, size_t n) {
+    if (fd < 0 || m->log_failed) return 0;
+    if (anvil_write_all(fd, p, n, "rank log")) {
+        m->log_failed = true;
+        return -1;
+    }
+    return 0;
+}
+
+static int rank_log_fd(anvil_launch_merger *m, int r) {
+    if (m->log_fd[r] < 0 && m->log_dir && !m->log_failed) {
+        char name[32];
+        snprintf(name, sizeof name, "rank_%d.log", r);
+        m->log_fd[r] = open_log(m, name);
+        if (m->log_fd[r] < 0) m->log_failed = true;
+    }
+    return m->log_fd[r];
+}
+
+static int emit_rank_line(anvil_launch_merger *m, int r, bool err, buf_t *b) {
+    char prefix[32];
+    int pn = snprintf(prefix, sizeof prefix, "[rank %d] ", r);
+    m->scratch.n = 0;
+    if (buf_put(&m->scratch, prefix, (size_t)pn) || buf_put(&m->scratch, b->p ? b->p : "", b->n) ||
+        buf_putc(&m->scratch, '\n'))
+        return -1;
+    /* One write per line: lines from different ranks can never interleave. */
+    write_quiet(err ? m->err_fd : m->out_fd, m->scratch.p, m->scratch.n);
+    int rc = log_write(m, rank_log_fd(m, r), m->scratch.p + pn, m->scratch.n - (size_t)pn);
+    b->n = 0;
+    return rc;
+}
+
+static int emit_mpirun_line(anvil_launch_merger *m, buf_t *b) {
+    if (m->mp_log < 0 && m->log_dir && !m->log_failed && (m->mp_log = open_log(m, "mpirun.log")) < 0)
+        m->log_failed = true;
+    int rc = buf_put(&m->text, b->p ? b->p : "", b->n);
+    if (!rc) rc = buf_putc(&m->text, '\n');
+    if (!rc) rc = log_write(m, m->mp_log, m->text.p + m->text.n - b->n - 1, b->n + 1);
+    b->n = 0;
+    return rc;
+}
+
+static int put_byte(anvil_launch_merger *m, char c) {
+    if (m->target == T_NONE) {
+        if (isspace((unsigned char)c)) return 0;
+        m->target = T_MPIRUN;
+    }
+    if (m->target == T_MPIRUN) {
+        if (c == '\n') return emit_mpirun_line(m, &m->mp_line);
+        return buf_putc(&m->mp_line, c);
+    }
+    buf_t *b = &m->line[2 * m->target + m->target_err];
+    if (c == '\n') return emit_rank_line(m, m->target, m->target_err, b);
+    if (buf_putc(b, c)) return -1;
+    return b->n >= MAX_LINE ? emit_rank_line(m, m->target, m->target_err, b) : 0;
+}
+
+static int put_str(anvil_launch_merger *m, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (put_byte(m, s[i])) return -1;
+    return 0;
+}
+
+static void end_tag(anvil_launch_merger *m) {
+    m->tag[m->tag_n] = 0;
+    const char *t = m->tag;
+    if (t[0] == '/') {
+        m->target = T_NONE;
+        return;
+    }
+    if (!strcmp(t, "mpirun")) return;
+    bool out = !strncmp(t, "stdout", 6), err = !strncmp(t, "stderr", 6);
+    m->target = T_MPIRUN;
+    if ((out || err) && (t[6] == ' ' || t[6] == 0)) {
+        const char *r = strstr(t + 6, "rank=\"");
+        if (!r) return;
+        char *end;
+        long rank = strtol(r + 6, &end, 10);
+        if (*end == '"' && rank >= 0 && rank < m->nranks && end != r + 6) {
+            m->target = (int)rank;
+            m->target_err = err;
+        }
+    }
+}
+
+static int end_entity(anvil_launch_merger *m) {
+    m->ent[m->ent_n] = 0;
+    const char *e = m->ent;
+    char c = 0;
+    if (!strcmp(e, "lt")) c = '<';
+    else if (!strcmp(e, "gt")) c = '>';
+    else if (!strcmp(e, "amp")) c = '&';
+    else if (!strcmp(e, "quot")) c = '"';
+    else if (!strcmp(e, "apos")) c = '\'';
+    else if (e[0] == '#') {
+        char *end;
+        bool hex = e[1] == 'x' || e[1] == 'X';
+        long v = strtol(e + 1 + hex, &end, hex ? 16 : 10);
+        if (end != e + 1 + hex && !*end && v >= 0 && v <= 255) return put_byte(m, (char)v);
+    }
+    if (c) return put_byte(m, c);
+    if (put_byte(m, '&') || put_str(m, e, m->ent_n)) return -1;
+    return put_byte(m, ';');
+}
+
+anvil_launch_merger *anvil_launch_merger_new(int nranks, const char *log_dir, int out_fd, int err_fd) {
+    anvil_launch_merger *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->nranks = nranks;
+    m->out_fd = out_fd;
+    m->err_fd = err_fd;
+    m->mp_log = -1;
+    m->target = T_NONE;
+    m->log_fd = malloc(sizeof(int) * (size_t)nranks);
+    m->line = calloc(2 * (size_t)nranks, sizeof(buf_t));
+    m->log_dir = log_dir ? strdup(log_dir) : NULL;
+    if (!m->log_fd || !m->line || (log_dir && !m->log_dir)) {
+        anvil_launch_merger_free(m);
+        anvil_fail("launch: out of memory");
+        return NULL;
+    }
+    for (int r = 0; r < nranks; r++) m->log_fd[r] = -1;
+    return m;
+}
+
+int anvil_launch_merger_feed(anvil_launch_merger *m, const char *buf, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char c = buf[i];
+        int rc = 0;
+        switch (m->state) {
+        case S_TEXT:
+            if (c == '<') {
+                m->state = S_TAG;
+                m->tag_n = 0;
+            } else if (c == '&') {
+                m->state = S_ENT;
+                m->ent_n = 0;
+            } else {
+                rc = put_byte(m, c);
+            }
+            break;
+        case S_TAG:
+            if (c == '>') {
+                end_tag(m);
+                m->state = S_TEXT;
+            } else if (m->tag_n + 1 < sizeof m->tag) {
+                m->tag[m->tag_n++] = c;
+            }
+            break;
+        case S_ENT:
+            if (c == ';') {
+                m->state = S_TEXT;
+                rc = end_entity(m);
+            } else if (m->ent_n + 1 < sizeof m->ent && c != '<' && c != '&') {
+                m->ent[m->ent_n++] = c;
+            } else {
+                /* Not an entity after all: keep the text and look at c again. */
+                m->state = S_TEXT;
+                rc = put_byte(m, '&');
+                if (!rc) rc = put_str(m, m->ent, m->ent_n);
+                i--;
+            }
+            break;
+        }
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+int anvil_launch_merger_feed_mpirun(anvil_launch_merger *m, const char *buf, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int rc = buf[i] == '\n' ? emit_mpirun_line(m, &m->raw_line) : buf_putc(&m->raw_line, buf[i]);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+int anvil_launch_merger_finish(anvil_launch_merger *m) {
+    int rc = 0;
+    for (int r = 0; r < m->nranks; r++) {
+        for (int s = 0; s < 2; s++)
+            if (m->line[2 * r + s].n && emit_rank_line(m, r, s, &m->line[2 * r + s])) rc = -1;
+        /* A rank that printed nothing still gets its (empty) file. */
+        int fd = rank_log_fd(m, r);
+        if (fd >= 0) close(fd);
+        m->log_fd[r] = -1;
+    }
+    if (m->mp_line.n && emit_mpirun_line(m, &m->mp_line)) rc = -1;
+    if (m->raw_line.n && emit_mpirun_line(m, &m->raw_line)) rc = -1;
+    if (m->mp_log >= 0) close(m->mp_log);
+    m->mp_log = -1;
+    return rc || m->log_failed ? -1 : 0;
+}
+
+const char *anvil_launch_merger_mpirun_text(const anvil_launch_merger *m) { return m->text.p ? m->text.p : ""; }
+
+void anvil_launch_merger_free(anvil_launch_merger *m) {
+    if (!m) return;
+    if (m->log_fd)
+        for (int r = 0; r < m->nranks; r++)
+            if (m->log_fd[r] >= 0) close(m->log_fd[r]);
+    if (m->line)
+        for (int i = 0; i < 2 * m->nranks; i++) free(m->line[i].p);
+    if (m->mp_log >= 0) close(m->mp_log);
+    free(m->log_fd);
+    free(m->line);
+    free(m->mp_line.p);
+    free(m->raw_line.p);
+    free(m->text.p);
+    free(m->scratch.p);
+    free(m->log_dir);
+    free(m);
+}
+
+/* ---- the exit status ---- */
+
+/* The rest of the line after the first occurrence of key, trimmed, into out. */
+static bool line_after(const char *text, const char *key, char *out, size_t cap) {
+    const char *p = strstr(text, key);
+    if (!p) return false;
+    p += strlen(key);
+    while (*p == ' ') p++;
+    size_t n = strcspn(p, "\n");
+    while (n > 0 && isspace((unsigned char)p[n - 1])) n--;
+    snprintf(out, cap, "%.*s", (int)n, p);
+    return true;
+}
+
+/* mpirun's first sentence: its non-blank lines up to the first blank or ruler line. */
+static void first_paragraph(const char *text, char *out, size_t cap) {
+    out[0] = 0;
+    size_t used = 0;
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        bool rule = n > 0 && strspn(p, "-") >= n, blank = strspn(p, " \t") >= n;
+        if ((rule || blank) && used) break;
+        if (!rule && !blank && used + 1 < cap) used += (size_t)snprintf(out + used, cap - used, "%s%.*s", used ? " " : "", (int)n, p);
+        if (used >= cap) break;
+        p += n + (p[n] == '\n');
+    }
+}
+
+int anvil_launch_decode_exit(int wait_status, const char *text, char *line, size_t cap) {
+    line[0] = 0;
+    if (WIFSIGNALED(wait_status)) {
+        int s = WTERMSIG(wait_status);
+        snprintf(line, cap, "mpirun was killed by signal %d (%s)", s, strsignal(s));
+        return 128 + s;
+    }
+    int code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 1;
+    if (code == 0) return 0;
+    char a[256], b[256];
+    const char *sig = strstr(text, "exited on signal ");
+    int rank, pid, signo;
+    char host[128], name[64];
+    if (sig) {
+        const char *p = sig;
+        while (p > text && p[-1] != '\n') p--;
+        p = strstr(p, "process rank ");
+        if (p && sscanf(p, "process rank %d with PID %d on node %127s exited on signal %d (%63[^)])", &rank, &pid, host,
+                        &signo, name) == 5) {
+            snprintf(line, cap, "rank %d on host %s was killed by signal %d (%s); the other ranks were stopped", rank,
+                     host, signo, name);
+            return 128 + signo;
+        }
+    }
+    if (line_after(text, "Process name:", a, sizeof a) && line_after(text, "Exit code:", b, sizeof b)) {
+        const char *r = strrchr(a, ',');
+        int rk = r ? atoi(r + 1) : -1;
+        int ec = atoi(b);
+        if (ec == ANVIL_EXIT_RESUMABLE)
+            snprintf(line, cap, "rank %d stopped with status %d (resumable); the job stopped", rk, ec);
+        else
+            snprintf(line, cap, "rank %d exited with status %d; the other ranks were stopped", rk, ec);
+        return ec ? ec : code;
+    }
+    if (strstr(text, "non-zero exit code")) {
+        /* Ranks failing together can make mpirun 4.1.4 skip the report naming the first. */
+        if (code == ANVIL_EXIT_RESUMABLE)
+            snprintf(line, cap, "the ranks stopped with status %d (resumable)", code);
+        else
+            snprintf(line, cap, "a rank exited with status %d; the other ranks were stopped", code);
+        return code;
+    }
+    if (strstr(text, "unable to reliably start one or more daemons")) {
+        const char *ssh = strstr(text, "ssh:");
+        if (ssh && line_after(ssh, "ssh:", a, sizeof a))
+            snprintf(line, cap, "could not start Open MPI on the remote hosts: ssh: %s", a);
+        else
+            snprintf(line, cap, "could not start Open MPI on the remote hosts (check ssh to them and that Open MPI is "
+                                "installed there)");
+        return 1;
+    }
+    if (strstr(text, "unable to launch the specified application") && line_after(text, "Executable:", a, sizeof a)) {
+        if (!line_after(text, "Node:", b, sizeof b)) snprintf(b, sizeof b, "?");
+        snprintf(line, cap, "cannot execute '%s' on host %s", a, b);
+        return 1;
+    }
+    first_paragraph(text, a, sizeof a);
+    if (a[0])
+        snprintf(line, cap, "mpirun failed (status %d): %s", code, a);
+    else
+        snprintf(line, cap, "mpirun exited with status %d", code);
+    return code;
+}
+
+/* ---- running the job ---- */
+
+static char *find_in_path(const char *prog) {
+    const char *path = getenv("PATH");
+    if (!path) return NULL;
+    for (const char *p = path;;) {
+        size_t n = strcspn(p, ":");
+        size_t len = n + strlen(prog) + 2;
+        char *cand = malloc(len);
+        if (!cand) return NULL;
+        snprintf(cand, len, "%.*s/%s", (int)n, n ? p : ".", prog);
+        struct stat st;
+        if (!stat(cand, &st) && S_ISREG(st.st_mode) && !access(cand, X_OK)) return cand;
+        free(cand);
+        if (!p[n]) return NULL;
+        p += n + 1;
+    }
+}
+
+static int mkdir_p(const char *dir) {
+    char *d = strdup(dir);
+    if (!d) return anvil_fail("launch: out of memory");
+    for (char *p = d + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(d, 0755) && errno != EEXIST) {
+            anvil_fail("cannot create log folder %s: %s", d, strerror(errno));
+            free(d);
+            return -1;
+        }
+        if (!c) break;
+        *p = c;
+    }
+    struct stat st;
+    int rc = stat(d, &st) || !S_ISDIR(st.st_mode) ? anvil_fail("log folder %s is not a folder", d) : 0;
+    free(d);
+    return rc;
+}
+
+static int sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char s = (unsigned char)sig;
+    if (write(sig_pipe[1], &s, 1) < 0) {
+        /* Full pipe: enough signals are already queued. */
+    }
+    errno = saved;
+}
+
+static const int relayed[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+
+static void set_signals(bool on, struct sigaction *old) {
+    for (size_t i = 0; i < sizeof relayed / sizeof *relayed; i++) {
+        if (on) {
+            struct sigaction sa = {0};
+            sa.sa_handler = on_signal;
+            sigemptyset(&sa.sa_mask);
+            sa.sa_flags = SA_RESTART;
+            sigaction(relayed[i], &sa, &old[i]);
+        } else {
+            sigaction(relayed[i], &old[i], NULL);
+        }
+    }
+}
+
+static int resolve_hosts(const char *spec) {
+    anvil_launch_host *hosts;
+    int n;
+    if (anvil_launch_parse_hosts(spec, &hosts, &n)) return -1;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        struct addrinfo hints = {0}, *res;
+        hints.ai_socktype = SOCK_STREAM;
+        int e = getaddrinfo(hosts[i].name, NULL, &hints, &res);
+        if (e) rc = anvil_fail("host '%s' (--hosts) cannot be resolved: %s", hosts[i].name, gai_strerror(e));
+        else freeaddrinfo(res);
+    }
+    anvil_launch_free_hosts(hosts, n);
+    return rc;
+}
+
+static void drain(int *fd, anvil_launch_merger *m, bool xml, int *rc) {
+    char buf[65536];
+    ssize_t r = read(*fd, buf, sizeof buf);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (r <= 0) {
+        close(*fd);
+        *fd = -1;
+        return;
+    }
+    int e = xml ? anvil_launch_merger_feed(m, buf, (size_t)r) : anvil_launch_merger_feed_mpirun(m, buf, (size_t)r);
+    if (e) *rc = -1;
+}
+
+int anvil_launch_preflight(const anvil_launch_spec *spec) {
+    if (anvil_launch_check(spec)) return -1;
+    char *mpirun = find_in_path("mpirun");
+    if (!mpirun) return anvil_fail("mpirun not found in PATH: install Open MPI (scripts/deps.sh installs openmpi-bin)");
+    free(mpirun);
+    return spec->hosts ? resolve_hosts(spec->hosts) : 0;
+}
+
+int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
+    line[0] = 0;
+    char self[PATH_MAX];
+    ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sn <= 0) return anvil_fail("cannot find the anvil binary (/proc/self/exe): %s", strerror(errno));
+    self[sn] = 0;
+    char **argv;
+    if (anvil_launch_build_argv(spec, self, anvil_launch_local_cores(), geteuid() == 0, environ, &argv)) return -1;
+    char *mpirun = NULL;
+    char *log_dir = spec->log_dir ? strdup(spec->log_dir) : anvil_launch_default_log_dir(spec);
+    anvil_launch_merger *m = NULL;
+    int out[2] = {-1, -1}, err[2] = {-1, -1}, rc = -1;
+    pid_t pid = -1;
+    struct sigaction old[sizeof relayed / sizeof *relayed];
+    if (!log_dir) {
+        anvil_fail("launch: out of memory");
+        goto done;
+    }
+    if (anvil_launch_preflight(spec) || !(mpirun = find_in_path("mpirun")) || mkdir_p(log_dir)) goto done;
+    if (!(m = anvil_launch_merger_new(spec->nranks, log_dir, STDOUT_FILENO, STDERR_FILENO))) goto done;
+    if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || (sig_pipe[0] < 0 && pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK))) {
+        anvil_fail("launch: pipe: %s", strerror(errno));
+        goto done;
+    }
+    pid_t parent = getpid();
+    pid = fork();
+    if (pid < 0) {
+        anvil_fail("launch: fork: %s", strerror(errno));
+        goto done;
+    }
+    if (pid == 0) {
+        /* Its own process group, so a terminal's Ctrl-C reaches only the
+         * launcher, which decides what the job gets; and it dies with the launcher. */
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(1);
+        int null = open("/dev/null", O_RDONLY);
+        if (null >= 0) dup2(null, STDIN_FILENO);
+        dup2(out[1], STDOUT_FILENO);
+        dup2(err[1], STDERR_FILENO);
+        execv(mpirun, argv);
+        dprintf(STDERR_FILENO, "cannot run %s: %s\n", mpirun, strerror(errno));
+        _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    out[1] = err[1] = -1;
+    set_signals(true, old);
+    signal(SIGPIPE, SIG_IGN);
+    int merge_rc = 0, stops = 0, status = 0, quiet = 0;
+    bool exited = false;
+    while (out[0] >= 0 || err[0] >= 0) {
+        struct pollfd p[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {sig_pipe[0], POLLIN, 0}};
+        int pr = poll(p, 3, 250);
+        if (pr < 0 && errno != EINTR) break;
+        if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = true;
+        /* mpirun is gone and whatever still holds its pipes (an ssh) has been quiet for 2 s. */
+        if (pr == 0 && exited && ++quiet >= 8) break;
+        if (pr <= 0) continue;
+        quiet = 0;
+        if (p[0].revents) drain(&out[0], m, true, &merge_rc);
+        if (p[1].revents) drain(&err[0], m, false, &merge_rc);
+        unsigned char s;
+        while (p[2].revents && read(sig_pipe[0], &s, 1) == 1) {
+            int fwd = s;
+            if (s == SIGINT || s == SIGTERM || s == SIGHUP) fwd = stops++ ? SIGTERM : SIGUSR1;
+            if (!exited) kill(pid, fwd);
+        }
+    }
+    if (!exited) waitpid(pid, &status, 0);
+    set_signals(false, old);
+    if (anvil_launch_merger_finish(m)) merge_rc = -1;
+    rc = anvil_launch_decode_exit(status, anvil_launch_merger_mpirun_text(m), line, cap);
+    if (merge_rc && !line[0]) snprintf(line, cap, "the job succeeded but its logs in %s are incomplete: %s", log_dir,
+                                       anvil_errmsg());
+done:
+    for (int i = 0; i < 2; i++) {
+        if (out[i] >= 0) close(out[i]);
+        if (err[i] >= 0) close(err[i]);
+    }
+    anvil_launch_merger_free(m);
+    free(log_dir);
+    free(mpirun);
+    anvil_launch_free_argv(argv);
+    return rc;
+}
