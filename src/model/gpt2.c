@@ -226,35 +226,101 @@ void anvil_gpt2_zero_grad(anvil_gpt2 *m) {
     else m->k->zero(m->grads, m->nparams * sizeof(float));
 }
 
-/* Pointers to layer l's slice of a stacked parameter tensor. */
-#define LP(base, i, l, per) (anvil_gpt2_param(m, (i), (base)) + (size_t)(l) * (size_t)(per))
+int anvil_gpt2_num_units(const anvil_gpt2_config *c) { return c->n_layer + 1; }
 
-static void forward_body(anvil_gpt2 *m, int B, int T) {
+static const int head_tensors[] = {P_WTE, P_WPE, P_LNFW, P_LNFB};
+
+int anvil_gpt2_unit_ranges(const anvil_gpt2 *m, int u, anvil_gpt2_range *r) {
+    int n = 0;
+    if (u == 0) {
+        for (int j = 0; j < 4; j++) {
+            int i = head_tensors[j];
+            r[n++] = (anvil_gpt2_range){i, m->offsets[i], m->offsets[i + 1] - m->offsets[i]};
+        }
+        return n;
+    }
+    size_t L = (size_t)m->cfg.n_layer, l = (size_t)(u - 1);
+    for (int i = P_LN1W; i <= P_FCPROJB; i++) {
+        size_t per = (m->offsets[i + 1] - m->offsets[i]) / L;
+        r[n++] = (anvil_gpt2_range){i, m->offsets[i] + l * per, per};
+    }
+    return n;
+}
+
+size_t anvil_gpt2_unit_size(const anvil_gpt2 *m, int u) {
+    anvil_gpt2_range r[ANVIL_GPT2_NPARAM] = {{0}};
+    int n = anvil_gpt2_unit_ranges(m, u, r);
+    size_t s = 0;
+    for (int i = 0; i < n; i++) s += r[i].len;
+    return s;
+}
+
+void anvil_gpt2_view_flat(const anvil_gpt2 *m, int u, float *base, anvil_gpt2_view *v) {
+    anvil_gpt2_range r[ANVIL_GPT2_NPARAM] = {{0}};
+    int n = anvil_gpt2_unit_ranges(m, u, r);
+    memset(v, 0, sizeof *v);
+    for (int i = 0; i < n; i++) v->t[r[i].tensor] = base + r[i].offset;
+}
+
+void anvil_gpt2_view_packed(const anvil_gpt2 *m, int u, float *packed, anvil_gpt2_view *v) {
+    anvil_gpt2_range r[ANVIL_GPT2_NPARAM] = {{0}};
+    int n = anvil_gpt2_unit_ranges(m, u, r);
+    memset(v, 0, sizeof *v);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        v->t[r[i].tensor] = packed + off;
+        off += r[i].len;
+    }
+}
+
+static int get_params(anvil_gpt2 *m, int u, anvil_gpt2_view *v) {
+    if (m->hooks) return m->hooks->get_params(m->hooks->ctx, u, v);
+    anvil_gpt2_view_flat(m, u, m->params, v);
+    return 0;
+}
+
+static int put_params(anvil_gpt2 *m, int u) { return m->hooks ? m->hooks->put_params(m->hooks->ctx, u) : 0; }
+
+static int get_grads(anvil_gpt2 *m, int u, anvil_gpt2_view *v) {
+    if (m->hooks) return m->hooks->get_grads(m->hooks->ctx, u, v);
+    anvil_gpt2_view_flat(m, u, m->grads, v);
+    return 0;
+}
+
+static int put_grads(anvil_gpt2 *m, int u) { return m->hooks ? m->hooks->put_grads(m->hooks->ctx, u) : 0; }
+
+/* The forward through the final LayerNorm. Leaves the head unit fetched in
+ * *h for the LM head; the caller puts it back. */
+static int forward_body(anvil_gpt2 *m, int B, int T, anvil_gpt2_view *h) {
     const anvil_kernels *k = m->k;
     struct gpt2_acts *a = m->acts;
     int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
     size_t NC = (size_t)N * C;
-    float *P = m->params;
-    k->encoder_forward(a->resid, a->inputs, anvil_gpt2_param(m, P_WTE, P), anvil_gpt2_param(m, P_WPE, P), B, T, C);
+    if (get_params(m, 0, h)) return -1;
+    k->encoder_forward(a->resid, a->inputs, h->t[P_WTE], h->t[P_WPE], B, T, C);
     for (int l = 0; l < L; l++) {
         float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NC;
         float *atty = a->atty + l * NC, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
         float *fch = a->fch + l * 4 * NC, *out = a->resid + (l + 1) * NC;
-        k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, res,
-                             LP(P, P_LN1W, l, C), LP(P, P_LN1B, l, C), N, C);
-        k->matmul_forward(qkv, ln1, LP(P, P_QKVW, l, 3 * C * C), LP(P, P_QKVB, l, 3 * C), N, C, 3 * C, 0);
+        anvil_gpt2_view w;
+        if (get_params(m, 1 + l, &w)) return -1;
+        k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, res, w.t[P_LN1W],
+                             w.t[P_LN1B], N, C);
+        k->matmul_forward(qkv, ln1, w.t[P_QKVW], w.t[P_QKVB], N, C, 3 * C, 0);
         k->attention_forward(atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH);
         k->copy(res2, res, NC);
-        k->matmul_forward(res2, atty, LP(P, P_ATTPROJW, l, C * C), LP(P, P_ATTPROJB, l, C), N, C, C, 1);
-        k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, res2,
-                             LP(P, P_LN2W, l, C), LP(P, P_LN2B, l, C), N, C);
-        k->matmul_forward(fch, ln2, LP(P, P_FCW, l, 4 * C * C), LP(P, P_FCB, l, 4 * C), N, C, 4 * C, 0);
+        k->matmul_forward(res2, atty, w.t[P_ATTPROJW], w.t[P_ATTPROJB], N, C, C, 1);
+        k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, res2, w.t[P_LN2W],
+                             w.t[P_LN2B], N, C);
+        k->matmul_forward(fch, ln2, w.t[P_FCW], w.t[P_FCB], N, C, 4 * C, 0);
         k->gelu_forward(a->gelu, fch, 4 * NC);
         k->copy(out, res2, NC);
-        k->matmul_forward(out, a->gelu, LP(P, P_FCPROJW, l, 4 * C * C), LP(P, P_FCPROJB, l, C), N, 4 * C, C, 1);
+        k->matmul_forward(out, a->gelu, w.t[P_FCPROJW], w.t[P_FCPROJB], N, 4 * C, C, 1);
+        if (put_params(m, 1 + l)) return -1;
     }
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * NC, anvil_gpt2_param(m, P_LNFW, P),
-                         anvil_gpt2_param(m, P_LNFB, P), N, C);
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * NC, h->t[P_LNFW], h->t[P_LNFB], N,
+                         C);
+    return 0;
 }
 
 static int check_batch(anvil_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
@@ -292,13 +358,15 @@ static float mean_loss(anvil_gpt2 *m, size_t n, int count) {
 
 int anvil_gpt2_forward(anvil_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
     if (check_batch(m, inputs, targets, B, T)) return -1;
-    forward_body(m, B, T);
-    if (!targets || !loss) return 0;
+    anvil_gpt2_view h;
+    if (forward_body(m, B, T, &h)) return -1;
     const anvil_gpt2_config *c = &m->cfg;
-    if (m->k->classifier(m->acts->losses, NULL, NULL, m->acts->lnf, anvil_gpt2_param(m, P_WTE, m->params),
-                         m->acts->targets, B * T, c->n_embd, c->vocab_size, c->padded_vocab, 0.0f))
-        return -1;
-    *loss = mean_loss(m, (size_t)B * T, count_targets(targets, (size_t)B * T));
+    int rc = 0;
+    if (targets && loss)
+        rc = m->k->classifier(m->acts->losses, NULL, NULL, m->acts->lnf, h.t[P_WTE], m->acts->targets, B * T,
+                              c->n_embd, c->vocab_size, c->padded_vocab, 0.0f);
+    if (put_params(m, 0) || rc) return -1;
+    if (targets && loss) *loss = mean_loss(m, (size_t)B * T, count_targets(targets, (size_t)B * T));
     return 0;
 }
 
@@ -306,57 +374,61 @@ int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int3
                                 float grad_scale, float *loss) {
     if (!targets) return anvil_fail("model: training needs targets");
     if (check_batch(m, inputs, targets, B, T)) return -1;
-    if (!m->grads) anvil_gpt2_zero_grad(m);
-    if (!m->grads) return anvil_fail("model: cannot allocate gradients");
-    forward_body(m, B, T);
+    if (!m->hooks && !m->grads) {
+        anvil_gpt2_zero_grad(m);
+        if (!m->grads) return anvil_fail("model: cannot allocate gradients");
+    }
+    anvil_gpt2_view h, hg;
+    if (forward_body(m, B, T, &h)) return -1;
 
     const anvil_kernels *k = m->k;
     struct gpt2_acts *a = m->acts;
     int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
     size_t NC = (size_t)N * C;
-    float *P = m->params, *G = m->grads;
     int count = count_targets(targets, (size_t)N);
     float dscale = count ? grad_scale / (float)count : 0.0f;
 
     /* The LM head and loss: dlnf lands in dln, and dwte accumulates. */
-    if (k->classifier(a->losses, a->dln, anvil_gpt2_param(m, P_WTE, G), a->lnf, anvil_gpt2_param(m, P_WTE, P),
-                      a->targets, N, C, m->cfg.vocab_size, m->cfg.padded_vocab, dscale))
+    if (get_grads(m, 0, &hg)) return -1;
+    if (k->classifier(a->losses, a->dln, hg.t[P_WTE], a->lnf, h.t[P_WTE], a->targets, N, C, m->cfg.vocab_size,
+                      m->cfg.padded_vocab, dscale))
         return -1;
     k->zero(a->dres, NC * sizeof(float));
-    k->layernorm_backward(a->dres, anvil_gpt2_param(m, P_LNFW, G), anvil_gpt2_param(m, P_LNFB, G), a->dln,
-                          a->resid + (size_t)L * NC, anvil_gpt2_param(m, P_LNFW, P), a->lnf_mean, a->lnf_rstd, N, C);
+    k->layernorm_backward(a->dres, hg.t[P_LNFW], hg.t[P_LNFB], a->dln, a->resid + (size_t)L * NC, h.t[P_LNFW],
+                          a->lnf_mean, a->lnf_rstd, N, C);
 
     /* dres carries d(loss)/d(residual stream) down through the layers. */
     for (int l = L - 1; l >= 0; l--) {
         float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NC;
         float *atty = a->atty + l * NC, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
         float *fch = a->fch + l * 4 * NC;
+        anvil_gpt2_view w, g;
+        if (get_params(m, 1 + l, &w) || get_grads(m, 1 + l, &g)) return -1;
         k->gelu_forward(a->gelu, fch, 4 * NC);
-        k->matmul_backward(a->dfch, LP(G, P_FCPROJW, l, 4 * C * C), LP(G, P_FCPROJB, l, C), a->dres, a->gelu,
-                           LP(P, P_FCPROJW, l, 4 * C * C), N, 4 * C, C);
+        k->matmul_backward(a->dfch, g.t[P_FCPROJW], g.t[P_FCPROJB], a->dres, a->gelu, w.t[P_FCPROJW], N, 4 * C, C);
         k->gelu_backward(a->dfch, fch, a->dfch, 4 * NC);
-        k->matmul_backward(a->dln, LP(G, P_FCW, l, 4 * C * C), LP(G, P_FCB, l, 4 * C), a->dfch, ln2,
-                           LP(P, P_FCW, l, 4 * C * C), N, C, 4 * C);
-        k->layernorm_backward(a->dres, LP(G, P_LN2W, l, C), LP(G, P_LN2B, l, C), a->dln, res2, LP(P, P_LN2W, l, C),
+        k->matmul_backward(a->dln, g.t[P_FCW], g.t[P_FCB], a->dfch, ln2, w.t[P_FCW], N, C, 4 * C);
+        k->layernorm_backward(a->dres, g.t[P_LN2W], g.t[P_LN2B], a->dln, res2, w.t[P_LN2W],
                               a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
-        k->matmul_backward(a->datty, LP(G, P_ATTPROJW, l, C * C), LP(G, P_ATTPROJB, l, C), a->dres, atty,
-                           LP(P, P_ATTPROJW, l, C * C), N, C, C);
+        k->matmul_backward(a->datty, g.t[P_ATTPROJW], g.t[P_ATTPROJB], a->dres, atty, w.t[P_ATTPROJW], N, C, C);
         k->attention_backward(a->dqkv, a->datty, atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH);
-        k->matmul_backward(a->dln, LP(G, P_QKVW, l, 3 * C * C), LP(G, P_QKVB, l, 3 * C), a->dqkv, ln1,
-                           LP(P, P_QKVW, l, 3 * C * C), N, C, 3 * C);
-        k->layernorm_backward(a->dres, LP(G, P_LN1W, l, C), LP(G, P_LN1B, l, C), a->dln, res, LP(P, P_LN1W, l, C),
+        k->matmul_backward(a->dln, g.t[P_QKVW], g.t[P_QKVB], a->dqkv, ln1, w.t[P_QKVW], N, C, 3 * C);
+        k->layernorm_backward(a->dres, g.t[P_LN1W], g.t[P_LN1B], a->dln, res, w.t[P_LN1W],
                               a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
+        if (put_grads(m, 1 + l) || put_params(m, 1 + l)) return -1;
     }
-    k->encoder_backward(anvil_gpt2_param(m, P_WTE, G), anvil_gpt2_param(m, P_WPE, G), a->dres, a->inputs, B, T, C);
+    k->encoder_backward(hg.t[P_WTE], hg.t[P_WPE], a->dres, a->inputs, B, T, C);
+    if (put_grads(m, 0) || put_params(m, 0)) return -1;
     *loss = mean_loss(m, (size_t)N, count);
     return 0;
 }
 
 int anvil_gpt2_logits(anvil_gpt2 *m, float *out) {
     if (!m->acts) return anvil_fail("model: logits requested before any forward pass");
-    m->k->logits(out, m->acts->lnf, anvil_gpt2_param(m, P_WTE, m->params), m->B * m->T, m->cfg.n_embd,
-                 m->cfg.padded_vocab);
-    return 0;
+    anvil_gpt2_view h;
+    if (get_params(m, 0, &h)) return -1;
+    m->k->logits(out, m->acts->lnf, h.t[P_WTE], m->B * m->T, m->cfg.n_embd, m->cfg.padded_vocab);
+    return put_params(m, 0);
 }
 
 struct anvil_gpt2_cache {
@@ -398,6 +470,9 @@ anvil_gpt2_cache *anvil_gpt2_cache_new(const anvil_gpt2 *m) {
     }
     return c;
 }
+
+/* Pointers to layer l's slice of a stacked parameter tensor. */
+#define LP(base, i, l, per) (anvil_gpt2_param(m, (i), (base)) + (size_t)(l) * (size_t)(per))
 
 int anvil_gpt2_decode(anvil_gpt2 *m, anvil_gpt2_cache *c, int32_t token, int pos, float *logits) {
     const anvil_kernels *k = m->k;

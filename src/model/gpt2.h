@@ -50,9 +50,48 @@ size_t anvil_gpt2_flop_params(const anvil_gpt2_config *cfg);
 /* Training FLOPs per token at sequence length T, as PaLM's appendix B: 6N + 12*L*C*T. */
 double anvil_gpt2_flops_per_token(const anvil_gpt2_config *cfg, int T);
 
+/* Units: the pieces in which parameters are gathered, released and reduced
+ * when they are sharded across processes (src/dist/dataparallel.h). Unit 0 is
+ * the head: wte, wpe, lnfw and lnfb, needed at both ends of a pass because
+ * wte is also the LM head. Unit 1+l is layer l: its slice of each of the 12
+ * stacked per-layer tensors. A unit's packed form is its slices laid end to
+ * end in tensor order. */
+typedef struct {
+    int tensor;    /* P_* */
+    size_t offset; /* into the flat parameter buffer, in floats */
+    size_t len;
+} anvil_gpt2_range;
+
+int anvil_gpt2_num_units(const anvil_gpt2_config *cfg); /* n_layer + 1 */
+
+/* Where one unit's tensors are: t[i] is the unit's slice of tensor i, NULL
+ * for tensors outside the unit. */
+typedef struct {
+    float *t[ANVIL_GPT2_NPARAM];
+} anvil_gpt2_view;
+
+/* Who supplies parameters and receives gradients. Without hooks the passes
+ * read m->params and accumulate into m->grads. With them, every unit is
+ * fetched right before use and handed back right after, in this order:
+ * forward: get_params(0), then get/put_params(1+l) for each layer in turn;
+ * backward: get_grads(0), then for l from the last layer down
+ * get_params(1+l), get_grads(1+l), put_grads(1+l), put_params(1+l); finally
+ * put_grads(0) and put_params(0). Gradients accumulate (+=) into the views.
+ * put_grads means the unit's gradients of this micro-step are final, which
+ * is when data parallelism can start reducing them. Evaluation forwards
+ * end with put_params(0). Each callback returns 0, or -1 after anvil_fail. */
+typedef struct {
+    void *ctx;
+    int (*get_params)(void *ctx, int unit, anvil_gpt2_view *v);
+    int (*put_params)(void *ctx, int unit);
+    int (*get_grads)(void *ctx, int unit, anvil_gpt2_view *v);
+    int (*put_grads)(void *ctx, int unit);
+} anvil_gpt2_hooks;
+
 typedef struct {
     anvil_gpt2_config cfg;
     const anvil_kernels *k;
+    const anvil_gpt2_hooks *hooks; /* NULL: the flat buffers */
     size_t nparams;
     size_t offsets[ANVIL_GPT2_NPARAM + 1]; /* in floats, into params/grads */
     float *params;
@@ -67,6 +106,12 @@ void anvil_gpt2_free(anvil_gpt2 *m);
  * scaled by 1/sqrt(2*n_layer), zero biases, unit LayerNorm. Same seed, same weights. */
 void anvil_gpt2_init_weights(anvil_gpt2 *m, uint64_t seed);
 float *anvil_gpt2_param(const anvil_gpt2 *m, int i, float *base); /* tensor i within params/grads */
+/* Unit u's slices in packed order into r (room for ANVIL_GPT2_NPARAM); returns how many. */
+int anvil_gpt2_unit_ranges(const anvil_gpt2 *m, int u, anvil_gpt2_range *r);
+size_t anvil_gpt2_unit_size(const anvil_gpt2 *m, int u);
+/* Views of unit u within a flat buffer laid out like m->params, or within a packed unit buffer. */
+void anvil_gpt2_view_flat(const anvil_gpt2 *m, int u, float *base, anvil_gpt2_view *v);
+void anvil_gpt2_view_packed(const anvil_gpt2 *m, int u, float *packed, anvil_gpt2_view *v);
 
 /* Evaluation forward over B sequences of T tokens (T <= block_size). With targets, *loss gets the
  * mean loss over positions whose target is >= 0 (targets and loss may be NULL). Keeps the final
@@ -83,7 +128,8 @@ void anvil_gpt2_zero_grad(anvil_gpt2 *m);
 int anvil_gpt2_logits(anvil_gpt2 *m, float *out);
 
 /* Incremental decoding with a key/value cache: feeding the token at position pos (0-based,
- * consecutive from 0) costs O(pos) attention work, not O(pos^2). */
+ * consecutive from 0) costs O(pos) attention work, not O(pos^2). Reads m->params directly, whatever
+ * the hooks. */
 typedef struct anvil_gpt2_cache anvil_gpt2_cache;
 anvil_gpt2_cache *anvil_gpt2_cache_new(const anvil_gpt2 *m);
 void anvil_gpt2_cache_free(anvil_gpt2_cache *c);
