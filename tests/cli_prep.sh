@@ -122,6 +122,119 @@ head -c 300 "$WORK/a.txt.gz" > "$WORK/cut.gz"
 head -c 300 "$WORK/a.txt.zst" > "$WORK/cut.zst"
 printf 'not zstd at all' > "$WORK/junk.zst"
 
+# Resuming. A reference run with many small shards in both splits, BPE with
+# 2 workers; every other run below goes to a copy and must end byte-identical
+# to it (shards, manifest, tokenizer copy), whatever the worker count.
+for i in $(seq 1 20); do cat "$WORK/a.txt"; printf '\n\n\n'; done > "$WORK/big.txt"
+rprep() { # out workers
+    "$ANVIL" prep --out "$1" --tokenizer tok/ranks/gpt2.tiktoken --workers "$2" --val-fraction 0.2 \
+        --delimiter '\n\n\n' --shard-tokens 3000 "$WORK/big.txt"
+}
+same_as_ref() { # dir
+    [ "$(ls "$WORK/ref")" = "$(ls "$1")" ] || return 1
+    for f in "$WORK/ref"/*; do cmp -s "$f" "$1/$(basename "$f")" || return 1; done
+}
+rprep "$WORK/ref" 2 > /dev/null 2>&1 || bad "reference prep failed"
+"$PY" - "$WORK/ref" <<'EOF' && ok || bad "manifest lacks checksums, sizes or sources"
+import json, os, sys
+d = sys.argv[1]
+m = json.load(open(os.path.join(d, "manifest.json")))
+assert m["complete"] is True and m["options"]["shard_tokens"] == 3000, m["options"]
+splits = [s["split"] for s in m["shards"]]
+assert splits.count("train") > 3 and splits.count("val") > 1, splits
+for s in m["shards"]:
+    p = os.path.join(d, s["file"])
+    assert os.path.getsize(p) == s["bytes"] == 1024 + 2 * s["tokens"], s
+    assert len(s["crc32c"]) == 8 and s["next"]["chunk"] >= 0, s
+t = m["tokenizer"]
+tok = open(os.path.join(d, t["copy"]), "rb").read()
+assert t["size"] == len(tok) == os.path.getsize("tok/ranks/gpt2.tiktoken"), t
+(src,) = m["sources"]
+assert src["path"].endswith("big.txt") and src["size"] == os.path.getsize(src["path"]) and "mtime" in src, src
+assert src["documents"] > 0, src
+EOF
+# The checksums are CRC32C (Castagnoli), checked against a bitwise reference.
+"$PY" - "$WORK/ref" <<'EOF' && ok || bad "a shard's crc32c is not the CRC32C of its file"
+import json, os, sys
+def crc32c(b):
+    c = 0xFFFFFFFF
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    return c ^ 0xFFFFFFFF
+d = sys.argv[1]
+s = json.load(open(os.path.join(d, "manifest.json")))["shards"][-1]
+assert "%08x" % crc32c(open(os.path.join(d, s["file"]), "rb").read()) == s["crc32c"], s
+EOF
+
+stamp() { stat -c '%n %i %.9Y' "$@"; }
+
+# (a) A re-run finds everything done: it rewrites nothing and says so.
+cp -a "$WORK/ref" "$WORK/r1"
+before=$(stamp "$WORK/r1"/*)
+rprep "$WORK/r1" 1 > /dev/null 2> "$WORK/rerr" || bad "re-run failed: $(cat "$WORK/rerr")"
+[ "$before" = "$(stamp "$WORK/r1"/*)" ] && ok || bad "a re-run of a finished prep rewrote files"
+grep -q 'skipped' "$WORK/rerr" && ok || bad "a re-run does not say it skipped: $(cat "$WORK/rerr")"
+same_as_ref "$WORK/r1" && ok || bad "re-run output differs"
+
+# (b) Interrupted: the manifest lists only the shards finished so far (the
+# last ones of both splits are gone, as after a kill), so the run continues
+# after them with another worker count; the kept shards are not rewritten.
+cp -a "$WORK/ref" "$WORK/r2"
+"$PY" - "$WORK/r2" <<'EOF' || bad "could not simulate an interruption"
+import json, os, sys
+d = sys.argv[1]
+m = json.load(open(os.path.join(d, "manifest.json")))
+train = [s for s in m["shards"] if s["split"] == "train"]
+val = [s for s in m["shards"] if s["split"] == "val"]
+for s in train[-2:] + val[-1:]:
+    os.unlink(os.path.join(d, s["file"]))
+    m["shards"].remove(s)
+m["complete"] = False
+del m["sources"][0]["documents"]
+json.dump(m, open(os.path.join(d, "manifest.json"), "w"))
+EOF
+kept_before=$(stamp "$WORK/r2/train_000000.bin" "$WORK/r2/val_000000.bin")
+rprep "$WORK/r2" 1 > /dev/null 2> "$WORK/rerr" || bad "resumed run failed: $(cat "$WORK/rerr")"
+grep -q 'kept .* shards' "$WORK/rerr" && ok || bad "a resumed run does not say what it kept: $(cat "$WORK/rerr")"
+[ "$kept_before" = "$(stamp "$WORK/r2/train_000000.bin" "$WORK/r2/val_000000.bin")" ] && ok ||
+    bad "a resumed run rewrote finished shards"
+same_as_ref "$WORK/r2" && ok || bad "a resumed run differs from an uninterrupted one"
+
+# (b') Killed for real once its first shard is in the manifest, then run
+# again: the result equals the reference. (Should the first run finish before
+# the kill, the second finds it done; the comparison holds either way.)
+mkdir "$WORK/r3"
+rprep "$WORK/r3" 1 > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 500); do grep -qs train_000000 "$WORK/r3/manifest.json" && break; sleep 0.01; done
+kill -9 "$pid" 2> /dev/null
+wait "$pid" 2> /dev/null
+rprep "$WORK/r3" 2 > /dev/null 2> "$WORK/rerr" || bad "run after a kill failed: $(cat "$WORK/rerr")"
+rm -f "$WORK/r3"/*.tmp-* # a killed writer's temporary file; prep never lists it
+same_as_ref "$WORK/r3" && ok || bad "the run after a kill differs from an uninterrupted one"
+
+# (c) A finished shard that no longer matches its checksum is written again,
+# with the shards of its split after it; the others are kept.
+cp -a "$WORK/ref" "$WORK/r4"
+printf 'XY' | dd of="$WORK/r4/train_000002.bin" bs=1 seek=2000 conv=notrunc 2> /dev/null
+kept_before=$(stamp "$WORK/r4/train_000001.bin" "$WORK/r4/val_000000.bin")
+rprep "$WORK/r4" 2 > /dev/null 2> "$WORK/rerr" || bad "run over a corrupt shard failed: $(cat "$WORK/rerr")"
+grep -q 'train_000002.bin has CRC32C' "$WORK/rerr" && ok || bad "corruption not reported: $(cat "$WORK/rerr")"
+[ "$kept_before" = "$(stamp "$WORK/r4/train_000001.bin" "$WORK/r4/val_000000.bin")" ] && ok ||
+    bad "good shards were rewritten"
+same_as_ref "$WORK/r4" && ok || bad "the repaired output differs from an uninterrupted one"
+
+# Other options or a changed input start over, and say so.
+cp -a "$WORK/ref" "$WORK/r5"
+"$ANVIL" prep --out "$WORK/r5" --tokenizer tok/ranks/gpt2.tiktoken --val-fraction 0.2 --delimiter '\n\n\n' \
+    --shard-tokens 2500 "$WORK/big.txt" > /dev/null 2> "$WORK/rerr" || bad "prep with new options failed"
+grep -q 'options differ; starting over' "$WORK/rerr" && ok || bad "new options not reported: $(cat "$WORK/rerr")"
+printf 'one more document\n' >> "$WORK/big.txt"
+rprep "$WORK/r1" 2 > /dev/null 2> "$WORK/rerr" || bad "prep of a changed input failed"
+grep -q "content differs; starting over" "$WORK/rerr" && ok || bad "a changed input not reported: $(cat "$WORK/rerr")"
+
 "$ANVIL" prep --help | grep -q -- '--shard-tokens' && ok || bad "--help lacks the options"
 
 # Errors: nonzero exit, exactly one error line on stderr naming the problem.

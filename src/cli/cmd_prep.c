@@ -20,12 +20,18 @@ static const char usage_text[] =
     "the FNV-1a hash of its bytes says so, so the split is the same on every run.\n"
     "Files ending in .gz or .zst are decompressed.\n"
     "\n"
+    "Shards are written as they fill, and manifest.json (with each shard's size\n"
+    "and CRC32C) after each one. Run again with the same inputs and options, an\n"
+    "interrupted prep continues after its last verified shard, and a finished one\n"
+    "is left as it is; a shard that fails its checksum is written again.\n"
+    "\n"
     "options:\n"
     "  --out DIR            output folder (created if missing)\n"
     "  --val-fraction F     share of documents for validation, in [0, 1] (default 0.01)\n"
     "  --delimiter STR      split the input into documents at STR; \\n \\t \\r \\\\ \\xHH\n"
     "                       escapes allowed, e.g. '\\n\\n\\n' (default: one document per file)\n"
-    "  --shard-tokens N     at most N tokens per shard (default 100000000)\n"
+    "  --shard-tokens N     tokens per shard; a split's last one holds the rest\n"
+    "                       (default 100000000)\n"
     "  --tokenizer FILE     BPE tokens from a .tiktoken rank file (default: bytes)\n"
     "  --pattern NAME       the tokenizer's encoding: gpt2, cl100k_base, o200k_base\n"
     "                       (default gpt2)\n"
@@ -198,6 +204,9 @@ int cmd_prep(int argc, char **argv) {
            (long long)st.train_tokens, st.train_shards, st.train_shards == 1 ? "" : "s");
     printf("  val:   %lld documents, %lld tokens in %d shard%s\n", (long long)st.val_docs, (long long)st.val_tokens,
            st.val_shards, st.val_shards == 1 ? "" : "s");
+    if (st.kept_shards)
+        printf("  kept %d shard%s of an earlier run (checksums verified)\n", st.kept_shards,
+               st.kept_shards == 1 ? "" : "s");
     if (st.bad_lines) printf("  skipped %lld bad JSON line%s\n", (long long)st.bad_lines, st.bad_lines == 1 ? "" : "s");
     printf("  wrote %s/manifest.json\n", o.out_dir);
     free(inputs);

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "ckpt/checkpoint.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "data/bytetok.h"
@@ -55,6 +57,11 @@ typedef struct {
     size_t len;
     int mapped;
     int64_t docs;
+    /* What a re-run compares: a file's size and mtime, or for a pipe (which
+     * has neither) the CRC32C of what it gave. */
+    int is_file;
+    int64_t file_size, mtime_s, mtime_ns;
+    uint32_t crc;
 } source;
 
 static int read_fd_all(int fd, const char *name, source *s) {
@@ -154,13 +161,28 @@ static int load_zst(const char *path, source *s) {
 
 /* Regular files are mapped rather than read, so a corpus larger than memory
  * only costs page cache. */
+static void set_stat(source *s, const struct stat *st) {
+    s->is_file = 1;
+    s->file_size = (int64_t)st->st_size;
+    s->mtime_s = (int64_t)st->st_mtim.tv_sec;
+    s->mtime_ns = (int64_t)st->st_mtim.tv_nsec;
+}
+
 static int load_source(const char *path, source *s) {
     memset(s, 0, sizeof *s);
     s->name = strcmp(path, "-") ? path : "<stdin>";
-    if (!strcmp(path, "-")) return read_fd_all(0, s->name, s);
+    if (!strcmp(path, "-")) {
+        if (read_fd_all(0, s->name, s)) return -1;
+        s->crc = anvil_crc32c(0, s->data, s->len);
+        return 0;
+    }
     /* Compressed inputs are decompressed into memory whole. */
-    if (ends_with(path, ".gz")) return load_gz(path, s);
-    if (ends_with(path, ".zst")) return load_zst(path, s);
+    if (ends_with(path, ".gz") || ends_with(path, ".zst")) {
+        struct stat st;
+        if (stat(path, &st) != 0) return anvil_fail("input %s: cannot open: %s", path, strerror(errno));
+        set_stat(s, &st);
+        return ends_with(path, ".gz") ? load_gz(path, s) : load_zst(path, s);
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return anvil_fail("input %s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -173,6 +195,7 @@ static int load_source(const char *path, source *s) {
     if (S_ISDIR(st.st_mode)) {
         rc = anvil_fail("input %s: is a folder, not a file", path);
     } else if (S_ISREG(st.st_mode)) {
+        set_stat(s, &st);
         if (st.st_size > 0) {
             void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
             if (p == MAP_FAILED) {
@@ -186,6 +209,7 @@ static int load_source(const char *path, source *s) {
         }
     } else {
         rc = read_fd_all(fd, path, s); /* a pipe or device: /dev/stdin, <(...) */
+        if (!rc) s->crc = anvil_crc32c(0, s->data, s->len);
     }
     close(fd);
     return rc;
@@ -219,186 +243,35 @@ static int next_unit(const source *s, const anvil_prep_opts *o, size_t *off, con
                      int64_t *line) {
     if (!o->jsonl_field) return next_doc(s, o, off, doc, len);
     if (*off >= s->len) return 0;
-    const unsigned char *start = s->data + *off, *nl = memchr(start, '\n', s->len - *off);
-    size_t n = nl ? (size_t)(nl - start) : s->len - *off;
-    *off += n + (nl != NULL);
+    size_t at = anvil_jsonl_next_line(s->data, s->len, off, len);
     (*line)++;
-    *doc = start;
-    *len = n;
+    *doc = s->data + at;
     return 1;
 }
 
-/* ---- output ---- */
+/* ---- units of work ---- */
 
 enum { TRAIN, VAL, NSPLITS };
 static const char *const split_name[NSPLITS] = {"train", "val"};
-
-typedef struct {
-    int64_t tokens; /* in the whole split */
-    int64_t nshards, next_shard;
-    int64_t shard_left; /* tokens still to go into the open shard */
-    anvil_shard_writer *w;
-    int version;
-    char path[4096];
-} split_out;
-
-typedef struct {
-    cJSON *shards;
-    const char *dir;
-} manifest_ctx;
-
-/* Shard i of a split with `tokens` tokens over `n` shards: sizes differ by at most one. */
-static int64_t shard_size(int64_t tokens, int64_t n, int64_t i) { return tokens / n + (i < tokens % n); }
-
-static int emit(split_out *so, int split, const int32_t *tok, int64_t n, manifest_ctx *m) {
-    while (n > 0) {
-        if (!so->w) {
-            snprintf(so->path, sizeof so->path, "%s/%s_%06lld.bin", m->dir, split_name[split], (long long)so->next_shard);
-            so->shard_left = shard_size(so->tokens, so->nshards, so->next_shard);
-            so->w = anvil_shard_writer_open(so->path, so->version);
-            if (!so->w) return -1;
-        }
-        int64_t k = n < so->shard_left ? n : so->shard_left;
-        if (anvil_shard_writer_append(so->w, tok, k)) return -1;
-        tok += k;
-        n -= k;
-        so->shard_left -= k;
-        if (so->shard_left == 0) {
-            int64_t size = shard_size(so->tokens, so->nshards, so->next_shard);
-            anvil_shard_writer *w = so->w;
-            so->w = NULL;
-            if (anvil_shard_writer_commit(w)) return -1;
-            cJSON *e = cJSON_CreateObject();
-            const char *base = strrchr(so->path, '/') + 1;
-            if (!e || !cJSON_AddStringToObject(e, "file", base) ||
-                !cJSON_AddStringToObject(e, "split", split_name[split]) ||
-                !cJSON_AddNumberToObject(e, "tokens", (double)size) || !cJSON_AddItemToArray(m->shards, e)) {
-                cJSON_Delete(e);
-                return anvil_fail("%s: out of memory building the manifest", so->path);
-            }
-            so->next_shard++;
-        }
-    }
-    return 0;
-}
-
-static int mkdir_p(const char *dir) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return anvil_fail("--out %s: path too long", dir);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return anvil_fail("--out %s: cannot create %s: %s", dir, buf, strerror(errno));
-            *p = c;
-            if (!c) break;
-        }
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return anvil_fail("--out %s: exists and is not a folder", dir);
-    return 0;
-}
-
-/* Parses "<split>_NNNNNN.bin" (exactly six digits); -1 when name is not a shard of split. */
-static long shard_index(const char *name, const char *split) {
-    size_t k = strlen(split);
-    if (strncmp(name, split, k) || name[k] != '_') return -1;
-    const char *d = name + k + 1;
-    for (int i = 0; i < 6; i++)
-        if (d[i] < '0' || d[i] > '9') return -1;
-    if (strcmp(d + 6, ".bin")) return -1;
-    return strtol(d, NULL, 10);
-}
-
-static int remove_stale(const anvil_prep_opts *o, const split_out *so) {
-    DIR *d = opendir(o->out_dir);
-    if (!d) return anvil_fail("--out %s: cannot list: %s", o->out_dir, strerror(errno));
-    struct dirent *e;
-    int rc = 0;
-    while ((e = readdir(d))) {
-        for (int s = 0; s < NSPLITS; s++) {
-            long idx = shard_index(e->d_name, split_name[s]);
-            if (idx < 0 || idx < so[s].nshards) continue;
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", o->out_dir, e->d_name);
-            if (unlink(path) != 0) rc = anvil_fail("%s: cannot remove stale shard: %s", path, strerror(errno));
-            else note(o, "removed stale shard %s from an earlier run", path);
-        }
-    }
-    closedir(d);
-    return rc;
-}
-
-static int write_manifest(const anvil_prep_opts *o, cJSON *shards, const source *src, int nsrc, const anvil_tok *tk) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/manifest.json", o->out_dir);
-    cJSON *root = cJSON_CreateObject();
-    cJSON *sources = cJSON_CreateArray();
-    int ok = root && sources;
-    int vocab = tk ? anvil_tok_vocab_size(tk) : ANVIL_BYTETOK_VOCAB;
-    if (ok && tk) {
-        cJSON *t = cJSON_AddObjectToObject(root, "tokenizer");
-        ok = t && cJSON_AddStringToObject(t, "file", o->tokenizer_file) &&
-             cJSON_AddStringToObject(t, "pattern", anvil_tok_pattern_name(tk));
-    } else if (ok) {
-        ok = cJSON_AddStringToObject(root, "tokenizer", "bytes") != NULL;
-    }
-    ok = ok && cJSON_AddNumberToObject(root, "vocab_size", vocab);
-    ok = ok && cJSON_AddNumberToObject(root, "eot", tk ? anvil_tok_eot(tk) : ANVIL_BYTETOK_EOT);
-    ok = ok && cJSON_AddNumberToObject(root, "shard_version", anvil_shard_version_for_vocab(vocab));
-    ok = ok && cJSON_AddNumberToObject(root, "val_fraction", o->val_fraction);
-    if (ok && o->delimiter) {
-        /* cJSON stops at a NUL; a delimiter holding one is recorded up to it. */
-        char *delim = strndup(o->delimiter, o->delimiter_len);
-        ok = delim && cJSON_AddStringToObject(root, "delimiter", delim);
-        free(delim);
-    } else if (ok) {
-        ok = cJSON_AddNullToObject(root, "delimiter") != NULL;
-    }
-    if (ok && o->jsonl_field) ok = cJSON_AddStringToObject(root, "jsonl_field", o->jsonl_field) != NULL;
-    ok = ok && cJSON_AddItemReferenceToObject(root, "shards", shards);
-    for (int i = 0; ok && i < nsrc; i++) {
-        if (!src[i].len) continue;
-        cJSON *e = cJSON_CreateObject();
-        ok = e && cJSON_AddStringToObject(e, "path", src[i].name) &&
-             cJSON_AddNumberToObject(e, "bytes", (double)src[i].len) &&
-             cJSON_AddNumberToObject(e, "documents", (double)src[i].docs) && cJSON_AddItemToArray(sources, e);
-        if (!ok) cJSON_Delete(e);
-    }
-    if (!ok || !cJSON_AddItemToObject(root, "sources", sources)) {
-        ok = 0;
-        cJSON_Delete(sources);
-    }
-    char *text = ok ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (!text) return anvil_fail("%s: out of memory building the manifest", path);
-    size_t len = strlen(text);
-    char *withnl = realloc(text, len + 2);
-    if (!withnl) {
-        free(text);
-        return anvil_fail("%s: out of memory building the manifest", path);
-    }
-    withnl[len] = '\n';
-    int rc = anvil_write_file_atomic(path, withnl, len + 1);
-    free(withnl);
-    return rc;
-}
 
 #define CHUNK 65536
 /* Text per unit of work: large enough to amortize scheduling, small enough
  * that even a few megabytes keep several threads busy. */
 #define WORK_BYTES ((size_t)1 << 18)
+/* Chunks encoded at once per worker: enough that chunks of unequal cost even
+ * out under dynamic scheduling, few enough to bound the tokens in memory. */
+#define CHUNKS_PER_WORKER 8
 
 /* A run of whole documents of one source, encoded by one worker. */
 typedef struct {
     int src;
     size_t start, end;
-    int64_t docs[NSPLITS], ntok[NSPLITS];
-    int32_t *tok[NSPLITS]; /* BPE or JSONL only: the chunk's tokens of each split, in order */
-    size_t cap[NSPLITS];
     int64_t first_line; /* JSONL: the number of the line before the chunk */
-    int64_t *bad;       /* JSONL: 2 * line number + (1 if it is JSON lacking the field) */
+    int store[NSPLITS]; /* keep the split's tokens (else only count documents) */
+    int64_t docs[NSPLITS], ntok[NSPLITS];
+    int32_t *tok[NSPLITS]; /* the chunk's tokens of each split, in order */
+    size_t cap[NSPLITS];
+    int64_t *bad; /* JSONL: 2 * line number + (1 if it is JSON lacking the field) */
     size_t nbad, badcap;
     char *err; /* a worker's failure, reported by the main thread in chunk order */
 } chunk;
@@ -446,13 +319,10 @@ static int add_bad(chunk *c, int64_t code) {
 }
 
 static int encode_doc(const anvil_prep_opts *o, const anvil_tok *tk, worker *w, chunk *c, const unsigned char *doc,
-                      size_t len, int store, const char **why) {
+                      size_t len, const char **why) {
     int s = anvil_prep_is_val(anvil_fnv1a64(doc, len), o->val_fraction) ? VAL : TRAIN;
     c->docs[s]++;
-    if (!store) {
-        c->ntok[s] += (int64_t)len + 1;
-        return 0;
-    }
+    if (!c->store[s]) return 0;
     int64_t n;
     if (tk) {
         n = anvil_tok_encode(tk, w->st, doc, len, ANVIL_TOK_SPECIAL_PLAIN, &w->ids, &w->cap);
@@ -479,26 +349,20 @@ static void encode_chunk(const anvil_prep_opts *o, const source *src, const anvi
     size_t off = 0, len;
     const unsigned char *doc;
     int64_t line = c->first_line;
-    int store = tk || o->jsonl_field;
     while (next_unit(&v, o, &off, &doc, &len, &line)) {
         const char *why = "out of memory";
         int rc = 0;
         if (o->jsonl_field) {
-            if (len && doc[len - 1] == '\r') len--;
-            if (!len) continue;
-            /* cJSON's parser is reentrant apart from a global error position
-             * that nothing here reads. */
-            cJSON *j = cJSON_ParseWithLength((const char *)doc, len);
-            const cJSON *f = j ? cJSON_GetObjectItemCaseSensitive(j, o->jsonl_field) : NULL;
-            if (cJSON_IsString(f)) {
-                size_t n = strlen(f->valuestring);
-                if (n) rc = encode_doc(o, tk, w, c, (const unsigned char *)f->valuestring, n, store, &why);
-            } else {
-                rc = add_bad(c, 2 * line + (j != NULL));
-            }
-            cJSON_Delete(j);
+            void *hold;
+            const char *d;
+            size_t n;
+            int kind = anvil_jsonl_field(doc, len, o->jsonl_field, &hold, &d, &n);
+            if (kind == ANVIL_JSONL_DOC && n) rc = encode_doc(o, tk, w, c, (const unsigned char *)d, n, &why);
+            else if (kind == ANVIL_JSONL_BAD_JSON || kind == ANVIL_JSONL_NO_FIELD)
+                rc = add_bad(c, 2 * line + (kind == ANVIL_JSONL_NO_FIELD));
+            anvil_jsonl_release(hold);
         } else {
-            rc = encode_doc(o, tk, w, c, doc, len, store, &why);
+            rc = encode_doc(o, tk, w, c, doc, len, &why);
         }
         if (rc) {
             char msg[1024];
@@ -516,9 +380,10 @@ static void encode_chunk(const anvil_prep_opts *o, const source *src, const anvi
 
 /* Cuts every source into chunks at document boundaries, scanning as next_doc
  * does so that the documents are exactly those of a single pass. */
-static int make_chunks(const anvil_prep_opts *o, const source *src, int nsrc, chunk **out, size_t *nout) {
+static int make_chunks(const anvil_prep_opts *o, const source *src, int nsrc, size_t unit, chunk **out,
+                       size_t *nout) {
     chunk *cs = NULL;
-    size_t n = 0, cap = 0, unit = o->chunk_bytes ? o->chunk_bytes : WORK_BYTES;
+    size_t n = 0, cap = 0;
     for (int i = 0; i < nsrc; i++) {
         size_t off = 0, start = 0, len;
         const unsigned char *doc;
@@ -551,59 +416,518 @@ static int make_chunks(const anvil_prep_opts *o, const source *src, int nsrc, ch
     return 0;
 }
 
-static int encode_all(const anvil_prep_opts *o, const source *src, const anvil_tok *tk, chunk *cs, size_t n) {
-    int nw = o->workers > 1 ? o->workers : 1;
-    worker *ws = calloc((size_t)nw, sizeof *ws);
-    if (!ws) return anvil_fail("prep: out of memory");
-    int rc = 0;
-    for (int t = 0; tk && t < nw; t++)
-        if (!(ws[t].st = anvil_tok_state_new(tk))) rc = anvil_fail("prep: out of memory for tokenizer state");
-    if (!rc) {
-#pragma omp parallel for num_threads(nw) schedule(dynamic, 1)
-        for (size_t i = 0; i < n; i++) encode_chunk(o, src, tk, &ws[omp_get_thread_num()], &cs[i]);
+static void release_chunk(chunk *c) {
+    for (int s = 0; s < NSPLITS; s++) {
+        free(c->tok[s]);
+        c->tok[s] = NULL;
+        c->ntok[s] = 0;
+        c->cap[s] = 0;
     }
-    for (size_t i = 0; !rc && i < n; i++)
-        if (cs[i].err) rc = anvil_fail("%s", cs[i].err);
-    for (int t = 0; t < nw; t++) {
-        anvil_tok_state_free(ws[t].st);
-        free(ws[t].ids);
-    }
-    free(ws);
-    return rc;
+    free(c->bad);
+    c->bad = NULL;
+    c->nbad = c->badcap = 0;
+    if (c->err != oom_msg) free(c->err);
+    c->err = NULL;
 }
 
-/* Byte-level chunks hold no tokens: they are cheap to make again here. */
-static int emit_chunk(const anvil_prep_opts *o, const source *src, split_out *so, manifest_ctx *m, chunk *c,
-                      int stored, int32_t *tok) {
-    int rc = 0;
-    if (stored) {
-        for (int s = 0; !rc && s < NSPLITS; s++) rc = emit(&so[s], s, c->tok[s], c->ntok[s], m);
-        return rc;
-    }
-    source v = chunk_view(src, c);
-    size_t off = 0, len;
-    const unsigned char *doc;
-    while (!rc && next_doc(&v, o, &off, &doc, &len)) {
-        int s = anvil_prep_is_val(anvil_fnv1a64(doc, len), o->val_fraction) ? VAL : TRAIN;
-        int32_t eot = ANVIL_BYTETOK_EOT;
-        rc = emit(&so[s], s, &eot, 1, m);
-        for (size_t k = 0; !rc && k < len; k += CHUNK) {
-            size_t n = len - k < CHUNK ? len - k : CHUNK;
-            anvil_bytetok_encode(doc + k, n, tok);
-            rc = emit(&so[s], s, tok, (int64_t)n, m);
+/* ---- output ---- */
+
+typedef struct {
+    /* Where this run starts writing the split: chunks before from_chunk, and
+     * the first `skip` tokens of from_chunk, are in shards already kept. */
+    int64_t from_chunk, skip;
+    int64_t chunk, in_chunk; /* the chunk being emitted and its tokens of this split so far */
+    int64_t next_shard;      /* index of the open (or next) shard */
+    int64_t tokens;          /* in the finished shards */
+    int64_t open_tokens;     /* in the open shard */
+    anvil_shard_writer *w;
+    char path[4096];
+} split_out;
+
+typedef struct {
+    const anvil_prep_opts *o;
+    const anvil_tok *tk;
+    const char *tok_data; /* the rank file's bytes */
+    size_t tok_len;
+    const source *src;
+    int nsrc;
+    chunk *cs;
+    size_t nchunks, unit;
+    int version;
+    split_out so[NSPLITS];
+    cJSON *tokenizer, *options; /* as the manifest records them, for a re-run to compare */
+    cJSON *shards[NSPLITS];     /* each split's finished shards, kept and new, in order */
+    int dir_ready, written, kept;
+    int64_t docs[NSPLITS];
+} run;
+
+static int mkdir_p(const char *dir) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return anvil_fail("--out %s: path too long", dir);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return anvil_fail("--out %s: cannot create %s: %s", dir, buf, strerror(errno));
+            *p = c;
+            if (!c) break;
         }
     }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return anvil_fail("--out %s: exists and is not a folder", dir);
+    return 0;
+}
+
+static int file_crc(const char *path, int64_t *bytes, uint32_t *crc) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    enum { BUF = 1 << 20 };
+    unsigned char *buf = malloc(BUF);
+    if (!buf) {
+        close(fd);
+        return anvil_fail("%s: out of memory", path);
+    }
+    uint32_t c = 0;
+    int64_t n = 0;
+    int rc = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, BUF);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            rc = anvil_fail("%s: read failed: %s", path, strerror(errno));
+            break;
+        }
+        if (r == 0) break;
+        c = anvil_crc32c(c, buf, (size_t)r);
+        n += r;
+    }
+    free(buf);
+    close(fd);
+    *bytes = n;
+    *crc = c;
     return rc;
 }
 
-static void free_chunks(chunk *cs, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        free(cs[i].tok[TRAIN]);
-        free(cs[i].tok[VAL]);
-        free(cs[i].bad);
-        if (cs[i].err != oom_msg) free(cs[i].err);
+static void crc_hex(uint32_t crc, char hex[9]) { snprintf(hex, 9, "%08" PRIx32, crc); }
+
+static cJSON *sources_json(const run *r, int with_docs) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < r->nsrc; i++) {
+        const source *s = &r->src[i];
+        cJSON *e = cJSON_CreateObject();
+        int ok = e && cJSON_AddStringToObject(e, "path", s->name) &&
+                 cJSON_AddNumberToObject(e, "bytes", (double)s->len) && cJSON_AddItemToArray(a, e);
+        if (!ok) {
+            cJSON_Delete(e);
+            cJSON_Delete(a);
+            return NULL;
+        }
+        if (s->is_file) {
+            char mtime[64];
+            snprintf(mtime, sizeof mtime, "%lld.%09lld", (long long)s->mtime_s, (long long)s->mtime_ns);
+            ok = cJSON_AddNumberToObject(e, "size", (double)s->file_size) &&
+                 cJSON_AddStringToObject(e, "mtime", mtime);
+        } else {
+            char hex[9];
+            crc_hex(s->crc, hex);
+            ok = cJSON_AddStringToObject(e, "crc32c", hex) != NULL;
+        }
+        if (ok && with_docs) ok = cJSON_AddNumberToObject(e, "documents", (double)s->docs) != NULL;
+        if (!ok) {
+            cJSON_Delete(a);
+            return NULL;
+        }
     }
-    free(cs);
+    return a;
+}
+
+static int write_manifest(run *r, int complete) {
+    const anvil_prep_opts *o = r->o;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", o->out_dir);
+    cJSON *root = cJSON_CreateObject();
+    int vocab = r->tk ? anvil_tok_vocab_size(r->tk) : ANVIL_BYTETOK_VOCAB;
+    int ok = root && cJSON_AddItemToObject(root, "tokenizer", cJSON_Duplicate(r->tokenizer, 1)) &&
+             cJSON_AddNumberToObject(root, "vocab_size", vocab) &&
+             cJSON_AddNumberToObject(root, "eot", r->tk ? anvil_tok_eot(r->tk) : ANVIL_BYTETOK_EOT) &&
+             cJSON_AddNumberToObject(root, "shard_version", r->version) &&
+             cJSON_AddNumberToObject(root, "val_fraction", o->val_fraction);
+    if (ok && o->delimiter) {
+        /* cJSON stops at a NUL; a delimiter holding one is recorded up to it
+         * here (options.delimiter_hex has all of it). */
+        char *delim = strndup(o->delimiter, o->delimiter_len);
+        ok = delim && cJSON_AddStringToObject(root, "delimiter", delim);
+        free(delim);
+    } else if (ok) {
+        ok = cJSON_AddNullToObject(root, "delimiter") != NULL;
+    }
+    if (ok && o->jsonl_field) ok = cJSON_AddStringToObject(root, "jsonl_field", o->jsonl_field) != NULL;
+    ok = ok && cJSON_AddItemToObject(root, "options", cJSON_Duplicate(r->options, 1)) &&
+         cJSON_AddBoolToObject(root, "complete", complete);
+    /* By split and index rather than in order of completion, so that the
+     * manifest does not depend on where earlier runs stopped. */
+    cJSON *shards = ok ? cJSON_AddArrayToObject(root, "shards") : NULL;
+    ok = shards != NULL;
+    for (int s = 0; ok && s < NSPLITS; s++) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, r->shards[s]) ok = ok && cJSON_AddItemReferenceToArray(shards, (cJSON *)e);
+    }
+    if (ok) {
+        cJSON *sources = sources_json(r, complete);
+        ok = sources && cJSON_AddItemToObject(root, "sources", sources);
+        if (!ok) cJSON_Delete(sources);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return anvil_fail("%s: out of memory building the manifest", path);
+    size_t len = strlen(text);
+    char *withnl = realloc(text, len + 2);
+    if (!withnl) {
+        free(text);
+        return anvil_fail("%s: out of memory building the manifest", path);
+    }
+    withnl[len] = '\n';
+    int rc = anvil_write_file_atomic(path, withnl, len + 1);
+    free(withnl);
+    return rc;
+}
+
+/* Commits the open shard of split s and records it, with where the next
+ * one starts, in a rewritten manifest. */
+static int finish_shard(run *r, int s) {
+    split_out *so = &r->so[s];
+    anvil_shard_writer *w = so->w;
+    so->w = NULL;
+    if (anvil_shard_writer_commit(w)) return -1;
+    int64_t bytes;
+    uint32_t crc;
+    if (file_crc(so->path, &bytes, &crc)) return -1;
+    char hex[9];
+    crc_hex(crc, hex);
+    const chunk *c = &r->cs[so->chunk];
+    cJSON *e = cJSON_CreateObject(), *next = cJSON_CreateObject();
+    int ok = e && next && cJSON_AddStringToObject(e, "file", strrchr(so->path, '/') + 1) &&
+             cJSON_AddStringToObject(e, "split", split_name[s]) &&
+             cJSON_AddNumberToObject(e, "tokens", (double)so->open_tokens) &&
+             cJSON_AddNumberToObject(e, "bytes", (double)bytes) && cJSON_AddStringToObject(e, "crc32c", hex) &&
+             cJSON_AddNumberToObject(next, "chunk", (double)so->chunk) &&
+             cJSON_AddNumberToObject(next, "tokens", (double)so->in_chunk) &&
+             cJSON_AddStringToObject(next, "input", r->src[c->src].name) &&
+             cJSON_AddNumberToObject(next, "offset", (double)c->start);
+    if (ok) {
+        ok = cJSON_AddItemToObject(e, "next", next);
+        if (ok) next = NULL;
+        ok = ok && cJSON_AddItemToArray(r->shards[s], e);
+        if (ok) e = NULL;
+    }
+    cJSON_Delete(next);
+    cJSON_Delete(e);
+    if (!ok) return anvil_fail("%s: out of memory building the manifest", so->path);
+    so->tokens += so->open_tokens;
+    so->open_tokens = 0;
+    so->next_shard++;
+    r->written++;
+    return write_manifest(r, 0);
+}
+
+static int emit(run *r, int s, const int32_t *tok, int64_t n) {
+    split_out *so = &r->so[s];
+    if (so->chunk < so->from_chunk) return 0;
+    if (so->chunk == so->from_chunk && so->skip > 0) {
+        int64_t k = n < so->skip ? n : so->skip;
+        tok += k;
+        n -= k;
+        so->skip -= k;
+        so->in_chunk += k;
+    }
+    while (n > 0) {
+        if (!so->w) {
+            if (!r->dir_ready && mkdir_p(r->o->out_dir)) return -1;
+            r->dir_ready = 1;
+            snprintf(so->path, sizeof so->path, "%s/%s_%06lld.bin", r->o->out_dir, split_name[s],
+                     (long long)so->next_shard);
+            so->w = anvil_shard_writer_open(so->path, r->version);
+            if (!so->w) return -1;
+        }
+        int64_t room = r->o->shard_tokens - so->open_tokens;
+        int64_t k = n < room ? n : room;
+        if (anvil_shard_writer_append(so->w, tok, k)) return -1;
+        tok += k;
+        n -= k;
+        so->in_chunk += k;
+        so->open_tokens += k;
+        if (so->open_tokens == r->o->shard_tokens && finish_shard(r, s)) return -1;
+    }
+    return 0;
+}
+
+/* Emits chunk i's tokens. Byte-level chunks of plain text hold no tokens:
+ * they are cheap to make again here from the text. */
+static int emit_chunk(run *r, size_t i, int stored, int32_t *tok) {
+    const anvil_prep_opts *o = r->o;
+    chunk *c = &r->cs[i];
+    int rc = 0;
+    for (int s = 0; s < NSPLITS; s++) {
+        r->so[s].chunk = (int64_t)i;
+        r->so[s].in_chunk = 0;
+    }
+    if (stored) {
+        for (int s = 0; !rc && s < NSPLITS; s++) rc = emit(r, s, c->tok[s], c->ntok[s]);
+    } else if ((int64_t)i >= r->so[TRAIN].from_chunk || (int64_t)i >= r->so[VAL].from_chunk) {
+        source v = chunk_view(r->src, c);
+        size_t off = 0, len;
+        const unsigned char *doc;
+        while (!rc && next_doc(&v, o, &off, &doc, &len)) {
+            int s = anvil_prep_is_val(anvil_fnv1a64(doc, len), o->val_fraction) ? VAL : TRAIN;
+            if ((int64_t)i < r->so[s].from_chunk) continue;
+            int32_t eot = ANVIL_BYTETOK_EOT;
+            rc = emit(r, s, &eot, 1);
+            for (size_t k = 0; !rc && k < len; k += CHUNK) {
+                size_t n = len - k < CHUNK ? len - k : CHUNK;
+                anvil_bytetok_encode(doc + k, n, tok);
+                rc = emit(r, s, tok, (int64_t)n);
+            }
+        }
+    }
+    for (int s = 0; !rc && s < NSPLITS; s++)
+        if ((int64_t)i == r->so[s].from_chunk && r->so[s].skip > 0)
+            rc = anvil_fail("%s/manifest.json: the %s split resumes %lld tokens past the end of its chunk %zu; "
+                            "delete the manifest to start over",
+                            o->out_dir, split_name[s], (long long)r->so[s].skip, i);
+    return rc;
+}
+
+/* Parses "<split>_NNNNNN.bin" (exactly six digits); -1 when name is not a shard of split. */
+static long shard_index(const char *name, const char *split) {
+    size_t k = strlen(split);
+    if (strncmp(name, split, k) || name[k] != '_') return -1;
+    const char *d = name + k + 1;
+    for (int i = 0; i < 6; i++)
+        if (d[i] < '0' || d[i] > '9') return -1;
+    if (strcmp(d + 6, ".bin")) return -1;
+    return strtol(d, NULL, 10);
+}
+
+static int remove_stale(const run *r) {
+    const anvil_prep_opts *o = r->o;
+    DIR *d = opendir(o->out_dir);
+    if (!d) return anvil_fail("--out %s: cannot list: %s", o->out_dir, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        for (int s = 0; s < NSPLITS; s++) {
+            long idx = shard_index(e->d_name, split_name[s]);
+            if (idx < 0 || idx < r->so[s].next_shard) continue;
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", o->out_dir, e->d_name);
+            if (unlink(path) != 0) rc = anvil_fail("%s: cannot remove stale shard: %s", path, strerror(errno));
+            else note(o, "removed stale shard %s from an earlier run", path);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* ---- resuming ---- */
+
+static const char *const tok_copy_name = "tokenizer.tiktoken";
+
+static int build_fingerprint(run *r) {
+    const anvil_prep_opts *o = r->o;
+    if (r->tk) {
+        char hex[9];
+        crc_hex(anvil_crc32c(0, r->tok_data, r->tok_len), hex);
+        r->tokenizer = cJSON_CreateObject();
+        if (!r->tokenizer || !cJSON_AddStringToObject(r->tokenizer, "file", o->tokenizer_file) ||
+            !cJSON_AddStringToObject(r->tokenizer, "pattern", anvil_tok_pattern_name(r->tk)) ||
+            !cJSON_AddNumberToObject(r->tokenizer, "size", (double)r->tok_len) ||
+            !cJSON_AddStringToObject(r->tokenizer, "crc32c", hex) ||
+            !cJSON_AddStringToObject(r->tokenizer, "copy", tok_copy_name))
+            return anvil_fail("prep: out of memory");
+    } else if (!(r->tokenizer = cJSON_CreateString("bytes"))) {
+        return anvil_fail("prep: out of memory");
+    }
+    r->options = cJSON_CreateObject();
+    int ok = r->options && cJSON_AddNumberToObject(r->options, "val_fraction", o->val_fraction);
+    if (ok && o->delimiter) {
+        char *hex = malloc(2 * o->delimiter_len + 1);
+        for (size_t i = 0; hex && i < o->delimiter_len; i++)
+            snprintf(hex + 2 * i, 3, "%02x", (unsigned char)o->delimiter[i]);
+        ok = hex && cJSON_AddStringToObject(r->options, "delimiter_hex", hex);
+        free(hex);
+    } else if (ok) {
+        ok = cJSON_AddNullToObject(r->options, "delimiter_hex") != NULL;
+    }
+    ok = ok && (o->jsonl_field ? cJSON_AddStringToObject(r->options, "jsonl_field", o->jsonl_field)
+                               : cJSON_AddNullToObject(r->options, "jsonl_field"));
+    ok = ok && cJSON_AddNumberToObject(r->options, "shard_tokens", (double)o->shard_tokens) &&
+         cJSON_AddNumberToObject(r->options, "chunk_bytes", (double)r->unit);
+    return ok ? 0 : anvil_fail("prep: out of memory");
+}
+
+/* Whether a and b agree on each of the keys (absent in both counts as agreeing). */
+static int same_keys(const cJSON *a, const cJSON *b, const char *const *keys) {
+    for (; *keys; keys++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, *keys), *y = cJSON_GetObjectItemCaseSensitive(b, *keys);
+        if ((x == NULL) != (y == NULL) || (x && !cJSON_Compare(x, y, 1))) return 0;
+    }
+    return 1;
+}
+
+/* What differs between the earlier run's manifest and this run, or NULL. */
+static const char *fingerprint_diff(const run *r, const cJSON *old) {
+    static const char *const tok_keys[] = {"pattern", "size", "crc32c", NULL};
+    static const char *const src_keys[] = {"path", "size", "mtime", "crc32c", "bytes", NULL};
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(old, "tokenizer");
+    if (!t || cJSON_IsObject(t) != cJSON_IsObject(r->tokenizer) ||
+        (cJSON_IsObject(t) ? !same_keys(t, r->tokenizer, tok_keys) : !cJSON_Compare(t, r->tokenizer, 1)))
+        return "the tokenizer differs";
+    if (!cJSON_Compare(cJSON_GetObjectItemCaseSensitive(old, "options"), r->options, 1)) return "the options differ";
+    const cJSON *srcs = cJSON_GetObjectItemCaseSensitive(old, "sources");
+    if (!cJSON_IsArray(srcs) || cJSON_GetArraySize(srcs) != r->nsrc) return "the list of inputs differs";
+    cJSON *now = sources_json(r, 0);
+    const char *why = now ? NULL : "out of memory";
+    for (int i = 0; !why && i < r->nsrc; i++)
+        if (!same_keys(cJSON_GetArrayItem(srcs, i), cJSON_GetArrayItem(now, i), src_keys))
+            why = "an input's size, mtime or content differs";
+    cJSON_Delete(now);
+    return why;
+}
+
+static int get_i64(const cJSON *obj, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= (double)lo && x->valuedouble <= (double)hi) ||
+        x->valuedouble != (double)(int64_t)x->valuedouble)
+        return 0;
+    *out = (int64_t)x->valuedouble;
+    return 1;
+}
+
+/* Checks one shard entry of the earlier manifest and the file it names;
+ * NULL when it can be kept as the next shard of its split. */
+static const char *check_old_shard(const run *r, const cJSON *e, int s, int64_t *tokens, int64_t *at, int64_t *skip,
+                                   char *why, size_t cap) {
+    const split_out *so = &r->so[s];
+    char want[64], path[4096];
+    snprintf(want, sizeof want, "%s_%06lld.bin", split_name[s], (long long)so->next_shard);
+    const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "file"));
+    const char *hex = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "crc32c"));
+    const cJSON *next = cJSON_GetObjectItemCaseSensitive(e, "next");
+    int64_t bytes, offset;
+    if (!file || strcmp(file, want)) return "is out of sequence";
+    if (!get_i64(e, "tokens", 1, r->o->shard_tokens, tokens) || !get_i64(e, "bytes", 0, INT64_MAX, &bytes) || !hex ||
+        strlen(hex) != 8 || !get_i64(next, "chunk", 0, (int64_t)r->nchunks - 1, at) ||
+        !get_i64(next, "tokens", 0, INT64_MAX, skip) || !get_i64(next, "offset", 0, INT64_MAX, &offset))
+        return "has a missing or malformed field";
+    const chunk *c = &r->cs[*at];
+    const char *input = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(next, "input"));
+    if (!input || strcmp(input, r->src[c->src].name) || (size_t)offset != c->start)
+        return "names a resume point that is not where this run's work is cut";
+    snprintf(path, sizeof path, "%s/%s", r->o->out_dir, file);
+    int64_t got_bytes;
+    uint32_t crc;
+    if (access(path, F_OK) != 0) return "is missing";
+    if (file_crc(path, &got_bytes, &crc)) {
+        snprintf(why, cap, "cannot be read (%s)", anvil_errmsg());
+        return why;
+    }
+    char got[9];
+    crc_hex(crc, got);
+    if (got_bytes != bytes) {
+        snprintf(why, cap, "has %lld bytes, the manifest says %lld", (long long)got_bytes, (long long)bytes);
+        return why;
+    }
+    if (strcmp(got, hex)) {
+        snprintf(why, cap, "has CRC32C %s, the manifest says %s", got, hex);
+        return why;
+    }
+    return NULL;
+}
+
+/* Takes over the finished shards of an earlier run into the same folder
+ * when it had the same inputs and options. *all_done: that run had finished
+ * and every one of its shards verified, so there is nothing to write. */
+static int load_previous(run *r, int *all_done) {
+    const anvil_prep_opts *o = r->o;
+    *all_done = 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", o->out_dir);
+    if (access(path, F_OK) != 0) return 0;
+    char *text;
+    size_t len;
+    if (anvil_read_file(path, &text, &len)) {
+        note(o, "cannot read %s (%s); starting over", path, anvil_errmsg());
+        return 0;
+    }
+    cJSON *old = cJSON_ParseWithLength(text, len);
+    free(text);
+    const char *why = old ? fingerprint_diff(r, old) : "not valid JSON";
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(old, "shards");
+    if (!why && !cJSON_IsArray(shards)) why = "no list of shards";
+    if (why) {
+        note(o, "%s: %s; starting over", path, why);
+        cJSON_Delete(old);
+        return 0;
+    }
+    int dropped[NSPLITS] = {0, 0}, total = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, shards) {
+        total++;
+        const char *split = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "split"));
+        int s = split && !strcmp(split, "val") ? VAL : split && !strcmp(split, "train") ? TRAIN : -1;
+        if (s < 0 || dropped[s]) continue;
+        int64_t tokens, at, skip;
+        char buf[512];
+        const char *bad = check_old_shard(r, e, s, &tokens, &at, &skip, buf, sizeof buf);
+        if (bad) {
+            const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "file"));
+            note(o, "%s/%s %s; writing it and the %s shards after it again", o->out_dir, file ? file : "(a shard)", bad,
+                 split_name[s]);
+            dropped[s] = 1;
+            continue;
+        }
+        cJSON *copy = cJSON_Duplicate(e, 1);
+        if (!copy || !cJSON_AddItemToArray(r->shards[s], copy)) {
+            cJSON_Delete(copy);
+            cJSON_Delete(old);
+            return anvil_fail("prep: out of memory");
+        }
+        split_out *so = &r->so[s];
+        so->next_shard++;
+        so->tokens += tokens;
+        so->from_chunk = at;
+        so->skip = skip;
+        r->kept++;
+    }
+    int complete = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(old, "complete"));
+    cJSON_Delete(old);
+    r->dir_ready = 1;
+    *all_done = complete && r->kept == total;
+    if (*all_done)
+        note(o, "all %d shards in %s were finished by an earlier run with the same inputs and options and their "
+                "checksums verify; skipped them",
+             r->kept, o->out_dir);
+    else if (r->kept)
+        note(o, "kept %d shard%s finished by an earlier run with the same inputs and options (checksums verified); "
+                "continuing after them",
+             r->kept, r->kept == 1 ? "" : "s");
+    return 0;
+}
+
+/* The rank file beside the shards, so that training and sampling decode
+ * with exactly the tokenizer the shards were made with. */
+static int copy_tokenizer(const run *r) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", r->o->out_dir, tok_copy_name);
+    char *have;
+    size_t n;
+    if (access(path, F_OK) == 0 && anvil_read_file(path, &have, &n) == 0) {
+        int same = n == r->tok_len && !memcmp(have, r->tok_data, n);
+        free(have);
+        if (same) return 0;
+    }
+    return anvil_write_file_atomic(path, r->tok_data, r->tok_len);
 }
 
 int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
@@ -616,20 +940,34 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
     if (o->delimiter && o->jsonl_field) return anvil_fail("--delimiter and --jsonl-field cannot be combined");
     if (o->ninputs < 1) return anvil_fail("prep: no input files");
 
+    run r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.unit = o->chunk_bytes ? o->chunk_bytes : WORK_BYTES;
+    char *tok_data = NULL;
     anvil_tok *tk = NULL;
     if (o->tokenizer_file) {
-        tk = anvil_tok_load(o->tokenizer_file, o->tokenizer_pattern ? o->tokenizer_pattern : "gpt2");
-        if (!tk) return -1;
+        if (anvil_read_file(o->tokenizer_file, &tok_data, &r.tok_len)) return -1;
+        tk = anvil_tok_load_mem(tok_data, r.tok_len, o->tokenizer_file,
+                                o->tokenizer_pattern ? o->tokenizer_pattern : "gpt2");
+        if (!tk) {
+            free(tok_data);
+            return -1;
+        }
     }
-    int version = anvil_shard_version_for_vocab(tk ? anvil_tok_vocab_size(tk) : ANVIL_BYTETOK_VOCAB);
+    r.tk = tk;
+    r.tok_data = tok_data;
+    r.version = anvil_shard_version_for_vocab(tk ? anvil_tok_vocab_size(tk) : ANVIL_BYTETOK_VOCAB);
     source *src = calloc((size_t)o->ninputs, sizeof *src);
     int32_t *tok = malloc(CHUNK * sizeof *tok);
-    cJSON *shards = cJSON_CreateArray();
-    split_out so[NSPLITS];
-    memset(so, 0, sizeof so);
-    for (int s = 0; s < NSPLITS; s++) so[s].version = version;
+    r.shards[TRAIN] = cJSON_CreateArray();
+    r.shards[VAL] = cJSON_CreateArray();
+    int nw = o->workers > 1 ? o->workers : 1;
+    worker *ws = calloc((size_t)nw, sizeof *ws);
     int rc = 0, nloaded = 0;
-    if (!src || !tok || !shards) rc = anvil_fail("prep: out of memory");
+    if (!src || !tok || !r.shards[TRAIN] || !r.shards[VAL] || !ws) rc = anvil_fail("prep: out of memory");
+    for (int t = 0; !rc && tk && t < nw; t++)
+        if (!(ws[t].st = anvil_tok_state_new(tk))) rc = anvil_fail("prep: out of memory for tokenizer state");
 
     /* Load every input before writing anything, so a missing file fails the
      * run without touching the output folder. */
@@ -645,63 +983,84 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
             stats->bytes_in += (int64_t)src[i].len;
         }
     }
+    r.src = src;
+    r.nsrc = nloaded;
 
-    /* Encoding (or, for bytes, counting) sizes the splits, so that the
-     * shards can be cut equal before any is written. */
-    chunk *cs = NULL;
-    size_t nchunks = 0;
-    if (!rc) rc = make_chunks(o, src, nloaded, &cs, &nchunks);
-    if (!rc) rc = encode_all(o, src, tk, cs, nchunks);
-    for (size_t i = 0; !rc && i < nchunks; i++) {
-        for (size_t k = 0; !rc && k < cs[i].nbad; k++) {
-            char msg[1024];
-            long long line = (long long)(cs[i].bad[k] / 2);
-            if (cs[i].bad[k] % 2)
-                snprintf(msg, sizeof msg, "%s:%lld: no string field \"%s\"", src[cs[i].src].name, line,
-                         o->jsonl_field);
-            else
-                snprintf(msg, sizeof msg, "%s:%lld: not valid JSON", src[cs[i].src].name, line);
-            if (o->strict) rc = anvil_fail("%s (--strict)", msg);
-            else note(o, "skipping %s", msg);
-            stats->bad_lines++;
+    int all_done = 0;
+    if (!rc) rc = make_chunks(o, src, nloaded, r.unit, &r.cs, &r.nchunks);
+    if (!rc) rc = build_fingerprint(&r);
+    if (!rc) rc = load_previous(&r, &all_done);
+
+    /* Every chunk is read, if only to count its documents; tokens are kept
+     * from where each split's kept shards end. A window of chunks is encoded
+     * in parallel, then emitted in order. */
+    int stored = tk || o->jsonl_field;
+    size_t window = (size_t)nw * CHUNKS_PER_WORKER;
+    for (size_t w0 = 0; !rc && w0 < r.nchunks; w0 += window) {
+        size_t w1 = w0 + window < r.nchunks ? w0 + window : r.nchunks;
+        for (size_t i = w0; i < w1; i++)
+            for (int s = 0; s < NSPLITS; s++) r.cs[i].store[s] = stored && (int64_t)i >= r.so[s].from_chunk;
+#pragma omp parallel for num_threads(nw) schedule(dynamic, 1)
+        for (size_t i = w0; i < w1; i++) encode_chunk(o, src, tk, &ws[omp_get_thread_num()], &r.cs[i]);
+        for (size_t i = w0; !rc && i < w1; i++) {
+            chunk *c = &r.cs[i];
+            if (c->err) rc = anvil_fail("%s", c->err);
+            for (size_t k = 0; !rc && k < c->nbad; k++) {
+                char msg[1024];
+                long long line = (long long)(c->bad[k] / 2);
+                if (c->bad[k] % 2)
+                    snprintf(msg, sizeof msg, "%s:%lld: no string field \"%s\"", src[c->src].name, line,
+                             o->jsonl_field);
+                else
+                    snprintf(msg, sizeof msg, "%s:%lld: not valid JSON", src[c->src].name, line);
+                if (o->strict) rc = anvil_fail("%s (--strict)", msg);
+                else note(o, "skipping %s", msg);
+                stats->bad_lines++;
+            }
+            for (int s = 0; s < NSPLITS; s++) {
+                src[c->src].docs += c->docs[s];
+                r.docs[s] += c->docs[s];
+            }
+            if (!rc) rc = emit_chunk(&r, i, stored, tok);
         }
-        for (int s = 0; s < NSPLITS; s++) {
-            so[s].tokens += cs[i].ntok[s];
-            src[cs[i].src].docs += cs[i].docs[s];
-        }
-        stats->train_docs += cs[i].docs[TRAIN];
-        stats->val_docs += cs[i].docs[VAL];
+        for (size_t i = w0; i < w1; i++) release_chunk(&r.cs[i]);
     }
-    if (!rc && stats->train_docs + stats->val_docs == 0) rc = anvil_fail("prep: the input holds no documents");
-    if (!rc) rc = mkdir_p(o->out_dir);
+    if (!rc && r.docs[TRAIN] + r.docs[VAL] == 0) rc = anvil_fail("prep: the input holds no documents");
+    for (int s = 0; !rc && s < NSPLITS; s++)
+        if (r.so[s].w) rc = finish_shard(&r, s);
     for (int s = 0; !rc && s < NSPLITS; s++) {
-        so[s].nshards = (so[s].tokens + o->shard_tokens - 1) / o->shard_tokens;
         int wanted = s == VAL ? o->val_fraction > 0 : o->val_fraction < 1;
-        if (!so[s].tokens && wanted) note(o, "no document fell in the %s split, so it has no shards", split_name[s]);
+        if (!r.docs[s] && wanted) note(o, "no document fell in the %s split, so it has no shards", split_name[s]);
     }
-
-    manifest_ctx m = {shards, o->out_dir};
-    for (size_t i = 0; !rc && i < nchunks; i++) {
-        rc = emit_chunk(o, src, so, &m, &cs[i], tk || o->jsonl_field, tok);
-        free(cs[i].tok[TRAIN]);
-        free(cs[i].tok[VAL]);
-        cs[i].tok[TRAIN] = cs[i].tok[VAL] = NULL;
-    }
-    for (int s = 0; s < NSPLITS; s++) anvil_shard_writer_abort(so[s].w); /* only left open on failure */
-    if (!rc) rc = remove_stale(o, so);
-    if (!rc) rc = write_manifest(o, shards, src, nloaded, tk);
+    if (!rc && !all_done) rc = remove_stale(&r);
+    if (!rc && tk) rc = copy_tokenizer(&r);
+    if (!rc && (!all_done || r.written)) rc = write_manifest(&r, 1);
     if (!rc) {
-        stats->train_tokens = so[TRAIN].tokens;
-        stats->val_tokens = so[VAL].tokens;
-        stats->train_shards = (int)so[TRAIN].nshards;
-        stats->val_shards = (int)so[VAL].nshards;
+        stats->train_docs = r.docs[TRAIN];
+        stats->val_docs = r.docs[VAL];
+        stats->train_tokens = r.so[TRAIN].tokens;
+        stats->val_tokens = r.so[VAL].tokens;
+        stats->train_shards = (int)r.so[TRAIN].next_shard;
+        stats->val_shards = (int)r.so[VAL].next_shard;
+        stats->kept_shards = r.kept;
     }
+    for (int s = 0; s < NSPLITS; s++) anvil_shard_writer_abort(r.so[s].w); /* only left open on failure */
+    for (int t = 0; ws && t < nw; t++) {
+        anvil_tok_state_free(ws[t].st);
+        free(ws[t].ids);
+    }
+    free(ws);
     for (int i = 0; i < nloaded; i++) free_source(&src[i]);
-    free_chunks(cs, nchunks);
+    for (size_t i = 0; i < r.nchunks; i++) release_chunk(&r.cs[i]);
+    free(r.cs);
     free(src);
     free(tok);
-    cJSON_Delete(shards);
+    cJSON_Delete(r.shards[TRAIN]);
+    cJSON_Delete(r.shards[VAL]);
+    cJSON_Delete(r.tokenizer);
+    cJSON_Delete(r.options);
     anvil_tok_free(tk);
+    free(tok_data);
     return rc;
 }
 

@@ -4,8 +4,7 @@
  * `.tiktoken` rank file (src/tok/tokenizer.h); shards are llm.c version 1
  * (uint16) when the vocabulary fits, else version 7 (uint32).
  *
- * Inputs ending in .gz or .zst are decompressed (into memory, whole). The
- * input is split into documents (a whole file each, the pieces between
+ * The input is split into documents (a whole file each, the pieces between
  * occurrences of a delimiter, or one JSON field per line), each document is
  * prefixed with the end-of-text token as in GPT-2 and llm.c, and each goes
  * to the val split when the FNV-1a hash of its bytes falls below the val
@@ -13,12 +12,25 @@
  * bytes, so a re-run, a re-ordering of the inputs or a duplicated document
  * never moves text between train and val.
  *
- * Output, in out_dir: train_000000.bin, ..., val_000000.bin, ... (a split's
- * shards are of equal size within one token, at most shard_tokens each, so
- * no tiny last shard starves the loader) and manifest.json describing them.
- * Shards left over from an earlier run into the same folder that this run
- * did not rewrite are removed, so that a glob over the folder sees exactly
- * this run's data. */
+ * Output is streamed: each split's tokens fill train_000000.bin, ... (and
+ * val_...) of exactly shard_tokens tokens, the last one smaller, and each
+ * shard is written (atomically) as soon as it is full, so memory stays at
+ * about workers x 8 chunks of work plus one write buffer per split, whatever
+ * the corpus size. Regular files are mapped; standard input, pipes and .gz /
+ * .zst inputs are read (decompressed) into memory whole.
+ *
+ * manifest.json is rewritten atomically after every finished shard. Beside
+ * the vocabulary it records the tokenizer (size, CRC32C), the options, each
+ * input (size and mtime, or for a pipe its CRC32C), and every finished
+ * shard: file, split, tokens, bytes, CRC32C and where in the input the next
+ * shard of its split starts. A run into a folder whose manifest has the same
+ * inputs and options checks the finished shards' checksums, keeps the good
+ * ones (up to the first bad or missing one of each split) and continues
+ * after them, so an interrupted run finishes where it stopped and a re-run
+ * of a finished one writes nothing; other inputs or options start over.
+ * Shards that this run's manifest does not list are removed at the end, so
+ * a glob over the folder sees exactly this run's data. The tokenizer's rank
+ * file is copied into the folder as tokenizer.tiktoken for later decoding. */
 #ifndef ANVIL_DATA_PREP_H
 #define ANVIL_DATA_PREP_H
 
@@ -39,15 +51,16 @@ typedef struct {
     const char *tokenizer_file;
     const char *tokenizer_pattern;
     /* Encoding threads (< 1 means 1). Whole documents are grouped into
-     * chunks of about 256 KiB that the threads encode independently; the
-     * shards are assembled in input order, so they are identical for any
-     * count. BPE tokens are held in memory until written (4 bytes a token). */
+     * chunks of about 256 KiB that the threads encode independently, a few
+     * per thread at a time; the shards are assembled in input order, so they
+     * are identical for any count. */
     int workers;
     /* NULL: plain text. Else each input is JSON lines and each line's string
      * field of this name is one document (delimiter must be NULL). A line
      * that is not JSON or lacks the field is skipped and told to `note` as
-     * file:line, or fails the run when strict is set. Blank lines are
-     * ignored. */
+     * file:line, or fails the run when strict is set (shards finished
+     * before the bad line stay, and a re-run resumes after them). Blank
+     * lines are ignored. */
     const char *jsonl_field;
     int strict;
     size_t chunk_bytes; /* text per unit of work; 0: 256 KiB (tests use less) */
@@ -63,7 +76,8 @@ typedef struct {
     int64_t train_tokens, val_tokens;
     int train_shards, val_shards;
     int sources, skipped_inputs;
-    int64_t bad_lines; /* JSON lines skipped */
+    int64_t bad_lines;  /* JSON lines skipped */
+    int kept_shards;    /* finished by an earlier run, verified and kept */
 } anvil_prep_stats;
 
 int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats);
@@ -72,7 +86,24 @@ uint64_t anvil_fnv1a64(const void *data, size_t n);
 /* Whether a document with this hash belongs to the val split. */
 int anvil_prep_is_val(uint64_t hash, double val_fraction);
 
+/* JSON lines, the part of prep that splits an input into lines and takes
+ * one string field from each (apart so that a fuzzer can drive it alone). */
+enum { ANVIL_JSONL_DOC, ANVIL_JSONL_BLANK, ANVIL_JSONL_BAD_JSON, ANVIL_JSONL_NO_FIELD };
+/* The line at *off of data[0..len) (*off < len): returns its offset, sets
+ * *line_len (without the newline) and moves *off past the newline. */
+size_t anvil_jsonl_next_line(const unsigned char *data, size_t len, size_t *off, size_t *line_len);
+/* Classifies one line (a trailing CR is ignored; only whitespace may follow
+ * the JSON value). For ANVIL_JSONL_DOC, *doc and *doc_len are the field's
+ * string up to its first NUL, valid until anvil_jsonl_release(*hold). */
+int anvil_jsonl_field(const unsigned char *line, size_t len, const char *field, void **hold, const char **doc,
+                      size_t *doc_len);
+void anvil_jsonl_release(void *hold);
+
 /* Reads the vocabulary size and end-of-text id from dir/manifest.json. */
 int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot);
+/* The tokenizer dir/manifest.json names: 0 with *tok NULL for bytes, 0 with
+ * *tok loaded (from dir/tokenizer.tiktoken) for BPE, or -1. */
+struct anvil_tok;
+int anvil_data_manifest_tokenizer(const char *dir, struct anvil_tok **tok);
 
 #endif

@@ -1,0 +1,45 @@
+#include "data/prep.h"
+
+#include <cjson/cJSON.h>
+#include <string.h>
+
+size_t anvil_jsonl_next_line(const unsigned char *data, size_t len, size_t *off, size_t *line_len) {
+    size_t start = *off;
+    const unsigned char *nl = memchr(data + start, '\n', len - start);
+    size_t n = nl ? (size_t)(nl - (data + start)) : len - start;
+    *off = start + n + (nl != NULL);
+    *line_len = n;
+    return start;
+}
+
+int anvil_jsonl_field(const unsigned char *line, size_t len, const char *field, void **hold, const char **doc,
+                      size_t *doc_len) {
+    *hold = NULL;
+    *doc = NULL;
+    *doc_len = 0;
+    if (len && line[len - 1] == '\r') len--;
+    if (!len) return ANVIL_JSONL_BLANK;
+    /* cJSON's parser is reentrant apart from a global error position that
+     * nothing here reads, so worker threads may call this at once. */
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts((const char *)line, len, &end, 0);
+    if (!j) return ANVIL_JSONL_BAD_JSON;
+    /* Text after the value ("{...} junk", two objects on a line) would
+     * otherwise be dropped without a word. */
+    for (const char *p = end; p < (const char *)line + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\r') {
+            cJSON_Delete(j);
+            return ANVIL_JSONL_BAD_JSON;
+        }
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, field);
+    if (!cJSON_IsString(f)) {
+        cJSON_Delete(j);
+        return ANVIL_JSONL_NO_FIELD;
+    }
+    *hold = j;
+    *doc = f->valuestring;
+    *doc_len = strlen(f->valuestring);
+    return ANVIL_JSONL_DOC;
+}
+
+void anvil_jsonl_release(void *hold) { cJSON_Delete(hold); }
