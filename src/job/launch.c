@@ -807,7 +807,7 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     out[1] = err[1] = -1;
     set_signals(true, old);
     signal(SIGPIPE, SIG_IGN);
-    int merge_rc = 0, stops = 0, status = 0, quiet = 0;
+    int merge_rc = 0, stops = 0, hard_stop = 0, status = 0, quiet = 0;
     bool exited = false;
     while (out[0] >= 0 || err[0] >= 0) {
         struct pollfd p[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {sig_pipe[0], POLLIN, 0}};
@@ -823,7 +823,10 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
         unsigned char s;
         while (p[2].revents && read(sig_pipe[0], &s, 1) == 1) {
             int fwd = s;
-            if (s == SIGINT || s == SIGTERM || s == SIGHUP) fwd = stops++ ? SIGTERM : SIGUSR1;
+            if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
+                fwd = stops++ ? SIGTERM : SIGUSR1;
+                if (fwd == SIGTERM && !hard_stop) hard_stop = s;
+            }
             if (!exited) kill(pid, fwd);
         }
     }
@@ -831,6 +834,10 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     set_signals(false, old);
     if (anvil_launch_merger_finish(m)) merge_rc = -1;
     rc = anvil_launch_decode_exit(status, anvil_launch_merger_mpirun_text(m), line, cap);
+    if (hard_stop && rc != 0 && rc != ANVIL_EXIT_RESUMABLE) {
+        snprintf(line, cap, "stopped by a second %s: the ranks were terminated", strsignal(hard_stop));
+        rc = 128 + hard_stop;
+    }
     if (merge_rc && !line[0]) snprintf(line, cap, "the job succeeded but its logs in %s are incomplete: %s", log_dir,
                                        anvil_errmsg());
 done:

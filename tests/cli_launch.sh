@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Checks of `anvil launch` with real mpirun runs (skipped when Open MPI is
+# not installed). The ranks run a small shell script through --exec, so
+# each can behave by its OMPI_COMM_WORLD_RANK:
+#   - 4 ranks on this 2-core machine (oversubscribed): each rank's lines
+#     appear exactly once on the launcher's stdout/stderr with its prefix,
+#     a line written in two pieces and a 20000-byte line arrive whole, and
+#     rank_<R>.log holds exactly that rank's lines;
+#   - a rank exiting 3: the launcher exits 3, names the rank, and no other
+#     rank is left running; a rank killed by SIGKILL: one line naming the
+#     rank, host and signal, exit 137; every rank exiting 75: exit 75;
+#   - SIGTERM to the launcher reaches the ranks as SIGUSR1 (exit 75);
+#   - an anvil subcommand (info, train) as the rank command, with the
+#     default log folder <train --out>/logs;
+#   - --mca-tcp: a 3-rank MPI allreduce over TCP (when mpicc exists);
+#   - bad input: one-line errors, exit 2 (usage) or 1, nothing started.
+set -u
+anvil=$1
+command -v mpirun > /dev/null || { echo "SKIP: mpirun is not installed"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
+# The launcher under a hang guard; nothing here should come near 60 s.
+launch() { timeout 60 "$anvil" launch "$@"; }
+# Processes still running the rank script (zombies awaiting their reaper do not count).
+alive() {
+  local n=0 p
+  for p in $(pgrep -f "$tmp/rank.sh"); do
+    case "$(ps -o stat= -p "$p" 2> /dev/null)" in Z* | "") ;; *) n=$((n + 1)) ;; esac
+  done
+  echo $n
+}
+# Waits (bounded) for the rank scripts to be gone.
+none_left() {
+  for _ in $(seq 100); do [ "$(alive)" = 0 ] && return 0; sleep 0.2; done
+  return 1
+}
+
+cat > "$tmp/rank.sh" << 'EOF'
+#!/bin/sh
+r=$OMPI_COMM_WORLD_RANK
+case "$1" in
+print)
+  for i in 1 2 3; do echo "out $r $i"; done
+  echo "err $r" >&2
+  printf 'part'; sleep 0.3; echo "ial $r"
+  echo "env $r ${ANVIL_LAUNCH_TEST:-unset}"
+  head -c 20000 /dev/zero | tr '\0' "$r"; echo
+  ;;
+fail)
+  if [ "$r" = 2 ]; then sleep 1; echo "rank 2 fails"; exit 3; fi
+  while :; do sleep 0.2; done
+  ;;
+kill)
+  if [ "$r" = 1 ]; then sleep 1; kill -9 $$; fi
+  while :; do sleep 0.2; done
+  ;;
+resumable)
+  exit 75
+  ;;
+stop)
+  # mpirun kills the others as soon as one rank exits nonzero, so the
+  # ranks wait for each other (bounded) before exiting 75.
+  trap 'echo "usr1 $r"; touch "$2/usr1_$r"; for _ in $(seq 100); do [ -e "$2/usr1_0" ] && [ -e "$2/usr1_1" ] && break; sleep 0.1; done; exit 75' USR1
+  echo "ready $r"
+  while :; do sleep 0.1; done
+  ;;
+esac
+EOF
+chmod +x "$tmp/rank.sh"
+
+"$anvil" launch --help | grep -q "usage: anvil launch" && ok "--help" || bad "--help"
+
+# ---- 4 ranks, merged output and per-rank logs ----
+ANVIL_LAUNCH_TEST=forwarded launch -n 4 --log-dir "$tmp/logs" --exec "$tmp/rank.sh" -- print \
+  > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -eq 0 ] && ok "4 ranks on $(nproc) cores exit 0" || bad "4 ranks: exit $rc ($(cat "$tmp/err"))"
+long_ok=1 merged_ok=1 logs_ok=1
+for r in 0 1 2 3; do
+  long=$(head -c 20000 /dev/zero | tr '\0' "$r")
+  printf 'out %s 1\nout %s 2\nout %s 3\npartial %s\nenv %s forwarded\n%s\n' $r $r $r $r $r "$long" > "$tmp/want_$r"
+  while IFS= read -r line; do
+    [ "$(grep -cxF "[rank $r] $line" "$tmp/out")" = 1 ] || merged_ok=0
+  done < "$tmp/want_$r"
+  [ "$(grep -cxF "[rank $r] err $r" "$tmp/err")" = 1 ] || merged_ok=0
+  [ "$(grep -c "^\[rank $r\] $r" "$tmp/out")" = 1 ] || long_ok=0
+  if [ -f "$tmp/logs/rank_$r.log" ]; then
+    grep -vx "err $r" "$tmp/logs/rank_$r.log" | cmp -s - "$tmp/want_$r" || logs_ok=0
+    [ "$(grep -cx "err $r" "$tmp/logs/rank_$r.log")" = 1 ] || logs_ok=0
+  else
+    logs_ok=0
+  fi
+done
+[ $merged_ok = 1 ] && [ "$(wc -l < "$tmp/out")" = 24 ] && [ "$(grep -cv '^\[rank [0-3]\] ' "$tmp/out")" = 0 ] &&
+  ok "merged stdout/stderr: each rank line once, prefixed, split lines joined" ||
+  bad "merged output: $(head -c 600 "$tmp/out") / $(cat "$tmp/err")"
+[ $long_ok = 1 ] && ok "a 20000-byte line arrives whole" || bad "the long line was split or lost"
+[ $logs_ok = 1 ] && ok "rank_<R>.log holds exactly that rank's lines" || bad "per-rank logs: $(ls "$tmp/logs")"
+
+# ---- failures ----
+launch -n 4 --log-dir "$tmp/logs_fail" --exec "$tmp/rank.sh" -- fail > "$tmp/out" 2> "$tmp/err"
+rc=$?
+last=$(tail -n 1 "$tmp/err")
+[ $rc -eq 3 ] && ok "a rank's exit 3 is the launcher's" || bad "rank exit 3: launcher exit $rc"
+case "$last" in *"rank 2"*"status 3"*) ok "failure line: $last" ;; *) bad "failure line: $last" ;; esac
+none_left && ok "no rank left running after the failure" || bad "ranks still running: $(pgrep -af "$tmp/rank.sh")"
+
+launch -n 3 --log-dir "$tmp/logs_kill" --exec "$tmp/rank.sh" -- kill > "$tmp/out" 2> "$tmp/err"
+rc=$?
+last=$(tail -n 1 "$tmp/err")
+[ $rc -eq 137 ] && ok "SIGKILLed rank: exit 128+9" || bad "SIGKILLed rank: exit $rc"
+case "$last" in *"rank 1 on host "*"signal 9"*) ok "signal line: $last" ;; *) bad "signal line: $last" ;; esac
+none_left && ok "no rank left running after the kill" || bad "ranks still running after the kill"
+
+launch -n 2 --log-dir "$tmp/logs_75" --exec "$tmp/rank.sh" -- resumable > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc -eq 75 ] && ok "ranks exiting 75 give 75" || bad "exit 75: got $rc ($(cat "$tmp/err"))"
+
+# SIGTERM to the launcher: the ranks get SIGUSR1 (a graceful stop) and their 75 comes back.
+"$anvil" launch -n 2 --log-dir "$tmp/logs_stop" --exec "$tmp/rank.sh" -- stop "$tmp" > "$tmp/out" 2> "$tmp/err" &
+pid=$!
+(exec > /dev/null 2>&1; sleep 60; kill -KILL $pid) &
+guard=$!
+for _ in $(seq 150); do
+  [ "$(cat "$tmp"/logs_stop/rank_*.log 2> /dev/null | grep -c '^ready')" = 2 ] && break
+  sleep 0.2
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+kill $guard 2> /dev/null
+[ $rc -eq 75 ] && [ "$(grep -c '^\[rank [01]\] usr1' "$tmp/out")" = 2 ] && ok "SIGTERM reaches the ranks as SIGUSR1, exit 75" ||
+  bad "SIGTERM to the launcher: exit $rc, $(cat "$tmp/out")"
+
+# ---- anvil subcommands as the rank command ----
+launch -n 2 --log-dir "$tmp/logs_info" -- info > "$tmp/out" 2> /dev/null
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^\[rank 0\] tiny ' "$tmp/out")" = 1 ] && [ "$(grep -c '^\[rank 1\] tiny ' "$tmp/out")" = 1 ] &&
+  ok "anvil info on 2 ranks" || bad "anvil info on 2 ranks: exit $rc"
+launch -n 1 -- train --synthetic --preset tiny --steps 2 --batch 2 --seq 32 --no-progress --out "$tmp/run" \
+  > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "step" "$tmp/run/logs/rank_0.log" && ok "train through launch logs to <--out>/logs" ||
+  bad "train through launch: exit $rc, $(tail -n 3 "$tmp/out")"
+launch -n 2 --log-dir "$tmp/logs_bad" -- train --frobnicate > /dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] && ok "a rank's usage error (2) is the launcher's" || bad "rank usage error: launcher exit $rc"
+
+# ---- --mca-tcp: real MPI traffic over TCP ----
+launch -n 2 --mca-tcp --log-dir "$tmp/logs_tcp" --exec /bin/sh -- -c 'echo "btl=$OMPI_MCA_btl pml=$OMPI_MCA_pml"' \
+  > "$tmp/out" 2> /dev/null
+[ "$(grep -c 'btl=tcp,self pml=ob1' "$tmp/out")" = 2 ] && ok "--mca-tcp sets btl tcp,self and pml ob1" ||
+  bad "--mca-tcp: $(cat "$tmp/out")"
+if command -v mpicc > /dev/null; then
+  cat > "$tmp/allreduce.c" << 'EOF'
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size, sum = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int mine = rank + 1;
+    MPI_Allreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("sum %d of %d\n", sum, size);
+    MPI_Finalize();
+    return 0;
+}
+EOF
+  if mpicc -o "$tmp/allreduce" "$tmp/allreduce.c" 2> "$tmp/err"; then
+    launch -n 3 --mca-tcp --log-dir "$tmp/logs_tcp2" --exec "$tmp/allreduce" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ $rc -eq 0 ] && [ "$(grep -c '^\[rank [012]\] sum 6 of 3$' "$tmp/out")" = 3 ] && ok "allreduce over TCP on 3 ranks" ||
+      bad "allreduce over TCP: exit $rc, $(cat "$tmp/out" "$tmp/err")"
+  else
+    bad "mpicc cannot build the allreduce check: $(head -n 3 "$tmp/err")"
+  fi
+fi
+
+# ---- bad input: one line, the right status, nothing started ----
+expect() { # expect STATUS NAME PATTERN -- launcher args
+  local want=$1 name=$2 pat=$3
+  shift 4
+  (cd "$tmp" && timeout 60 "$anvil" launch "$@" > "$tmp/out" 2> "$tmp/err")
+  local rc=$?
+  if [ $rc -eq "$want" ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q -- "$pat" "$tmp/err" && [ ! -s "$tmp/out" ]; then
+    ok "$name: $(cat "$tmp/err")"
+  else
+    bad "$name: exit $rc (want $want), stderr: $(cat "$tmp/err")"
+  fi
+}
+expect 2 "no -n" "-n N is required" -- -- info
+expect 2 "-n 0" "-n" -- -n 0 -- info
+expect 2 "-n not a number" "-n" -- -n four -- info
+expect 2 "no command" "no command" -- -n 2
+expect 2 "empty command" "no command" -- -n 2 --
+expect 2 "command without --" "after '--'" -- -n 2 info
+expect 2 "unknown option" "unknown option" -- -n 2 --frobnicate -- info
+expect 2 "host without slots" "'a:'" -- -n 2 --hosts a:,b:2 -- info
+expect 2 "zero slots" "'b:0'" -- -n 2 --hosts a:2,b:0 -- info
+expect 2 "empty host entry" "entry 2" -- -n 2 --hosts a:2,,b:1 -- info
+expect 2 "slots not a number" "'a:x'" -- -n 2 --hosts a:x -- info
+expect 2 "more ranks than slots" "more than the 3 slots" -- -n 4 --hosts localhost:2,127.0.0.1:1 -- info
+expect 2 "launch inside launch" "launch" -- -n 2 -- launch -n 2 -- info
+expect 1 "unresolvable host" "nosuchhost.invalid" -- -n 2 --hosts localhost:1,nosuchhost.invalid:2 -- info
+env PATH=/nonexistent "$anvil" launch -n 2 -- info > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "mpirun not found" "$tmp/err" && ok "mpirun missing: $(cat "$tmp/err")" ||
+  bad "mpirun missing: exit $rc, $(cat "$tmp/err")"
+[ ! -e "$tmp/anvil-logs" ] && ok "no log folder made for rejected input" || bad "rejected input made $tmp/anvil-logs"
+
+echo "cli_launch: $fails failure(s)"
+[ $fails -eq 0 ]
