@@ -1,5 +1,6 @@
 /* anvil train: parse options into an anvil_train_config and run it. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "data/prep.h"
+#include "dist/comm.h"
+#include "tok/tokenizer.h"
 #include "train/trainer.h"
 
 static const char *usage =
@@ -50,6 +53,14 @@ static const char *usage =
     "  --keep-every J          ... plus every J-th step for good\n"
     "  --ckpt-sync             write on the training thread instead\n"
     "  --resume auto|DIR       continue from the newest valid checkpoint of --out (auto), or from DIR\n"
+    "several processes (start them with 'anvil launch -n N -- train ...'):\n"
+    "  --zero S                0: replicate everything, gradients all-reduced in buckets while the backward\n"
+    "                          runs (default); 1: shard the AdamW moments (ZeRO-1); 2: also the gradients;\n"
+    "                          3: also the parameters, gathered layer by layer\n"
+    "  --shard-group-size K    MiCS: shard within groups of K ranks, replicate across groups (ZeRO 1-3)\n"
+    "  --collective-timeout S  abort the job (exit 76) when a collective waits longer than S seconds,\n"
+    "                          naming the ranks that did not answer (default 600)\n"
+    "  --batch and --total-batch-tokens: the batch is per rank; the total counts all ranks\n"
     "  --log-every N           log-line period when not on a terminal (default 10)\n"
     "  --threads N             OpenMP threads (default: all cores)\n"
     "  --warmup N              steps left out of the timing medians (default 1)\n"
@@ -78,6 +89,7 @@ int cmd_train(int argc, char **argv) {
     int layers = 0, heads = 0, embd = 0, block = 0, vocab = 0, seq = 0, threads = 0, summary = 0, progress = 1;
     int64_t seed = 1337;
     float min_lr = -1.0f;
+    double coll_timeout = 600.0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = NULL;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
@@ -129,6 +141,9 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(o, "--log-every")) bad = arg_int(cmd, o, v, 1, 1 << 30, &c.log_every);
         else if (!strcmp(o, "--threads")) bad = arg_int(cmd, o, v, 1, 4096, &threads);
         else if (!strcmp(o, "--warmup")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.timing_warmup);
+        else if (!strcmp(o, "--zero")) bad = arg_int(cmd, o, v, 0, 3, &c.zero_stage);
+        else if (!strcmp(o, "--shard-group-size")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.shard_group_size);
+        else if (!strcmp(o, "--collective-timeout")) bad = arg_double(cmd, o, v, &coll_timeout);
         else return cli_usage_error(cmd, "unknown option '%s'", o);
         if (bad) return 2;
     }
@@ -157,25 +172,50 @@ int cmd_train(int argc, char **argv) {
     c.lr.min_lr = min_lr >= 0.0f ? min_lr : c.lr.lr / 10.0f;
     c.seed = (uint64_t)seed;
     c.progress = progress && isatty(STDERR_FILENO);
+    /* Ranks sharing a machine split its cores unless told otherwise;
+     * OpenMP threads that outnumber the cores spin against each other. */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!threads && !getenv("OMP_NUM_THREADS") && local && atoi(local) > 1) {
+        threads = (int)sysconf(_SC_NPROCESSORS_ONLN) / atoi(local);
+        if (threads < 1) threads = 1;
+    }
     if (threads) omp_set_num_threads(threads);
+    if (!(coll_timeout > 0.0)) return cli_usage_error(cmd, "--collective-timeout must be positive");
+    anvil_dist_config dc = {coll_timeout};
+    if (anvil_dist_init(&dc)) return cli_fail(cmd);
 
+    anvil_tok *tok = NULL;
+    if (data && anvil_data_manifest_tokenizer(data, &tok)) return cli_fail(cmd);
+    c.tokenizer = tok;
     char *config_json = argv_json(argc, argv);
     c.config_json = config_json;
     anvil_train_result r;
     int rc = anvil_train(&c, &r);
     free(config_json);
+    anvil_tok_free(tok);
+    /* After a failure the other ranks may sit in a collective that will never
+     * complete, so MPI is not finalized: exiting makes mpirun stop the job. */
+    if (rc != 0 && rc != ANVIL_TRAIN_STOPPED) return cli_fail(cmd);
+    int rank = anvil_dist_rank(), world = anvil_dist_world_size();
+    anvil_dist_finalize();
     if (rc == ANVIL_TRAIN_STOPPED) return ANVIL_EXIT_RESUMABLE;
-    if (rc) return cli_fail(cmd);
+    if (rank != 0) return 0;
     fprintf(stderr, "done: %d steps, final loss %.4f", r.steps_done, r.final_loss);
     if (r.val_loss == r.val_loss) fprintf(stderr, ", val loss %.4f", r.val_loss);
+    /* Nats per token depend on the tokenizer; bits per byte of text do not. */
+    int64_t val_tokens, val_bytes;
+    if (r.val_loss == r.val_loss && data && anvil_data_manifest_split(data, "val", &val_tokens, &val_bytes) == 0 &&
+        val_bytes > 0)
+        fprintf(stderr, " (%.4f bits/byte at the val split's %.3f bytes/token)",
+                r.val_loss / log(2.0) * (double)val_tokens / (double)val_bytes, (double)val_bytes / (double)val_tokens);
     fprintf(stderr, ", median %.1f ms/step, %.0f tok/s, %.1f GFLOP/s, peak RSS %.0f MB\n", r.ms_per_step_median,
             r.tokens_per_s_median, r.gflops_median, r.peak_rss_mb);
     if (summary)
-        printf("{\"impl\":\"anvil\",\"threads\":%d,\"params\":%lld,\"steps\":%d,\"final_loss\":%.6f,"
+        printf("{\"impl\":\"anvil\",\"threads\":%d,\"ranks\":%d,\"params\":%lld,\"steps\":%d,\"final_loss\":%.6f,"
                "\"val_loss\":%.6f,\"ms_per_step_median\":%.3f,\"tokens_per_s_median\":%.2f,"
-               "\"gflops_median\":%.3f,\"peak_rss_mb\":%.1f}\n",
-               omp_get_max_threads(), (long long)r.params, r.steps_done, r.final_loss,
+               "\"gflops_median\":%.3f,\"peak_rss_mb\":%.1f,\"comm_wait_share\":%.4f}\n",
+               omp_get_max_threads(), world, (long long)r.params, r.steps_done, r.final_loss,
                r.val_loss == r.val_loss ? r.val_loss : -1.0, r.ms_per_step_median, r.tokens_per_s_median,
-               r.gflops_median, r.peak_rss_mb);
+               r.gflops_median, r.peak_rss_mb, r.comm_wait_share);
     return 0;
 }

@@ -14,8 +14,11 @@
 #include "core/rng.h"
 #include "data/bytetok.h"
 #include "data/loader.h"
+#include "dist/comm.h"
+#include "dist/dataparallel.h"
 #include "obs/metrics.h"
 #include "sample/sampler.h"
+#include "tok/tokenizer.h"
 #include "train/checkpointer.h"
 
 void anvil_train_defaults(anvil_train_config *c) {
@@ -42,10 +45,18 @@ int anvil_train_check(const anvil_train_config *c) {
     if (c->B < 1) return anvil_fail("train: --batch must be positive, got %d", c->B);
     if (c->T < 1 || c->T > m.block_size)
         return anvil_fail("train: --seq must be in 1..block_size (%d), got %d", m.block_size, c->T);
-    int64_t bt = (int64_t)c->B * c->T;
-    if (c->total_batch_tokens < 0 || (c->total_batch_tokens && c->total_batch_tokens % bt))
+    int world = anvil_dist_world_size();
+    int64_t bt = (int64_t)c->B * c->T * world;
+    if (c->total_batch_tokens < 0 || (c->total_batch_tokens && c->total_batch_tokens % bt)) {
+        if (world > 1)
+            return anvil_fail("train: --total-batch-tokens (%lld) must be a positive multiple of batch*seq*ranks "
+                              "(%d*%d*%d = %lld)",
+                              (long long)c->total_batch_tokens, c->B, c->T, world, (long long)bt);
         return anvil_fail("train: --total-batch-tokens (%lld) must be a positive multiple of batch*seq (%lld)",
                           (long long)c->total_batch_tokens, (long long)bt);
+    }
+    anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
+    if (anvil_dp_check(&dc, world)) return -1;
     if (c->steps < 1) return anvil_fail("train: --steps must be positive, got %d", c->steps);
     if (!(c->lr.lr > 0.0f) || !isfinite(c->lr.lr)) return anvil_fail("train: --lr must be positive, got %g", c->lr.lr);
     if (!(c->lr.min_lr >= 0.0f) || c->lr.min_lr > c->lr.lr)
@@ -98,29 +109,47 @@ static int validate(const anvil_train_config *c, anvil_gpt2 *m, anvil_loader *va
         if (anvil_loader_next(val, x, y) || anvil_gpt2_forward(m, x, y, c->B, c->T, &l)) return -1;
         sum += l;
     }
-    *out = (float)(sum / c->val_batches);
+    if (anvil_dist_world_size() > 1 && anvil_allreduce(anvil_dist_world(), &sum, 1, ANVIL_F64, "validation loss"))
+        return -1;
+    *out = (float)(sum / c->val_batches / anvil_dist_world_size());
     return 0;
 }
 
+typedef struct {
+    FILE *out;
+    const anvil_tok *tk;
+    int32_t eot;
+} sample_sink;
+
 static void emit_token(void *ctx, int32_t tok) {
-    FILE *out = ctx;
+    const sample_sink *s = ctx;
+    if (tok == s->eot) return;
+    if (s->tk) {
+        size_t n;
+        const unsigned char *b = anvil_tok_token_bytes(s->tk, tok, &n);
+        if (b) fwrite(b, 1, n, s->out);
+        return;
+    }
     char piece[ANVIL_BYTETOK_MAX_PIECE + 1];
     int n = anvil_bytetok_decode(tok, piece);
-    if (n > 0) fwrite(piece, 1, (size_t)n, out);
+    if (n > 0) fwrite(piece, 1, (size_t)n, s->out);
 }
 
-static void emit_id(void *ctx, int32_t tok) { fprintf((FILE *)ctx, " %d", tok); }
+static void emit_id(void *ctx, int32_t tok) { fprintf(((const sample_sink *)ctx)->out, " %d", tok); }
 
-/* A sample from the end-of-text token, printed as text when the model uses
- * the byte tokenizer and as ids otherwise. */
+/* A sample from the end-of-text token, printed as text when the tokenizer
+ * is known (given, or bytes) and as ids otherwise. */
 static int print_sample(const anvil_train_config *c, anvil_gpt2 *m, int step) {
-    int bytes = m->cfg.vocab_size == ANVIL_BYTETOK_VOCAB;
-    int32_t start = bytes ? ANVIL_BYTETOK_EOT : 0;
-    anvil_sample_opts so = {1.0f, 0, 1.0f, bytes ? ANVIL_BYTETOK_EOT : -1};
+    const anvil_tok *tk = c->tokenizer;
+    int text = tk || m->cfg.vocab_size == ANVIL_BYTETOK_VOCAB;
+    int32_t eot = tk ? anvil_tok_eot(tk) : text ? ANVIL_BYTETOK_EOT : -1;
+    int32_t start = eot >= 0 ? eot : 0;
+    anvil_sample_opts so = {1.0f, 0, 1.0f, eot};
+    sample_sink sink = {c->log, tk, eot};
     anvil_rng rng;
     anvil_rng_seed(&rng, c->seed + (uint64_t)step);
     fprintf(c->log, "--- sample at step %d ---\n", step);
-    int rc = anvil_generate(m, &start, 1, c->sample_tokens, &so, &rng, bytes ? emit_token : emit_id, c->log);
+    int rc = anvil_generate(m, &start, 1, c->sample_tokens, &so, &rng, text ? emit_token : emit_id, &sink);
     fprintf(c->log, "\n---\n");
     return rc < 0 ? -1 : 0;
 }
@@ -166,8 +195,92 @@ static int resume_from(const anvil_train_config *c, anvil_gpt2 *model, anvil_ada
     return rc;
 }
 
+/* Stage 3 keeps no whole copy of the weights: sampling and saving gather
+ * one for the moment (a collective, so every rank calls this). */
+static float *gather_full_params(anvil_dp *dp, anvil_gpt2 *m) {
+    float *full = m->k->alloc(m->nparams * sizeof(float));
+    if (!full) {
+        anvil_fail("train: out of memory gathering the parameters");
+        return NULL;
+    }
+    if (anvil_dp_gather_params(dp, full)) {
+        m->k->free(full);
+        return NULL;
+    }
+    return full;
+}
+
+/* Runs fn on rank 0 with m->params whole, whatever the sharding. */
+static int with_whole_model(anvil_dp *dp, anvil_gpt2 *m, int (*fn)(void *ctx, anvil_gpt2 *m), void *ctx) {
+    if (!m->params) {
+        float *full = gather_full_params(dp, m);
+        if (!full) return -1;
+        int rc = 0;
+        if (anvil_dist_rank() == 0) {
+            const anvil_gpt2_hooks *h = m->hooks;
+            m->params = full;
+            m->hooks = NULL;
+            rc = fn(ctx, m);
+            m->hooks = h;
+            m->params = NULL;
+        }
+        m->k->free(full);
+        return rc;
+    }
+    return anvil_dist_rank() == 0 ? fn(ctx, m) : 0;
+}
+
+typedef struct {
+    const anvil_train_config *c;
+    int step;
+    const char *path;
+} whole_job;
+
+static int do_sample(void *ctx, anvil_gpt2 *m) {
+    whole_job *j = ctx;
+    return print_sample(j->c, m, j->step);
+}
+
+static int do_save(void *ctx, anvil_gpt2 *m) {
+    whole_job *j = ctx;
+    if (anvil_model_save(j->path, m)) return -1;
+    fprintf(j->c->log, "saved %s\n", j->path);
+    return 0;
+}
+
+/* Rank 0 prints every rank's peak memory next to what its model state takes. */
+static int report_memory(const anvil_train_config *c, anvil_dp *dp, double rss_mb) {
+    int world = anvil_dist_world_size(), rank = anvil_dist_rank();
+    anvil_dp_info info;
+    anvil_dp_get_info(dp, &info);
+    double *v = calloc((size_t)world * 2, sizeof *v);
+    if (!v) return anvil_fail("train: out of memory");
+    v[2 * rank] = rss_mb;
+    v[2 * rank + 1] = info.state_bytes / 1048576.0;
+    int rc = anvil_allreduce(anvil_dist_world(), v, (size_t)world * 2, ANVIL_F64, "memory report");
+    if (!rc) {
+        fprintf(c->log, "memory (ZeRO-%d, shard group %d, %d replicas):", info.zero_stage, info.shard_group_size,
+                info.replicas);
+        for (int r = 0; r < world; r++)
+            fprintf(c->log, " rank %d %.0f MB peak RSS / %.0f MB model state;", r, v[2 * r], v[2 * r + 1]);
+        fprintf(c->log, "\n");
+    }
+    free(v);
+    return rc;
+}
+
 int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     if (anvil_train_check(c)) return -1;
+    /* Only rank 0 talks; the others log nowhere. */
+    int rank = anvil_dist_rank(), world = anvil_dist_world_size();
+    anvil_train_config quiet;
+    FILE *devnull = NULL;
+    if (rank != 0) {
+        if (!(devnull = fopen("/dev/null", "w"))) return anvil_fail("train: cannot open /dev/null");
+        quiet = *c;
+        quiet.log = devnull;
+        c = &quiet;
+    }
     memset(res, 0, sizeof *res);
     res->val_loss = NAN;
     const anvil_kernels *k = anvil_kernels_cpu();
@@ -176,6 +289,7 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     anvil_loader *train = NULL, *val = NULL;
     anvil_metrics *metrics = NULL;
     anvil_checkpointer *ckpt = NULL;
+    anvil_dp *dp = NULL;
     int32_t *x = NULL, *y = NULL;
     double *step_ms = NULL;
     int rc = -1, timed = 0;
@@ -204,21 +318,27 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     const anvil_gpt2_config *mc = &model.cfg;
     int B = c->B, T = c->T;
     size_t bt = (size_t)B * T;
-    int accum = c->total_batch_tokens ? (int)(c->total_batch_tokens / (int64_t)bt) : 1;
-    double tokens_per_step = (double)bt * accum;
+    int accum = c->total_batch_tokens ? (int)(c->total_batch_tokens / ((int64_t)bt * world)) : 1;
+    double tokens_per_step = (double)bt * accum * world;
+    int sharded = c->zero_stage > 0;
     double flops_per_step = anvil_gpt2_flops_per_token(mc, T) * tokens_per_step;
     res->params = (int64_t)anvil_gpt2_num_params(mc);
 
-    if (anvil_adamw_init(&opt, &model, &c->adamw)) goto out;
+    if (sharded && (c->resume || c->ckpt_every || c->ckpt_minutes > 0)) {
+        anvil_fail("train: checkpoints of ZeRO-sharded runs (--zero %d) are not supported yet; use --zero 0",
+                   c->zero_stage);
+        goto out;
+    }
+    if (!sharded && anvil_adamw_init(&opt, &model, &c->adamw)) goto out;
     if (!c->synthetic) {
-        train = anvil_loader_open(c->train_pattern, B, T, 0, 1, mc->vocab_size);
+        train = anvil_loader_open(c->train_pattern, B, T, rank, world, mc->vocab_size);
         if (!train || (c->shuffle && anvil_loader_set_shuffle(train, c->seed))) goto out;
         if (c->val_pattern) {
-            val = anvil_loader_open(c->val_pattern, B, T, 0, 1, mc->vocab_size);
+            val = anvil_loader_open(c->val_pattern, B, T, rank, world, mc->vocab_size);
             if (!val) goto out;
         }
     }
-    if (c->out_dir) {
+    if (c->out_dir && rank == 0) {
         if (mkdir(c->out_dir, 0755) && errno != EEXIST) {
             anvil_fail("%s: cannot create the run folder: %s", c->out_dir, strerror(errno));
             goto out;
@@ -237,15 +357,21 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
 
     fprintf(c->log,
             "model: %d layers, %d heads, %d embd, block %d, vocab %d (padded %d), %.2fM parameters\n"
-            "batch: %d x %d tokens x %d accumulation = %.0f tokens/step, %d steps, %.3g FLOP/token\n",
+            "batch: %d x %d tokens x %d accumulation x %d ranks = %.0f tokens/step, %d steps, %.3g FLOP/token\n",
             mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size, mc->padded_vocab,
-            (double)res->params / 1e6, B, T, accum, tokens_per_step, c->steps, anvil_gpt2_flops_per_token(mc, T));
+            (double)res->params / 1e6, B, T, accum, world, tokens_per_step, c->steps,
+            anvil_gpt2_flops_per_token(mc, T));
 
+    /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
     anvil_rng data_rng;
-    anvil_rng_seed(&data_rng, c->seed ^ 0x5eedda7aULL);
+    anvil_rng_seed(&data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)rank * 0x9e3779b97f4a7c15ULL));
     int64_t start = 0, tokens_seen = 0;
     if (c->resume && resume_from(c, &model, &opt, train, &data_rng, &start, &tokens_seen)) goto out;
-    if (c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume)) {
+    if (world > 1 || sharded) {
+        anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
+        if (!(dp = anvil_dp_new(&model, &dc))) goto out;
+    }
+    if (rank == 0 && c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume)) {
         anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
                                         c->keep_every, !c->ckpt_sync, c->log};
         if (!(ckpt = anvil_checkpointer_new(&cc))) goto out;
@@ -255,25 +381,39 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     double t_start = anvil_now();
     for (int step = (int)start; step < c->steps; step++) {
         double t0 = anvil_now();
-        anvil_gpt2_zero_grad(&model);
+        if (dp) {
+            if (anvil_dp_begin_step(dp)) goto out;
+        } else {
+            anvil_gpt2_zero_grad(&model);
+        }
         double loss_sum = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             if (c->synthetic) fill_synthetic(&data_rng, x, y, bt, mc->vocab_size);
             else if (anvil_loader_next(train, x, y)) goto out;
             float l;
-            if (anvil_gpt2_forward_backward(&model, x, y, B, T, 1.0f / (float)accum, &l)) goto out;
+            if (dp) anvil_dp_set_last_micro(dp, micro == accum - 1);
+            if (anvil_gpt2_forward_backward(&model, x, y, B, T, 1.0f / ((float)accum * (float)world), &l)) goto out;
             loss_sum += l;
         }
-        float loss = (float)(loss_sum / accum);
+        /* The stop flag rides along, so every rank stops after the same step. */
+        double agreed[2] = {loss_sum, stop_signal != 0};
+        if (dp && (anvil_dp_finish_grads(dp) || (world > 1 && anvil_allreduce(anvil_dist_world(), agreed, 2,
+                                                                              ANVIL_F64, "loss and stop flag"))))
+            goto out;
+        float loss = (float)(agreed[0] / accum / world);
         if (!isfinite(loss)) {
             anvil_fail("train: step %d: the loss is %s; stopping (try a lower --lr)", step + 1,
                        isnan(loss) ? "NaN" : "infinite");
             goto out;
         }
         if (anvil_checkpointer_before_update(ckpt)) goto out;
-        float norm = anvil_clip_grad_norm(&model, c->grad_clip);
-        float lr = anvil_lr_at(&sched, step);
-        anvil_adamw_step(&opt, &model, lr);
+        float norm, lr = anvil_lr_at(&sched, step);
+        if (sharded) {
+            if (anvil_dp_step(dp, lr, c->grad_clip, &norm)) goto out;
+        } else {
+            norm = anvil_clip_grad_norm(&model, c->grad_clip);
+            anvil_adamw_step(&opt, &model, lr);
+        }
         double dt = anvil_now() - t0;
         step_ms[timed++] = dt * 1e3;
         tokens_seen += (int64_t)tokens_per_step;
@@ -310,9 +450,10 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         }
         if (c->sample_every >= 0 && ((c->sample_every && (step + 1) % c->sample_every == 0) || last)) {
             if (c->progress && !val) anvil_progress_end(c->log);
-            if (print_sample(c, &model, step + 1)) goto out;
+            whole_job job = {c, step + 1, NULL};
+            if (with_whole_model(dp, &model, do_sample, &job)) goto out;
         }
-        int stopping = stop_signal != 0;
+        int stopping = agreed[1] > 0 || stop_signal != 0;
         if (ckpt && (last || stopping || anvil_checkpointer_due(ckpt, step + 1))) {
             anvil_ckpt_state st = {&model, &opt, {0}, data_rng, step + 1, tokens_seen, NULL, c->config_json};
             if (train) st.loader = anvil_loader_get_state(train);
@@ -320,8 +461,12 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             if (anvil_checkpointer_save(ckpt, &st, last || stopping)) goto out;
         }
         if (stopping && !last) {
-            fprintf(c->log, "stopped by signal %d after step %d; resume with --resume auto\n", (int)stop_signal,
-                    step + 1);
+            if (stop_signal)
+                fprintf(c->log, "stopped by signal %d after step %d; resume with --resume auto\n", (int)stop_signal,
+                        step + 1);
+            else
+                fprintf(c->log, "stopped by a signal to another rank after step %d; resume with --resume auto\n",
+                        step + 1);
             rc = ANVIL_TRAIN_STOPPED;
             goto out;
         }
@@ -335,15 +480,25 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         res->gflops_median = flops_per_step / (res->ms_per_step_median / 1e3) / 1e9;
     }
     res->peak_rss_mb = peak_rss_mb();
+    if (dp) {
+        anvil_dp_info info;
+        anvil_dp_get_info(dp, &info);
+        double total = anvil_now() - t_start;
+        res->comm_wait_share = total > 0 ? info.comm_wait_s / total : 0.0;
+        if (report_memory(c, dp, res->peak_rss_mb)) goto out;
+        fprintf(c->log, "communication: %.1f%% of the training time waited on (not overlapped)\n",
+                100.0 * res->comm_wait_share);
+    }
     if (c->out_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
-        if (anvil_model_save(path, &model)) goto out;
-        fprintf(c->log, "saved %s\n", path);
+        whole_job job = {c, 0, path};
+        if (with_whole_model(dp, &model, do_save, &job)) goto out;
     }
     rc = 0;
 out:
     if (anvil_checkpointer_free(ckpt) && rc != -1) rc = -1;
+    anvil_dp_free(dp);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
     if (have_model) {
@@ -356,5 +511,6 @@ out:
     free(x);
     free(y);
     free(step_ms);
+    if (devnull) fclose(devnull);
     return rc;
 }

@@ -17,8 +17,9 @@ typedef struct {
     const char *val_pattern;   /* glob of val shards; NULL for no validation */
     int synthetic;             /* uniform random tokens instead of shards (benchmarks) */
     int shuffle;               /* 1: each epoch reads the train shards, and their batches, in an order drawn from seed */
-    int B, T;                  /* micro-batch */
-    int64_t total_batch_tokens; /* tokens per optimizer step; a multiple of B*T (0 means B*T) */
+    int B, T;                  /* micro-batch of each rank */
+    int64_t total_batch_tokens; /* tokens per optimizer step over all ranks; a multiple of B*T*ranks
+                                 * (0 means B*T*ranks) */
     int steps;
     anvil_lr_schedule lr;
     anvil_adamw_config adamw;
@@ -27,6 +28,9 @@ typedef struct {
     int val_batches;   /* batches per validation */
     int sample_every;  /* steps between samples (0: only at the end, -1: never) */
     int sample_tokens;
+    /* Decodes samples (the one the data was made with); NULL: byte-level
+     * models (vocabulary 257) print text, others token ids. */
+    const struct anvil_tok *tokenizer;
     uint64_t seed;
     const char *out_dir; /* run folder: metrics.jsonl, model.safetensors, ckpt/; NULL for none */
     int ckpt_every;          /* checkpoint every N steps (0: not by steps) */
@@ -34,6 +38,8 @@ typedef struct {
     int keep_last;           /* retention: the newest K checkpoints ... */
     int64_t keep_every;      /* ... plus every step that is a multiple of J, for good (0: none) */
     int ckpt_sync;           /* 1: write checkpoints on the training thread (for comparison) */
+    int zero_stage;          /* data parallelism across the ranks of src/dist: 0 replicated, 1-3 ZeRO */
+    int shard_group_size;    /* MiCS: shard model state within groups of this many ranks (0: all) */
     const char *resume;      /* "auto": newest valid checkpoint of out_dir, if any; or a checkpoint folder */
     const char *config_json; /* the run's options as a JSON object, recorded in each checkpoint */
     int log_every;       /* log-line period when not on a terminal */
@@ -55,6 +61,7 @@ typedef struct {
     double tokens_per_s_median;
     double gflops_median; /* achieved model FLOP/s (PaLM counting), in GFLOP/s */
     double peak_rss_mb;
+    double comm_wait_share; /* of step time, waiting for communication that did not overlap (ranks > 1) */
     int64_t params;
 } anvil_train_result;
 
