@@ -268,7 +268,7 @@ typedef struct {
     size_t start, end;
     int64_t first_line; /* JSONL: the number of the line before the chunk */
     int store[NSPLITS]; /* keep the split's tokens (else only count documents) */
-    int64_t docs[NSPLITS], ntok[NSPLITS];
+    int64_t docs[NSPLITS], ntok[NSPLITS], text_bytes[NSPLITS];
     int32_t *tok[NSPLITS]; /* the chunk's tokens of each split, in order */
     size_t cap[NSPLITS];
     int64_t *bad; /* JSONL: 2 * line number + (1 if it is JSON lacking the field) */
@@ -322,6 +322,7 @@ static int encode_doc(const anvil_prep_opts *o, const anvil_tok *tk, worker *w, 
                       size_t len, const char **why) {
     int s = anvil_prep_is_val(anvil_fnv1a64(doc, len), o->val_fraction) ? VAL : TRAIN;
     c->docs[s]++;
+    c->text_bytes[s] += (int64_t)len;
     if (!c->store[s]) return 0;
     int64_t n;
     if (tk) {
@@ -458,7 +459,7 @@ typedef struct {
     cJSON *tokenizer, *options; /* as the manifest records them, for a re-run to compare */
     cJSON *shards[NSPLITS];     /* each split's finished shards, kept and new, in order */
     int dir_ready, written, kept;
-    int64_t docs[NSPLITS];
+    int64_t docs[NSPLITS], text_bytes[NSPLITS];
 } run;
 
 static int mkdir_p(const char *dir) {
@@ -572,6 +573,16 @@ static int write_manifest(run *r, int complete) {
     for (int s = 0; ok && s < NSPLITS; s++) {
         const cJSON *e;
         cJSON_ArrayForEach(e, r->shards[s]) ok = ok && cJSON_AddItemReferenceToArray(shards, (cJSON *)e);
+    }
+    /* Text bytes beside tokens give bits per byte, a loss comparable across
+     * tokenizers. */
+    for (int s = 0; ok && complete && s < NSPLITS; s++) {
+        cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
+        if (!splits) splits = cJSON_AddObjectToObject(root, "splits");
+        cJSON *e = splits ? cJSON_AddObjectToObject(splits, split_name[s]) : NULL;
+        ok = e && cJSON_AddNumberToObject(e, "documents", (double)r->docs[s]) &&
+             cJSON_AddNumberToObject(e, "tokens", (double)(r->so[s].tokens + r->so[s].open_tokens)) &&
+             cJSON_AddNumberToObject(e, "text_bytes", (double)r->text_bytes[s]);
     }
     if (ok) {
         cJSON *sources = sources_json(r, complete);
@@ -1020,6 +1031,7 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
             for (int s = 0; s < NSPLITS; s++) {
                 src[c->src].docs += c->docs[s];
                 r.docs[s] += c->docs[s];
+                r.text_bytes[s] += c->text_bytes[s];
             }
             if (!rc) rc = emit_chunk(&r, i, stored, tok);
         }
@@ -1071,53 +1083,81 @@ static int is_int_in(const cJSON *x, double lo, double hi) {
            x->valuedouble == (double)(long long)x->valuedouble;
 }
 
-int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return anvil_fail("manifest %s: cannot open: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *nt = realloc(text, cap);
-            if (!nt) {
-                free(text);
-                fclose(f);
-                return anvil_fail("manifest %s: out of memory", path);
-            }
-            text = nt;
-        }
-        size_t got = fread(text + len, 1, 4096, f);
-        len += got;
-        if (got < 4096) break;
+static cJSON *load_manifest(const char *dir, char *path, size_t cap) {
+    snprintf(path, cap, "%s/manifest.json", dir);
+    char *text;
+    size_t len;
+    if (anvil_read_file(path, &text, &len)) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        anvil_fail("manifest %s", why);
+        return NULL;
     }
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr) {
-        free(text);
-        return anvil_fail("manifest %s: read failed", path);
-    }
-    text[len] = 0;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) anvil_fail("manifest %s: not valid JSON near byte %td", path, end ? end - text : (ptrdiff_t)0);
+    free(text);
+    return root;
+}
+
+int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot) {
+    char path[4096];
+    cJSON *root = load_manifest(dir, path, sizeof path);
+    if (!root) return -1;
     int rc = 0;
-    if (!root) {
-        rc = anvil_fail("manifest %s: not valid JSON near byte %td", path, end ? end - text : (ptrdiff_t)0);
-    } else {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "vocab_size");
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eot");
-        if (!is_int_in(v, 1, INT32_MAX))
-            rc = anvil_fail("manifest %s: field \"vocab_size\" is missing or not a positive integer", path);
-        else if (!is_int_in(e, 0, v->valuedouble - 1))
-            rc = anvil_fail("manifest %s: field \"eot\" is missing or not an integer in [0, vocab_size)", path);
-        else {
-            *vocab_size = (int)v->valuedouble;
-            *eot = (int)e->valuedouble;
-        }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "vocab_size");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eot");
+    if (!is_int_in(v, 1, INT32_MAX))
+        rc = anvil_fail("manifest %s: field \"vocab_size\" is missing or not a positive integer", path);
+    else if (!is_int_in(e, 0, v->valuedouble - 1))
+        rc = anvil_fail("manifest %s: field \"eot\" is missing or not an integer in [0, vocab_size)", path);
+    else {
+        *vocab_size = (int)v->valuedouble;
+        *eot = (int)e->valuedouble;
     }
     cJSON_Delete(root);
-    free(text);
+    return rc;
+}
+
+int anvil_data_manifest_tokenizer(const char *dir, anvil_tok **tok) {
+    char path[4096];
+    *tok = NULL;
+    cJSON *root = load_manifest(dir, path, sizeof path);
+    if (!root) return -1;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
+    const char *copy = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "copy"));
+    const char *pattern = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "pattern"));
+    int rc = 0;
+    if (cJSON_IsString(t) && !strcmp(t->valuestring, "bytes")) {
+        rc = 0;
+    } else if (!copy || !pattern || strchr(copy, '/')) {
+        rc = anvil_fail("manifest %s: field \"tokenizer\" is neither \"bytes\" nor an object with \"copy\" (a file "
+                        "name) and \"pattern\"",
+                        path);
+    } else {
+        char file[4096];
+        snprintf(file, sizeof file, "%s/%s", dir, copy);
+        *tok = anvil_tok_load(file, pattern);
+        if (!*tok) rc = -1;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int anvil_data_manifest_split(const char *dir, const char *split, int64_t *tokens, int64_t *text_bytes) {
+    char path[4096];
+    cJSON *root = load_manifest(dir, path, sizeof path);
+    if (!root) return -1;
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "splits"), split);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(sp, "tokens"), *b = cJSON_GetObjectItemCaseSensitive(sp, "text_bytes");
+    int rc = 0;
+    if (!is_int_in(t, 0, 9e15) || !is_int_in(b, 0, 9e15))
+        rc = anvil_fail("manifest %s: field \"splits.%s\" is missing or lacks integer \"tokens\" and \"text_bytes\"",
+                        path, split);
+    else {
+        *tokens = (int64_t)t->valuedouble;
+        *text_bytes = (int64_t)b->valuedouble;
+    }
+    cJSON_Delete(root);
     return rc;
 }

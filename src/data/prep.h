@@ -105,5 +105,8 @@ int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot);
  * *tok loaded (from dir/tokenizer.tiktoken) for BPE, or -1. */
 struct anvil_tok;
 int anvil_data_manifest_tokenizer(const char *dir, struct anvil_tok **tok);
+/* A split's token count and the bytes of text they encode (end-of-text
+ * tokens add none), from a finished prep's manifest. */
+int anvil_data_manifest_split(const char *dir, const char *split, int64_t *tokens, int64_t *text_bytes);
 
 #endif
