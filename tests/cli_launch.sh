@@ -9,11 +9,13 @@
 #   - a rank exiting 3: the launcher exits 3, names the rank, and no other
 #     rank is left running; a rank killed by SIGKILL: one line naming the
 #     rank, host and signal, exit 137; every rank exiting 75: exit 75;
-#   - SIGTERM to the launcher reaches the ranks as SIGUSR1 (exit 75);
+#   - SIGTERM to the launcher reaches the ranks as SIGUSR1 (exit 75); a
+#     SIGKILLed launcher leaves no mpirun or rank behind;
 #   - an anvil subcommand (info, train) as the rank command, with the
 #     default log folder <train --out>/logs and a rank's exit 2 passed on;
 #   - --mca-tcp: a 3-rank MPI allreduce over TCP (when mpicc exists);
-#   - bad input: one-line errors, exit 2 (usage) or 1, nothing started.
+#   - bad input: one-line errors, exit 2 (usage) or 1, nothing started;
+#     a host ssh cannot reach: one line naming it, exit 1.
 set -u
 anvil=$1
 command -v mpirun > /dev/null || { echo "SKIP: mpirun is not installed"; exit 77; }
@@ -135,6 +137,18 @@ kill $guard 2> /dev/null
 [ $rc -eq 75 ] && [ "$(grep -c '^\[rank [01]\] usr1' "$tmp/out")" = 2 ] && ok "SIGTERM reaches the ranks as SIGUSR1, exit 75" ||
   bad "SIGTERM to the launcher: exit $rc, $(cat "$tmp/out")"
 
+# The launcher SIGKILLed: mpirun, and through it the ranks, go too.
+"$anvil" launch -n 2 --log-dir "$tmp/logs_orphan" --exec "$tmp/rank.sh" -- stop "$tmp/orphan" > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 150); do
+  [ "$(cat "$tmp"/logs_orphan/rank_*.log 2> /dev/null | grep -c '^ready')" = 2 ] && break
+  sleep 0.2
+done
+kill -KILL $pid
+wait $pid 2> /dev/null
+none_left && ok "a SIGKILLed launcher leaves no mpirun or rank behind" ||
+  bad "left behind by a SIGKILLed launcher: $(pgrep -af "$tmp/rank.sh")"
+
 # ---- anvil subcommands as the rank command ----
 launch -n 2 --log-dir "$tmp/logs_info" -- info > "$tmp/out" 2> /dev/null
 rc=$?
@@ -204,6 +218,18 @@ expect 2 "slots not a number" "'a:x'" -- -n 2 --hosts a:x -- info
 expect 2 "more ranks than slots" "more than the 3 slots" -- -n 4 --hosts localhost:2,127.0.0.1:1 -- info
 expect 2 "launch inside launch" "launch" -- -n 2 -- launch -n 2 -- info
 expect 1 "unresolvable host" "nosuchhost.invalid" -- -n 2 --hosts localhost:1,nosuchhost.invalid:2 -- info
+# 127.0.0.2 is this machine but not to Open MPI, so it asks ssh, which finds no server there.
+if command -v ssh > /dev/null; then
+  launch -n 2 --hosts 127.0.0.2:2 --log-dir "$tmp/logs_ssh" -- info > /dev/null 2> "$tmp/err"
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    ok "unreachable host: not checked, ssh to 127.0.0.2 works here"
+  else
+    last=$(tail -n 1 "$tmp/err")
+    [ $rc -eq 1 ] && case "$last" in *"127.0.0.2"*) true ;; *) false ;; esac &&
+      ok "unreachable host: $last" || bad "unreachable host: exit $rc, $(cat "$tmp/err")"
+  fi
+fi
 env PATH=/nonexistent "$anvil" launch -n 2 -- info > "$tmp/out" 2> "$tmp/err"
 rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "mpirun not found" "$tmp/err" && ok "mpirun missing: $(cat "$tmp/err")" ||
