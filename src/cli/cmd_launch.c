@@ -69,7 +69,10 @@ int cmd_launch(int argc, char **argv) {
     if (anvil_launch_preflight(&spec)) return cli_fail("launch");
     char *log_dir = NULL;
     if (!spec.log_dir) {
-        if (!(log_dir = anvil_launch_default_log_dir(&spec))) return cli_fail("launch");
+        if (!(log_dir = anvil_launch_default_log_dir(&spec))) {
+            anvil_fail("out of memory");
+            return cli_fail("launch");
+        }
         spec.log_dir = log_dir;
     }
     fprintf(stderr, "anvil launch: %d rank%s through mpirun, logs in %s\n", spec.nranks, spec.nranks > 1 ? "s" : "",
@@ -78,7 +81,9 @@ int cmd_launch(int argc, char **argv) {
     int rc = anvil_launch_run(&spec, line, sizeof line);
     free(log_dir);
     if (rc < 0) return cli_fail("launch");
-    if (line[0])
-        fprintf(stderr, "anvil launch: %s%s\n", rc == 0 ? "warning: " : rc == ANVIL_EXIT_RESUMABLE ? "" : "error: ", line);
+    if (line[0]) {
+        const char *kind = rc == 0 ? "warning: " : rc == ANVIL_EXIT_RESUMABLE ? "" : "error: ";
+        fprintf(stderr, "anvil launch: %s%s\n", kind, line);
+    }
     return rc;
 }

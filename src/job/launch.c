@@ -580,13 +580,17 @@ static bool line_after(const char *text, const char *key, char *out, size_t cap)
 static void first_paragraph(const char *text, char *out, size_t cap) {
     out[0] = 0;
     size_t used = 0;
-    for (const char *p = text; *p;) {
-        size_t n = strcspn(p, "\n");
-        bool rule = n > 0 && strspn(p, "-") >= n, blank = strspn(p, " \t") >= n;
-        if ((rule || blank) && used) break;
-        if (!rule && !blank && used + 1 < cap) used += (size_t)snprintf(out + used, cap - used, "%s%.*s", used ? " " : "", (int)n, p);
-        if (used >= cap) break;
-        p += n + (p[n] == '\n');
+    for (const char *p = text; *p && used + 1 < cap; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] == '\n')) {
+        int n = (int)strcspn(p, "\n");
+        /* Our own relaying of a stop signal is no explanation of a failure. */
+        if (!strncmp(p, "mpirun: Forwarding signal", 25)) continue;
+        bool rule = n > 0 && (int)strspn(p, "-") >= n, blank = (int)strspn(p, " \t") >= n;
+        if (rule || blank) {
+            if (used) break;
+            continue;
+        }
+        int w = snprintf(out + used, cap - used, "%s%.*s", used ? " " : "", n, p);
+        used = w < 0 ? cap : used + (size_t)w;
     }
 }
 
@@ -778,7 +782,8 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     }
     if (anvil_launch_preflight(spec) || !(mpirun = find_in_path("mpirun")) || mkdir_p(log_dir)) goto done;
     if (!(m = anvil_launch_merger_new(spec->nranks, log_dir, STDOUT_FILENO, STDERR_FILENO))) goto done;
-    if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || (sig_pipe[0] < 0 && pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK))) {
+    if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
+        (sig_pipe[0] < 0 && pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK))) {
         anvil_fail("launch: pipe: %s", strerror(errno));
         goto done;
     }
@@ -835,7 +840,8 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     if (anvil_launch_merger_finish(m)) merge_rc = -1;
     rc = anvil_launch_decode_exit(status, anvil_launch_merger_mpirun_text(m), line, cap);
     if (hard_stop && rc != 0 && rc != ANVIL_EXIT_RESUMABLE) {
-        snprintf(line, cap, "stopped by a second %s: the ranks were terminated", strsignal(hard_stop));
+        snprintf(line, cap, "stopped at once by a second stop signal (%s): the ranks were terminated",
+                 strsignal(hard_stop));
         rc = 128 + hard_stop;
     }
     if (merge_rc && !line[0]) snprintf(line, cap, "the job succeeded but its logs in %s are incomplete: %s", log_dir,
