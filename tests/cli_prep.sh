@@ -235,6 +235,26 @@ printf 'one more document\n' >> "$WORK/big.txt"
 rprep "$WORK/r1" 2 > /dev/null 2> "$WORK/rerr" || bad "prep of a changed input failed"
 grep -q "content differs; starting over" "$WORK/rerr" && ok || bad "a changed input not reported: $(cat "$WORK/rerr")"
 
+# BPE end to end: a tokenizer trained on the text, prep with it, a tiny model
+# that memorizes the text; train's sample and anvil sample (--data) decode
+# through the tokenizer the manifest names, and the val loss comes with bits
+# per byte.
+for i in $(seq 1 60); do printf 'verse %d: the cat sat on the mat.\n\n' "$i"; done > "$WORK/cat.txt"
+"$ANVIL" tokenizer train --vocab-size 300 --pattern gpt2 --out "$WORK/cat.tiktoken" "$WORK/cat.txt" > /dev/null 2>&1 ||
+    bad "tokenizer training failed"
+"$ANVIL" prep --out "$WORK/catd" --tokenizer "$WORK/cat.tiktoken" --delimiter '\n\n' --val-fraction 0.2 \
+    "$WORK/cat.txt" > /dev/null 2>&1 || bad "bpe prep of cat.txt failed"
+"$ANVIL" train --data "$WORK/catd" --layers 1 --heads 2 --embd 32 --seq 32 --batch 4 --steps 80 --lr 1e-2 \
+    --val-batches 2 --sample-every 0 --sample-tokens 24 --no-progress --seed 3 --threads 1 --out "$WORK/catrun" \
+    > "$WORK/catlog" 2>&1 || bad "training on bpe shards failed: $(tail -3 "$WORK/catlog")"
+grep -A2 -e '--- sample at step 80' "$WORK/catlog" | grep -q 'cat sat on the mat' && ok ||
+    bad "train's sample is not decoded text: $(grep -A2 -e '--- sample' "$WORK/catlog")"
+grep -q 'val loss [0-9.]* ([0-9.]* bits/byte' "$WORK/catlog" && ok || bad "no bits per byte: $(tail -1 "$WORK/catlog")"
+"$ANVIL" sample --model "$WORK/catrun/model.safetensors" --data "$WORK/catd" --prompt "verse 7: the" --tokens 8 \
+    --temperature 0 > "$WORK/catsample" 2>&1
+grep -q '^verse 7: the cat sat on the mat' "$WORK/catsample" && ok ||
+    bad "anvil sample --data does not continue the prompt in text: $(cat "$WORK/catsample")"
+
 "$ANVIL" prep --help | grep -q -- '--shard-tokens' && ok || bad "--help lacks the options"
 
 # Errors: nonzero exit, exactly one error line on stderr naming the problem.

@@ -364,6 +364,10 @@ static void test_prep(void) {
     nnotes = 0;
     CHECK(anvil_prep_run(&o, &st) == 0);
     CHECK(st.train_shards == 1 && st.val_shards == 1);
+    /* The manifest counts each split's tokens and text (EOT adds no text). */
+    int64_t ntok = 0, nbytes = 0;
+    CHECK(anvil_data_manifest_split(out, "train", &ntok, &nbytes) == 0 && ntok == st.train_tokens &&
+          nbytes == st.train_tokens - st.train_docs);
     char p[600];
     snprintf(p, sizeof p, "%s/train_000001.bin", out);
     CHECK(access(p, F_OK) != 0);
@@ -393,6 +397,12 @@ static void test_prep(void) {
     CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "vocab_size"));
     write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257, \"eot\": 257}");
     CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "\"eot\""));
+    struct anvil_tok *tk = (struct anvil_tok *)&vocab; /* not NULL, so the calls must clear it */
+    write_text(tpath("prep/manifest.json"), "{\"tokenizer\": \"bytes\"}");
+    CHECK(anvil_data_manifest_tokenizer(mdir, &tk) == 0 && tk == NULL);
+    write_text(tpath("prep/manifest.json"), "{\"tokenizer\": {\"copy\": \"../x.tiktoken\", \"pattern\": \"gpt2\"}}");
+    CHECK(anvil_data_manifest_tokenizer(mdir, &tk) == -1 && contains(anvil_errmsg(), "\"tokenizer\"") && tk == NULL);
+    CHECK(anvil_data_manifest_split(mdir, "val", &ntok, &nbytes) == -1 && contains(anvil_errmsg(), "splits.val"));
 }
 
 

@@ -1126,17 +1126,20 @@ int anvil_data_manifest_tokenizer(const char *dir, anvil_tok **tok) {
     if (!root) return -1;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
     const char *copy = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "copy"));
+    const char *orig = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "file"));
     const char *pattern = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "pattern"));
     int rc = 0;
     if (cJSON_IsString(t) && !strcmp(t->valuestring, "bytes")) {
         rc = 0;
-    } else if (!copy || !pattern || strchr(copy, '/')) {
+    } else if ((copy && strchr(copy, '/')) || (!copy && !orig) || !pattern) {
         rc = anvil_fail("manifest %s: field \"tokenizer\" is neither \"bytes\" nor an object with \"copy\" (a file "
-                        "name) and \"pattern\"",
+                        "name) or \"file\", and \"pattern\"",
                         path);
     } else {
+        /* Folders from before the copy existed name only the original file. */
         char file[4096];
-        snprintf(file, sizeof file, "%s/%s", dir, copy);
+        if (copy) snprintf(file, sizeof file, "%s/%s", dir, copy);
+        else snprintf(file, sizeof file, "%s", orig);
         *tok = anvil_tok_load(file, pattern);
         if (!*tok) rc = -1;
     }
