@@ -71,7 +71,7 @@ expect_error "sample: missing model" "$anvil" sample --model "$tmp/none.safetens
 expect_error "sample: not a model" "$anvil" sample --model "$tmp/garbage_000.bin"
 expect_error "sample: bad top-p" "$anvil" sample --model "$tmp/run_a/model.safetensors" --top-p 2
 expect_error "unknown command" "$anvil" frobnicate
-for c in train sample prep info tokenizer ckpt export import launch; do
+for c in train sample prep info tokenizer ckpt export import launch health; do
   "$anvil" $c --help | grep -q "usage: anvil $c" && ok "$c --help" || bad "$c --help"
 done
 nan_msg=$("$anvil" train "${common[@]}" --steps 5 --lr 1e30 --grad-clip 0 2>&1 >/dev/null | tail -n 1)

@@ -66,6 +66,8 @@ static const char *usage =
     "  --warmup N              steps left out of the timing medians (default 1)\n"
     "  --summary-json          print a JSON summary as the last line of stdout\n"
     "  --no-progress           log lines instead of a progress bar\n"
+    "  --no-health             skip the quick health check (anvil health --quick) run before\n"
+    "                          training when there is more than one rank\n"
     "\n"
     "Same seed, config, data and thread count give bit-identical losses, also across a resume.\n"
     "On SIGTERM or SIGUSR1 the current step finishes, a checkpoint is written, and the exit\n"
@@ -87,6 +89,7 @@ int cmd_train(int argc, char **argv) {
     anvil_train_defaults(&c);
     const char *preset = "tiny", *data = NULL, *schedule = "cosine";
     int layers = 0, heads = 0, embd = 0, block = 0, vocab = 0, seq = 0, threads = 0, summary = 0, progress = 1;
+    int health = 1;
     int64_t seed = 1337;
     float min_lr = -1.0f;
     double coll_timeout = 600.0;
@@ -100,6 +103,7 @@ int cmd_train(int argc, char **argv) {
         if (!strcmp(o, "--shuffle")) { c.shuffle = 1; continue; }
         if (!strcmp(o, "--summary-json")) { summary = 1; continue; }
         if (!strcmp(o, "--no-progress")) { progress = 0; continue; }
+        if (!strcmp(o, "--no-health")) { health = 0; continue; }
         if (!strcmp(o, "--ckpt-sync")) { c.ckpt_sync = 1; continue; }
         if (strncmp(o, "--", 2)) return cli_usage_error(cmd, "unexpected argument '%s'", o);
         if (!(v = arg_value(cmd, argc, argv, &i))) return 2;
@@ -183,6 +187,7 @@ int cmd_train(int argc, char **argv) {
     if (!(coll_timeout > 0.0)) return cli_usage_error(cmd, "--collective-timeout must be positive");
     anvil_dist_config dc = {coll_timeout};
     if (anvil_dist_init(&dc)) return cli_fail(cmd);
+    if (health && anvil_dist_world_size() > 1 && cli_health_before_training(cmd)) return 1;
 
     anvil_tok *tok = NULL;
     if (data && anvil_data_manifest_tokenizer(data, &tok)) return cli_fail(cmd);

@@ -18,6 +18,7 @@ static const struct {
     {"import", cmd_import, "read a Hugging Face GPT-2 checkpoint"},
     {"info", cmd_info, "show model presets, sizes and the kernels in use"},
     {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged"},
+    {"health", cmd_health, "check each rank's GEMM and memory and the all-reduce between them"},
 };
 
 static void usage(FILE *out) {
