@@ -268,6 +268,7 @@ struct anvil_ckpt_snapshot {
     int64_t step, tokens_seen;
     char *tokenizer;
     char *train_config; /* compact JSON object */
+    anvil_ckpt_layout layout;
 };
 
 void anvil_ckpt_snapshot_free(anvil_ckpt_snapshot *s) {
@@ -307,13 +308,27 @@ static void *snapshot_alloc(size_t bytes) {
     return p;
 }
 
+/* (Re)allocates *p for bytes when wanted, frees it otherwise. */
+static int snapshot_buffer(float **p, int want, size_t bytes) {
+    if (!want) {
+        free(*p);
+        *p = NULL;
+        return 0;
+    }
+    if (!*p) *p = snapshot_alloc(bytes);
+    return *p ? 0 : -1;
+}
+
 anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const anvil_ckpt_state *st) {
-    if (!st || !st->model || !st->opt || !st->opt->m || !st->opt->v || st->step < 0 || st->tokens_seen < 0) {
+    int stage = st && st->layout ? st->layout->zero_stage : 0;
+    int has_opt = st && st->opt && st->opt->m && st->opt->v;
+    if (!st || !st->model || (stage == 0 && !has_opt) || (stage < 3 && !st->model->params) || st->step < 0 ||
+        st->tokens_seen < 0 || stage < 0 || stage > 3) {
         anvil_ckpt_snapshot_free(reuse);
         anvil_fail("checkpoint: the state to save needs a model, an initialized optimizer and counters >= 0");
         return NULL;
     }
-    const anvil_adamw_config *ac = &st->opt->cfg;
+    const anvil_adamw_config *ac = stage ? &st->layout->adamw : &st->opt->cfg;
     if (!isfinite(ac->beta1) || !isfinite(ac->beta2) || !isfinite(ac->eps) || !isfinite(ac->weight_decay)) {
         anvil_ckpt_snapshot_free(reuse);
         anvil_fail("checkpoint: the AdamW hyperparameters are not finite");
@@ -325,20 +340,15 @@ anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const 
         anvil_ckpt_snapshot_free(s);
         s = NULL;
     }
-    if (!s) {
-        s = calloc(1, sizeof *s);
-        if (s) {
-            s->nparams = model->nparams;
-            s->params = snapshot_alloc(model->nparams * sizeof(float));
-            s->m = snapshot_alloc(model->nparams * sizeof(float));
-            s->v = snapshot_alloc(model->nparams * sizeof(float));
-        }
-        if (!s || !s->params || !s->m || !s->v) {
-            anvil_ckpt_snapshot_free(s);
-            anvil_fail("checkpoint: out of memory for a %zu-parameter snapshot", model->nparams);
-            return NULL;
-        }
+    if (!s) s = calloc(1, sizeof *s);
+    size_t bytes = model->nparams * sizeof(float);
+    if (!s || snapshot_buffer(&s->params, stage < 3, bytes) || snapshot_buffer(&s->m, stage == 0, bytes) ||
+        snapshot_buffer(&s->v, stage == 0, bytes)) {
+        anvil_ckpt_snapshot_free(s);
+        anvil_fail("checkpoint: out of memory for a %zu-parameter snapshot", model->nparams);
+        return NULL;
     }
+    s->nparams = model->nparams;
     free(s->tokenizer);
     free(s->train_config);
     s->tokenizer = strdup(st->tokenizer ? st->tokenizer : "bytes");
@@ -350,12 +360,14 @@ anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const 
     }
     s->cfg = model->cfg;
     memcpy(s->offsets, model->offsets, sizeof s->offsets);
-    size_t bytes = model->nparams * sizeof(float);
-    model->k->download(s->params, model->params, bytes);
-    model->k->download(s->m, st->opt->m, bytes);
-    model->k->download(s->v, st->opt->v, bytes);
-    s->acfg = st->opt->cfg;
-    s->t = st->opt->t;
+    if (s->params) model->k->download(s->params, model->params, bytes);
+    if (s->m) {
+        model->k->download(s->m, st->opt->m, bytes);
+        model->k->download(s->v, st->opt->v, bytes);
+    }
+    s->layout = st->layout ? *st->layout : (anvil_ckpt_layout){1, 0, 1, 0, st->opt->cfg};
+    s->acfg = *ac;
+    s->t = stage ? st->layout->adam_t : st->opt->t;
     s->loader = st->loader;
     s->rng = st->rng;
     s->step = st->step;
@@ -417,8 +429,9 @@ static char *build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file 
          add_float(o, "beta1", s->acfg.beta1) && add_float(o, "beta2", s->acfg.beta2) &&
          add_float(o, "eps", s->acfg.eps) && add_float(o, "weight_decay", s->acfg.weight_decay);
     ok = ok && (o = cJSON_AddObjectToObject(root, "parallel"));
-    ok = ok && cJSON_AddNumberToObject(o, "world", 1) && cJSON_AddNumberToObject(o, "rank", 0) &&
-         cJSON_AddNumberToObject(o, "zero_stage", 0) && cJSON_AddNumberToObject(o, "shard_group", 1);
+    ok = ok && cJSON_AddNumberToObject(o, "world", s->layout.world) && cJSON_AddNumberToObject(o, "rank", 0) &&
+         cJSON_AddNumberToObject(o, "zero_stage", s->layout.zero_stage) &&
+         cJSON_AddNumberToObject(o, "shard_group", s->layout.shard_group);
     cJSON *arr = ok ? cJSON_AddArrayToObject(root, "files") : NULL;
     ok = ok && arr;
     for (int i = 0; ok && i < nfiles; i++) {
@@ -739,19 +752,26 @@ static int write_moments(const anvil_ckpt_snapshot *s, const char *path) {
     return anvil_st_write(path, all, 2 * ANVIL_GPT2_NPARAM, meta, 2);
 }
 
-/* Fills the temporary folder: both tensor files, then the manifest with their checksums. */
-static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp) {
+/* Fills the temporary folder: the snapshot's tensor files, then the manifest
+ * with their checksums and the shard files'. */
+static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp, const anvil_ckpt_file *shards, int nshards) {
     static const char *const names[2] = {"model.safetensors", "optim.safetensors"};
-    anvil_ckpt_file files[2];
+    anvil_ckpt_file files[ANVIL_CKPT_MAX_FILES];
+    int n = 0;
+    if (nshards < 0 || nshards > ANVIL_CKPT_MAX_FILES - 2)
+        return anvil_fail("checkpoint: %d shard files (at most %d)", nshards, ANVIL_CKPT_MAX_FILES - 2);
     for (int i = 0; i < 2; i++) {
+        if (!(i == 0 ? s->params : s->m)) continue;
         char path[PATH_MAX];
         if (join(path, sizeof path, tmp, names[i])) return -1;
         if ((i == 0 ? write_weights(s, path) : write_moments(s, path))) return -1;
-        snprintf(files[i].name, sizeof files[i].name, "%s", names[i]);
+        snprintf(files[n].name, sizeof files[n].name, "%s", names[i]);
         /* Read back rather than checksum the buffers: this also proves the bytes reached the file system. */
-        if (file_crc(path, &files[i].bytes, &files[i].crc32c)) return -1;
+        if (file_crc(path, &files[n].bytes, &files[n].crc32c)) return -1;
+        n++;
     }
-    char *text = build_manifest(s, files, 2);
+    for (int i = 0; i < nshards; i++) files[n++] = shards[i];
+    char *text = build_manifest(s, files, n);
     if (!text) return -1;
     char path[PATH_MAX];
     int rc = join(path, sizeof path, tmp, "manifest.json");
@@ -776,16 +796,32 @@ static int update_latest(const char *ckdir, const char *leaf) {
     return anvil_fsync_dir(ckdir);
 }
 
-int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir, char *out, size_t cap) {
-    char ckdir[PATH_MAX], leaf[64], final[PATH_MAX], tmp[PATH_MAX + 32];
-    snprintf(leaf, sizeof leaf, "step_%08" PRId64, s->step);
-    if (ensure_dir(run_dir) || join(ckdir, sizeof ckdir, run_dir, "ckpt") || ensure_dir(ckdir) ||
-        join(final, sizeof final, ckdir, leaf))
+/* RUN/ckpt (created when missing), the folder name of `step` and its full path. */
+static int step_paths(const char *run_dir, int64_t step, char *ckdir, char *leaf, size_t leafcap, char *final) {
+    snprintf(leaf, leafcap, "step_%08" PRId64, step);
+    if (ensure_dir(run_dir) || join(ckdir, PATH_MAX, run_dir, "ckpt") || ensure_dir(ckdir) ||
+        join(final, PATH_MAX, ckdir, leaf))
         return -1;
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", final, (long)getpid());
+    return 0;
+}
+
+int anvil_ckpt_begin(const char *run_dir, int64_t step, char *tmp, size_t cap) {
+    char ckdir[PATH_MAX], leaf[64], final[PATH_MAX];
+    if (step < 0) return anvil_fail("checkpoint: negative step %" PRId64, step);
+    if (step_paths(run_dir, step, ckdir, leaf, sizeof leaf, final)) return -1;
+    if ((size_t)snprintf(tmp, cap, "%s.tmp-%ld", final, (long)getpid()) >= cap)
+        return anvil_fail("%s: path too long", final);
     if (rm_tree(tmp)) return -1;
     if (mkdir(tmp, 0755)) return anvil_fail("%s: cannot create folder: %s", tmp, strerror(errno));
-    if (fill_tmp(s, tmp)) {
+    return 0;
+}
+
+void anvil_ckpt_abandon(const char *tmp) { rm_tree(tmp); }
+
+int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const char *tmp,
+                      const anvil_ckpt_file *shards, int nshards, char *out, size_t cap) {
+    char ckdir[PATH_MAX], leaf[64], final[PATH_MAX];
+    if (step_paths(run_dir, s->step, ckdir, leaf, sizeof leaf, final) || fill_tmp(s, tmp, shards, nshards)) {
         char why[1024];
         snprintf(why, sizeof why, "%s", anvil_errmsg());
         rm_tree(tmp);
@@ -805,6 +841,53 @@ int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir,
     if (anvil_fsync_dir(ckdir) || update_latest(ckdir, leaf)) return -1;
     if (out && cap) snprintf(out, cap, "%s", final);
     return 0;
+}
+
+int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir, char *out, size_t cap) {
+    char tmp[PATH_MAX + 32];
+    if (anvil_ckpt_begin(run_dir, s->step, tmp, sizeof tmp)) return -1;
+    return anvil_ckpt_finish(s, run_dir, tmp, NULL, 0, out, cap);
+}
+
+static const char *const slice_kinds[3] = {"m", "v", "p"};
+
+int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *model, const anvil_ckpt_slice *sl,
+                           int n, anvil_ckpt_file *out) {
+    int kinds = n > 0 && sl[0].p ? 3 : 2;
+    anvil_st_tensor *t = calloc((size_t)n * kinds + 1, sizeof *t);
+    char (*names)[64] = calloc((size_t)n * kinds + 1, sizeof *names);
+    int rc = 0;
+    if (!t || !names) rc = anvil_fail("checkpoint: out of memory for shard %d of %d", g, k);
+    for (int i = 0; !rc && i < n; i++) {
+        int ti = sl[i].tensor;
+        if (ti < 0 || ti >= ANVIL_GPT2_NPARAM || sl[i].flat < model->offsets[ti] ||
+            sl[i].flat + sl[i].len > model->offsets[ti + 1] || (kinds == 3) != (sl[i].p != NULL)) {
+            rc = anvil_fail("checkpoint: shard %d of %d: slice %d is outside its tensor", g, k, i);
+            break;
+        }
+        for (int j = 0; j < kinds; j++) {
+            anvil_st_tensor *x = &t[i * kinds + j];
+            snprintf(names[i * kinds + j], sizeof names[0], "%s.%s.%zu", slice_kinds[j], anvil_gpt2_param_names[ti],
+                     sl[i].flat - model->offsets[ti]);
+            x->name = names[i * kinds + j];
+            x->dtype = ANVIL_ST_F32;
+            x->ndim = 1;
+            x->shape[0] = (int64_t)sl[i].len;
+            x->nbytes = sl[i].len * sizeof(float);
+            x->data = j == 0 ? sl[i].m : j == 1 ? sl[i].v : sl[i].p;
+        }
+    }
+    char path[PATH_MAX], gs[16], ks[16];
+    snprintf(out->name, sizeof out->name, "shard_%d_of_%d.safetensors", g, k);
+    snprintf(gs, sizeof gs, "%d", g);
+    snprintf(ks, sizeof ks, "%d", k);
+    const char *meta[] = {"format", "anvil-shard", "shard", gs, "of", ks};
+    if (!rc) rc = join(path, sizeof path, tmp, out->name);
+    if (!rc) rc = anvil_st_write(path, t, n * kinds, meta, 3);
+    if (!rc) rc = file_crc(path, &out->bytes, &out->crc32c);
+    free(t);
+    free(names);
+    return rc;
 }
 
 int anvil_ckpt_save(const char *run_dir, const anvil_ckpt_state *st, char *out, size_t cap) {
@@ -848,31 +931,117 @@ static anvil_st_file *open_checked(const char *dir, const char *leaf, const char
     return f;
 }
 
+typedef struct {
+    size_t start, len;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+    size_t x = ((const span *)a)->start, y = ((const span *)b)->start;
+    return (x > y) - (x < y);
+}
+
+/* The shard files of a sharded checkpoint, opened and checked: every tensor
+ * is a named slice inside its parameter, and the slices of each kind cover
+ * the whole flat layout exactly once. Only then are they copied into m and v
+ * (when not NULL) and p (when not NULL: a stage-3 checkpoint has no whole
+ * weights file), so a bad checkpoint changes nothing. */
+static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const anvil_gpt2 *model, float *p, float *m,
+                       float *v) {
+    anvil_st_file *files[ANVIL_CKPT_MAX_FILES] = {0};
+    span *spans[3] = {0};
+    size_t nspans[3] = {0}, cap = 0;
+    int nf = 0, rc = 0;
+    for (int i = 0; i < man->nfiles; i++)
+        if (!strncmp(man->files[i].name, "shard_", 6)) {
+            char path[PATH_MAX];
+            if (join(path, sizeof path, dir, man->files[i].name) || !(files[nf] = anvil_st_open(path))) {
+                rc = -1;
+                break;
+            }
+            cap += (size_t)anvil_st_count(files[nf++]);
+        }
+    if (!rc && !nf) rc = anvil_fail("%s: a ZeRO-%d checkpoint without shard files", dir, man->zero_stage);
+    for (int k = 0; !rc && k < 3; k++)
+        if (!(spans[k] = malloc((cap + 1) * sizeof(span)))) rc = anvil_fail("%s: out of memory", dir);
+    for (int f = 0; !rc && f < nf; f++)
+        for (int i = 0; !rc && i < anvil_st_count(files[f]); i++) {
+            const anvil_st_tensor *t = anvil_st_at(files[f], i);
+            char kind[4], param[32];
+            size_t off = 0;
+            int used = 0, ti = -1, ki = -1;
+            if (sscanf(t->name, "%3[^.].%31[^.].%zu%n", kind, param, &off, &used) == 3 && !t->name[used]) {
+                for (int j = 0; j < ANVIL_GPT2_NPARAM; j++)
+                    if (!strcmp(param, anvil_gpt2_param_names[j])) ti = j;
+                for (int j = 0; j < 3; j++)
+                    if (!strcmp(kind, slice_kinds[j])) ki = j;
+            }
+            size_t len = t->ndim == 1 ? (size_t)t->shape[0] : 0;
+            if (ti < 0 || ki < 0 || t->dtype != ANVIL_ST_F32 || t->ndim != 1 ||
+                off + len > model->offsets[ti + 1] - model->offsets[ti])
+                rc = anvil_fail("%s: tensor '%s' is not a slice of this model's parameters", man->files[f].name,
+                                t->name);
+            else
+                spans[ki][nspans[ki]++] = (span){model->offsets[ti] + off, len};
+        }
+    float *dst[3] = {m, v, p};
+    for (int k = 0; !rc && k < 3; k++) {
+        if (!dst[k]) continue;
+        qsort(spans[k], nspans[k], sizeof(span), cmp_span);
+        size_t at = 0;
+        for (size_t i = 0; !rc && i < nspans[k]; i++) {
+            if (spans[k][i].start != at)
+                rc = anvil_fail("%s: the shards' '%s' slices %s at element %zu", dir, slice_kinds[k],
+                                spans[k][i].start > at ? "leave a gap" : "overlap", at);
+            at = spans[k][i].start + spans[k][i].len;
+        }
+        if (!rc && at != model->nparams)
+            rc = anvil_fail("%s: the shards' '%s' slices cover %zu of %zu elements", dir, slice_kinds[k], at,
+                            model->nparams);
+    }
+    for (int f = 0; !rc && f < nf; f++)
+        for (int i = 0; i < anvil_st_count(files[f]); i++) {
+            const anvil_st_tensor *t = anvil_st_at(files[f], i);
+            char kind[4], param[32];
+            size_t off = 0;
+            sscanf(t->name, "%3[^.].%31[^.].%zu", kind, param, &off);
+            for (int k = 0; k < 3; k++)
+                for (int j = 0; j < ANVIL_GPT2_NPARAM; j++)
+                    if (dst[k] && !strcmp(kind, slice_kinds[k]) && !strcmp(param, anvil_gpt2_param_names[j]))
+                        model->k->upload(dst[k] + model->offsets[j] + off, t->data, t->nbytes);
+        }
+    for (int f = 0; f < nf; f++) anvil_st_close(files[f]);
+    for (int k = 0; k < 3; k++) free(spans[k]);
+    return rc;
+}
+
 int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info) {
     static const char *const wpre[] = {""}, *const opre[] = {"m.", "v."};
     anvil_ckpt_manifest m;
     if (info) memset(info, 0, sizeof *info);
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
     int rc = verify_files(ckpt_dir, &m);
-    if (!rc && (m.world != 1 || m.zero_stage != 0))
-        rc = anvil_fail("%s: written by a %d-process run (zero_stage %d); this build restores single-process "
-                        "checkpoints only",
-                        ckpt_dir, m.world, m.zero_stage);
     if (!rc) rc = compare_config(ckpt_dir, &m.model, &model->cfg);
-    /* Both files are opened and checked before anything is copied, so a failure changes nothing. */
+    /* Every file is opened and checked before anything is copied, so a failure changes nothing.
+     * Below stage 1 the state is whole in model and optim; from stage 1 the moments, and from
+     * stage 3 the weights, come back from the shard files. */
+    int stage = m.zero_stage;
     anvil_st_file *fw = NULL, *fo = NULL;
-    if (!rc && !(fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, &model->cfg))) rc = -1;
-    if (!rc && opt && !(fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, &model->cfg))) rc = -1;
+    if (!rc && stage < 3 && !(fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, &model->cfg))) rc = -1;
+    if (!rc && opt && stage == 0 && !(fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, &model->cfg)))
+        rc = -1;
+    if (!rc && stage > 0 && (opt || stage == 3))
+        rc = load_shards(ckpt_dir, &m, model, stage == 3 ? model->params : NULL, opt ? opt->m : NULL,
+                         opt ? opt->v : NULL);
     size_t pad = model->offsets[P_WTE + 1] - model->offsets[P_WTE] - (size_t)model->cfg.vocab_size * model->cfg.n_embd;
     float *zeros = rc ? NULL : calloc(pad + 1, sizeof(float));
     if (!rc && !zeros) rc = anvil_fail("%s: out of memory", ckpt_dir);
     if (!rc) {
-        upload_table(fw, "", model, model->params, zeros);
-        if (opt) {
+        if (fw) upload_table(fw, "", model, model->params, zeros);
+        if (fo) {
             upload_table(fo, "m.", model, opt->m, zeros);
             upload_table(fo, "v.", model, opt->v, zeros);
-            opt->t = (int)m.adam_t;
         }
+        if (opt) opt->t = (int)m.adam_t;
     }
     free(zeros);
     anvil_st_close(fw);

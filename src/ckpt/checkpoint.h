@@ -51,7 +51,18 @@
 #include "train/optim.h"
 
 #define ANVIL_CKPT_VERSION 2
-#define ANVIL_CKPT_MAX_FILES 16
+#define ANVIL_CKPT_MAX_FILES 258 /* weights, moments and up to 256 shard files */
+
+/* The process layout of the run that saves: recorded in the manifest's
+ * "parallel" object. From ZeRO stage 1 on, the AdamW moments (and from stage
+ * 3 the weights) are not whole on any rank: each shard's rank writes its own
+ * file (anvil_ckpt_write_shard), and loading puts the pieces back together
+ * whatever the layout of the run that reads them (resharding). */
+typedef struct {
+    int world, zero_stage, shard_group;
+    int adam_t;               /* zero_stage >= 1: the optimizer's counters, since opt is NULL */
+    anvil_adamw_config adamw;
+} anvil_ckpt_layout;
 
 /* What to save. step counts completed optimizer steps, so a resumed run
  * continues with step `step`. */
@@ -64,6 +75,9 @@ typedef struct {
     int64_t tokens_seen;
     const char *tokenizer;         /* e.g. "bytes" or a rank-file hash; NULL means "bytes" */
     const char *train_config_json; /* a JSON object as text; NULL means {} */
+    /* NULL: one process, or replicas that all hold the same state. With zero_stage >= 1, opt is
+     * NULL (the moments are in shard files), and with 3, model->params too. */
+    const anvil_ckpt_layout *layout;
 } anvil_ckpt_state;
 
 typedef struct {
@@ -117,11 +131,43 @@ int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir,
 int64_t anvil_ckpt_snapshot_step(const anvil_ckpt_snapshot *s);
 void anvil_ckpt_snapshot_free(anvil_ckpt_snapshot *s);
 
+/* A sharded checkpoint is written by every rank together: the caller (the
+ * trainer, which owns the collectives) has one rank begin it, every shard's
+ * rank write its shard file into the temporary folder, and the first rank
+ * finish it with the other files' names, sizes and checksums. */
+
+/* One slice of a rank's shard, in the flat layout of model/gpt2.h: elements
+ * [flat, flat+len) of parameter tensor `tensor`, and where the slice's
+ * moments (and, at stage 3, weights) are. */
+typedef struct {
+    int tensor;
+    size_t flat, len;
+    const float *m, *v, *p; /* p is NULL below stage 3 */
+} anvil_ckpt_slice;
+
+/* Creates RUN/ckpt/step_<step>.tmp-<pid> (and RUN/ckpt) and writes its path to tmp. */
+int anvil_ckpt_begin(const char *run_dir, int64_t step, char *tmp, size_t cap);
+/* Writes shard g of k into the folder tmp as shard_<g>_of_<k>.safetensors, one 1-D tensor per
+ * slice and kind, named "m.<param>.<first element within the parameter>" (and "v.", "p."), so that
+ * the file says where every value goes; fsync'ed. out gets its name, size and CRC32C. */
+int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *model, const anvil_ckpt_slice *slices,
+                           int n, anvil_ckpt_file *out);
+/* Removes a temporary folder from anvil_ckpt_begin after a failure elsewhere. */
+void anvil_ckpt_abandon(const char *tmp);
+/* Writes the snapshot's own files (weights and moments, when it holds them) and the manifest,
+ * which also lists the shard files, then renames tmp into place and updates `latest`. On failure
+ * tmp is removed and nothing named step_* appears. */
+int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const char *tmp,
+                      const anvil_ckpt_file *shards, int nshards, char *out, size_t cap);
+
 /* Verifies the checkpoint folder (its manifest, then every listed file's
  * size and checksum), then restores weights into model and, when opt is not
  * NULL, the moments and step count into opt. Both must already be
  * initialized with the checkpoint's configuration: a difference is refused
- * with a message naming the field. info (may be NULL) receives the manifest
+ * with a message naming the field. A sharded checkpoint is put back
+ * together from its shard files, whatever layout wrote it, so the whole
+ * moments land in opt (and, from stage 3, the whole weights in model).
+ * info (may be NULL) receives the manifest
  * (loader state, RNG, counters, tokenizer, training configuration); free it
  * with anvil_ckpt_manifest_free. Nothing is modified on failure. */
 int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info);

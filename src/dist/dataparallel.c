@@ -487,6 +487,36 @@ int anvil_dp_gather_params(anvil_dp *dp, float *flat) {
     return rc;
 }
 
+int anvil_dp_num_slices(const anvil_dp *dp) { return dp->nsegs; }
+
+void anvil_dp_slice(const anvil_dp *dp, int i, int *tensor, size_t *flat, size_t *len, const float **m,
+                    const float **v, const float **p) {
+    const dp_seg *g = &dp->segs[i];
+    *tensor = g->tensor;
+    *flat = g->flat;
+    *len = g->len;
+    *m = dp->sm + g->shard;
+    *v = dp->sv + g->shard;
+    *p = dp->sparam ? dp->sparam + g->shard : NULL;
+}
+
+void anvil_dp_shard_id(const anvil_dp *dp, int *g, int *k, int *writer) {
+    *g = dp->srank;
+    *k = dp->ssize;
+    *writer = !dp->replica || anvil_group_rank(dp->replica) == 0;
+}
+
+int anvil_dp_adam_t(const anvil_dp *dp) { return dp->adam_t; }
+
+void anvil_dp_set_moments(anvil_dp *dp, const float *m, const float *v, int t) {
+    for (int i = 0; i < dp->nsegs; i++) {
+        const dp_seg *g = &dp->segs[i];
+        memcpy(dp->sm + g->shard, m + g->flat, g->len * sizeof(float));
+        memcpy(dp->sv + g->shard, v + g->flat, g->len * sizeof(float));
+    }
+    dp->adam_t = t;
+}
+
 void anvil_dp_get_info(const anvil_dp *dp, anvil_dp_info *info) {
     memset(info, 0, sizeof *info);
     info->zero_stage = dp->cfg.zero_stage;

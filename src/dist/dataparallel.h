@@ -67,6 +67,20 @@ float anvil_dp_clip_replicated(anvil_dp *dp, float max_norm);
  * every rank: all-gathers the shards from stage 3, copies otherwise. */
 int anvil_dp_gather_params(anvil_dp *dp, float *flat);
 
+/* Checkpoints of sharded runs. The rank's shard is a list of slices of the
+ * flat layout: slice i covers [flat, flat+len) of parameter tensor `tensor`;
+ * its moments are at m and v and, at stage 3, its weights at p (else NULL). */
+int anvil_dp_num_slices(const anvil_dp *dp);
+void anvil_dp_slice(const anvil_dp *dp, int i, int *tensor, size_t *flat, size_t *len, const float **m,
+                    const float **v, const float **p);
+/* The shard this rank holds: number g of k; writer is 1 on the first replica
+ * of each shard (the ranks that save it). */
+void anvil_dp_shard_id(const anvil_dp *dp, int *g, int *k, int *writer);
+int anvil_dp_adam_t(const anvil_dp *dp);
+/* Stages 1-3: takes this rank's part of whole moments in the flat layout (a
+ * checkpoint of any layout, put back together) and the update count. */
+void anvil_dp_set_moments(anvil_dp *dp, const float *m, const float *v, int t);
+
 typedef struct {
     int zero_stage, shard_group_size, shard_rank, replicas;
     size_t shard_elems;    /* parameters in this rank's shard */

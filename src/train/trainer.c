@@ -7,7 +7,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/model_file.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -236,6 +238,87 @@ typedef struct {
     const char *path;
 } whole_job;
 
+/* A checkpoint of a sharded run, written by every rank together (and so
+ * synchronously): rank 0 opens the temporary folder, the first replica of
+ * each shard writes its shard file there, and rank 0 adds the whole weights
+ * (below stage 3) and the manifest, then renames it into place. */
+static int save_sharded(const anvil_train_config *c, anvil_gpt2 *m, anvil_dp *dp, anvil_loader *train, anvil_rng rng,
+                        int64_t step, int64_t tokens_seen) {
+    int rank = anvil_dist_rank(), world = anvil_dist_world_size();
+    anvil_group *all = anvil_dist_world();
+    struct {
+        int64_t rc;
+        char tmp[4096];
+    } begun = {0, ""};
+    if (rank == 0 && anvil_ckpt_begin(c->out_dir, step, begun.tmp, sizeof begun.tmp)) begun.rc = -1;
+    if (anvil_broadcast(all, &begun, sizeof begun, ANVIL_U8, 0, "checkpoint folder")) return -1;
+    if (begun.rc) return rank == 0 ? -1 : anvil_fail("checkpoint step %lld: rank 0 could not start it", (long long)step);
+
+    int g, k, writer, n = anvil_dp_num_slices(dp), rc = 0;
+    anvil_dp_shard_id(dp, &g, &k, &writer);
+    anvil_ckpt_file mine = {0};
+    int64_t *files = calloc((size_t)world * 3, sizeof *files);
+    anvil_ckpt_slice *sl = calloc((size_t)n + 1, sizeof *sl);
+    if (!files || !sl) rc = anvil_fail("train: out of memory for a checkpoint");
+    if (!rc && writer) {
+        for (int i = 0; i < n; i++)
+            anvil_dp_slice(dp, i, &sl[i].tensor, &sl[i].flat, &sl[i].len, &sl[i].m, &sl[i].v, &sl[i].p);
+        rc = anvil_ckpt_write_shard(begun.tmp, g, k, m, sl, n, &mine);
+    }
+    char why[1024] = "";
+    if (rc) snprintf(why, sizeof why, "%s", anvil_errmsg());
+    if (files) {
+        files[3 * rank] = rc ? 1 : writer ? 2 : 0;
+        files[3 * rank + 1] = (int64_t)mine.bytes;
+        files[3 * rank + 2] = mine.crc32c;
+    }
+    free(sl);
+    if (!files || anvil_allreduce(all, files, (size_t)world * 3, ANVIL_I64, "checkpoint shard files")) {
+        free(files);
+        return -1;
+    }
+    int failed = -1, nshards = 0;
+    anvil_ckpt_file shards[ANVIL_CKPT_MAX_FILES];
+    for (int r = 0; r < world; r++) {
+        if (files[3 * r] == 1 && failed < 0) failed = r;
+        if (files[3 * r] == 2 && nshards < ANVIL_CKPT_MAX_FILES - 2) {
+            /* The first replica of shard group rank r is world rank r (groups are consecutive ranks). */
+            snprintf(shards[nshards].name, sizeof shards[nshards].name, "shard_%d_of_%d.safetensors", r, k);
+            shards[nshards].bytes = (uint64_t)files[3 * r + 1];
+            shards[nshards].crc32c = (uint32_t)files[3 * r + 2];
+            nshards++;
+        }
+    }
+    free(files);
+    int64_t result = 0;
+    if (rank == 0) {
+        if (failed >= 0) {
+            anvil_ckpt_abandon(begun.tmp);
+            result = -1;
+        } else {
+            anvil_ckpt_layout lay = {world, c->zero_stage, k, anvil_dp_adam_t(dp), c->adamw};
+            anvil_ckpt_state st = {m, NULL, {0}, rng, step, tokens_seen, NULL, c->config_json, &lay};
+            if (train) st.loader = anvil_loader_get_state(train);
+            anvil_ckpt_snapshot *s = anvil_ckpt_snapshot_take(NULL, &st);
+            char out[4200];
+            result = !s || anvil_ckpt_finish(s, c->out_dir, begun.tmp, shards, nshards, out, sizeof out) ? -1 : 0;
+            if (!s) anvil_ckpt_abandon(begun.tmp);
+            anvil_ckpt_snapshot_free(s);
+            if (!result) {
+                fprintf(c->log, "checkpoint: %s (%d shard files, written by every shard's rank)\n", out, nshards);
+                if (anvil_ckpt_prune(c->out_dir, c->keep_last, c->keep_every) < 0) result = -1;
+            } else {
+                snprintf(why, sizeof why, "%s", anvil_errmsg());
+            }
+        }
+    }
+    if (anvil_broadcast(all, &result, 1, ANVIL_I64, 0, "checkpoint result")) return -1;
+    if (failed >= 0) return anvil_fail("checkpoint step %lld not saved: rank %d failed to write its shard%s%s",
+                                       (long long)step, failed, why[0] ? ": " : "", why);
+    if (result) return anvil_fail("checkpoint step %lld not saved%s%s", (long long)step, why[0] ? ": " : "", why);
+    return 0;
+}
+
 static int do_sample(void *ctx, anvil_gpt2 *m) {
     whole_job *j = ctx;
     return print_sample(j->c, m, j->step);
@@ -248,21 +331,35 @@ static int do_save(void *ctx, anvil_gpt2 *m) {
     return 0;
 }
 
-/* Rank 0 prints every rank's peak memory next to what its model state takes. */
+static double current_rss_mb(void) {
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (double)resident * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
+}
+
+/* Rank 0 prints every rank's memory: the peak (which includes building the
+ * whole model once, before sharding), the resident size after training, and
+ * what the rank's share of parameters, gradients and moments takes. */
 static int report_memory(const anvil_train_config *c, anvil_dp *dp, double rss_mb) {
     int world = anvil_dist_world_size(), rank = anvil_dist_rank();
     anvil_dp_info info;
     anvil_dp_get_info(dp, &info);
-    double *v = calloc((size_t)world * 2, sizeof *v);
+    double *v = calloc((size_t)world * 3, sizeof *v);
     if (!v) return anvil_fail("train: out of memory");
-    v[2 * rank] = rss_mb;
-    v[2 * rank + 1] = info.state_bytes / 1048576.0;
-    int rc = anvil_allreduce(anvil_dist_world(), v, (size_t)world * 2, ANVIL_F64, "memory report");
+    v[3 * rank] = rss_mb;
+    v[3 * rank + 1] = current_rss_mb();
+    v[3 * rank + 2] = info.state_bytes / 1048576.0;
+    int rc = anvil_allreduce(anvil_dist_world(), v, (size_t)world * 3, ANVIL_F64, "memory report");
     if (!rc) {
         fprintf(c->log, "memory (ZeRO-%d, shard group %d, %d replicas):", info.zero_stage, info.shard_group_size,
                 info.replicas);
         for (int r = 0; r < world; r++)
-            fprintf(c->log, " rank %d %.0f MB peak RSS / %.0f MB model state;", r, v[2 * r], v[2 * r + 1]);
+            fprintf(c->log, " rank %d %.0f MB peak RSS, %.0f MB RSS now, %.0f MB model state;", r, v[3 * r],
+                    v[3 * r + 1], v[3 * r + 2]);
         fprintf(c->log, "\n");
     }
     free(v);
@@ -324,12 +421,9 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     double flops_per_step = anvil_gpt2_flops_per_token(mc, T) * tokens_per_step;
     res->params = (int64_t)anvil_gpt2_num_params(mc);
 
-    if (sharded && (c->resume || c->ckpt_every || c->ckpt_minutes > 0)) {
-        anvil_fail("train: checkpoints of ZeRO-sharded runs (--zero %d) are not supported yet; use --zero 0",
-                   c->zero_stage);
-        goto out;
-    }
-    if (!sharded && anvil_adamw_init(&opt, &model, &c->adamw)) goto out;
+    int ckpt_policy = c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume);
+    /* A sharded run restores whole moments from a checkpoint of any layout, then keeps its part. */
+    if ((!sharded || c->resume) && anvil_adamw_init(&opt, &model, &c->adamw)) goto out;
     if (!c->synthetic) {
         train = anvil_loader_open(c->train_pattern, B, T, rank, world, mc->vocab_size);
         if (!train || (c->shuffle && anvil_loader_set_shuffle(train, c->seed))) goto out;
@@ -370,8 +464,12 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     if (world > 1 || sharded) {
         anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
         if (!(dp = anvil_dp_new(&model, &dc))) goto out;
+        if (sharded && opt.m) {
+            anvil_dp_set_moments(dp, opt.m, opt.v, opt.t);
+            anvil_adamw_free(&opt, &model);
+        }
     }
-    if (rank == 0 && c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume)) {
+    if (rank == 0 && ckpt_policy) {
         anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
                                         c->keep_every, !c->ckpt_sync, c->log};
         if (!(ckpt = anvil_checkpointer_new(&cc))) goto out;
@@ -396,9 +494,10 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             loss_sum += l;
         }
         /* The stop flag rides along, so every rank stops after the same step. */
-        double agreed[2] = {loss_sum, stop_signal != 0};
-        if (dp && (anvil_dp_finish_grads(dp) || (world > 1 && anvil_allreduce(anvil_dist_world(), agreed, 2,
-                                                                              ANVIL_F64, "loss and stop flag"))))
+        /* So does rank 0's checkpoint decision, which depends on its clock. */
+        double agreed[3] = {loss_sum, stop_signal != 0, ckpt && anvil_checkpointer_due(ckpt, step + 1)};
+        if (dp && (anvil_dp_finish_grads(dp) || (world > 1 && anvil_allreduce(anvil_dist_world(), agreed, 3,
+                                                                              ANVIL_F64, "loss and flags"))))
             goto out;
         float loss = (float)(agreed[0] / accum / world);
         if (!isfinite(loss)) {
@@ -454,8 +553,11 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             if (with_whole_model(dp, &model, do_sample, &job)) goto out;
         }
         int stopping = agreed[1] > 0 || stop_signal != 0;
-        if (ckpt && (last || stopping || anvil_checkpointer_due(ckpt, step + 1))) {
-            anvil_ckpt_state st = {&model, &opt, {0}, data_rng, step + 1, tokens_seen, NULL, c->config_json};
+        if (ckpt_policy && sharded && (last || stopping || agreed[2] > 0)) {
+            if (c->progress) anvil_progress_end(c->log);
+            if (save_sharded(c, &model, dp, train, data_rng, step + 1, tokens_seen)) goto out;
+        } else if (ckpt && (last || stopping || agreed[2] > 0)) {
+            anvil_ckpt_state st = {&model, &opt, {0}, data_rng, step + 1, tokens_seen, NULL, c->config_json, NULL};
             if (train) st.loader = anvil_loader_get_state(train);
             if (c->progress) anvil_progress_end(c->log);
             if (anvil_checkpointer_save(ckpt, &st, last || stopping)) goto out;
