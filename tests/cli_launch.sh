@@ -5,7 +5,8 @@
 #   - 4 ranks on this 2-core machine (oversubscribed): each rank's lines
 #     appear exactly once on the launcher's stdout/stderr with its prefix,
 #     a line written in two pieces and a 20000-byte line arrive whole, and
-#     rank_<R>.log holds exactly that rank's lines;
+#     rank_<R>.log holds exactly that rank's lines; 1000 newlines written at
+#     once all arrive (mpirun's own tagged output loses or crashes on them);
 #   - a rank exiting 3: the launcher exits 3, names the rank, and no other
 #     rank is left running; a rank killed by SIGKILL: one line naming the
 #     rank, host and signal, exit 137; every rank exiting 75: exit 75;
@@ -50,6 +51,10 @@ print)
   printf 'part'; sleep 0.3; echo "ial $r"
   echo "env $r ${ANVIL_LAUNCH_TEST:-unset}"
   head -c 20000 /dev/zero | tr '\0' "$r"; echo
+  ;;
+burst)
+  head -c 1000 /dev/zero | tr '\0' '\n'
+  echo "done $r"
   ;;
 fail)
   if [ "$r" = 2 ]; then sleep 1; echo "rank 2 fails"; exit 3; fi
@@ -101,6 +106,16 @@ done
   bad "merged output: $(head -c 600 "$tmp/out") / $(cat "$tmp/err")"
 [ $long_ok = 1 ] && ok "a 20000-byte line arrives whole" || bad "the long line was split or lost"
 [ $logs_ok = 1 ] && ok "rank_<R>.log holds exactly that rank's lines" || bad "per-rank logs: $(ls "$tmp/logs")"
+left=$(ls -A "$tmp/logs" | grep -v -e '^rank_[0-3]\.log$' -e '^mpirun\.log$')
+[ -z "$left" ] && ok "mpirun's raw output files are cleaned up" || bad "left in the log folder: $left"
+
+# 1000 newlines in one write: mpirun 4.1.4's --tag-output drops part of such a
+# chunk and --xml crashes on it; every one of them must arrive.
+launch -n 2 --log-dir "$tmp/logs_burst" --exec "$tmp/rank.sh" -- burst > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -cx '\[rank 0\] ' "$tmp/out")" = 1000 ] && [ "$(grep -cx '\[rank 1\] ' "$tmp/out")" = 1000 ] &&
+  [ "$(grep -c '^\[rank [01]\] done [01]$' "$tmp/out")" = 2 ] && [ "$(wc -l < "$tmp/logs_burst/rank_1.log")" = 1001 ] &&
+  ok "a burst of 1000 empty lines per rank arrives whole" || bad "burst: exit $rc, $(wc -l < "$tmp/out") lines"
 
 # ---- failures ----
 launch -n 4 --log-dir "$tmp/logs_fail" --exec "$tmp/rank.sh" -- fail > "$tmp/out" 2> "$tmp/err"
@@ -144,8 +159,7 @@ for _ in $(seq 150); do
   [ "$(cat "$tmp"/logs_orphan/rank_*.log 2> /dev/null | grep -c '^ready')" = 2 ] && break
   sleep 0.2
 done
-kill -KILL $pid
-wait $pid 2> /dev/null
+{ kill -KILL $pid; wait $pid; } 2> /dev/null
 none_left && ok "a SIGKILLed launcher leaves no mpirun or rank behind" ||
   bad "left behind by a SIGKILLed launcher: $(pgrep -af "$tmp/rank.sh")"
 

@@ -1,8 +1,8 @@
 /* The launcher's pure parts, without running mpirun: --hosts parsing, the
- * exact mpirun command line, the default log folder, the XML merger (fed
- * output recorded from mpirun 4.1.4, cut at every byte and in random
- * pieces, must give the same prefixed lines and per-rank logs), and the
- * exit decoding of mpirun 4.1.4's recorded messages. */
+ * exact mpirun command line, the default log folder, the merger (ranks'
+ * output cut at every size and interleaved must give each rank's lines
+ * whole, prefixed and in order, and the same per-rank logs), and the exit
+ * decoding of mpirun 4.1.4's recorded messages. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +62,7 @@ static char *join(char **argv) {
 static void expect_argv(int line, const anvil_launch_spec *spec, int cores, bool root, char *const *env,
                         const char *want) {
     char **argv;
-    if (anvil_launch_build_argv(spec, "/opt/anvil", cores, root, env, &argv)) {
+    if (anvil_launch_build_argv(spec, "/opt/anvil", "/logs/.out", cores, root, env, &argv)) {
         t_fail(__FILE__, line, "build_argv failed: %s", anvil_errmsg());
         return;
     }
@@ -78,25 +78,25 @@ static void test_argv(void) {
                    "OMPI_MCA_btl=self", "LD_LIBRARY_PATH=/l", "ANVIL_=empty-suffix", "PATHX=no", NULL};
     anvil_launch_spec s = {.nranks = 4, .argc = 5, .argv = cmd};
     expect_argv(__LINE__, &s, 2, true, env,
-                "mpirun --xml --stdin none --bind-to none -n 4 --oversubscribe --allow-run-as-root -x PATH -x "
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 4 --oversubscribe --allow-run-as-root -x PATH -x "
                 "OMP_NUM_THREADS -x OPENBLAS_CORETYPE -x ANVIL_DEBUG -x LD_LIBRARY_PATH /opt/anvil train --preset "
                 "tiny --out runs/x");
     /* Fewer ranks than cores: no oversubscription; not root; the threads split the cores. */
     char *env2[] = {"PATH=/usr/bin", NULL};
     s.nranks = 2;
     expect_argv(__LINE__, &s, 8, false, env2,
-                "mpirun --xml --stdin none --bind-to none -n 2 -x PATH -x OMP_NUM_THREADS=4 /opt/anvil train --preset "
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 2 -x PATH -x OMP_NUM_THREADS=4 /opt/anvil train --preset "
                 "tiny --out runs/x");
     s.nranks = 3;
     expect_argv(__LINE__, &s, 2, false, env2,
-                "mpirun --xml --stdin none --bind-to none -n 3 --oversubscribe -x PATH -x OMP_NUM_THREADS=1 /opt/anvil "
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 3 --oversubscribe -x PATH -x OMP_NUM_THREADS=1 /opt/anvil "
                 "train --preset tiny --out runs/x");
     /* Hosts: their slots decide, ssh cannot hang, and the thread count is left to the user. */
     s.nranks = 8;
     s.hosts = "h1:4,h2:4";
     s.tcp = true;
     expect_argv(__LINE__, &s, 2, false, env2,
-                "mpirun --xml --stdin none --bind-to none -n 8 --host h1:4,h2:4 --mca plm_rsh_args '-o BatchMode=yes -o "
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 8 --host h1:4,h2:4 --mca plm_rsh_args '-o BatchMode=yes -o "
                 "ConnectTimeout=15' --mca pml ob1 --mca btl tcp,self -x PATH /opt/anvil train --preset tiny --out "
                 "runs/x");
     char *env3[] = {"OMPI_MCA_plm_rsh_args=-p 2222", NULL};
@@ -105,12 +105,12 @@ static void test_argv(void) {
     s.tcp = false;
     s.hosts = "h1";
     expect_argv(__LINE__, &s, 2, false, env3,
-                "mpirun --xml --stdin none --bind-to none -n 9 --oversubscribe --host h1:1 /opt/anvil train --preset "
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 9 --oversubscribe --host h1:1 /opt/anvil train --preset "
                 "tiny --out runs/x");
     /* --exec: the program replaces the anvil binary; its arguments may be empty. */
     anvil_launch_spec e = {.nranks = 1, .exec = "./job.sh"};
     expect_argv(__LINE__, &e, 2, false, env2,
-                "mpirun --xml --stdin none --bind-to none -n 1 -x PATH -x OMP_NUM_THREADS=2 ./job.sh");
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 1 -x PATH -x OMP_NUM_THREADS=2 ./job.sh");
 
     char *launch[] = {"launch", "-n", "2"};
     anvil_launch_spec bad[] = {
@@ -124,9 +124,12 @@ static void test_argv(void) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char **argv = (char **)1;
         CHECK(anvil_launch_check(&bad[i]) == -1);
-        CHECK(anvil_launch_build_argv(&bad[i], "/opt/anvil", 2, false, env2, &argv) == -1 && argv == NULL);
+        CHECK(anvil_launch_build_argv(&bad[i], "/opt/anvil", "/logs/.out", 2, false, env2, &argv) == -1 && argv == NULL);
     }
     CHECK(strstr(anvil_errmsg(), "--exec") != NULL);
+    char **argv = (char **)1;
+    CHECK(anvil_launch_build_argv(&e, "/opt/anvil", "/logs:x/.out", 2, false, env2, &argv) == -1 && argv == NULL);
+    CHECK(strstr(anvil_errmsg(), "/logs:x/.out") != NULL);
 }
 
 static void test_log_dir(void) {
@@ -146,36 +149,30 @@ static void test_log_dir(void) {
     free(d);
 }
 
-/* Recorded from mpirun 4.1.4 --xml (ranks writing "part", then "ial" later,
- * escapes, stderr), then a rank that never ends its line, an unknown
- * entity and a rank number outside the job. */
-static const char *xml =
-    "<mpirun>\n"
-    "<stdout rank=\"0\">out &lt;&amp;&gt; 0&#010;</stdout>\n"
-    "<stdout rank=\"0\">part</stdout><stderr rank=\"0\">err 0&#010;</stderr>\n"
-    "<stdout rank=\"1\">out &lt;&amp;&gt; 1&#010;</stdout>\n"
-    "<stdout rank=\"1\">tab&#009;&quot;q&quot; &#195;&#169;</stdout><stdout rank=\"1\">&#010;two&#010;</stdout>\n"
-    "<stdout rank=\"0\">ial 0&#010;</stdout>\n"
-    "<stderr>--------------------------------------------------------------------------&#010;</stderr>\n"
-    "<stderr>Primary job  terminated normally, but 1 process returned&#010;</stderr>\n"
-    "<stdout rank=\"1\">&bogus; &#9999; unterminated</stdout>\n"
-    "<stdout rank=\"7\">from nowhere&#010;</stdout>\n"
-    "</mpirun>\n";
-
-static const char *want_out =
-    "[rank 0] out <&> 0\n"
-    "[rank 1] out <&> 1\n"
-    "[rank 1] tab\t\"q\" \xc3\xa9\n"
-    "[rank 1] two\n"
-    "[rank 0] partial 0\n"
-    "[rank 1] &bogus; &#9999; unterminated\n";
+/* What the ranks and mpirun write: escapes, tabs and UTF-8 pass through,
+ * rank 1 never ends its last line, rank 2 says nothing. */
+static const struct {
+    int rank; /* -1: mpirun */
+    bool err;
+    const char *text;
+} streams[] = {
+    {0, false, "out <&> 0\npartial 0\n"},
+    {0, true, "err 0\n"},
+    {1, false, "out 1\ntab\t\"q\" \xc3\xa9\n\ntwo\nunterminated"},
+    {-1, true,
+     "--------------------------------------------------------------------------\n"
+     "Primary job  terminated normally, but 1 process returned\n"
+     "ssh: Could not resolve hostname nosuchhost: Name or service not known"},
+};
+static const char *want_rank[3] = {"[rank 0] out <&> 0\n[rank 0] partial 0\n",
+                                   "[rank 1] out 1\n[rank 1] tab\t\"q\" \xc3\xa9\n[rank 1] \n[rank 1] two\n"
+                                   "[rank 1] unterminated\n",
+                                   ""};
 static const char *want_err = "[rank 0] err 0\n";
-static const char *want_log0 = "out <&> 0\nerr 0\npartial 0\n";
-static const char *want_log1 = "out <&> 1\ntab\t\"q\" \xc3\xa9\ntwo\n&bogus; &#9999; unterminated\n";
+static const char *want_log1 = "out 1\ntab\t\"q\" \xc3\xa9\n\ntwo\nunterminated\n";
 static const char *want_mpirun =
     "--------------------------------------------------------------------------\n"
     "Primary job  terminated normally, but 1 process returned\n"
-    "from nowhere\n"
     "ssh: Could not resolve hostname nosuchhost: Name or service not known\n";
 
 static char *slurp(const char *path) {
@@ -189,13 +186,29 @@ static char *slurp(const char *path) {
     return s;
 }
 
+static void check_text(int line, const char *what, const char *got, const char *want) {
+    if (strcmp(got, want)) t_fail(__FILE__, line, "%s:\n--- got\n%s--- want\n%s", what, got, want);
+}
+
 static void check_file(int line, const char *what, const char *path, const char *want) {
     char *got = slurp(path);
-    if (strcmp(got, want)) t_fail(__FILE__, line, "%s:\n--- got\n%s--- want\n%s", what, got, want);
+    check_text(line, what, got, want);
     free(got);
 }
 
-/* Feeds the recording in pieces of at most `piece` bytes (0: random sizes) and checks every output. */
+/* The lines of text that start with prefix, in order. */
+static char *lines_with(const char *text, const char *prefix) {
+    char *out = calloc(strlen(text) + 1, 1);
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n") + 1;
+        if (!strncmp(p, prefix, strlen(prefix))) strncat(out, p, n);
+        p += n;
+    }
+    return out;
+}
+
+/* Feeds every stream round-robin, `piece` bytes at a time (0: random sizes),
+ * so the ranks' lines arrive cut and interleaved, and checks every output. */
 static void merge_once(const char *dir, size_t piece, anvil_rng *rng) {
     char path[512];
     snprintf(path, sizeof path, "%s/out", dir);
@@ -210,27 +223,44 @@ static void merge_once(const char *dir, size_t piece, anvil_rng *rng) {
     anvil_launch_merger *m = anvil_launch_merger_new(3, path, out, err);
     CHECK(m != NULL);
     if (!m) return;
-    size_t len = strlen(xml);
-    for (size_t i = 0; i < len;) {
-        size_t k = piece ? piece : 1 + anvil_rng_u64(rng) % 40;
-        if (k > len - i) k = len - i;
-        CHECK(anvil_launch_merger_feed(m, xml + i, k) == 0);
-        i += k;
+    enum { NS = sizeof streams / sizeof *streams };
+    size_t at[NS] = {0};
+    for (bool more = true; more;) {
+        more = false;
+        for (int i = 0; i < NS; i++) {
+            size_t len = strlen(streams[i].text), k = piece ? piece : 1 + anvil_rng_u64(rng) % 40;
+            if (k > len - at[i]) k = len - at[i];
+            const char *p = streams[i].text + at[i];
+            if (streams[i].rank < 0) CHECK(anvil_launch_merger_feed_mpirun(m, streams[i].err, p, k) == 0);
+            else CHECK(anvil_launch_merger_feed_rank(m, streams[i].rank, streams[i].err, p, k) == 0);
+            at[i] += k;
+            more |= at[i] < len;
+        }
     }
-    const char *ssh = "ssh: Could not resolve hostname nosuchhost: Name or service not known";
-    CHECK(anvil_launch_merger_feed_mpirun(m, ssh, 20) == 0);
-    CHECK(anvil_launch_merger_feed_mpirun(m, ssh + 20, strlen(ssh) - 20) == 0);
+    CHECK(anvil_launch_merger_feed_rank(m, 3, false, "x\n", 2) == -1);
     CHECK(anvil_launch_merger_finish(m) == 0);
-    CHECK(!strcmp(anvil_launch_merger_mpirun_text(m), want_mpirun));
+    check_text(__LINE__, "mpirun text", anvil_launch_merger_mpirun_text(m), want_mpirun);
     anvil_launch_merger_free(m);
     close(out);
     close(err);
     snprintf(path, sizeof path, "%s/out", dir);
-    check_file(__LINE__, "merged stdout", path, want_out);
+    char *got = slurp(path);
+    CHECK(strlen(got) == strlen(want_rank[0]) + strlen(want_rank[1]));
+    for (int r = 0; r < 3; r++) {
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "[rank %d] ", r);
+        char *mine = lines_with(got, prefix);
+        check_text(__LINE__, prefix, mine, want_rank[r]);
+        free(mine);
+    }
+    free(got);
     snprintf(path, sizeof path, "%s/err", dir);
     check_file(__LINE__, "merged stderr", path, want_err);
     snprintf(path, sizeof path, "%s/logs/rank_0.log", dir);
-    check_file(__LINE__, "rank_0.log", path, want_log0);
+    got = slurp(path);
+    CHECK(!strcmp(got, "out <&> 0\npartial 0\nerr 0\n") || !strcmp(got, "out <&> 0\nerr 0\npartial 0\n") ||
+          !strcmp(got, "err 0\nout <&> 0\npartial 0\n"));
+    free(got);
     snprintf(path, sizeof path, "%s/logs/rank_1.log", dir);
     check_file(__LINE__, "rank_1.log", path, want_log1);
     snprintf(path, sizeof path, "%s/logs/rank_2.log", dir);
@@ -251,7 +281,7 @@ static void test_merger(void) {
     anvil_rng_seed(&rng, 7);
     int before = t_failures;
     for (size_t piece = 1; piece <= 64 && t_failures == before; piece++) merge_once(dir, piece, &rng);
-    merge_once(dir, strlen(xml), &rng);
+    merge_once(dir, 1000, &rng);
     for (int i = 0; i < 20 && t_failures == before; i++) merge_once(dir, 0, &rng);
 
     /* A line longer than the cap reaches the terminal in pieces, none lost. */
@@ -259,12 +289,10 @@ static void test_merger(void) {
     snprintf(path, sizeof path, "%s/out", dir);
     int out = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
     anvil_launch_merger *m = anvil_launch_merger_new(1, NULL, out, out);
-    const char *open_tag = "<stdout rank=\"0\">";
-    CHECK(anvil_launch_merger_feed(m, open_tag, strlen(open_tag)) == 0);
     char xs[1000];
     memset(xs, 'x', sizeof xs);
-    for (int i = 0; i < 200; i++) CHECK(anvil_launch_merger_feed(m, xs, sizeof xs) == 0);
-    CHECK(anvil_launch_merger_feed(m, "&#010;</stdout>", 15) == 0);
+    for (int i = 0; i < 200; i++) CHECK(anvil_launch_merger_feed_rank(m, 0, false, xs, sizeof xs) == 0);
+    CHECK(anvil_launch_merger_feed_rank(m, 0, false, "\n", 1) == 0);
     CHECK(anvil_launch_merger_finish(m) == 0);
     anvil_launch_merger_free(m);
     close(out);

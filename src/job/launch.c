@@ -2,7 +2,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <netdb.h>
 #include <poll.h>
@@ -231,19 +233,27 @@ static bool forwarded(const char *var) {
     return false;
 }
 
-int anvil_launch_build_argv(const anvil_launch_spec *spec, const char *self, int local_cores, bool root,
-                            char *const *env, char ***argv_out) {
+int anvil_launch_build_argv(const anvil_launch_spec *spec, const char *self, const char *output_dir, int local_cores,
+                            bool root, char *const *env, char ***argv_out) {
     *argv_out = NULL;
+    if (strchr(output_dir, ':')) return anvil_fail("the log folder '%s' has a ':', which mpirun cannot take", output_dir);
     anvil_launch_host *hosts;
     int nhosts;
     if (check_spec(spec, &hosts, &nhosts)) return -1;
     argv_t a = {0};
     char num[64];
     snprintf(num, sizeof num, "%d", spec->nranks);
+    size_t olen = strlen(output_dir) + sizeof ":nocopy";
+    char *output = malloc(olen);
+    if (!output) {
+        anvil_launch_free_hosts(hosts, nhosts);
+        return anvil_fail("launch: out of memory");
+    }
+    snprintf(output, olen, "%s:nocopy", output_dir);
     /* --bind-to none: mpirun binds each of up to two ranks to a single core,
      * which would squeeze a rank's OpenMP threads onto it. --stdin none: a
      * backgrounded mpirun reading the terminal would be stopped by SIGTTIN. */
-    const char *fixed[] = {"mpirun", "--xml", "--stdin", "none", "--bind-to", "none", "-n", num};
+    const char *fixed[] = {"mpirun", "--output-filename", output, "--stdin", "none", "--bind-to", "none", "-n", num};
     int rc = 0;
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed && !rc; i++) rc = argv_add(&a, fixed[i]);
     if (!rc && (spec->oversubscribe || (!hosts && spec->nranks > local_cores))) rc = argv_add(&a, "--oversubscribe");
@@ -293,6 +303,7 @@ int anvil_launch_build_argv(const anvil_launch_spec *spec, const char *self, int
     if (!rc) rc = argv_add(&a, spec->exec ? spec->exec : self);
     for (int i = 0; i < spec->argc && !rc; i++) rc = argv_add(&a, spec->argv[i]);
     anvil_launch_free_hosts(hosts, nhosts);
+    free(output);
     if (rc) {
         anvil_launch_free_argv(a.v);
         return -1;
@@ -303,23 +314,14 @@ int anvil_launch_build_argv(const anvil_launch_spec *spec, const char *self, int
 
 /* ---- merging the ranks' output ---- */
 
-enum { T_NONE = -1, T_MPIRUN = -2 };
-enum { S_TEXT, S_TAG, S_ENT };
-
 struct anvil_launch_merger {
     int nranks, out_fd, err_fd;
     char *log_dir;
-    int *log_fd;   /* per rank, -1 until the rank writes */
-    buf_t *line;   /* per rank: [2r] stdout, [2r+1] stderr */
-    buf_t mp_line; /* mpirun's text in the XML stream */
-    buf_t raw_line; /* mpirun's own stderr */
+    int *log_fd;       /* per rank, -1 until the rank writes */
+    buf_t *line;       /* per rank: [2r] stdout, [2r+1] stderr */
+    buf_t mp_line[2];  /* mpirun's own stdout and stderr */
     buf_t text;
     int mp_log;
-    int state, target, target_err;
-    char tag[256];
-    size_t tag_n;
-    char ent[12];
-    size_t ent_n;
     bool log_failed;
     buf_t scratch;
 };
@@ -390,69 +392,6 @@ static int emit_mpirun_line(anvil_launch_merger *m, buf_t *b) {
     return rc;
 }
 
-static int put_byte(anvil_launch_merger *m, char c) {
-    if (m->target == T_NONE) {
-        if (isspace((unsigned char)c)) return 0;
-        m->target = T_MPIRUN;
-    }
-    if (m->target == T_MPIRUN) {
-        if (c == '\n') return emit_mpirun_line(m, &m->mp_line);
-        return buf_putc(&m->mp_line, c);
-    }
-    buf_t *b = &m->line[2 * m->target + m->target_err];
-    if (c == '\n') return emit_rank_line(m, m->target, m->target_err, b);
-    if (buf_putc(b, c)) return -1;
-    return b->n >= MAX_LINE ? emit_rank_line(m, m->target, m->target_err, b) : 0;
-}
-
-static int put_str(anvil_launch_merger *m, const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (put_byte(m, s[i])) return -1;
-    return 0;
-}
-
-static void end_tag(anvil_launch_merger *m) {
-    m->tag[m->tag_n] = 0;
-    const char *t = m->tag;
-    if (t[0] == '/') {
-        m->target = T_NONE;
-        return;
-    }
-    if (!strcmp(t, "mpirun")) return;
-    bool out = !strncmp(t, "stdout", 6), err = !strncmp(t, "stderr", 6);
-    m->target = T_MPIRUN;
-    if ((out || err) && (t[6] == ' ' || t[6] == 0)) {
-        const char *r = strstr(t + 6, "rank=\"");
-        if (!r) return;
-        char *end;
-        long rank = strtol(r + 6, &end, 10);
-        if (*end == '"' && rank >= 0 && rank < m->nranks && end != r + 6) {
-            m->target = (int)rank;
-            m->target_err = err;
-        }
-    }
-}
-
-static int end_entity(anvil_launch_merger *m) {
-    m->ent[m->ent_n] = 0;
-    const char *e = m->ent;
-    char c = 0;
-    if (!strcmp(e, "lt")) c = '<';
-    else if (!strcmp(e, "gt")) c = '>';
-    else if (!strcmp(e, "amp")) c = '&';
-    else if (!strcmp(e, "quot")) c = '"';
-    else if (!strcmp(e, "apos")) c = '\'';
-    else if (e[0] == '#') {
-        char *end;
-        bool hex = e[1] == 'x' || e[1] == 'X';
-        long v = strtol(e + 1 + hex, &end, hex ? 16 : 10);
-        if (end != e + 1 + hex && !*end && v >= 0 && v <= 255) return put_byte(m, (char)v);
-    }
-    if (c) return put_byte(m, c);
-    if (put_byte(m, '&') || put_str(m, e, m->ent_n)) return -1;
-    return put_byte(m, ';');
-}
-
 anvil_launch_merger *anvil_launch_merger_new(int nranks, const char *log_dir, int out_fd, int err_fd) {
     anvil_launch_merger *m = calloc(1, sizeof *m);
     if (!m) return NULL;
@@ -460,7 +399,6 @@ anvil_launch_merger *anvil_launch_merger_new(int nranks, const char *log_dir, in
     m->out_fd = out_fd;
     m->err_fd = err_fd;
     m->mp_log = -1;
-    m->target = T_NONE;
     m->log_fd = malloc(sizeof(int) * (size_t)nranks);
     m->line = calloc(2 * (size_t)nranks, sizeof(buf_t));
     m->log_dir = log_dir ? strdup(log_dir) : NULL;
@@ -473,53 +411,28 @@ anvil_launch_merger *anvil_launch_merger_new(int nranks, const char *log_dir, in
     return m;
 }
 
-int anvil_launch_merger_feed(anvil_launch_merger *m, const char *buf, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        char c = buf[i];
-        int rc = 0;
-        switch (m->state) {
-        case S_TEXT:
-            if (c == '<') {
-                m->state = S_TAG;
-                m->tag_n = 0;
-            } else if (c == '&') {
-                m->state = S_ENT;
-                m->ent_n = 0;
-            } else {
-                rc = put_byte(m, c);
-            }
-            break;
-        case S_TAG:
-            if (c == '>') {
-                end_tag(m);
-                m->state = S_TEXT;
-            } else if (m->tag_n + 1 < sizeof m->tag) {
-                m->tag[m->tag_n++] = c;
-            }
-            break;
-        case S_ENT:
-            if (c == ';') {
-                m->state = S_TEXT;
-                rc = end_entity(m);
-            } else if (m->ent_n + 1 < sizeof m->ent && c != '<' && c != '&') {
-                m->ent[m->ent_n++] = c;
-            } else {
-                /* Not an entity after all: keep the text and look at c again. */
-                m->state = S_TEXT;
-                rc = put_byte(m, '&');
-                if (!rc) rc = put_str(m, m->ent, m->ent_n);
-                i--;
-            }
-            break;
+int anvil_launch_merger_feed_rank(anvil_launch_merger *m, int rank, bool err, const char *buf, size_t n) {
+    if (rank < 0 || rank >= m->nranks) return anvil_fail("launch: output from rank %d of a %d-rank job", rank, m->nranks);
+    buf_t *b = &m->line[2 * rank + err];
+    for (const char *p = buf, *end = buf + n; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t k = (size_t)((nl ? nl : end) - p);
+        if (k > MAX_LINE - b->n) k = MAX_LINE - b->n;
+        if (buf_put(b, p, k)) return -1;
+        p += k;
+        if (p < end && *p == '\n') {
+            p++;
+            if (emit_rank_line(m, rank, err, b)) return -1;
+        } else if (b->n >= MAX_LINE && emit_rank_line(m, rank, err, b)) {
+            return -1;
         }
-        if (rc) return -1;
     }
     return 0;
 }
 
-int anvil_launch_merger_feed_mpirun(anvil_launch_merger *m, const char *buf, size_t n) {
+int anvil_launch_merger_feed_mpirun(anvil_launch_merger *m, bool err, const char *buf, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        int rc = buf[i] == '\n' ? emit_mpirun_line(m, &m->raw_line) : buf_putc(&m->raw_line, buf[i]);
+        int rc = buf[i] == '\n' ? emit_mpirun_line(m, &m->mp_line[err]) : buf_putc(&m->mp_line[err], buf[i]);
         if (rc) return -1;
     }
     return 0;
@@ -535,8 +448,8 @@ int anvil_launch_merger_finish(anvil_launch_merger *m) {
         if (fd >= 0) close(fd);
         m->log_fd[r] = -1;
     }
-    if (m->mp_line.n && emit_mpirun_line(m, &m->mp_line)) rc = -1;
-    if (m->raw_line.n && emit_mpirun_line(m, &m->raw_line)) rc = -1;
+    for (int s = 0; s < 2; s++)
+        if (m->mp_line[s].n && emit_mpirun_line(m, &m->mp_line[s])) rc = -1;
     if (m->mp_log >= 0) close(m->mp_log);
     m->mp_log = -1;
     return rc || m->log_failed ? -1 : 0;
@@ -554,8 +467,8 @@ void anvil_launch_merger_free(anvil_launch_merger *m) {
     if (m->mp_log >= 0) close(m->mp_log);
     free(m->log_fd);
     free(m->line);
-    free(m->mp_line.p);
-    free(m->raw_line.p);
+    free(m->mp_line[0].p);
+    free(m->mp_line[1].p);
     free(m->text.p);
     free(m->scratch.p);
     free(m->log_dir);
@@ -741,7 +654,7 @@ static int resolve_hosts(const char *spec) {
     return rc;
 }
 
-static void drain(int *fd, anvil_launch_merger *m, bool xml, int *rc) {
+static void drain(int *fd, anvil_launch_merger *m, bool err, int *rc) {
     char buf[65536];
     ssize_t r = read(*fd, buf, sizeof buf);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
@@ -750,8 +663,60 @@ static void drain(int *fd, anvil_launch_merger *m, bool xml, int *rc) {
         *fd = -1;
         return;
     }
-    int e = xml ? anvil_launch_merger_feed(m, buf, (size_t)r) : anvil_launch_merger_feed_mpirun(m, buf, (size_t)r);
-    if (e) *rc = -1;
+    if (anvil_launch_merger_feed_mpirun(m, err, buf, (size_t)r)) *rc = -1;
+}
+
+/* The files mpirun writes for --output-filename DIR:nocopy,
+ * DIR/<job>/rank.<R, zero-padded>/{stdout,stderr}, read as they grow. */
+typedef struct {
+    char *dir;
+    int nranks, open;
+    int *fd; /* [2r] stdout, [2r+1] stderr; -1 until the file exists */
+} rank_files;
+
+static void rank_files_scan(rank_files *t) {
+    if (t->open == 2 * t->nranks) return;
+    DIR *d = opendir(t->dir);
+    if (!d) return;
+    struct dirent *job;
+    while ((job = readdir(d))) {
+        if (job->d_name[0] == '.') continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", t->dir, job->d_name);
+        DIR *jd = opendir(path);
+        if (!jd) continue;
+        struct dirent *e;
+        while ((e = readdir(jd))) {
+            char *end;
+            long r = strncmp(e->d_name, "rank.", 5) ? -1 : strtol(e->d_name + 5, &end, 10);
+            if (r < 0 || r >= t->nranks || *end || end == e->d_name + 5) continue;
+            for (int s = 0; s < 2; s++) {
+                if (t->fd[2 * r + s] >= 0) continue;
+                char f[PATH_MAX + 300];
+                snprintf(f, sizeof f, "%s/%s/%s", path, e->d_name, s ? "stderr" : "stdout");
+                if ((t->fd[2 * r + s] = open(f, O_RDONLY | O_CLOEXEC)) >= 0) t->open++;
+            }
+        }
+        closedir(jd);
+    }
+    closedir(d);
+}
+
+static int rank_files_read(rank_files *t, anvil_launch_merger *m) {
+    char buf[65536];
+    for (int i = 0; i < 2 * t->nranks; i++) {
+        ssize_t r;
+        while (t->fd[i] >= 0 && (r = read(t->fd[i], buf, sizeof buf)) > 0)
+            if (anvil_launch_merger_feed_rank(m, i / 2, i % 2, buf, (size_t)r)) return -1;
+    }
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
 }
 
 int anvil_launch_preflight(const anvil_launch_spec *spec) {
@@ -768,19 +733,28 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sn <= 0) return anvil_fail("cannot find the anvil binary (/proc/self/exe): %s", strerror(errno));
     self[sn] = 0;
-    char **argv;
-    if (anvil_launch_build_argv(spec, self, anvil_launch_local_cores(), geteuid() == 0, environ, &argv)) return -1;
-    char *mpirun = NULL;
-    char *log_dir = spec->log_dir ? strdup(spec->log_dir) : anvil_launch_default_log_dir(spec);
+    char **argv = NULL, *mpirun = NULL, *log_dir = spec->log_dir ? strdup(spec->log_dir) : anvil_launch_default_log_dir(spec);
+    char raw[PATH_MAX + 64] = "";
+    rank_files files = {.nranks = spec->nranks, .dir = raw};
     anvil_launch_merger *m = NULL;
     int out[2] = {-1, -1}, err[2] = {-1, -1}, rc = -1;
     pid_t pid = -1;
     struct sigaction old[sizeof relayed / sizeof *relayed];
-    if (!log_dir) {
+    char abs_log[PATH_MAX];
+    if (!log_dir || !(files.fd = malloc(sizeof(int) * 2 * (size_t)spec->nranks))) {
         anvil_fail("launch: out of memory");
         goto done;
     }
+    for (int i = 0; i < 2 * spec->nranks; i++) files.fd[i] = -1;
     if (anvil_launch_preflight(spec) || !(mpirun = find_in_path("mpirun")) || mkdir_p(log_dir)) goto done;
+    /* Absolute, because the daemons on other hosts do not start in this folder. */
+    if (!realpath(log_dir, abs_log)) {
+        anvil_fail("log folder %s: %s", log_dir, strerror(errno));
+        goto done;
+    }
+    snprintf(raw, sizeof raw, "%s/.mpirun-output-%d", abs_log, (int)getpid());
+    if (anvil_launch_build_argv(spec, self, raw, anvil_launch_local_cores(), geteuid() == 0, environ, &argv))
+        goto done;
     if (!(m = anvil_launch_merger_new(spec->nranks, log_dir, STDOUT_FILENO, STDERR_FILENO))) goto done;
     if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
         (sig_pipe[0] < 0 && pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK))) {
@@ -816,15 +790,18 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     bool exited = false;
     while (out[0] >= 0 || err[0] >= 0) {
         struct pollfd p[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {sig_pipe[0], POLLIN, 0}};
-        int pr = poll(p, 3, 250);
+        /* The rank files cannot be polled; 100 ms is their latency. */
+        int pr = poll(p, 3, 100);
         if (pr < 0 && errno != EINTR) break;
         if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = true;
+        rank_files_scan(&files);
+        if (rank_files_read(&files, m)) merge_rc = -1;
         /* mpirun is gone and whatever still holds its pipes (an ssh) has been quiet for 2 s. */
-        if (pr == 0 && exited && ++quiet >= 8) break;
+        if (pr == 0 && exited && ++quiet >= 20) break;
         if (pr <= 0) continue;
         quiet = 0;
-        if (p[0].revents) drain(&out[0], m, true, &merge_rc);
-        if (p[1].revents) drain(&err[0], m, false, &merge_rc);
+        if (p[0].revents) drain(&out[0], m, false, &merge_rc);
+        if (p[1].revents) drain(&err[0], m, true, &merge_rc);
         unsigned char s;
         while (p[2].revents && read(sig_pipe[0], &s, 1) == 1) {
             int fwd = s;
@@ -837,20 +814,27 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     }
     if (!exited) waitpid(pid, &status, 0);
     set_signals(false, old);
-    if (anvil_launch_merger_finish(m)) merge_rc = -1;
+    rank_files_scan(&files);
+    if (rank_files_read(&files, m) || anvil_launch_merger_finish(m)) merge_rc = -1;
     rc = anvil_launch_decode_exit(status, anvil_launch_merger_mpirun_text(m), line, cap);
     if (hard_stop && rc != 0 && rc != ANVIL_EXIT_RESUMABLE) {
         snprintf(line, cap, "stopped at once by a second stop signal (%s): the ranks were terminated",
                  strsignal(hard_stop));
         rc = 128 + hard_stop;
     }
-    if (merge_rc && !line[0]) snprintf(line, cap, "the job succeeded but its logs in %s are incomplete: %s", log_dir,
-                                       anvil_errmsg());
+    if (merge_rc && !line[0])
+        snprintf(line, cap, "the job succeeded but its logs in %s are incomplete: %s", log_dir, anvil_errmsg());
 done:
     for (int i = 0; i < 2; i++) {
         if (out[i] >= 0) close(out[i]);
         if (err[i] >= 0) close(err[i]);
     }
+    if (files.fd)
+        for (int i = 0; i < 2 * spec->nranks; i++)
+            if (files.fd[i] >= 0) close(files.fd[i]);
+    /* Everything in there has been copied into rank_<R>.log. */
+    if (raw[0]) nftw(raw, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    free(files.fd);
     anvil_launch_merger_free(m);
     free(log_dir);
     free(mpirun);

@@ -1,22 +1,28 @@
 /* Multi-process launching through Open MPI's mpirun.
  *
  * anvil_launch_run starts N ranks of one program (the anvil binary itself,
- * or any executable) with `mpirun --xml`, and merges what every rank
- * writes into the caller's stdout and stderr, one `[rank R] ` prefixed line
- * at a time, while copying each rank's lines into LOG_DIR/rank_<R>.log.
- * XML mode is used rather than --tag-output because mpirun 4.1.4 tags each
- * chunk it reads, so a line written in two pieces comes out split and
- * glued to another rank's output; in XML mode every chunk is a separate,
- * escaped element and the pieces can be joined back per rank.
+ * or any executable) with mpirun, and merges what every rank writes into
+ * the caller's stdout and stderr, one `[rank R] ` prefixed line at a time,
+ * while copying each rank's lines into LOG_DIR/rank_<R>.log.
+ *
+ * The ranks' output comes from the files of `mpirun --output-filename
+ * DIR:nocopy`, one per rank and stream, read as they grow. Open MPI 4.1.4's
+ * tagged streams cannot carry it: each chunk it reads is tagged into a
+ * fixed buffer, so --tag-output silently drops the rest of a chunk of many
+ * short lines (546 of 1000 newlines written at once arrive) and --xml
+ * segfaults mpirun, killing the job, once one write holds 250 newlines. The
+ * files are written on the host where the rank runs, so with --hosts the
+ * log folder must be on a filesystem the hosts share.
  *
  * Exit status, as observed with Open MPI 4.1.4: mpirun exits with the first
- * failing rank's code and kills the other ranks (also when that code is 75,
- * "stopped, resumable"); a rank killed by signal S gives 128+S. On SIGTERM
- * or SIGINT mpirun sends the ranks SIGTERM and SIGKILLs them about two
- * seconds later, too soon for a checkpoint, but it forwards SIGUSR1 as is.
- * So the launcher turns the first SIGTERM/SIGINT/SIGHUP it gets into a
- * SIGUSR1 for the job (the trainer's "stop after this step"), and a second
- * one into SIGTERM (stop now). */
+ * failing rank's code and kills the other ranks (SIGCONT, SIGTERM, SIGKILL a
+ * second later), also when that code is 75, "stopped, resumable": ranks
+ * must finish their checkpoint together before any of them exits. A rank
+ * killed by signal S gives 128+S. On SIGTERM or SIGINT mpirun sends the
+ * ranks SIGTERM and SIGKILLs them about two seconds later, too soon for a
+ * checkpoint, but it forwards SIGUSR1 as is. So the launcher turns the
+ * first SIGTERM/SIGINT/SIGHUP it gets into a SIGUSR1 for the job (the
+ * trainer's "stop after this step"), and a second one into SIGTERM. */
 #ifndef ANVIL_JOB_LAUNCH_H
 #define ANVIL_JOB_LAUNCH_H
 
@@ -61,28 +67,30 @@ char *anvil_launch_default_log_dir(const anvil_launch_spec *spec);
 int anvil_launch_check(const anvil_launch_spec *spec);
 
 /* The mpirun command line for spec (NULL-terminated, malloc'd strings),
- * where self is the anvil binary, local_cores the core count used to decide
- * on --oversubscribe and root whether to add --allow-run-as-root. Every
+ * where self is the anvil binary, output_dir mpirun's --output-filename
+ * folder, local_cores the core count used to decide on --oversubscribe and
+ * root whether to add --allow-run-as-root. Every
  * variable of env named OMP_*, GOMP_*, OPENBLAS_*, ANVIL_*, PATH or
  * LD_LIBRARY_PATH is exported to the ranks with -x; without --hosts and
  * without OMP_NUM_THREADS, each rank gets local_cores / nranks threads (at
  * least 1). -1 with a message when anvil_launch_check fails. */
-int anvil_launch_build_argv(const anvil_launch_spec *spec, const char *self, int local_cores, bool root,
-                            char *const *env, char ***argv_out);
+int anvil_launch_build_argv(const anvil_launch_spec *spec, const char *self, const char *output_dir, int local_cores,
+                            bool root, char *const *env, char ***argv_out);
 void anvil_launch_free_argv(char **argv);
 
-/* Turns mpirun's XML output stream back into per-rank lines. */
+/* Turns the ranks' output, arriving in pieces, into whole prefixed lines. */
 typedef struct anvil_launch_merger anvil_launch_merger;
 
 /* Rank lines go to out_fd / err_fd prefixed with "[rank R] " and, unprefixed,
- * to log_dir/rank_<R>.log (both streams, appended). Text from mpirun itself
+ * to log_dir/rank_<R>.log (both streams, appended). What mpirun itself says
  * is kept (see anvil_launch_merger_mpirun_text) and appended to
  * log_dir/mpirun.log. log_dir NULL keeps no files. NULL on error. */
 anvil_launch_merger *anvil_launch_merger_new(int nranks, const char *log_dir, int out_fd, int err_fd);
-/* Feeds bytes read from mpirun's stdout, cut anywhere. */
-int anvil_launch_merger_feed(anvil_launch_merger *m, const char *buf, size_t n);
-/* Feeds mpirun's own stderr (ssh and daemon errors), cut anywhere. */
-int anvil_launch_merger_feed_mpirun(anvil_launch_merger *m, const char *buf, size_t n);
+/* Bytes from one rank's stdout (err false) or stderr, cut anywhere. A line
+ * longer than 64 KiB is passed on in 64 KiB pieces. */
+int anvil_launch_merger_feed_rank(anvil_launch_merger *m, int rank, bool err, const char *buf, size_t n);
+/* Bytes from mpirun's own stdout or stderr (its reports, ssh's errors), cut anywhere. */
+int anvil_launch_merger_feed_mpirun(anvil_launch_merger *m, bool err, const char *buf, size_t n);
 /* Writes out unterminated last lines (a newline is added) and closes the logs. */
 int anvil_launch_merger_finish(anvil_launch_merger *m);
 /* Everything mpirun said about the job itself, decoded, lines joined by '\n'. */
