@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # anvil prep throughput: MB of text in per second of wall time (prep's own
 # figure: reading, splitting, encoding, writing and fsyncing the shards and
-# manifests), byte-level and gpt2 BPE, 1 and 2 workers interleaved on the same
-# input in the same run, medians of REPS; peak RSS from /usr/bin/time; the
+# manifests) and per CPU second (user + system, from /usr/bin/time, which a
+# loaded machine disturbs less), byte-level and gpt2 BPE, 1 and 2 workers
+# interleaved on the same input in the same run, medians of REPS; peak RSS; the
 # outputs of 1 and 2 workers must be byte-identical. Last, the time a re-run
 # takes to verify every shard's CRC32C and skip the work.
 # usage: bench/bench_prep.sh BUILD_DIR [MB] [SHARD_TOKENS]   (env: REPS, default 3)
@@ -37,11 +38,12 @@ run_one() { # mode workers out
   local tokargs=()
   [ "$1" = gpt2 ] && tokargs=(--tokenizer "$ranks")
   rm -rf "$3"
-  /usr/bin/time -f '%M' -o "$work/rss" "$anvil" prep --out "$3" "${tokargs[@]}" --workers "$2" \
+  /usr/bin/time -f '%M %U %S' -o "$work/rss" "$anvil" prep --out "$3" "${tokargs[@]}" --workers "$2" \
     --delimiter '\n\n' --val-fraction 0.01 --shard-tokens "$shard_tokens" "$corpus" > "$work/log"
   local mbs
   mbs=$(sed -n 's/.* \([0-9.]*\) MB\/s$/\1/p' "$work/log")
-  echo "$mbs $(cat "$work/rss")"
+  read -r rss user sys < "$work/rss"
+  echo "$mbs $rss $(echo "$mb $user $sys" | awk '{ printf "%.1f", $1 / ($2 + $3) }')"
 }
 
 echo "corpus: $corpus ($(stat -c %s "$corpus") bytes), shards of $shard_tokens tokens, $reps reps, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -55,6 +57,8 @@ for mode in bytes gpt2; do
   for f in "$work/out1"/*; do cmp -s "$f" "$work/out2/$(basename "$f")" || { echo "FAIL: 1 and 2 workers differ: $f"; exit 1; }; done
   m1=$(cut -d' ' -f1 "$work/r1" | median)
   m2=$(cut -d' ' -f1 "$work/r2" | median)
+  c1=$(cut -d' ' -f3 "$work/r1" | median)
+  c2=$(cut -d' ' -f3 "$work/r2" | median)
   rss1=$(cut -d' ' -f2 "$work/r1" | sort -g | tail -1)
   rss2=$(cut -d' ' -f2 "$work/r2" | sort -g | tail -1)
   shards=$(ls "$work/out1"/*.bin | wc -l)
@@ -62,6 +66,7 @@ for mode in bytes gpt2; do
     "$mode" "$m1" "$(cut -d' ' -f1 "$work/r1" | tr '\n' ' ' | sed 's/ $//')" "$m2" \
     "$(cut -d' ' -f1 "$work/r2" | tr '\n' ' ' | sed 's/ $//')" "$(echo "$m2 $m1" | awk '{ print $1 / $2 }')" \
     $((rss1 / 1024)) $((rss2 / 1024)) "$shards"
+  printf '%-5s  per CPU second: 1 worker %.1f MB/s, 2 workers %.1f MB/s (medians)\n' "$mode" "$c1" "$c2"
   # A re-run of a finished prep: every shard's CRC32C checked, nothing written.
   tokargs=()
   [ "$mode" = gpt2 ] && tokargs=(--tokenizer "$ranks")

@@ -720,6 +720,19 @@ static long shard_index(const char *name, const char *split) {
     return strtol(d, NULL, 10);
 }
 
+static const char *const tok_copy_name = "tokenizer.tiktoken";
+
+/* A temporary file (src/core/fsutil.h names them "<file>.tmp.XXXXXX") that a
+ * killed run left beside one of the files prep writes. */
+static int is_leftover_tmp(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t || strlen(t) != 11) return 0;
+    char base[256];
+    snprintf(base, sizeof base, "%.*s", (int)(t - name), name);
+    return !strcmp(base, "manifest.json") || !strcmp(base, tok_copy_name) || shard_index(base, "train") >= 0 ||
+           shard_index(base, "val") >= 0;
+}
+
 static int remove_stale(const run *r) {
     const anvil_prep_opts *o = r->o;
     DIR *d = opendir(o->out_dir);
@@ -727,6 +740,13 @@ static int remove_stale(const run *r) {
     struct dirent *e;
     int rc = 0;
     while ((e = readdir(d))) {
+        if (is_leftover_tmp(e->d_name)) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", o->out_dir, e->d_name);
+            if (unlink(path) != 0) rc = anvil_fail("%s: cannot remove: %s", path, strerror(errno));
+            else note(o, "removed %s, left by an interrupted run", path);
+            continue;
+        }
         for (int s = 0; s < NSPLITS; s++) {
             long idx = shard_index(e->d_name, split_name[s]);
             if (idx < 0 || idx < r->so[s].next_shard) continue;
@@ -741,8 +761,6 @@ static int remove_stale(const run *r) {
 }
 
 /* ---- resuming ---- */
-
-static const char *const tok_copy_name = "tokenizer.tiktoken";
 
 static int build_fingerprint(run *r) {
     const anvil_prep_opts *o = r->o;
@@ -1044,7 +1062,7 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
         int wanted = s == VAL ? o->val_fraction > 0 : o->val_fraction < 1;
         if (!r.docs[s] && wanted) note(o, "no document fell in the %s split, so it has no shards", split_name[s]);
     }
-    if (!rc && !all_done) rc = remove_stale(&r);
+    if (!rc) rc = remove_stale(&r);
     if (!rc && tk) rc = copy_tokenizer(&r);
     if (!rc && (!all_done || r.written)) rc = write_manifest(&r, 1);
     if (!rc) {
