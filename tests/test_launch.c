@@ -247,7 +247,7 @@ static void merge_once(const char *dir, size_t piece, anvil_rng *rng) {
     char *got = slurp(path);
     CHECK(strlen(got) == strlen(want_rank[0]) + strlen(want_rank[1]));
     for (int r = 0; r < 3; r++) {
-        char prefix[16];
+        char prefix[32];
         snprintf(prefix, sizeof prefix, "[rank %d] ", r);
         char *mine = lines_with(got, prefix);
         check_text(__LINE__, prefix, mine, want_rank[r]);
