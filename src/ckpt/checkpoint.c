@@ -466,7 +466,7 @@ static int json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c =
 static const char *find_crc_field(const char *text, size_t len) {
     size_t klen = strlen(CRC_KEY);
     for (size_t at = len >= klen ? len - klen + 1 : 0; at-- > 0;) {
-        if (memcmp(text + at, CRC_KEY, klen)) continue;
+        if (text[at] != '"' || memcmp(text + at, CRC_KEY, klen)) continue;
         size_t i = at + klen;
         while (i < len && json_space(text[i])) i++;
         if (i >= len || text[i++] != ':') return NULL;
