@@ -261,10 +261,14 @@ static void test_refusals(void) {
     CHECK(strstr(anvil_errmsg(), "n_head is 2 in the checkpoint, 4 in this run") != NULL);
     anvil_gpt2_free(&m);
 
-    /* A sharded checkpoint of a multi-process run is not restored into one process. */
+    /* Replicas of a multi-process run all hold the same state: any world size restores it. A
+     * sharded (ZeRO) checkpoint must bring its shard files. */
     rewrite_manifest_field(dir, "\"world\":\t1", "\"world\":\t2", 1);
     CHECK(anvil_ckpt_verify(dir) == 0);
-    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1 && strstr(anvil_errmsg(), "2-process run"));
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
+    rewrite_manifest_field(dir, "\"zero_stage\":\t0", "\"zero_stage\":\t1", 1);
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1 && strstr(anvil_errmsg(), "ZeRO-1 checkpoint without shard files"));
+    rewrite_manifest_field(dir, "\"zero_stage\":\t1", "\"zero_stage\":\t0", 1);
     rewrite_manifest_field(dir, "\"world\":\t2", "\"world\":\t1", 1);
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
 
@@ -285,6 +289,78 @@ static void test_refusals(void) {
 /* Every single-bit flip of a manifest, at every byte, is refused by the parser with one line
  * naming the file; on disk, a sample of them also fails verify, load and --resume auto, which
  * falls back to the older checkpoint. */
+/* A stage-3 checkpoint of a 2-shard run (each shard holds half of every
+ * tensor), written the way ranks write one, restores weights, moments and
+ * the update count exactly into one process; shard files that leave a gap or
+ * overlap are refused without touching the model. */
+static int shard_slices(const trained *t, int g, anvil_ckpt_slice *sl, int drop_last, int dup_first) {
+    int n = 0;
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        size_t a = t->m.offsets[i], len = t->m.offsets[i + 1] - a, half = len / 2;
+        size_t lo = g ? a + half : a, l = g ? len - half : half;
+        sl[n++] = (anvil_ckpt_slice){i, lo, l, t->o.m + lo, t->o.v + lo, t->m.params + lo};
+    }
+    if (drop_last) n--;
+    if (dup_first) sl[n++] = (anvil_ckpt_slice){0, 0, 5, t->o.m, t->o.v, t->m.params};
+    return n;
+}
+
+static int save_sharded_step(const char *run, const trained *t, int64_t step, int drop, int dup) {
+    anvil_ckpt_layout lay = {2, 3, 2, t->o.t, acfg};
+    anvil_ckpt_state st = state_of(t, step);
+    st.opt = NULL;
+    st.layout = &lay;
+    char tmp[PATH_MAX + 64], out[PATH_MAX];
+    anvil_ckpt_file files[2];
+    anvil_ckpt_slice sl[ANVIL_GPT2_NPARAM + 1];
+    if (anvil_ckpt_begin(run, step, tmp, sizeof tmp)) return -1;
+    for (int g = 0; g < 2; g++) {
+        int n = shard_slices(t, g, sl, g == 1 && drop, g == 1 && dup);
+        if (anvil_ckpt_write_shard(tmp, g, 2, &t->m, sl, n, &files[g])) return -1;
+    }
+    anvil_ckpt_snapshot *snap = anvil_ckpt_snapshot_take(NULL, &st);
+    int rc = !snap || anvil_ckpt_finish(snap, run, tmp, files, 2, out, sizeof out);
+    anvil_ckpt_snapshot_free(snap);
+    return rc ? -1 : 0;
+}
+
+static void test_sharded(void) {
+    char run[PATH_MAX], dir[PATH_MAX];
+    path_in(run, sizeof run, root, "sharded");
+    trained a, b;
+    make_trained(&a, 5, 3);
+    make_trained(&b, 6, 1);
+    size_t bytes = a.m.nparams * sizeof(float);
+    CHECK(save_sharded_step(run, &a, 7, 0, 0) == 0);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000007");
+    CHECK(anvil_ckpt_verify(dir) == 0);
+    char shard[PATH_MAX + 64];
+    snprintf(shard, sizeof shard, "%s/shard_1_of_2.safetensors", dir);
+    CHECK(exists(shard));
+    anvil_ckpt_manifest man;
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, &man) == 0);
+    CHECK(man.world == 2 && man.zero_stage == 3 && man.shard_group == 2);
+    anvil_ckpt_manifest_free(&man);
+    CHECK(memcmp(a.m.params, b.m.params, bytes) == 0);
+    CHECK(memcmp(a.o.m, b.o.m, bytes) == 0 && memcmp(a.o.v, b.o.v, bytes) == 0 && a.o.t == b.o.t);
+
+    float *before = malloc(bytes);
+    trained c;
+    make_trained(&c, 7, 1);
+    memcpy(before, c.m.params, bytes);
+    CHECK(save_sharded_step(run, &a, 8, 1, 0) == 0);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000008");
+    CHECK(anvil_ckpt_load(dir, &c.m, &c.o, NULL) == -1 && strstr(anvil_errmsg(), "slices cover"));
+    CHECK(save_sharded_step(run, &a, 9, 0, 1) == 0);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000009");
+    CHECK(anvil_ckpt_load(dir, &c.m, &c.o, NULL) == -1 && strstr(anvil_errmsg(), "overlap"));
+    CHECK(memcmp(before, c.m.params, bytes) == 0);
+    free(before);
+    free_trained(&a);
+    free_trained(&b);
+    free_trained(&c);
+}
+
 static void test_manifest_bit_flips(void) {
     char run[PATH_MAX], d1[PATH_MAX], d2[PATH_MAX], p[PATH_MAX], out[PATH_MAX], warn[2048];
     path_in(run, sizeof run, root, "flip");
@@ -801,6 +877,7 @@ int main(int argc, char **argv) {
     test_manifest_parser();
     test_round_trip();
     test_refusals();
+    test_sharded();
     test_corruption_and_fallback();
     test_manifest_bit_flips();
     test_manifest_v1();
