@@ -557,7 +557,10 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             if (c->progress) anvil_progress_end(c->log);
             if (save_sharded(c, &model, dp, train, data_rng, step + 1, tokens_seen)) goto out;
         } else if (ckpt && (last || stopping || agreed[2] > 0)) {
-            anvil_ckpt_state st = {&model, &opt, {0}, data_rng, step + 1, tokens_seen, NULL, c->config_json, NULL};
+            /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
+            anvil_ckpt_layout lay = {world, 0, 1, 0, c->adamw};
+            anvil_ckpt_state st = {&model, &opt, {0}, data_rng, step + 1, tokens_seen, NULL, c->config_json,
+                                   world > 1 ? &lay : NULL};
             if (train) st.loader = anvil_loader_get_state(train);
             if (c->progress) anvil_progress_end(c->log);
             if (anvil_checkpointer_save(ckpt, &st, last || stopping)) goto out;
