@@ -145,37 +145,31 @@ start_long() {
   for _ in $(seq 300); do grep -q "^\[rank 0\] step" "$tmp/$dir.log" 2> /dev/null && break; sleep 0.1; done
 }
 
-start_long hang --collective-timeout 3
-victim=$(rank_pid hang 2)
-if [ -n "$victim" ]; then
-  kill -STOP "$victim"
-  wait $job
-  rc=$?
-  if [ $rc -eq 76 ] && grep -q "no answer (hung, stopped or dead) from rank 2" "$tmp/hang.log"; then
-    ok "SIGSTOP of rank 2: the watchdog named it, exit 76"
-  else
-    bad "SIGSTOP of rank 2: exit $rc, $(grep -i timeout "$tmp/hang.log" | head -2)"
+# Sends a signal to one rank of a long job, then checks the job's exit
+# status and that its output names the rank: (job, rank, signal, exit, text, label, train options).
+kill_rank() {
+  local dir=$1 r=$2 sig=$3 want=$4 text=$5 label=$6
+  shift 6
+  start_long "$dir" "$@"
+  local victim
+  victim=$(rank_pid "$dir" "$r")
+  if [ -z "$victim" ]; then
+    bad "$label: could not find rank $r"
+    kill $job
+    return
   fi
-else
-  bad "could not find rank 2 of the hang job"
-  kill $job
-fi
-
-start_long crash
-victim=$(rank_pid crash 1)
-if [ -n "$victim" ]; then
-  kill -KILL "$victim"
+  kill "-$sig" "$victim"
   wait $job
-  rc=$?
-  if [ $rc -eq 137 ] && grep -q "rank 1" "$tmp/crash.log"; then
-    ok "SIGKILL of rank 1: the launcher named it, exit 137"
+  local rc=$?
+  if [ $rc -eq "$want" ] && grep -q "$text" "$tmp/$dir.log"; then
+    ok "$label: named it, exit $rc"
   else
-    bad "SIGKILL of rank 1: exit $rc, $(grep -v '^\[rank' "$tmp/crash.log" | head -2)"
+    bad "$label: exit $rc, $(grep -v '^\[rank' "$tmp/$dir.log" | head -2) $(grep -i timeout "$tmp/$dir.log" | head -1)"
   fi
-else
-  bad "could not find rank 1 of the crash job"
-  kill $job
-fi
+}
+kill_rank hang 2 STOP 76 "no answer (hung, stopped or dead) from rank 2" "SIGSTOP of rank 2 (watchdog)" \
+  --collective-timeout 3
+kill_rank crash 1 KILL 137 "rank 1" "SIGKILL of rank 1 (launcher)"
 
 [ $fails -eq 0 ] && echo "cli_dist: all checks passed" || echo "cli_dist: $fails failed" >&2
 exit $fails

@@ -235,9 +235,10 @@ anvil_req *anvil_iallreduce(anvil_group *g, void *buf, size_t n, anvil_dtype t, 
     return submit(r);
 }
 
-anvil_req *anvil_ireduce_scatter(anvil_group *g, const void *send, void *recv, const size_t *counts, anvil_dtype t,
-                                 const char *what) {
-    struct anvil_req *r = req_new(OP_REDUCE_SCATTER, g, t, what);
+/* Reduce-scatter and all-gather: a send buffer, a receive buffer and a block per rank. */
+static anvil_req *vector_op(dist_op_kind kind, anvil_group *g, const void *send, void *recv, const size_t *counts,
+                            anvil_dtype t, const char *what) {
+    struct anvil_req *r = req_new(kind, g, t, what);
     if (!r) return NULL;
     if (copy_counts(r, counts)) {
         free(r);
@@ -248,17 +249,14 @@ anvil_req *anvil_ireduce_scatter(anvil_group *g, const void *send, void *recv, c
     return submit(r);
 }
 
+anvil_req *anvil_ireduce_scatter(anvil_group *g, const void *send, void *recv, const size_t *counts, anvil_dtype t,
+                                 const char *what) {
+    return vector_op(OP_REDUCE_SCATTER, g, send, recv, counts, t, what);
+}
+
 anvil_req *anvil_iallgather(anvil_group *g, const void *send, void *recv, const size_t *counts, anvil_dtype t,
                             const char *what) {
-    struct anvil_req *r = req_new(OP_ALLGATHER, g, t, what);
-    if (!r) return NULL;
-    if (copy_counts(r, counts)) {
-        free(r);
-        return NULL;
-    }
-    r->send = send;
-    r->recv = recv;
-    return submit(r);
+    return vector_op(OP_ALLGATHER, g, send, recv, counts, t, what);
 }
 
 anvil_req *anvil_ibroadcast(anvil_group *g, void *buf, size_t n, anvil_dtype t, int root, const char *what) {
