@@ -204,20 +204,24 @@ void anvil_gpt2_init_weights(anvil_gpt2 *m, uint64_t seed) {
     const anvil_gpt2_config *c = &m->cfg;
     anvil_rng rng;
     anvil_rng_seed(&rng, seed);
-    float *host = calloc(m->nparams, sizeof(float));
     float resid_std = 0.02f / sqrtf(2.0f * c->n_layer);
+    /* One tensor at a time, so initializing never holds a second copy of the model. */
+    size_t largest = 0;
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
+        if (m->offsets[i + 1] - m->offsets[i] > largest) largest = m->offsets[i + 1] - m->offsets[i];
+    float *host = malloc(largest * sizeof(float));
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-        float *p = host + m->offsets[i];
-        size_t n = m->offsets[i + 1] - m->offsets[i];
+        size_t total = m->offsets[i + 1] - m->offsets[i], n = total;
         if (i == P_WTE) n = (size_t)c->vocab_size * c->n_embd; /* padding rows stay zero */
+        memset(host, 0, total * sizeof(float));
         if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
-            for (size_t j = 0; j < n; j++) p[j] = 1.0f;
+            for (size_t j = 0; j < n; j++) host[j] = 1.0f;
         } else if (anvil_gpt2_param_decays(i)) {
             float std = (i == P_ATTPROJW || i == P_FCPROJW) ? resid_std : 0.02f;
-            for (size_t j = 0; j < n; j++) p[j] = std * anvil_rng_normal(&rng);
+            for (size_t j = 0; j < n; j++) host[j] = std * anvil_rng_normal(&rng);
         }
+        m->k->upload(m->params + m->offsets[i], host, total * sizeof(float));
     }
-    m->k->upload(m->params, host, m->nparams * sizeof(float));
     free(host);
 }
 
