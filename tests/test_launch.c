@@ -362,6 +362,12 @@ static void test_decode(void) {
     expect_exit(__LINE__, exited(75), bare, 75, "the ranks stopped with status 75 (resumable)");
     expect_exit(__LINE__, exited(4), bare, 4, "a rank exited with status 4; the other ranks were stopped");
     expect_exit(__LINE__, exited(75), named75, 75, "rank 2 stopped with status 75 (resumable); the job stopped");
+    char abort[1024];
+    snprintf(abort, sizeof abort,
+             "mpirun: Forwarding signal 10 to job\n%sMPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\n"
+             "with errorcode 76.\n\nNOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.\n%s",
+             rule, rule);
+    expect_exit(__LINE__, exited(76), abort, 76, "rank 1 called MPI_Abort (error code 76); the other ranks were stopped");
     expect_exit(__LINE__, exited(1), "", 1, "mpirun exited with status 1");
     expect_exit(__LINE__, exited(1), "\nSomething odd happened\nto mpirun\n\ndetails\n", 1,
                 "mpirun failed (status 1): Something odd happened to mpirun");

@@ -518,7 +518,7 @@ int anvil_launch_decode_exit(int wait_status, const char *text, char *line, size
     if (code == 0) return 0;
     char a[256], b[256];
     const char *sig = strstr(text, "exited on signal ");
-    int rank, pid, signo;
+    int rank, pid, signo, ec;
     char host[128], name[64];
     if (sig) {
         const char *p = sig;
@@ -534,12 +534,18 @@ int anvil_launch_decode_exit(int wait_status, const char *text, char *line, size
     if (line_after(text, "Process name:", a, sizeof a) && line_after(text, "Exit code:", b, sizeof b)) {
         const char *r = strrchr(a, ',');
         int rk = r ? atoi(r + 1) : -1;
-        int ec = atoi(b);
+        ec = atoi(b);
         if (ec == ANVIL_EXIT_RESUMABLE)
             snprintf(line, cap, "rank %d stopped with status %d (resumable); the job stopped", rk, ec);
         else
             snprintf(line, cap, "rank %d exited with status %d; the other ranks were stopped", rk, ec);
         return ec ? ec : code;
+    }
+    const char *ab = strstr(text, "MPI_ABORT was invoked on rank ");
+    if (ab &&
+        sscanf(ab, "MPI_ABORT was invoked on rank %d in communicator %127s with errorcode %d", &rank, host, &ec) == 3) {
+        snprintf(line, cap, "rank %d called MPI_Abort (error code %d); the other ranks were stopped", rank, ec);
+        return code;
     }
     if (strstr(text, "non-zero exit code")) {
         /* Ranks failing together can make mpirun 4.1.4 skip the report naming the first. */

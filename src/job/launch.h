@@ -100,7 +100,7 @@ void anvil_launch_merger_free(anvil_launch_merger *m);
 /* The launcher's exit status from mpirun's wait status and its messages,
  * with a one-line explanation in line ("" on success): the failing rank and
  * its code; the rank, host and signal of a rank killed by a signal; the
- * daemons that could not be started. A rank's 75 stays 75; failures to
+ * rank that called MPI_Abort; the daemons that could not be started. A rank's 75 stays 75; failures to
  * start the job exit 1. */
 int anvil_launch_decode_exit(int wait_status, const char *mpirun_text, char *line, size_t cap);
 
