@@ -830,6 +830,12 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     }
     if (merge_rc && !line[0])
         snprintf(line, cap, "the job succeeded but its logs in %s are incomplete: %s", log_dir, anvil_errmsg());
+    int unseen = 0, first_unseen = -1;
+    for (int r = 0; r < spec->nranks; r++)
+        if (files.fd[2 * r] < 0 && !unseen++) first_unseen = r;
+    if (unseen && !line[0])
+        snprintf(line, cap, "no output reached %s from %d rank(s), the first rank %d: with --hosts it must be on a "
+                 "filesystem the hosts share", log_dir, unseen, first_unseen);
 done:
     for (int i = 0; i < 2; i++) {
         if (out[i] >= 0) close(out[i]);
