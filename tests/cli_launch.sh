@@ -225,6 +225,7 @@ expect 2 "no command" "no command" -- -n 2
 expect 2 "empty command" "no command" -- -n 2 --
 expect 2 "command without --" "after '--'" -- -n 2 info
 expect 2 "unknown option" "unknown option" -- -n 2 --frobnicate -- info
+expect 2 "empty --log-dir" "--log-dir" -- -n 2 --log-dir "" -- info
 expect 2 "host without slots" "'a:'" -- -n 2 --hosts a:,b:2 -- info
 expect 2 "zero slots" "'b:0'" -- -n 2 --hosts a:2,b:0 -- info
 expect 2 "empty host entry" "entry 2" -- -n 2 --hosts a:2,,b:1 -- info

@@ -1,8 +1,8 @@
 #include "job/launch.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
@@ -10,7 +10,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +175,7 @@ static int check_spec(const anvil_launch_spec *spec, anvil_launch_host **hosts, 
     if (!spec->exec && spec->argc < 1) return anvil_fail("no command: put the anvil subcommand after '--'");
     if (!spec->exec && !strcmp(spec->argv[0], "launch")) return anvil_fail("the ranks cannot run 'launch' itself");
     if (spec->exec && !*spec->exec) return anvil_fail("--exec needs a program");
+    if (spec->log_dir && !*spec->log_dir) return anvil_fail("--log-dir needs a folder name");
     if (!spec->hosts) return 0;
     if (anvil_launch_parse_hosts(spec->hosts, hosts, nhosts)) return -1;
     long slots = 0;

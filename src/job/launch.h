@@ -63,7 +63,8 @@ char *anvil_launch_default_log_dir(const anvil_launch_spec *spec);
 
 /* Checks what the user asked for, before anything starts: -1 with a
  * message when nranks < 1, the hosts are malformed or have fewer slots than
- * nranks (without oversubscribe), or there is no command. */
+ * nranks (without oversubscribe), there is no command, or a given log
+ * folder or program name is empty. */
 int anvil_launch_check(const anvil_launch_spec *spec);
 
 /* The mpirun command line for spec (NULL-terminated, malloc'd strings),
