@@ -16,7 +16,9 @@
 #     a one-process checkpoint resumes on 4 ranks with ZeRO-2;
 #   - layouts that do not divide fail with one line before training;
 #   - SIGSTOP of one rank: the watchdog names it and the job exits 76;
-#   - SIGKILL of one rank: the launcher names it and exits 137.
+#   - SIGKILL of one rank: the launcher names it and exits 137;
+#   - SIGTERM to the launcher: every rank stops after the same step, the
+#     checkpoint is complete, exit 75, and --resume auto continues.
 set -u
 anvil=$1
 command -v mpirun > /dev/null || { echo "SKIP: mpirun is not installed"; exit 77; }
@@ -170,6 +172,28 @@ kill_rank() {
 kill_rank hang 2 STOP 76 "no answer (hung, stopped or dead) from rank 2" "SIGSTOP of rank 2 (watchdog)" \
   --collective-timeout 3
 kill_rank crash 1 KILL 137 "rank 1" "SIGKILL of rank 1 (launcher)"
+
+# SIGTERM to the launcher reaches every rank as SIGUSR1: all of them stop
+# after the same step, the shard files are written, and the job exits 75
+# (resumable) without a checkpoint policy; --resume auto then finishes it.
+start_long stop --zero 2
+sleep 1
+pkill -TERM -f "^$anvil launch .*$tmp/stop"
+wait $job
+rc=$?
+stopped=$(sed -n 's/.*stopped by signal [0-9]* after step \([0-9]*\).*/\1/p' "$tmp/stop.log")
+if [ $rc -eq 75 ] && [ -n "$stopped" ] && "$anvil" ckpt verify "$tmp/stop/ckpt/step_$(printf %08d "$stopped")" > /dev/null; then
+  ok "SIGTERM to the launcher: every rank stopped after step $stopped, checkpoint verified, exit 75"
+else
+  bad "SIGTERM to the launcher: exit $rc, step '$stopped', $(grep -v '^\[rank 0\] step' "$tmp/stop.log" | tail -2)"
+fi
+if "${mpi_env[@]}" timeout 120 "$anvil" launch -n 2 -- train --data "$tmp/data" --preset tiny --seq 64 --batch 2 \
+  --steps $((${stopped:-0} + 5)) --no-progress --sample-every -1 --out "$tmp/stop" --zero 2 --resume auto \
+  > /dev/null 2> "$tmp/stop2.log" && grep -q "resumed from .*step_$(printf %08d "${stopped:-0}")" "$tmp/stop2.log"; then
+  ok "the stopped sharded run resumes with --resume auto"
+else
+  bad "resume after the stop: $(grep -v '^\[rank 0\] step' "$tmp/stop2.log" | tail -2)"
+fi
 
 [ $fails -eq 0 ] && echo "cli_dist: all checks passed" || echo "cli_dist: $fails failed" >&2
 exit $fails

@@ -469,7 +469,8 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             anvil_adamw_free(&opt, &model);
         }
     }
-    if (rank == 0 && ckpt_policy) {
+    /* With a run folder there is always a checkpointer: a stop signal saves even without a policy. */
+    if (rank == 0 && c->out_dir) {
         anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
                                         c->keep_every, !c->ckpt_sync, c->log};
         if (!(ckpt = anvil_checkpointer_new(&cc))) goto out;
@@ -552,11 +553,20 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             whole_job job = {c, step + 1, NULL};
             if (with_whole_model(dp, &model, do_sample, &job)) goto out;
         }
-        int stopping = agreed[1] > 0 || stop_signal != 0;
-        if (ckpt_policy && sharded && (last || stopping || agreed[2] > 0)) {
+        /* Several ranks go by the agreed flag alone: a signal arriving after
+         * the all-reduce waits for the next step on every rank alike. */
+        int stopping = world > 1 ? agreed[1] > 0 : stop_signal != 0;
+        int save = c->out_dir && ((last && ckpt_policy) || stopping || agreed[2] > 0);
+        if (stopping && !c->out_dir) {
+            anvil_fail("train: stopped by a signal after step %d, but there is no --out to save a checkpoint in; "
+                       "nothing to resume from",
+                       step + 1);
+            goto out;
+        }
+        if (save && sharded) {
             if (c->progress) anvil_progress_end(c->log);
             if (save_sharded(c, &model, dp, train, data_rng, step + 1, tokens_seen)) goto out;
-        } else if (ckpt && (last || stopping || agreed[2] > 0)) {
+        } else if (save && ckpt) {
             /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
             anvil_ckpt_layout lay = {world, 0, 1, 0, c->adamw};
             anvil_ckpt_state st = {&model, &opt, {0}, data_rng, step + 1, tokens_seen, NULL, c->config_json,
@@ -566,6 +576,9 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             if (anvil_checkpointer_save(ckpt, &st, last || stopping)) goto out;
         }
         if (stopping && !last) {
+            /* mpirun stops the whole job when one rank exits nonzero, so no
+             * rank leaves before the checkpoint is complete. */
+            if (world > 1 && anvil_barrier(anvil_dist_world(), "stop")) goto out;
             if (stop_signal)
                 fprintf(c->log, "stopped by signal %d after step %d; resume with --resume auto\n", (int)stop_signal,
                         step + 1);
