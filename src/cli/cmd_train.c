@@ -70,8 +70,9 @@ static const char *usage =
     "                          training when there is more than one rank\n"
     "\n"
     "Same seed, config, data and thread count give bit-identical losses, also across a resume.\n"
-    "On SIGTERM or SIGUSR1 the current step finishes, a checkpoint is written, and the exit\n"
-    "status is 75 (stopped, resumable with --resume auto). Errors exit 1, usage errors 2.\n";
+    "On SIGTERM or SIGUSR1 the current step finishes, a checkpoint is written into --out, and\n"
+    "the exit status is 75 (stopped, resumable with --resume auto). Errors exit 1, usage errors 2;\n"
+    "76 means a collective timed out.\n";
 
 /* The command line as {"argv": [...]}, recorded in every checkpoint so a
  * run can be audited and repeated. */
