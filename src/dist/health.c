@@ -255,7 +255,9 @@ static int judge(const anvil_health_config *c, anvil_health_report *rep) {
     int rc = 0;
     for (int r = 0; r < n && !rc; r++) {
         const anvil_health_rank *k = &rep->ranks[r];
-        if (!k->gemm_ok)
+        if (!k->gemm_ok && k->gemm_err_ratio < 0)
+            rc = problem(rep, "rank %d (%s) GEMM check could not allocate its matrices", r, k->host);
+        else if (!k->gemm_ok)
             rc = problem(rep, "rank %d (%s) GEMM is wrong: error %.3g times the float rounding bound", r, k->host,
                          k->gemm_err_ratio);
         else if (f > 0 && k->gemm_gflops < f * rep->gemm_median_gflops)
@@ -327,7 +329,10 @@ int anvil_health_run(const anvil_health_config *cfg, anvil_health_report *rep) {
         mine[REC_GEMM_GFLOPS] = gemm_gflops(cfg, &oom);
         mine[REC_MEM_OK] = memory_check(cfg, &mine[REC_MEM_MB_S]);
     }
-    if (oom) mine[REC_GEMM_OK] = 0;
+    if (oom) {
+        mine[REC_GEMM_OK] = 0;
+        mine[REC_GEMM_ERR] = -1.0; /* ratios are >= 0: this marks "not run" */
+    }
 
     /* Every rank must take part in every all-reduce, so a rank that cannot
      * get the buffer says so first and all of them skip the sweep. */

@@ -51,7 +51,7 @@ int anvil_health_parse_fault(const char *spec, anvil_health_config *c);
 typedef struct {
     char host[64];
     int gemm_ok;
-    double gemm_err_ratio; /* the worst |error| / its bound over the shapes: <= 1 passes */
+    double gemm_err_ratio; /* worst |error| / its bound over the shapes: <= 1 passes; -1: out of memory */
     double gemm_gflops;    /* best of the timed runs */
     int mem_ok;
     double mem_mb_s;       /* writing and verifying touched memory: bytes written and read per second, best of 5 */
