@@ -75,11 +75,11 @@ spaced_pct=$(echo "scale=2; 100 * $spaced_stall / $sync_ms" | bc)
 met=$(echo "$spaced_stall <= 0.1 * $sync_ms" | bc)
 
 # Asynchronous, 6 steps apart: closer than one background write.
-close_stalls=skipped
+close_stalls="skipped (--no-close)"
 if [ $close = 1 ]; then
   "$anvil" train "${common[@]}" --steps 13 --ckpt-every 6 --out "$dir/close" 2> "$dir/close.log"
   rm -rf "$dir/close"
-  close_stalls=$(grep -o 'training stalled [0-9.]* ms' "$dir/close.log" | awk '{ print $3 }' | list)
+  close_stalls="$(grep -o 'training stalled [0-9.]* ms' "$dir/close.log" | awk '{ print $3 }' | list) ms"
 fi
 
 # Bounded stop: SIGTERM at a fraction of a step after step 2 is logged. --ckpt-every is set (never due)
@@ -94,7 +94,7 @@ for frac in 0.1 0.5 0.9; do
   kill -TERM $pid
   t0=$(now)
   rc=0; wait $pid || rc=$?
-  stop_s+=("$(echo "$(now) - $t0" | bc)")
+  stop_s+=("$(printf '%.1f' "$(echo "$(now) - $t0" | bc)")")
   [ $rc -eq 75 ] || { echo "bench_ckpt: SIGTERM run exited $rc: $(tail -n 1 "$log")" >&2; exit 1; }
   stop_write+=("$(grep -o 'written in [0-9]* ms (synchronous)' "$log" | awk '{ print $3 }' || true)")
   rm -rf "$dir/stop"
@@ -110,7 +110,7 @@ wait_line "$log" 'checkpoint step 3: snapshot taken'
 kill -TERM $pid
 t0=$(now)
 rc=0; wait $pid || rc=$?
-inflight_s=$(echo "$(now) - $t0" | bc)
+inflight_s=$(printf '%.1f' "$(echo "$(now) - $t0" | bc)")
 inflight_dirs=$(cd "$dir/inflight/ckpt" && ls -d step_* | list || true)
 inflight_bg=$(grep -o 'step_00000003 written in [0-9]* ms$' "$log" | awk '{ print $4 }' || true)
 inflight_sync=$(grep -o 'written in [0-9]* ms (synchronous)' "$log" | awk '{ print $3 }' || true)
@@ -125,7 +125,7 @@ echo "| disk: dd 1.5 GB, conv=fsync | $(printf '%.0f' "$dd_mb_s") MB/s |"
 echo "| synchronous checkpoint (= stall), median of 3 | $sync_ms ms ($(echo "$bytes / $sync_ms / 1000" | bc) MB/s) |"
 echo "| async, every $every steps: stall, median of $(echo "$spaced_stalls" | wc -l) | $spaced_stall ms ($spaced_pct% of synchronous; target <= 10%: $([ "$met" = 1 ] && echo met || echo NOT met)) |"
 echo "| async, every $every steps: background write, median | $spaced_write ms |"
-echo "| async, every 6 steps: stall of each | $close_stalls ms |"
+echo "| async, every 6 steps: stall of each | $close_stalls |"
 echo "| SIGTERM to exit 75, at 10/50/90% of a step: median (max) | $stop_med s ($stop_max s); each: $(printf '%s\n' "${stop_s[@]}" | list) s, of which synchronous write $(printf '%s\n' "${stop_write[@]}" | list) ms |"
 echo "| SIGTERM with an async write in flight: to exit 75 | $inflight_s s (waited for step 3's background write, $inflight_bg ms in all, then wrote step 4 synchronously, $inflight_sync ms; exit $rc; left $inflight_dirs) |"
 echo "| read: ckpt verify (read + CRC32C every file) | $(printf '%.2f' "$verify_s") s ($(echo "$bytes / $verify_s / 1000000" | bc) MB/s) |"
