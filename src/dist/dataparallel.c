@@ -38,11 +38,12 @@ struct anvil_dp {
     size_t *counts;   /* [nunits][ssize]: block sizes */
     size_t *own_off;  /* packed offset of this rank's block within each unit */
     size_t *shard_at; /* offset of each unit's block within the shard arrays */
-    size_t shard_n, max_unit;
+    size_t shard_n, max_unit, max_layer; /* the largest unit, and the largest layer unit */
     dp_seg *segs;
     int nsegs;
     float *sm, *sv, *sgrad, *sparam; /* shard arrays, per stage */
-    float *gather;                   /* stages 1-2: one unit, packed, for the parameter all-gather */
+    float *gather;     /* stages 1-2: one unit, packed, for the parameter all-gather */
+    int gather_owned;  /* stage 2 borrows the largest gradient slot instead */
     int adam_t;
     anvil_gpt2_hooks hooks;
     dp_slot gslots[NSLOT], pslots[NSLOT];
@@ -108,6 +109,7 @@ static int plan(anvil_dp *dp) {
         size_t n = anvil_gpt2_unit_size(m, u), *c = unit_counts(dp, u), off = 0;
         dp->usize[u] = n;
         if (n > dp->max_unit) dp->max_unit = n;
+        if (u > 0 && n > dp->max_layer) dp->max_layer = n;
         for (int g = 0; g < S; g++) {
             c[g] = n / (size_t)S + ((size_t)g < n % (size_t)S);
             if (g == dp->srank) dp->own_off[u] = off;
@@ -283,8 +285,9 @@ static int hook_put_params(void *ctx, int u) {
 
 /* ---- setup ---- */
 
+/* At least one element, so that a rank owning nothing of a small unit still gets a valid buffer. */
 static float *alloc_f(anvil_dp *dp, size_t n) {
-    if (!n) return NULL;
+    if (!n) n = 1;
     float *p = dp->k->alloc(n * sizeof(float));
     if (p) dp->bytes += (double)n * sizeof(float);
     return p;
@@ -332,20 +335,24 @@ anvil_dp *anvil_dp_new(anvil_gpt2 *m, const anvil_dp_config *cfg) {
         dp->sv = alloc_f(dp, dp->shard_n);
         if (dp->shard_n && (!dp->sm || !dp->sv)) goto oom;
     }
-    if (st == 1 || st == 2) {
+    if (st == 1) {
         if (!(dp->gather = alloc_f(dp, dp->max_unit))) goto oom;
+        dp->gather_owned = 1;
     }
     if (st >= 2) {
         if (dp->shard_n && !(dp->sgrad = alloc_f(dp, dp->shard_n))) goto oom;
-        size_t maxc = 0;
-        for (int u = 0; u < dp->nunits; u++)
-            if (unit_counts(dp, u)[dp->srank] > maxc) maxc = unit_counts(dp, u)[dp->srank];
+        /* Slot 0 holds the head for the whole backward; the layers share the
+         * other two, sized for a layer, not for the (much larger) head. */
+        size_t layer_block = 0;
+        for (int u = 1; u < dp->nunits; u++)
+            if (unit_counts(dp, u)[dp->srank] > layer_block) layer_block = unit_counts(dp, u)[dp->srank];
         for (int i = 0; i < NSLOT; i++) {
-            size_t n = i == 0 ? dp->usize[0] : dp->max_unit;
-            dp->gslots[i].buf = alloc_f(dp, n);
-            dp->gslots[i].recv = alloc_f(dp, maxc);
+            dp->gslots[i].buf = alloc_f(dp, i == 0 ? dp->usize[0] : dp->max_layer);
+            dp->gslots[i].recv = alloc_f(dp, i == 0 ? unit_counts(dp, 0)[dp->srank] : layer_block);
             if (!dp->gslots[i].buf || !dp->gslots[i].recv) goto oom;
         }
+        /* Between steps the gradient slots are idle: the largest doubles as the gather buffer. */
+        if (st == 2) dp->gather = dp->usize[0] >= dp->max_layer ? dp->gslots[0].buf : dp->gslots[1].buf;
         /* The model's own gradient buffer is never used. */
         dp->k->free(m->grads);
         m->grads = NULL;
@@ -355,7 +362,7 @@ anvil_dp *anvil_dp_new(anvil_gpt2 *m, const anvil_dp_config *cfg) {
         for (int i = 0; i < dp->nsegs; i++)
             memcpy(dp->sparam + dp->segs[i].shard, m->params + dp->segs[i].flat, dp->segs[i].len * sizeof(float));
         for (int i = 0; i < NSLOT; i++)
-            if (!(dp->pslots[i].buf = alloc_f(dp, i == 0 ? dp->usize[0] : dp->max_unit))) goto oom;
+            if (!(dp->pslots[i].buf = alloc_f(dp, i == 0 ? dp->usize[0] : dp->max_layer))) goto oom;
         dp->k->free(m->params);
         m->params = NULL;
     }
@@ -383,7 +390,7 @@ void anvil_dp_free(anvil_dp *dp) {
     dp->k->free(dp->sv);
     dp->k->free(dp->sgrad);
     dp->k->free(dp->sparam);
-    dp->k->free(dp->gather);
+    if (dp->gather_owned) dp->k->free(dp->gather);
     if (dp->shard != dp->world) anvil_group_free(dp->shard);
     anvil_group_free(dp->replica);
     free(dp->pending);
