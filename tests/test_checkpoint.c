@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
+#include "core/crc32c.h"
 #include "ckpt/hf_gpt2.h"
 #include "ckpt/model_file.h"
 #include "ckpt/safetensors.h"

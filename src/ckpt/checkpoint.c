@@ -17,52 +17,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef __SSE4_2__
-#include <nmmintrin.h>
-#else
-#include <pthread.h>
-#endif
-
 #include "ckpt/safetensors.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 
 #define MANIFEST_MAX_BYTES (16u << 20)
 #define JSON_MAX_INT 9007199254740992.0 /* 2^53: beyond it a JSON number is not an exact integer */
-
-/* ---- CRC-32C ---- */
-
-#ifndef __SSE4_2__
-static uint32_t crc_table[256];
-
-static void crc_table_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[i] = c;
-    }
-}
-#endif
-
-uint32_t anvil_crc32c(uint32_t crc, const void *data, size_t n) {
-    const unsigned char *p = data;
-    crc = ~crc;
-#ifdef __SSE4_2__
-    uint64_t c = crc;
-    for (; n >= 8; n -= 8, p += 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c = _mm_crc32_u64(c, w);
-    }
-    crc = (uint32_t)c;
-    for (; n; n--) crc = _mm_crc32_u8(crc, *p++);
-#else
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, crc_table_init);
-    for (; n; n--) crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-#endif
-    return ~crc;
-}
 
 /* ---- small file-system helpers; each names the path in its error ---- */
 
@@ -125,37 +86,6 @@ static int rm_tree(const char *path) {
     if (lstat(path, &sb) && errno == ENOENT) return 0;
     if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS))
         return anvil_fail("%s: cannot remove: %s", path, strerror(errno));
-    return 0;
-}
-
-static int file_crc(const char *path, uint64_t *bytes, uint32_t *crc) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4u << 20;
-    unsigned char *buf = malloc(cap);
-    if (!buf) {
-        close(fd);
-        return anvil_fail("%s: out of memory", path);
-    }
-    uint32_t c = 0;
-    uint64_t total = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf, cap);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int err = errno;
-            free(buf);
-            close(fd);
-            return anvil_fail("%s: read error: %s", path, strerror(err));
-        }
-        if (r == 0) break;
-        c = anvil_crc32c(c, buf, (size_t)r);
-        total += (uint64_t)r;
-    }
-    free(buf);
-    close(fd);
-    *bytes = total;
-    *crc = c;
     return 0;
 }
 
@@ -703,7 +633,7 @@ static int verify_files(const char *dir, const anvil_ckpt_manifest *m) {
         char path[PATH_MAX];
         uint64_t bytes;
         uint32_t crc;
-        if (join(path, sizeof path, dir, m->files[i].name) || file_crc(path, &bytes, &crc)) return -1;
+        if (join(path, sizeof path, dir, m->files[i].name) || anvil_crc32c_file(path, &bytes, &crc)) return -1;
         if (bytes != m->files[i].bytes)
             return anvil_fail("%s: %" PRIu64 " bytes, the manifest says %" PRIu64 " (truncated or replaced)", path,
                               bytes, m->files[i].bytes);
@@ -767,7 +697,7 @@ static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp, const anvil_c
         if ((i == 0 ? write_weights(s, path) : write_moments(s, path))) return -1;
         snprintf(files[n].name, sizeof files[n].name, "%s", names[i]);
         /* Read back rather than checksum the buffers: this also proves the bytes reached the file system. */
-        if (file_crc(path, &files[n].bytes, &files[n].crc32c)) return -1;
+        if (anvil_crc32c_file(path, &files[n].bytes, &files[n].crc32c)) return -1;
         n++;
     }
     for (int i = 0; i < nshards; i++) files[n++] = shards[i];
@@ -884,7 +814,7 @@ int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *mode
     const char *meta[] = {"format", "anvil-shard", "shard", gs, "of", ks};
     if (!rc) rc = join(path, sizeof path, tmp, out->name);
     if (!rc) rc = anvil_st_write(path, t, n * kinds, meta, 3);
-    if (!rc) rc = file_crc(path, &out->bytes, &out->crc32c);
+    if (!rc) rc = anvil_crc32c_file(path, &out->bytes, &out->crc32c);
     free(t);
     free(names);
     return rc;

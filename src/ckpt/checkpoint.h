@@ -188,7 +188,4 @@ int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, cha
  * Returns the number of folders removed, or -1. */
 int anvil_ckpt_prune(const char *run_dir, int keep_last, int64_t keep_every);
 
-/* CRC-32C (Castagnoli), continuing from crc (0 to start). */
-uint32_t anvil_crc32c(uint32_t crc, const void *data, size_t n);
-
 #endif

@@ -16,7 +16,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "ckpt/checkpoint.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "data/bytetok.h"
@@ -480,36 +480,6 @@ static int mkdir_p(const char *dir) {
     return 0;
 }
 
-static int file_crc(const char *path, int64_t *bytes, uint32_t *crc) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
-    enum { BUF = 1 << 20 };
-    unsigned char *buf = malloc(BUF);
-    if (!buf) {
-        close(fd);
-        return anvil_fail("%s: out of memory", path);
-    }
-    uint32_t c = 0;
-    int64_t n = 0;
-    int rc = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf, BUF);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            rc = anvil_fail("%s: read failed: %s", path, strerror(errno));
-            break;
-        }
-        if (r == 0) break;
-        c = anvil_crc32c(c, buf, (size_t)r);
-        n += r;
-    }
-    free(buf);
-    close(fd);
-    *bytes = n;
-    *crc = c;
-    return rc;
-}
-
 static void crc_hex(uint32_t crc, char hex[9]) { snprintf(hex, 9, "%08" PRIx32, crc); }
 
 static cJSON *sources_json(const run *r, int with_docs) {
@@ -611,9 +581,9 @@ static int finish_shard(run *r, int s) {
     anvil_shard_writer *w = so->w;
     so->w = NULL;
     if (anvil_shard_writer_commit(w)) return -1;
-    int64_t bytes;
+    uint64_t bytes;
     uint32_t crc;
-    if (file_crc(so->path, &bytes, &crc)) return -1;
+    if (anvil_crc32c_file(so->path, &bytes, &crc)) return -1;
     char hex[9];
     crc_hex(crc, hex);
     const chunk *c = &r->cs[so->chunk];
@@ -854,16 +824,16 @@ static const char *check_old_shard(const run *r, const cJSON *e, int s, int64_t 
     if (!input || strcmp(input, r->src[c->src].name) || (size_t)offset != c->start)
         return "names a resume point that is not where this run's work is cut";
     snprintf(path, sizeof path, "%s/%s", r->o->out_dir, file);
-    int64_t got_bytes;
+    uint64_t got_bytes;
     uint32_t crc;
     if (access(path, F_OK) != 0) return "is missing";
-    if (file_crc(path, &got_bytes, &crc)) {
+    if (anvil_crc32c_file(path, &got_bytes, &crc)) {
         snprintf(why, cap, "cannot be read (%s)", anvil_errmsg());
         return why;
     }
     char got[9];
     crc_hex(crc, got);
-    if (got_bytes != bytes) {
+    if ((int64_t)got_bytes != bytes) {
         snprintf(why, cap, "has %lld bytes, the manifest says %lld", (long long)got_bytes, (long long)bytes);
         return why;
     }

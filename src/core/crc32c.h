@@ -1,0 +1,15 @@
+/* CRC-32C (Castagnoli), the checksum of checkpoint files, manifests and
+ * token shards: the SSE4.2 instruction where the CPU has it, a table
+ * otherwise. */
+#ifndef ANVIL_CORE_CRC32C_H
+#define ANVIL_CORE_CRC32C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Continues from crc (0 to start): crc32c(crc32c(0, a), b) == crc32c(0, a + b). */
+uint32_t anvil_crc32c(uint32_t crc, const void *data, size_t n);
+/* Reads the whole file: its size and CRC-32C. -1 after anvil_fail naming the path. */
+int anvil_crc32c_file(const char *path, uint64_t *bytes, uint32_t *crc);
+
+#endif
