@@ -19,15 +19,9 @@
 #   - SIGKILL of one rank: the launcher names it and exits 137;
 #   - SIGTERM to the launcher: every rank stops after the same step, the
 #     checkpoint is complete, exit 75, and --resume auto continues.
-set -u
-anvil=$1
+. "$(dirname "$0")/tools/cli_common.sh"
 command -v mpirun > /dev/null || { echo "SKIP: mpirun is not installed"; exit 77; }
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'pkill -KILL -f "$tmp/" 2> /dev/null; rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
 export OMP_NUM_THREADS=1
 # Under ASan, Open MPI's components are unloaded before LeakSanitizer runs,
 # so their allocations cannot be told from ours: leak checks stay on for the

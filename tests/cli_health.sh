@@ -11,13 +11,7 @@
 #     wrong all-reduce before its first step, and --no-health skips it.
 # The slow factor is lowered (0.1, 0.25 for slow-gemm, whose rank is 20x
 # slower) so that noise on shared cores does not name a healthy rank.
-set -u
-anvil=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/tools/cli_common.sh"
 host=$(hostname)
 small=(--mem-mb 16 --max-bytes 262144 --iters 3 --gemm-n 128)
 

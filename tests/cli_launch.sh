@@ -17,14 +17,8 @@
 #   - --mca-tcp: a 3-rank MPI allreduce over TCP (when mpicc exists);
 #   - bad input: one-line errors, exit 2 (usage) or 1, nothing started;
 #     a host ssh cannot reach: one line naming it, exit 1.
-set -u
-anvil=$1
+. "$(dirname "$0")/tools/cli_common.sh"
 command -v mpirun > /dev/null || { echo "SKIP: mpirun is not installed"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
 # The launcher under a hang guard; nothing here should come near 60 s.
 launch() { timeout 60 "$anvil" launch "$@"; }
 # Processes still running the rank script (zombies awaiting their reaper do not count).

@@ -4,13 +4,7 @@
 # loss at every step and the same final weights as a run never interrupted;
 # SIGTERM finishes the step, checkpoints and exits 75, and that resume is
 # bit-exact too; so is the resume of a run with shuffled data.
-set -u
-anvil=$1
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/tools/cli_common.sh"
 
 bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"

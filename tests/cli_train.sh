@@ -8,13 +8,7 @@
 #     bit-identical losses and bit-identical final weights;
 #   - sampling is reproducible for a seed;
 #   - bad input: one-line errors and a nonzero exit, never a crash.
-set -u
-anvil=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/tools/cli_common.sh"
 
 bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
