@@ -122,6 +122,17 @@ static void save_step(const char *run, const trained *t, int64_t step) {
     if (anvil_ckpt_save(run, &st, out, sizeof out)) t_fail(__FILE__, __LINE__, "save: %s", anvil_errmsg());
 }
 
+/* Whether RUN/ckpt/latest holds exactly `want`. */
+static int latest_is(const char *run, const char *want) {
+    char path[PATH_MAX], line[64] = "";
+    path_in(path, sizeof path, run, "ckpt/latest");
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    return got && !strcmp(line, want);
+}
+
 static void test_crc(void) {
     CHECK(anvil_crc32c(0, "123456789", 9) == 0xE3069283u);
     CHECK(anvil_crc32c(anvil_crc32c(0, "1234", 4), "56789", 5) == 0xE3069283u);
@@ -138,14 +149,7 @@ static void test_round_trip(void) {
     CHECK(anvil_ckpt_verify(dir) == 0);
 
     char latest[PATH_MAX];
-    path_in(latest, sizeof latest, run, "ckpt/latest");
-    FILE *f = fopen(latest, "r");
-    char line[64] = "";
-    if (f) {
-        CHECK(fgets(line, sizeof line, f) != NULL);
-        fclose(f);
-    }
-    CHECK(!strcmp(line, "step_00000003\n"));
+    CHECK(latest_is(run, "step_00000003\n"));
 
     make_trained(&b, 99, 1);
     anvil_ckpt_manifest info;
@@ -602,14 +606,7 @@ static void test_disk_full(void) {
     CHECK(count_prefix(ck, "step_") == 1); /* no step_2, no temporary folder */
     CHECK(anvil_ckpt_verify(d1) == 0);
     CHECK(anvil_ckpt_find_latest_valid(run, out, sizeof out, NULL, 0) == 1 && !strcmp(out, d1));
-    path_in(p, sizeof p, ck, "latest");
-    FILE *f = fopen(p, "r");
-    char line[64] = "";
-    if (f) {
-        CHECK(fgets(line, sizeof line, f) != NULL);
-        fclose(f);
-    }
-    CHECK(!strcmp(line, "step_00000001\n"));
+    CHECK(latest_is(run, "step_00000001\n"));
     free_trained(&a);
 }
 
