@@ -88,6 +88,17 @@ static int grow(unsigned char **buf, size_t *cap, size_t len, const char *name) 
     return 0;
 }
 
+/* Hands a decompressed buffer to the source, or drops it when decompression failed. */
+static int keep_decompressed(source *s, unsigned char *buf, size_t len, int rc) {
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    s->data = buf;
+    s->len = len;
+    return 0;
+}
+
 /* gzread also passes through a file that is not gzip at all; concatenated
  * members are read in sequence. */
 static int load_gz(const char *path, source *s) {
@@ -112,13 +123,7 @@ static int load_gz(const char *path, source *s) {
         len += (size_t)got;
     }
     gzclose(g);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    s->data = buf;
-    s->len = len;
-    return 0;
+    return keep_decompressed(s, buf, len, rc);
 }
 
 static int load_zst(const char *path, source *s) {
@@ -150,13 +155,7 @@ static int load_zst(const char *path, source *s) {
     }
     ZSTD_freeDCtx(dc);
     free((void *)raw.data);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    s->data = buf;
-    s->len = len;
-    return 0;
+    return keep_decompressed(s, buf, len, rc);
 }
 
 /* Regular files are mapped rather than read, so a corpus larger than memory
