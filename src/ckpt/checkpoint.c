@@ -781,6 +781,10 @@ int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir,
 
 static const char *const slice_kinds[3] = {"m", "v", "p"};
 
+void anvil_ckpt_shard_name(int g, int k, char *out, size_t cap) {
+    snprintf(out, cap, "shard_%d_of_%d.safetensors", g, k);
+}
+
 int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *model, const anvil_ckpt_slice *sl,
                            int n, anvil_ckpt_file *out) {
     int kinds = n > 0 && sl[0].p ? 3 : 2;
@@ -808,7 +812,7 @@ int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *mode
         }
     }
     char path[PATH_MAX], gs[16], ks[16];
-    snprintf(out->name, sizeof out->name, "shard_%d_of_%d.safetensors", g, k);
+    anvil_ckpt_shard_name(g, k, out->name, sizeof out->name);
     snprintf(gs, sizeof gs, "%d", g);
     snprintf(ks, sizeof ks, "%d", k);
     const char *meta[] = {"format", "anvil-shard", "shard", gs, "of", ks};
@@ -861,8 +865,10 @@ static anvil_st_file *open_checked(const char *dir, const char *leaf, const char
     return f;
 }
 
+/* A slice of a shard file: where it goes in the flat layout, and its tensor. */
 typedef struct {
     size_t start, len;
+    const anvil_st_tensor *t;
 } span;
 
 static int cmp_span(const void *a, const void *b) {
@@ -911,7 +917,7 @@ static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const an
                 rc = anvil_fail("%s: tensor '%s' is not a slice of this model's parameters", man->files[f].name,
                                 t->name);
             else
-                spans[ki][nspans[ki]++] = (span){model->offsets[ti] + off, len};
+                spans[ki][nspans[ki]++] = (span){model->offsets[ti] + off, len, t};
         }
     float *dst[3] = {m, v, p};
     for (int k = 0; !rc && k < 3; k++) {
@@ -928,17 +934,9 @@ static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const an
             rc = anvil_fail("%s: the shards' '%s' slices cover %zu of %zu elements", dir, slice_kinds[k], at,
                             model->nparams);
     }
-    for (int f = 0; !rc && f < nf; f++)
-        for (int i = 0; i < anvil_st_count(files[f]); i++) {
-            const anvil_st_tensor *t = anvil_st_at(files[f], i);
-            char kind[4], param[32];
-            size_t off = 0;
-            sscanf(t->name, "%3[^.].%31[^.].%zu", kind, param, &off);
-            for (int k = 0; k < 3; k++)
-                for (int j = 0; j < ANVIL_GPT2_NPARAM; j++)
-                    if (dst[k] && !strcmp(kind, slice_kinds[k]) && !strcmp(param, anvil_gpt2_param_names[j]))
-                        model->k->upload(dst[k] + model->offsets[j] + off, t->data, t->nbytes);
-        }
+    for (int k = 0; !rc && k < 3; k++)
+        for (size_t i = 0; dst[k] && i < nspans[k]; i++)
+            model->k->upload(dst[k] + spans[k][i].start, spans[k][i].t->data, spans[k][i].t->nbytes);
     for (int f = 0; f < nf; f++) anvil_st_close(files[f]);
     for (int k = 0; k < 3; k++) free(spans[k]);
     return rc;

@@ -147,6 +147,9 @@ typedef struct {
 
 /* Creates RUN/ckpt/step_<step>.tmp-<pid> (and RUN/ckpt) and writes its path to tmp. */
 int anvil_ckpt_begin(const char *run_dir, int64_t step, char *tmp, size_t cap);
+/* The file name of shard g of k, shard_<g>_of_<k>.safetensors, into out (room for
+ * sizeof(anvil_ckpt_file.name)). */
+void anvil_ckpt_shard_name(int g, int k, char *out, size_t cap);
 /* Writes shard g of k into the folder tmp as shard_<g>_of_<k>.safetensors, one 1-D tensor per
  * slice and kind, named "m.<param>.<first element within the parameter>" (and "v.", "p."), so that
  * the file says where every value goes; fsync'ed. out gets its name, size and CRC32C. */

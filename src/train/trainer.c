@@ -283,7 +283,7 @@ static int save_sharded(const anvil_train_config *c, anvil_gpt2 *m, anvil_dp *dp
         if (files[3 * r] == 1 && failed < 0) failed = r;
         if (files[3 * r] == 2 && nshards < ANVIL_CKPT_MAX_FILES - 2) {
             /* The first replica of shard group rank r is world rank r (groups are consecutive ranks). */
-            snprintf(shards[nshards].name, sizeof shards[nshards].name, "shard_%d_of_%d.safetensors", r, k);
+            anvil_ckpt_shard_name(r, k, shards[nshards].name, sizeof shards[nshards].name);
             shards[nshards].bytes = (uint64_t)files[3 * r + 1];
             shards[nshards].crc32c = (uint32_t)files[3 * r + 2];
             nshards++;
