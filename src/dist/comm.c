@@ -211,19 +211,28 @@ static int copy_counts(struct anvil_req *r, const size_t *counts) {
     return 0;
 }
 
-int anvil_wait(anvil_req *r) {
-    if (!r) return -1;
+/* Waits for a request without freeing it: 0, or -1 after anvil_fail. */
+static int wait_done(struct anvil_req *r) {
     if (D.threaded) {
         pthread_mutex_lock(&D.mu);
         while (!r->done) pthread_cond_wait(&D.done_cv, &D.mu);
         pthread_mutex_unlock(&D.mu);
     }
-    int rc = r->rc;
-    if (rc) anvil_fail("dist: %s '%s' in group '%s' failed on rank %d: %s", op_name(r->kind), r->what, r->g->name,
-                       anvil_dist_rank(), r->err);
+    if (!r->rc) return 0;
+    return anvil_fail("dist: %s '%s' in group '%s' failed on rank %d: %s", op_name(r->kind), r->what, r->g->name,
+                      anvil_dist_rank(), r->err);
+}
+
+static void req_free(struct anvil_req *r) {
     free(r->counts);
     free(r);
-    return rc ? -1 : 0;
+}
+
+int anvil_wait(anvil_req *r) {
+    if (!r) return -1;
+    int rc = wait_done(r);
+    req_free(r);
+    return rc;
 }
 
 anvil_req *anvil_iallreduce(anvil_group *g, void *buf, size_t n, anvil_dtype t, const char *what) {
@@ -292,16 +301,11 @@ anvil_group *anvil_group_split(anvil_group *parent, int color, int key, const ch
     if (!r) return NULL;
     r->color = color;
     r->key = key;
-    anvil_group *result = NULL;
-    /* The request is freed by the wait, so keep the result first. */
     submit(r);
-    if (D.threaded) {
-        pthread_mutex_lock(&D.mu);
-        while (!r->done) pthread_cond_wait(&D.done_cv, &D.mu);
-        pthread_mutex_unlock(&D.mu);
-    }
-    result = r->result;
-    if (anvil_wait(r)) return NULL;
+    int rc = wait_done(r);
+    anvil_group *result = r->result;
+    req_free(r);
+    if (rc) return NULL;
     snprintf(result->name, sizeof result->name, "%s", name);
     return result;
 }
