@@ -438,8 +438,6 @@ static int shard_sumsq(anvil_dp *dp, const float *grads_base, int flat, double *
     return 0;
 }
 
-float anvil_dp_clip_replicated(anvil_dp *dp, float max_norm) { return anvil_clip_grad_norm(dp->m, max_norm); }
-
 int anvil_dp_step(anvil_dp *dp, float lr, float max_norm, float *norm) {
     anvil_gpt2 *m = dp->m;
     int st = dp->cfg.zero_stage;

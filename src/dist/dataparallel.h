@@ -57,11 +57,10 @@ void anvil_dp_set_last_micro(anvil_dp *dp, int last);
 /* After the last micro-step: waits for every reduction. */
 int anvil_dp_finish_grads(anvil_dp *dp);
 /* Global-norm clipping and the AdamW update of stages 1-3 on the rank's
- * shard (stage 0 callers use anvil_adamw_step on the whole model), then the
+ * shard (at stage 0 every rank holds the whole reduced gradient, so callers
+ * use anvil_clip_grad_norm and anvil_adamw_step as one process does), then the
  * parameter all-gather of stages 1-2. *norm gets the norm before clipping. */
 int anvil_dp_step(anvil_dp *dp, float lr, float max_norm, float *norm);
-/* Stage 0: the global norm and clipping of the replicated gradients. */
-float anvil_dp_clip_replicated(anvil_dp *dp, float max_norm);
 
 /* Writes the whole parameter vector (the model's flat layout) into flat on
  * every rank: all-gathers the shards from stage 3, copies otherwise. */
