@@ -2,9 +2,11 @@
 
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "core/error.h"
 
@@ -75,4 +77,13 @@ int arg_float(const char *cmd, const char *opt, const char *val, float *out) {
     }
     *out = (float)v;
     return 0;
+}
+
+void cli_set_threads(int threads) {
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!threads && !getenv("OMP_NUM_THREADS") && local && atoi(local) > 1) {
+        threads = (int)sysconf(_SC_NPROCESSORS_ONLN) / atoi(local);
+        if (threads < 1) threads = 1;
+    }
+    if (threads) omp_set_num_threads(threads);
 }

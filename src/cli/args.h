@@ -16,5 +16,10 @@ const char *arg_value(const char *cmd, int argc, char **argv, int *i);
 int cli_fail(const char *cmd);
 /* Prints a usage error; returns exit status 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...);
+/* Sets the OpenMP thread count: `threads` when given (> 0); else, for a rank
+ * of a multi-process job without OMP_NUM_THREADS, this machine's cores split
+ * among the ranks on it (threads that outnumber the cores spin against each
+ * other); else OpenMP's own default. */
+void cli_set_threads(int threads);
 
 #endif

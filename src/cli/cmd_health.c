@@ -2,12 +2,10 @@
  * between them; also run, quickly, before multi-process training. */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -43,16 +41,6 @@ static const char *usage =
     "Test hook: ANVIL_HEALTH_FAULT=RANK:KIND makes RANK misbehave, KIND one of\n"
     "slow-gemm (each timed SGEMM runs 20 times), bad-gemm, bad-allreduce, bad-memory (one\n"
     "element off).\n";
-
-/* Ranks sharing a machine split its cores, as anvil train does. */
-static void set_threads(int threads) {
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (!threads && !getenv("OMP_NUM_THREADS") && local && atoi(local) > 1) {
-        threads = (int)sysconf(_SC_NPROCESSORS_ONLN) / atoi(local);
-        if (threads < 1) threads = 1;
-    }
-    if (threads) omp_set_num_threads(threads);
-}
 
 static int fault_from_env(anvil_health_config *c) {
     const char *f = getenv("ANVIL_HEALTH_FAULT");
@@ -195,7 +183,7 @@ int cmd_health(int argc, char **argv) {
     if (!(timeout > 0.0)) return cli_usage_error(cmd, "--collective-timeout must be positive");
     if (fault_from_env(&c)) return cli_fail(cmd);
 
-    set_threads(threads);
+    cli_set_threads(threads);
     anvil_dist_config dc = {timeout};
     if (anvil_dist_init(&dc)) return cli_fail(cmd);
     anvil_health_report r;

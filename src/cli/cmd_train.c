@@ -177,14 +177,7 @@ int cmd_train(int argc, char **argv) {
     c.lr.min_lr = min_lr >= 0.0f ? min_lr : c.lr.lr / 10.0f;
     c.seed = (uint64_t)seed;
     c.progress = progress && isatty(STDERR_FILENO);
-    /* Ranks sharing a machine split its cores unless told otherwise;
-     * OpenMP threads that outnumber the cores spin against each other. */
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (!threads && !getenv("OMP_NUM_THREADS") && local && atoi(local) > 1) {
-        threads = (int)sysconf(_SC_NPROCESSORS_ONLN) / atoi(local);
-        if (threads < 1) threads = 1;
-    }
-    if (threads) omp_set_num_threads(threads);
+    cli_set_threads(threads);
     if (!(coll_timeout > 0.0)) return cli_usage_error(cmd, "--collective-timeout must be positive");
     anvil_dist_config dc = {coll_timeout};
     if (anvil_dist_init(&dc)) return cli_fail(cmd);
