@@ -1,7 +1,4 @@
 #include <math.h>
-#include <omp.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -28,19 +25,19 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x,
     }
 }
 
-/* dw and db sum over all N rows. Each thread sums a fixed, contiguous range
- * of rows into its own partial, and the partials are added in thread order,
- * so the result is deterministic for a given thread count. */
+/* Rows per partial sum of dw and db. */
+#define LN_ROWS 32
+
+/* dx row by row; then dw and db, whose sums run over all N rows, by blocks
+ * of columns: each block's rows are summed in chunks of LN_ROWS, and the
+ * chunks are added in row order. Which thread takes a block changes
+ * nothing, so the result does not depend on the thread count, and no
+ * scratch memory is needed. */
 void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
                             const float *mean, const float *rstd, int N, int C) {
-    int nt = omp_get_max_threads();
-    float *partial = calloc((size_t)nt * 2 * C, sizeof(float));
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel
     {
-        int tid = omp_get_thread_num();
-        float *pdw = partial + (size_t)tid * 2 * C;
-        float *pdb = pdw + C;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int i = 0; i < N; i++) {
             const float *xi = x + (size_t)i * C;
             const float *di = dout + (size_t)i * C;
@@ -60,18 +57,34 @@ void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, 
             for (int c = 0; c < C; c++) {
                 float xhat = (xi[c] - m) * r;
                 float dn = di[c] * w[c];
-                pdb[c] += di[c];
-                pdw[c] += xhat * di[c];
                 dxi[c] += (dn - sum_dn - xhat * sum_dn_xhat) * r;
             }
         }
-    }
-    for (int t = 0; t < nt; t++) {
-        const float *pdw = partial + (size_t)t * 2 * C;
-        for (int c = 0; c < C; c++) {
-            dw[c] += pdw[c];
-            db[c] += pdw[C + c];
+#pragma omp for schedule(static)
+        for (int c0 = 0; c0 < C; c0 += 64) {
+            const int nc = C - c0 < 64 ? C - c0 : 64;
+            float tw[64] = {0}, tb[64] = {0};
+            for (int i0 = 0; i0 < N; i0 += LN_ROWS) {
+                const int i1 = i0 + LN_ROWS < N ? i0 + LN_ROWS : N;
+                float pw[64] = {0}, pb[64] = {0};
+                for (int i = i0; i < i1; i++) {
+                    const float *xi = x + (size_t)i * C + c0, *di = dout + (size_t)i * C + c0;
+                    const float m = mean[i], r = rstd[i];
+#pragma omp simd
+                    for (int c = 0; c < nc; c++) {
+                        pb[c] += di[c];
+                        pw[c] += (xi[c] - m) * r * di[c];
+                    }
+                }
+                for (int c = 0; c < nc; c++) {
+                    tw[c] += pw[c];
+                    tb[c] += pb[c];
+                }
+            }
+            for (int c = 0; c < nc; c++) {
+                dw[c0 + c] += tw[c];
+                db[c0 + c] += tb[c];
+            }
         }
     }
-    free(partial);
 }

@@ -1,32 +1,38 @@
 #include <math.h>
-#include <omp.h>
-#include <stdlib.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 
-/* An OpenMP reduction clause may combine partials in any order; fixed
- * per-thread ranges summed in thread order keep the norm bit-identical from
- * run to run. */
+/* Floats per float partial, and the most partials summed in double. */
+#define SUMSQ_CHUNK 1024
+#define SUMSQ_PARTS 1024
+
+/* An OpenMP reduction clause may combine partials in any order. Here the
+ * vector is cut into at most SUMSQ_PARTS parts whose bounds depend on n
+ * alone; each part sums chunks of SUMSQ_CHUNK floats (in float, then in
+ * double) in order, and the parts are added in order, so the norm is the
+ * same bits whatever the thread count. */
 double cpu_sumsq(const float *g, size_t n) {
-    int nt = omp_get_max_threads();
-    double *partial = calloc((size_t)nt, sizeof(double));
-#pragma omp parallel num_threads(nt)
-    {
-        int tid = omp_get_thread_num(), got = omp_get_num_threads();
-        size_t lo = n * (size_t)tid / (size_t)got, hi = n * (size_t)(tid + 1) / (size_t)got;
+    size_t chunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    size_t per_part = (chunks + SUMSQ_PARTS - 1) / SUMSQ_PARTS;
+    if (per_part == 0) per_part = 1;
+    const int parts = (int)((chunks + per_part - 1) / per_part);
+    double partial[SUMSQ_PARTS];
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < parts; p++) {
+        size_t lo = (size_t)p * per_part * SUMSQ_CHUNK, hi = lo + per_part * SUMSQ_CHUNK;
+        if (hi > n) hi = n;
         double s = 0.0;
-        for (size_t i = lo; i < hi; i += 1024) {
-            size_t end = i + 1024 < hi ? i + 1024 : hi;
+        for (size_t i = lo; i < hi; i += SUMSQ_CHUNK) {
+            size_t end = i + SUMSQ_CHUNK < hi ? i + SUMSQ_CHUNK : hi;
             float f = 0.0f;
 #pragma omp simd reduction(+ : f)
             for (size_t j = i; j < end; j++) f += g[j] * g[j];
             s += f;
         }
-        partial[tid] = s;
+        partial[p] = s;
     }
     double total = 0.0;
-    for (int t = 0; t < nt; t++) total += partial[t];
-    free(partial);
+    for (int p = 0; p < parts; p++) total += partial[p];
     return total;
 }
 
