@@ -84,6 +84,7 @@ static void run(int B, int T, int C, int NH) {
 }
 
 int main(void) {
+    t_path("test_attention");
     int Ts[] = {1, 7, 64, 65, 257, 600};
     for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) run(2, Ts[i], 48, 3);
     run(1, 130, 64, 1);

@@ -1,7 +1,9 @@
 /* anvil_sgemm against a double-precision reference, for every transpose
  * combination, edge-tile sizes, padded leading dimensions, alpha and beta;
- * plus bit-identity across thread counts and concurrent serial calls, and
- * the OpenBLAS fallback selected by ANVIL_GEMM=blas.
+ * plus bit-identity across thread counts and concurrent serial calls. CTest
+ * runs it once per kernel path (ANVIL_ISA), and with --bf16 for
+ * anvil_sgemm_bf16, whose reference is the same sum over the inputs
+ * rounded to bf16 (alpha * a rounded, as the kernel packs it).
  *
  * Tolerance, from the error analysis of a dot product: each C element goes
  * through at most K + 3 float roundings (alpha * a, K multiply-adds, the beta
@@ -18,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "kernels/gemm.h"
+#include "kernels/isa.h"
 #include "testutil.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -62,11 +66,30 @@ static void release(Problem *p) {
     free(p->C0);
 }
 
-static float a_at(const Problem *p, int i, int k) {
+/* Set for the bf16 runs: the reference then multiplies bf16-rounded inputs. */
+static bool bf16_inputs;
+
+/* fp32 -> bf16 -> fp32, rounding to nearest even (finite inputs only here). */
+static double bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static float a_raw(const Problem *p, int i, int k) {
     return p->ta ? p->A[(size_t)k * p->lda + i] : p->A[(size_t)i * p->lda + k];
 }
-static float b_at(const Problem *p, int k, int j) {
+static float b_raw(const Problem *p, int k, int j) {
     return p->tb ? p->B[(size_t)j * p->ldb + k] : p->B[(size_t)k * p->ldb + j];
+}
+/* alpha * op(A)(i,k) and op(B)(k,j) as the kernel multiplies them. */
+static double a_at(const Problem *p, int i, int k) {
+    return bf16_inputs ? bf16_round(p->alpha * a_raw(p, i, k)) : (double)p->alpha * a_raw(p, i, k);
+}
+static double b_at(const Problem *p, int k, int j) {
+    return bf16_inputs ? bf16_round(b_raw(p, k, j)) : (double)b_raw(p, k, j);
 }
 
 typedef void (*GemmFn)(bool, bool, int, int, int, float, const float *, int, const float *, int, float,
@@ -95,13 +118,13 @@ static int verify(const char *what, const Problem *p, const float *C) {
             }
             double s = 0.0, sabs = 0.0;
             for (int k = 0; k < p->K; k++) {
-                double prod = (double)a_at(p, i, k) * b_at(p, k, j);
+                double prod = a_at(p, i, k) * b_at(p, k, j);
                 s += prod;
                 sabs += fabs(prod);
             }
             double c0 = p->beta == 0.0f ? 0.0 : (double)p->beta * p->C0[at];
-            double want = (double)p->alpha * s + c0;
-            double bound = gamma * (fabs(p->alpha) * sabs + fabs(c0));
+            double want = s + c0;
+            double bound = gamma * (sabs + fabs(c0));
             double err = fabs((double)C[at] - want);
             if (!(err <= bound)) {
                 bad++;
@@ -224,24 +247,61 @@ static void concurrent_serial(void) {
     }
 }
 
-int main(void) {
-    const char *impl = anvil_sgemm_impl();
-    printf("test_gemm: implementation %s\n", impl);
-    CHECK(strcmp(impl, __builtin_cpu_supports("avx512f") ? "avx512" : "openblas") == 0);
+/* anvil_sgemm_bf16 in the GemmFn shape; a refusal counts as a failure. */
+static void bf16_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *C, int ldc) {
+    if (anvil_sgemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+        t_fail(__FILE__, __LINE__, "anvil_sgemm_bf16 refused: %s", anvil_errmsg());
+}
+
+/* The same bits with 1, 2 and 3 threads. */
+static void bf16_thread_independence(void) {
+    static const int shapes[][3] = {{300, 200, 1100}, {1111, 65, 129}, {96, 96, 2049}};
+    for (int t = 0; t < 4; t++)
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            Problem p = make(t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0.5f, betas[s % 3]);
+            omp_set_num_threads(1);
+            float *c1 = run(&p, bf16_gemm);
+            omp_set_num_threads(3);
+            float *c3 = run(&p, bf16_gemm);
+            omp_set_num_threads(2);
+            float *c2 = run(&p, bf16_gemm);
+            CHECK(same_bits(&p, c1, c2));
+            CHECK(same_bits(&p, c1, c3));
+            verify("bf16 threads", &p, c2);
+            free(c1);
+            free(c2);
+            free(c3);
+            release(&p);
+        }
+}
+
+static int bf16_tests(void) {
+    if (anvil_isa_check_bf16()) {
+        printf("test_gemm --bf16: SKIP: %s\n", anvil_errmsg());
+        return 77;
+    }
+    bf16_inputs = true;
+    correctness_sweep("bf16", bf16_gemm);
+    blocking_sweep("bf16", bf16_gemm);
+    bf16_thread_independence();
+    return t_done("test_gemm --bf16");
+}
+
+int main(int argc, char **argv) {
+    const char *path = t_path("test_gemm");
+    if (argc > 1 && !strcmp(argv[1], "--bf16")) return bf16_tests();
+    /* On a path without bf16, the bf16 entry refuses and leaves C alone. */
+    if (anvil_isa_check_bf16()) {
+        float c = 1.0f, a = 2.0f;
+        CHECK(anvil_sgemm_bf16(false, false, 1, 1, 1, 1.0f, &a, 1, &a, 1, 0.0f, &c, 1) == -1 && c == 1.0f);
+    }
+    CHECK(strcmp(anvil_sgemm_impl(), path) == 0);
     correctness_sweep("sgemm", anvil_sgemm);
     correctness_sweep("sgemm_serial", anvil_sgemm_serial);
     blocking_sweep("sgemm", anvil_sgemm);
     degenerate();
     thread_independence();
     concurrent_serial();
-
-    /* The fallback: the environment is read on every call. */
-    setenv("ANVIL_GEMM", "blas", 1);
-    CHECK(strcmp(anvil_sgemm_impl(), "openblas") == 0);
-    correctness_sweep("blas", anvil_sgemm);
-    blocking_sweep("blas", anvil_sgemm);
-    degenerate();
-    unsetenv("ANVIL_GEMM");
-    CHECK(strcmp(anvil_sgemm_impl(), impl) == 0);
     return t_done("test_gemm");
 }

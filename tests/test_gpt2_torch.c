@@ -76,6 +76,7 @@ static void compare_params(const anvil_gpt2 *m, float *buf, const anvil_st_file 
 }
 
 int main(void) {
+    t_path("test_gpt2_torch");
     anvil_st_file *f = anvil_st_open(FIXTURE);
     if (!f) {
         fprintf(stderr, "%s\n", anvil_errmsg());

@@ -14,6 +14,7 @@
 #include "testutil.h"
 
 int main(void) {
+    t_path("test_gradcheck");
     anvil_gpt2_config cfg = {2, 2, 8, 8, 11, 0};
     const int B = 2, T = 5;
     anvil_gpt2 m;

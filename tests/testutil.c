@@ -3,6 +3,10 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "kernels/isa.h"
 
 int t_failures = 0;
 
@@ -44,4 +48,14 @@ int t_done(const char *name) {
     if (t_failures) fprintf(stderr, "%s: %d check(s) failed\n", name, t_failures);
     else printf("%s: all checks passed\n", name);
     return t_failures ? 1 : 0;
+}
+
+const char *t_path(const char *test) {
+    if (anvil_isa_check()) {
+        printf("%s: SKIP: %s\n", test, anvil_errmsg());
+        exit(77);
+    }
+    const char *name = anvil_isa_name(anvil_isa_active());
+    printf("%s: kernel path %s\n", test, name);
+    return name;
 }

@@ -7,43 +7,91 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/clock.h"
+#include "core/error.h"
 #include "kernels/gemm.h"
+#include "kernels/isa.h"
 #include "model/gpt2.h"
 
 static const char *usage =
     "usage: anvil info [--gemm-rate]\n"
     "\n"
-    "Lists the model presets with their sizes and the kernels in use.\n"
-    "  --gemm-rate   measure this machine's large-SGEMM rate (median of 5, 2048^3)\n"
-    "                and print it as one JSON line: {\"sgemm_gflops\": X, \"impl\": ...}\n";
+    "Lists the model presets with their sizes and the kernels in use: the instruction-set\n"
+    "path (the best this CPU runs, or ANVIL_ISA=avx512|avx2|generic to force a lower one),\n"
+    "its GEMM, and whether --dtype bf16 can run here.\n"
+    "  --gemm-rate   measure this machine: the path's vector multiply-add peak (independent\n"
+    "                FMA chains on every thread) and the large-SGEMM rate (median of 5, 2048^3)\n"
+    "                as a share of it; where bf16 runs, the bf16 GEMM's rate and the vdpbf16ps peak;\n"
+    "                one JSON line\n";
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
+typedef int (*gemm_fn)(bool, bool, int, int, int, float, const float *, int, const float *, int, float, float *,
+                       int);
+
+static int fp32_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                     int ldb, float beta, float *C, int ldc) {
+    anvil_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return 0;
+}
+
+/* GFLOP/s of fn on an n^3 product: the median of 5 after one warm-up. */
+static double square_rate(gemm_fn fn, int n, const float *a, const float *b, float *c) {
+    enum { REPS = 5 };
+    double t[REPS];
+    if (fn(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n)) return 0.0;
+    for (int r = 0; r < REPS; r++) {
+        double t0 = anvil_now();
+        fn(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        t[r] = anvil_now() - t0;
+    }
+    qsort(t, REPS, sizeof(double), cmp);
+    return 2.0 * n * n * n / t[REPS / 2] / 1e9;
+}
+
 static int gemm_rate(void) {
-    const int n = 2048, reps = 5;
+    const int n = 2048;
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
-    if (!a || !b || !c) return 1;
+    if (!a || !b || !c) {
+        free(a);
+        free(b);
+        free(c);
+        fprintf(stderr, "anvil info: out of memory for three %d x %d matrices\n", n, n);
+        return 1;
+    }
     for (long i = 0; i < (long)n * n; i++) {
         a[i] = (float)(i % 7) * 0.1f;
         b[i] = (float)(i % 5) * 0.1f;
     }
-    double t[5];
-    anvil_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    for (int r = 0; r < reps; r++) {
-        double t0 = anvil_now();
-        anvil_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        t[r] = anvil_now() - t0;
+    anvil_isa isa = anvil_isa_active();
+    double peak = anvil_isa_peak_gflops(isa, false, 1.0);
+    double rate = square_rate(fp32_gemm, n, a, b, c);
+    printf("{\"path\": \"%s\", \"impl\": \"%s\", \"threads\": %d, \"n\": %d, \"fma_peak_gflops\": %.1f, "
+           "\"sgemm_gflops\": %.1f, \"sgemm_share_of_peak\": %.3f",
+           anvil_isa_name(isa), anvil_sgemm_impl(), omp_get_max_threads(), n, peak, rate, rate / peak);
+    if (anvil_isa_check_bf16() == 0) {
+        double bpeak = anvil_isa_peak_gflops(isa, true, 1.0);
+        double brate = square_rate(anvil_sgemm_bf16, n, a, b, c);
+        printf(", \"bf16_kernel\": \"%s\", \"vdpbf16ps_peak_gflops\": %.1f, \"bf16_gemm_gflops\": %.1f",
+               anvil_isa_bf16_name(anvil_isa_bf16()), bpeak, brate);
     }
-    qsort(t, reps, sizeof(double), cmp);
-    printf("{\"sgemm_gflops\": %.1f, \"impl\": \"%s\", \"threads\": %d, \"n\": %d}\n", 2.0 * n * n * n / t[reps / 2] / 1e9,
-           anvil_sgemm_impl(), omp_get_max_threads(), n);
+    printf("}\n");
     free(a);
     free(b);
     free(c);
     return 0;
+}
+
+/* Which paths this CPU runs, best first, e.g. "avx512 avx2 generic". */
+static void supported_paths(char *buf, size_t cap) {
+    buf[0] = 0;
+    for (int i = ANVIL_ISA_COUNT - 1; i >= 0; i--) {
+        if (!anvil_isa_supported((anvil_isa)i)) continue;
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s%s", len ? " " : "", anvil_isa_name((anvil_isa)i));
+    }
 }
 
 int cmd_info(int argc, char **argv) {
@@ -61,9 +109,20 @@ int cmd_info(int argc, char **argv) {
         anvil_gpt2_config c;
         anvil_gpt2_preset(names[i], &c);
         anvil_gpt2_config_check(&c);
-        printf("%-12s %6d %6d %6d %6d %7d %11.2fM\n", names[i], c.n_layer, c.n_head, c.n_embd, c.block_size,
-               c.vocab_size, (double)anvil_gpt2_num_params(&c) / 1e6);
+        printf("%-12s %6d %6d %6d %6d %7d %11.2fM\n", names[i], c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size,
+               (double)anvil_gpt2_num_params(&c) / 1e6);
     }
-    printf("\nkernels: cpu, sgemm %s, %d OpenMP threads\n", anvil_sgemm_impl(), omp_get_max_threads());
+    char paths[64];
+    supported_paths(paths, sizeof paths);
+    const char *forced = getenv("ANVIL_ISA");
+    printf("\ncpu path:  %s (%s; this CPU runs: %s)\n", anvil_isa_name(anvil_isa_active()),
+           forced && *forced && strcmp(forced, "auto") ? "forced by ANVIL_ISA" : "the best this CPU runs", paths);
+    printf("sgemm:     anvil's %s kernel on %d OpenMP threads; OpenBLAS is not used (its results change\n"
+           "           with the thread count; speeds side by side: bench/bench_gemm, bench/RESULTS.md)\n",
+           anvil_sgemm_impl(), omp_get_max_threads());
+    anvil_bf16_kernel bk = anvil_isa_bf16();
+    if (bk == ANVIL_BF16_AMX) printf("bf16:      yes, by AMX (TDPBF16PS); ANVIL_BF16=avx512 for vdpbf16ps\n");
+    else if (bk == ANVIL_BF16_AVX512) printf("bf16:      yes, by AVX512_BF16 (vdpbf16ps)\n");
+    else printf("bf16:      no: %s\n", anvil_errmsg());
     return 0;
 }

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "data/prep.h"
 #include "dist/comm.h"
+#include "kernels/isa.h"
 #include "tok/tokenizer.h"
 #include "train/trainer.h"
 
@@ -29,6 +30,9 @@ static const char *usage =
     "  --preset NAME           gpt2 | gpt2-medium | gpt2-large | gpt2-xl | tiny | mini | small (default tiny)\n"
     "  --layers N --heads N --embd N --block N --vocab N   override the preset\n"
     "  --init FILE             start from a model.safetensors instead of a fresh init\n"
+    "  --dtype fp32|bf16       what the matmuls multiply in (default fp32); bf16 rounds their inputs\n"
+    "                          to bf16 and sums in fp32, with fp32 weights, gradients and AdamW state;\n"
+    "                          it needs a CPU with AVX512_BF16\n"
     "batch and schedule:\n"
     "  --batch B               sequences per micro-batch (default 4)\n"
     "  --seq T                 tokens per sequence (default: the block size)\n"
@@ -69,16 +73,22 @@ static const char *usage =
     "  --no-health             skip the quick health check (anvil health --quick) run before\n"
     "                          training when there is more than one rank\n"
     "\n"
-    "Same seed, config, data and thread count give bit-identical losses, also across a resume.\n"
+    "Same seed, config, data and layout give bit-identical weights on one kernel path (see 'anvil\n"
+    "info'), whatever the thread count, also across a resume that changes it.\n"
     "On SIGTERM or SIGUSR1 the current step finishes, a checkpoint is written into --out, and\n"
     "the exit status is 75 (stopped, resumable with --resume auto). Errors exit 1, usage errors 2;\n"
     "76 means a collective timed out.\n";
 
-/* The command line as {"argv": [...]}, recorded in every checkpoint so a
- * run can be audited and repeated. */
-static char *argv_json(int argc, char **argv) {
+/* The command line as {"argv": [...], "kernels": ...}, recorded in every
+ * checkpoint so a run can be audited and repeated: bits repeat on the same
+ * kernels (path, and bf16 kernel), whatever the thread count. */
+static char *argv_json(int argc, char **argv, anvil_matmul_dtype dtype) {
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "argv");
     for (int i = 0; i < argc; i++) cJSON_AddItemToArray(a, cJSON_CreateString(argv[i]));
+    char kernels[64];
+    snprintf(kernels, sizeof kernels, "%s%s%s", anvil_isa_name(anvil_isa_active()),
+             dtype == ANVIL_MATMUL_BF16 ? "+" : "", dtype == ANVIL_MATMUL_BF16 ? anvil_isa_bf16_name(anvil_isa_bf16()) : "");
+    cJSON_AddStringToObject(o, "kernels", kernels);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -88,7 +98,7 @@ int cmd_train(int argc, char **argv) {
     const char *cmd = "train";
     anvil_train_config c;
     anvil_train_defaults(&c);
-    const char *preset = "tiny", *data = NULL, *schedule = "cosine";
+    const char *preset = "tiny", *data = NULL, *schedule = "cosine", *dtype = "fp32";
     int layers = 0, heads = 0, embd = 0, block = 0, vocab = 0, seq = 0, threads = 0, summary = 0, progress = 1;
     int health = 1;
     int64_t seed = 1337;
@@ -115,6 +125,7 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(o, "--preset")) preset = v;
         else if (!strcmp(o, "--init")) c.init_model = v;
         else if (!strcmp(o, "--schedule")) schedule = v;
+        else if (!strcmp(o, "--dtype")) dtype = v;
         else if (!strcmp(o, "--out")) c.out_dir = v;
         else if (!strcmp(o, "--resume")) c.resume = v;
         else if (!strcmp(o, "--ckpt-every")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.ckpt_every);
@@ -171,6 +182,9 @@ int cmd_train(int argc, char **argv) {
     if (block) c.model.block_size = block;
     else if (seq > c.model.block_size) c.model.block_size = seq;
     c.T = seq ? seq : c.model.block_size;
+    if (!strcmp(dtype, "fp32")) c.matmul_dtype = ANVIL_MATMUL_F32;
+    else if (!strcmp(dtype, "bf16")) c.matmul_dtype = ANVIL_MATMUL_BF16;
+    else return cli_usage_error(cmd, "--dtype must be fp32 or bf16, got '%s'", dtype);
     if (!strcmp(schedule, "cosine")) c.lr.kind = ANVIL_LR_COSINE;
     else if (!strcmp(schedule, "constant")) c.lr.kind = ANVIL_LR_CONSTANT;
     else return cli_usage_error(cmd, "--schedule must be cosine or constant, got '%s'", schedule);
@@ -186,7 +200,7 @@ int cmd_train(int argc, char **argv) {
     anvil_tok *tok = NULL;
     if (data && anvil_data_manifest_tokenizer(data, &tok)) return cli_fail(cmd);
     c.tokenizer = tok;
-    char *config_json = argv_json(argc, argv);
+    char *config_json = argv_json(argc, argv, c.matmul_dtype);
     c.config_json = config_json;
     anvil_train_result r;
     int rc = anvil_train(&c, &r);
@@ -210,10 +224,11 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, ", median %.1f ms/step, %.0f tok/s, %.1f GFLOP/s, peak RSS %.0f MB\n", r.ms_per_step_median,
             r.tokens_per_s_median, r.gflops_median, r.peak_rss_mb);
     if (summary)
-        printf("{\"impl\":\"anvil\",\"threads\":%d,\"ranks\":%d,\"params\":%lld,\"steps\":%d,\"final_loss\":%.6f,"
+        printf("{\"impl\":\"anvil\",\"path\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"ranks\":%d,\"params\":%lld,\"steps\":%d,\"final_loss\":%.6f,"
                "\"val_loss\":%.6f,\"ms_per_step_median\":%.3f,\"tokens_per_s_median\":%.2f,"
                "\"gflops_median\":%.3f,\"peak_rss_mb\":%.1f,\"comm_wait_share\":%.4f}\n",
-               omp_get_max_threads(), world, (long long)r.params, r.steps_done, r.final_loss,
+               anvil_isa_name(anvil_isa_active()), dtype, omp_get_max_threads(), world, (long long)r.params,
+               r.steps_done, r.final_loss,
                r.val_loss == r.val_loss ? r.val_loss : -1.0, r.ms_per_step_median, r.tokens_per_s_median,
                r.gflops_median, r.peak_rss_mb, r.comm_wait_share);
     return 0;

@@ -3,6 +3,8 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/error.h"
+#include "kernels/isa.h"
 
 static const struct {
     const char *name;
@@ -36,6 +38,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;
+    }
+    /* A path this CPU cannot run would fall back silently: refuse it up front. */
+    if (anvil_isa_check()) {
+        fprintf(stderr, "anvil: error: %s\n", anvil_errmsg());
+        return 1;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);

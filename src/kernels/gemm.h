@@ -7,16 +7,17 @@
  * K x M matrix. Likewise for B with tb. When beta == 0, C is written without
  * being read (NaNs in C do not propagate).
  *
- * Results are bit-identical from run to run and do not depend on the thread
- * count: work is split over M and N only, never over K. The AVX-512 kernel is
- * used when the CPU has it (ANVIL_GEMM=blas in the environment forces
- * OpenBLAS's cblas_sgemm, for comparisons). */
+ * Each instruction-set path (kernels/isa.h) has its own kernel: AVX-512,
+ * AVX2 + FMA, or portable C. On one path, results are bit-identical from
+ * run to run and do not depend on the thread count: work is split over M
+ * and N only, never over K. */
 #ifndef ANVIL_KERNELS_GEMM_H
 #define ANVIL_KERNELS_GEMM_H
 
 #include <stdbool.h>
 
-/* Uses all OpenMP threads. Must not be called from inside a parallel region. */
+/* On the active path, on all OpenMP threads. Must not be called from inside
+ * a parallel region. */
 void anvil_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
 
@@ -25,7 +26,15 @@ void anvil_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float
 void anvil_sgemm_serial(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc);
 
-/* Name of the implementation in use: "avx512" or "openblas". */
+/* The same product with op(A) and op(B) rounded to bf16 (nearest even) and
+ * multiplied into fp32 sums by the bf16 kernel in use (anvil_isa_bf16: AMX
+ * or vdpbf16ps); C stays fp32. -1 after anvil_fail when the active path
+ * cannot (anvil_isa_check_bf16), and C is untouched. */
+int anvil_sgemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The kernel anvil_sgemm uses now: "avx512", "avx2" or "generic" (the
+ * bf16 one: anvil_isa_bf16). */
 const char *anvil_sgemm_impl(void);
 
 #endif

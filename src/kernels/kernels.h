@@ -11,8 +11,8 @@
  * Conventions: functions named *_backward ACCUMULATE (+=) into parameter
  * gradients (dw, db, dwte...) so gradient accumulation over micro-batches
  * needs no extra pass; input gradients are written or accumulated as each
- * function documents. Every kernel is deterministic for a given thread
- * count. */
+ * function documents. Every kernel is deterministic, and its results do not
+ * depend on the thread count: no reduction is split by thread. */
 #ifndef ANVIL_KERNELS_KERNELS_H
 #define ANVIL_KERNELS_KERNELS_H
 
@@ -89,7 +89,14 @@ typedef struct anvil_kernels {
                   float eps, float weight_decay, int t);
 } anvil_kernels;
 
-/* The CPU backend: OpenMP + AVX-512/OpenBLAS GEMM. */
+/* What the matmuls (linear layers and the LM head) multiply in; everything
+ * else, the master weights, gradients and optimizer state stay fp32. */
+typedef enum { ANVIL_MATMUL_F32, ANVIL_MATMUL_BF16 } anvil_matmul_dtype;
+
+/* The CPU backend on the instruction-set path in use (kernels/isa.h), fp32. */
 const anvil_kernels *anvil_kernels_cpu(void);
+/* The same, with matmuls in `dtype`: NULL after anvil_fail when the path
+ * cannot (bf16 needs AVX512_BF16 on the avx512 path). */
+const anvil_kernels *anvil_kernels_cpu_for(anvil_matmul_dtype dtype);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "data/loader.h"
 #include "dist/comm.h"
 #include "dist/dataparallel.h"
+#include "kernels/isa.h"
 #include "obs/metrics.h"
 #include "sample/sampler.h"
 #include "tok/tokenizer.h"
@@ -47,6 +49,11 @@ int anvil_train_check(const anvil_train_config *c) {
     if (c->B < 1) return anvil_fail("train: --batch must be positive, got %d", c->B);
     if (c->T < 1 || c->T > m.block_size)
         return anvil_fail("train: --seq must be in 1..block_size (%d), got %d", m.block_size, c->T);
+    if (c->matmul_dtype == ANVIL_MATMUL_BF16 && anvil_isa_check_bf16()) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        return anvil_fail("train: --dtype bf16: %s", why);
+    }
     int world = anvil_dist_world_size();
     int64_t bt = (int64_t)c->B * c->T * world;
     if (c->total_batch_tokens < 0 || (c->total_batch_tokens && c->total_batch_tokens % bt)) {
@@ -380,7 +387,8 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     }
     memset(res, 0, sizeof *res);
     res->val_loss = NAN;
-    const anvil_kernels *k = anvil_kernels_cpu();
+    const anvil_kernels *k = anvil_kernels_cpu_for(c->matmul_dtype);
+    if (!k) return -1;
     anvil_gpt2 model;
     anvil_adamw opt = {0};
     anvil_loader *train = NULL, *val = NULL;
@@ -451,10 +459,11 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
 
     fprintf(c->log,
             "model: %d layers, %d heads, %d embd, block %d, vocab %d (padded %d), %.2fM parameters\n"
-            "batch: %d x %d tokens x %d accumulation x %d ranks = %.0f tokens/step, %d steps, %.3g FLOP/token\n",
+            "batch: %d x %d tokens x %d accumulation x %d ranks = %.0f tokens/step, %d steps, %.3g FLOP/token\n"
+            "kernels: %s, %d threads\n",
             mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size, mc->padded_vocab,
             (double)res->params / 1e6, B, T, accum, world, tokens_per_step, c->steps,
-            anvil_gpt2_flops_per_token(mc, T));
+            anvil_gpt2_flops_per_token(mc, T), k->name, omp_get_max_threads());
 
     /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
     anvil_rng data_rng;

@@ -7,12 +7,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernels/kernels.h"
 #include "model/gpt2.h"
 #include "train/optim.h"
 
 typedef struct {
     anvil_gpt2_config model;
     const char *init_model;    /* a model.safetensors to start from instead of a fresh init */
+    anvil_matmul_dtype matmul_dtype; /* what the matmuls multiply in; all state stays fp32 */
     const char *train_pattern; /* glob of train shards */
     const char *val_pattern;   /* glob of val shards; NULL for no validation */
     int synthetic;             /* uniform random tokens instead of shards (benchmarks) */

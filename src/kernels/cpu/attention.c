@@ -11,7 +11,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vmath.h"
-#include "kernels/gemm.h"
+#include "kernels/cpu/gemm_tile.h"
 
 #define BQ 64  /* query rows per block */
 #define BK 256 /* keys per block */
@@ -29,7 +29,7 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
     memset(acc, 0, sizeof(float) * (size_t)nq * hd);
     for (int k0 = 0; k0 < q1; k0 += BK) {
         int nk = q1 - k0 < BK ? q1 - k0 : BK;
-        anvil_sgemm_serial(false, true, nq, nk, hd, scale, q + (size_t)q0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f,
+        cpu_gemm_serial(&CPU_TILE, false, true, nq, nk, hd, scale, q + (size_t)q0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f,
                            S, BK);
         for (int i = 0; i < nq; i++) {
             float *s = S + (size_t)i * BK;
@@ -50,7 +50,7 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
             float *a = acc + (size_t)i * hd;
             for (int d = 0; d < hd; d++) a[d] *= corr;
         }
-        anvil_sgemm_serial(false, false, nq, hd, nk, 1.0f, S, BK, v + (size_t)k0 * ld, ld, 1.0f, acc, hd);
+        cpu_gemm_serial(&CPU_TILE, false, false, nq, hd, nk, 1.0f, S, BK, v + (size_t)k0 * ld, ld, 1.0f, acc, hd);
     }
     for (int i = 0; i < nq; i++) {
         float inv = 1.0f / l[i];
@@ -106,8 +106,8 @@ static void attn_bwd_head(float *dq, float *dk, float *dv, const float *dout, co
         const float *qb = q + (size_t)q0 * ld, *dob = dout + (size_t)q0 * ldo;
         for (int k0 = 0; k0 < q1; k0 += BK) {
             int nk = q1 - k0 < BK ? q1 - k0 : BK;
-            anvil_sgemm_serial(false, true, nq, nk, hd, scale, qb, ld, k + (size_t)k0 * ld, ld, 0.0f, P, BK);
-            anvil_sgemm_serial(false, true, nq, nk, hd, 1.0f, dob, ldo, v + (size_t)k0 * ld, ld, 0.0f, dP, BK);
+            cpu_gemm_serial(&CPU_TILE, false, true, nq, nk, hd, scale, qb, ld, k + (size_t)k0 * ld, ld, 0.0f, P, BK);
+            cpu_gemm_serial(&CPU_TILE, false, true, nq, nk, hd, 1.0f, dob, ldo, v + (size_t)k0 * ld, ld, 0.0f, dP, BK);
             for (int i = 0; i < nq; i++) {
                 float *p = P + (size_t)i * BK, *dp = dP + (size_t)i * BK;
                 int valid = q0 + i + 1 - k0;
@@ -121,10 +121,10 @@ static void attn_bwd_head(float *dq, float *dk, float *dv, const float *dout, co
                 for (int j = valid; j < nk; j++) p[j] = dp[j] = 0.0f;
             }
             /* dV += P^T dO; dQ += dS K; dK += dS^T Q (dS already holds the scale). */
-            anvil_sgemm_serial(true, false, nk, hd, nq, 1.0f, P, BK, dob, ldo, 1.0f, dv + (size_t)k0 * ld, ld);
-            anvil_sgemm_serial(false, false, nq, hd, nk, 1.0f, dP, BK, k + (size_t)k0 * ld, ld, 1.0f,
+            cpu_gemm_serial(&CPU_TILE, true, false, nk, hd, nq, 1.0f, P, BK, dob, ldo, 1.0f, dv + (size_t)k0 * ld, ld);
+            cpu_gemm_serial(&CPU_TILE, false, false, nq, hd, nk, 1.0f, dP, BK, k + (size_t)k0 * ld, ld, 1.0f,
                                dq + (size_t)q0 * ld, ld);
-            anvil_sgemm_serial(true, false, nk, hd, nq, 1.0f, dP, BK, qb, ld, 1.0f, dk + (size_t)k0 * ld, ld);
+            cpu_gemm_serial(&CPU_TILE, true, false, nk, hd, nq, 1.0f, dP, BK, qb, ld, 1.0f, dk + (size_t)k0 * ld, ld);
         }
     }
 }

@@ -3,18 +3,14 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemm_tile.h"
 #include "kernels/cpu/vmath.h"
-#include "kernels/gemm.h"
-#include "kernels/kernels.h"
 
 /* Rows per chunk: large enough that the three GEMMs run near peak, small
  * enough that the chunk's logits (ROWS x Vp floats, 100 MB for GPT-2's
  * vocabulary) stay a fraction of the activations. */
 #define ROWS 512
 
-void cpu_logits(float *logits, const float *x, const float *wte, int N, int C, int Vp) {
-    anvil_sgemm(false, true, N, Vp, C, 1.0f, x, C, wte, C, 0.0f, logits, Vp);
-}
 
 /* Softmax of one row of logits over the real vocabulary; returns the loss
  * and, when want_grad, turns the row into dloss/dlogits (scaled). */
@@ -47,22 +43,22 @@ static _Thread_local size_t chunk_cap;
 
 static float *chunk_buffer(size_t floats) {
     if (floats > chunk_cap) {
-        anvil_kernels_cpu()->free(chunk_buf);
-        chunk_buf = anvil_kernels_cpu()->alloc(floats * sizeof(float));
+        free(chunk_buf);
+        chunk_buf = cpu_alloc(floats * sizeof(float));
         chunk_cap = chunk_buf ? floats : 0;
     }
     return chunk_buf;
 }
 
-int cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte, const int32_t *targets,
-                   int N, int C, int V, int Vp, float dscale) {
+static int classifier(const cpu_gemm_tile *t, float *losses, float *dx, float *dwte, const float *x,
+                      const float *wte, const int32_t *targets, int N, int C, int V, int Vp, float dscale) {
     int rows = N < ROWS ? N : ROWS;
     float *buf = chunk_buffer((size_t)rows * Vp);
     if (!buf) return anvil_fail("classifier: cannot allocate %d x %d logits", rows, Vp);
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
         const float *xc = x + (size_t)r0 * C;
-        anvil_sgemm(false, true, nr, Vp, C, 1.0f, xc, C, wte, C, 0.0f, buf, Vp);
+        cpu_gemm(t, false, true, nr, Vp, C, 1.0f, xc, C, wte, C, 0.0f, buf, Vp);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nr; r++) {
             float *row = buf + (size_t)r * Vp;
@@ -75,8 +71,37 @@ int cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const 
             losses[r0 + r] = softmax_xent_row(row, V, Vp, tgt, dx != NULL, dscale);
         }
         if (!dx) continue;
-        anvil_sgemm(false, false, nr, C, Vp, 1.0f, buf, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
-        anvil_sgemm(true, false, Vp, C, nr, 1.0f, buf, Vp, xc, C, 1.0f, dwte, C);
+        cpu_gemm(t, false, false, nr, C, Vp, 1.0f, buf, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
+        cpu_gemm(t, true, false, Vp, C, nr, 1.0f, buf, Vp, xc, C, 1.0f, dwte, C);
     }
     return 0;
 }
+
+int cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte, const int32_t *targets,
+                   int N, int C, int V, int Vp, float dscale) {
+    return classifier(&CPU_TILE, losses, dx, dwte, x, wte, targets, N, C, V, Vp, dscale);
+}
+
+void cpu_logits(float *logits, const float *x, const float *wte, int N, int C, int Vp) {
+    cpu_gemm(&CPU_TILE, false, true, N, Vp, C, 1.0f, x, C, wte, C, 0.0f, logits, Vp);
+}
+
+#ifdef ANVIL_CPU_BF16
+int cpu_classifier_bf16(float *losses, float *dx, float *dwte, const float *x, const float *wte,
+                        const int32_t *targets, int N, int C, int V, int Vp, float dscale) {
+    return classifier(&cpu_tile_avx512_bf16, losses, dx, dwte, x, wte, targets, N, C, V, Vp, dscale);
+}
+
+void cpu_logits_bf16(float *logits, const float *x, const float *wte, int N, int C, int Vp) {
+    cpu_gemm(&cpu_tile_avx512_bf16, false, true, N, Vp, C, 1.0f, x, C, wte, C, 0.0f, logits, Vp);
+}
+
+int cpu_classifier_amx(float *losses, float *dx, float *dwte, const float *x, const float *wte,
+                       const int32_t *targets, int N, int C, int V, int Vp, float dscale) {
+    return classifier(&cpu_tile_amx_bf16, losses, dx, dwte, x, wte, targets, N, C, V, Vp, dscale);
+}
+
+void cpu_logits_amx(float *logits, const float *x, const float *wte, int N, int C, int Vp) {
+    cpu_gemm(&cpu_tile_amx_bf16, false, true, N, Vp, C, 1.0f, x, C, wte, C, 0.0f, logits, Vp);
+}
+#endif
