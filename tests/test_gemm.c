@@ -194,31 +194,35 @@ static int same_bits(const Problem *p, const float *x, const float *y) {
     return memcmp(x, y, (size_t)p->M * p->ldc * sizeof(float)) == 0;
 }
 
-/* The same bits with 1, 2 and 3 threads, and from the serial entry point. */
-static void thread_independence(void) {
-    static const int shapes[][3] = {{300, 200, 700}, {20, 1000, 300}, {1111, 65, 129}, {96, 96, 1024}};
+/* The same bits with 1, 2 and 3 threads, and from the serial entry point
+ * when there is one. The shapes cross every tile's K blocks (512 to 1024). */
+static void thread_independence(const char *what, GemmFn fn, GemmFn serial) {
+    static const int shapes[][3] = {{300, 200, 700}, {20, 1000, 300},  {1111, 65, 129},
+                                    {96, 96, 1024},  {300, 200, 1100}, {96, 96, 2049}};
     for (int t = 0; t < 4; t++)
         for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
             Problem p = make(t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0.5f, betas[s % 3]);
             omp_set_num_threads(1);
-            float *c1 = run(&p, anvil_sgemm);
+            float *c1 = run(&p, fn);
             omp_set_num_threads(2);
-            float *c2 = run(&p, anvil_sgemm);
+            float *c2 = run(&p, fn);
             omp_set_num_threads(3);
-            float *c3 = run(&p, anvil_sgemm);
+            float *c3 = run(&p, fn);
             omp_set_num_threads(2);
-            float *c2b = run(&p, anvil_sgemm);
-            float *cs = run(&p, anvil_sgemm_serial);
+            float *c2b = run(&p, fn);
             CHECK(same_bits(&p, c1, c2));
             CHECK(same_bits(&p, c1, c3));
             CHECK(same_bits(&p, c2, c2b));
-            CHECK(same_bits(&p, c1, cs));
-            verify("threads", &p, c2);
+            if (serial) {
+                float *cs = run(&p, serial);
+                CHECK(same_bits(&p, c1, cs));
+                free(cs);
+            }
+            verify(what, &p, c2);
             free(c1);
             free(c2);
             free(c3);
             free(c2b);
-            free(cs);
             release(&p);
         }
 }
@@ -254,28 +258,6 @@ static void bf16_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const 
         t_fail(__FILE__, __LINE__, "anvil_sgemm_bf16 refused: %s", anvil_errmsg());
 }
 
-/* The same bits with 1, 2 and 3 threads. */
-static void bf16_thread_independence(void) {
-    static const int shapes[][3] = {{300, 200, 1100}, {1111, 65, 129}, {96, 96, 2049}};
-    for (int t = 0; t < 4; t++)
-        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-            Problem p = make(t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0.5f, betas[s % 3]);
-            omp_set_num_threads(1);
-            float *c1 = run(&p, bf16_gemm);
-            omp_set_num_threads(3);
-            float *c3 = run(&p, bf16_gemm);
-            omp_set_num_threads(2);
-            float *c2 = run(&p, bf16_gemm);
-            CHECK(same_bits(&p, c1, c2));
-            CHECK(same_bits(&p, c1, c3));
-            verify("bf16 threads", &p, c2);
-            free(c1);
-            free(c2);
-            free(c3);
-            release(&p);
-        }
-}
-
 static int bf16_tests(void) {
     if (anvil_isa_check_bf16()) {
         printf("test_gemm --bf16: SKIP: %s\n", anvil_errmsg());
@@ -284,7 +266,7 @@ static int bf16_tests(void) {
     bf16_inputs = true;
     correctness_sweep("bf16", bf16_gemm);
     blocking_sweep("bf16", bf16_gemm);
-    bf16_thread_independence();
+    thread_independence("bf16 threads", bf16_gemm, NULL);
     return t_done("test_gemm --bf16");
 }
 
@@ -301,7 +283,7 @@ int main(int argc, char **argv) {
     correctness_sweep("sgemm_serial", anvil_sgemm_serial);
     blocking_sweep("sgemm", anvil_sgemm);
     degenerate();
-    thread_independence();
+    thread_independence("threads", anvil_sgemm, anvil_sgemm_serial);
     concurrent_serial();
     return t_done("test_gemm");
 }

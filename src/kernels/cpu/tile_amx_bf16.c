@@ -30,7 +30,7 @@
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
 
-#include "kernels/cpu/transpose16.h"
+#include "kernels/cpu/avx512_tile.h"
 
 /* C is computed in 32 x 32 blocks, each four 16 x 16 accumulator tiles fed
  * by two A and two B tiles: all eight tile registers, each loaded tile
@@ -59,10 +59,6 @@ static const _Alignas(64) struct {
 /* Whether this thread has loaded tile_config. Nothing else in the process
  * configures tiles, and it stays loaded until the thread ends. */
 static _Thread_local bool tl_configured;
-
-static inline __mmask16 lanes(int n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
 
 /* The accumulator tiles = A micro-panel @ one B sub-panel, kp deep. */
 static inline void block_product(int kp, const unsigned char *a, const unsigned char *b) {

@@ -16,7 +16,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,fma")
 
-#include "kernels/cpu/transpose16.h"
+#include "kernels/cpu/avx512_tile.h"
 
 /* 6 x 64 tiles: 24 accumulators, 4 B loads and 6 broadcasts per 24 FMAs,
  * which measured best of 6x64, 8x48, 12x32 and 14x32 on Zen 5 (~85-90% of
@@ -34,12 +34,9 @@
  * C_AHEAD: k steps before the end of a call at which its C tile is fetched
  * from L2 into L1 (about 400 cycles at two FMAs a cycle). */
 enum { MR = 6, NV = 4, NR = 16 * NV, KC = 768, NC = 256, MC = 1536, C_AHEAD = 32 };
+_Static_assert(MR == 6 && NV == 4, "combine_6x64 writes 6 x 64 tiles");
 
 /* The mask of the first n of 16 lanes (n clamped to 0..16). */
-static inline __mmask16 lanes(int n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
-
 /* Inlined by force: GCC takes a function of prefetches alone for one without
  * effects and drops the calls. */
 static inline __attribute__((always_inline)) void prefetch_c(const float *c, int ldc, int m, bool to_l1) {
@@ -109,27 +106,7 @@ static void micro_kernel(int kc, const void *pa, const void *pb, float *restrict
     else if (m <= 4) tile_loop(4, kc, a, b, c, ldc, m, acc);
     else tile_loop(MR, kc, a, b, c, ldc, m, acc);
 
-    /* Full-width tiles, nearly all of them, need no masks; the arithmetic
-     * is the same either way. */
-    __mmask16 mask[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; v++) mask[v] = n == NR ? (__mmask16)0xFFFF : lanes(n - 16 * v);
-    const __m512 vbeta = _mm512_set1_ps(beta);
-#pragma GCC unroll 32
-    for (int r = 0; r < MR; r++) {
-        if (r >= m) break;
-        float *cr = c + (size_t)r * ldc;
-#pragma GCC unroll 8
-        for (int v = 0; v < NV; v++) {
-            __m512 x = acc[r][v], y = _mm512_setzero_ps();
-            if (mode != GEMM_STORE)
-                y = n == NR ? _mm512_loadu_ps(cr + 16 * v) : _mm512_maskz_loadu_ps(mask[v], cr + 16 * v);
-            if (mode == GEMM_ADD) x = _mm512_add_ps(x, y);
-            else if (mode == GEMM_SCALE) x = _mm512_fmadd_ps(vbeta, y, x);
-            if (n == NR) _mm512_storeu_ps(cr + 16 * v, x);
-            else _mm512_mask_storeu_ps(cr + 16 * v, mask[v], x);
-        }
-    }
+    combine_6x64(acc, c, ldc, m, n, mode, beta);
 }
 
 /* Packing. */
@@ -138,22 +115,8 @@ static void micro_kernel(int kc, const void *pa, const void *pb, float *restrict
  * the 8 rows at each k. Half the shuffles of a 16 x 16 transpose, for A
  * micro-panels of six rows. */
 static inline __attribute__((always_inline)) void transpose8x16(const __m512 r[8], __m256 col[16]) {
-    __m512 t[8], u[8];
-#pragma GCC unroll 4
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    /* u[4g + e] holds, in 128-bit lane L, rows 4g..4g+3 of column 4L + e. */
-#pragma GCC unroll 2
-    for (int g = 0; g < 8; g += 4) {
-        __m512d t0 = _mm512_castps_pd(t[g]), t1 = _mm512_castps_pd(t[g + 1]);
-        __m512d t2 = _mm512_castps_pd(t[g + 2]), t3 = _mm512_castps_pd(t[g + 3]);
-        u[g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-    }
+    __m512 u[8];
+    transpose_stages(r, u, 8);
 #pragma GCC unroll 4
     for (int e = 0; e < 4; e++) {
         /* Lanes 0, 2 of u[e] and u[4 + e], then interleaved: columns e and 8 + e. */

@@ -19,9 +19,12 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,fma")
 
-/* 6 x 64 tiles as the fp32 kernel's; a K block twice as deep fits the same
- * L1 and L2 bytes. */
+#include "kernels/cpu/avx512_tile.h"
+
+/* 6 x 64 tiles as the fp32 kernel's (combined with C by the same code); a K
+ * block twice as deep fits the same L1 and L2 bytes. */
 enum { MR = 6, NV = 4, NR = 16 * NV, KC = 1024, NC = 384, MC = 1536 };
+_Static_assert(MR == 6 && NV == 4, "combine_6x64 writes 6 x 64 tiles");
 
 /* fp32 -> bf16, rounding to nearest even (NaNs stay NaN), as PyTorch rounds. */
 static inline uint16_t to_bf16(float f) {
@@ -29,10 +32,6 @@ static inline uint16_t to_bf16(float f) {
     memcpy(&u, &f, sizeof u);
     uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
     return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)0x7FC0 : (uint16_t)rounded;
-}
-
-static inline __mmask16 lanes(int n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
 static void micro_kernel(int kp, const void *pa, const void *pb, float *restrict c, int ldc, int m, int n,
@@ -62,22 +61,7 @@ static void micro_kernel(int kp, const void *pa, const void *pb, float *restrict
         a += MR;
         b += NV;
     }
-    __mmask16 mask[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; v++) mask[v] = lanes(n - 16 * v);
-    const __m512 vbeta = _mm512_set1_ps(beta);
-#pragma GCC unroll 32
-    for (int r = 0; r < MR; r++) {
-        if (r >= m) break;
-        float *cr = c + (size_t)r * ldc;
-#pragma GCC unroll 8
-        for (int v = 0; v < NV; v++) {
-            __m512 x = acc[r][v];
-            if (mode == GEMM_ADD) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v));
-            else if (mode == GEMM_SCALE) x = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v), x);
-            _mm512_mask_storeu_ps(cr + 16 * v, mask[v], x);
-        }
-    }
+    combine_6x64(acc, c, ldc, m, n, mode, beta);
 }
 
 /* Element (k, r) of a micro-panel R wide, in 16-bit units. */
