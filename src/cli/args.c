@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/exit.h"
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -17,12 +18,12 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fprintf(stderr, " (see 'anvil %s --help')\n", cmd);
-    return 2;
+    return ANVIL_EXIT_USAGE;
 }
 
 int cli_fail(const char *cmd) {
     fprintf(stderr, "anvil %s: error: %s\n", cmd, anvil_errmsg());
-    return 1;
+    return ANVIL_EXIT_ERROR;
 }
 
 const char *arg_value(const char *cmd, int argc, char **argv, int *i) {

@@ -7,8 +7,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/exit.h"
 #include "job/launch.h"
-#include "train/trainer.h"
 
 static const char *usage =
     "usage: anvil launch -n N [options] -- <anvil subcommand and its options>\n"

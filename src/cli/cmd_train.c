@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/exit.h"
 #include "data/prep.h"
 #include "dist/comm.h"
 #include "kernels/isa.h"

@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/exit.h"
 #include "kernels/isa.h"
 
 static const struct {
@@ -33,19 +34,19 @@ static void usage(FILE *out) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return ANVIL_EXIT_USAGE;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return ANVIL_EXIT_OK;
     }
     /* A path this CPU cannot run would fall back silently: refuse it up front. */
     if (anvil_isa_check()) {
         fprintf(stderr, "anvil: error: %s\n", anvil_errmsg());
-        return 1;
+        return ANVIL_EXIT_ERROR;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "anvil: error: unknown command '%s' (try 'anvil --help')\n", argv[1]);
-    return 2;
+    return ANVIL_EXIT_USAGE;
 }

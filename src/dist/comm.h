@@ -21,8 +21,7 @@
 
 #include <stddef.h>
 
-/* Exit status of a job aborted by the collective watchdog. */
-#define ANVIL_EXIT_COLLECTIVE_TIMEOUT 76
+#include "core/exit.h"
 
 typedef enum { ANVIL_F32, ANVIL_F64, ANVIL_I64, ANVIL_U8 } anvil_dtype;
 

@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/exit.h"
 #include "core/fsutil.h"
-#include "train/trainer.h"
 
 /* A rank that never ends a line still reaches the terminal in pieces this big. */
 #define MAX_LINE (64 * 1024)

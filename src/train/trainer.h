@@ -52,8 +52,6 @@ typedef struct {
 
 /* anvil_train's return value when SIGTERM or SIGUSR1 stopped the run after writing a checkpoint. */
 #define ANVIL_TRAIN_STOPPED 1
-/* The process exit status the CLI uses for that case: "stopped, resumable with --resume auto". */
-#define ANVIL_EXIT_RESUMABLE 75
 
 typedef struct {
     int steps_done;

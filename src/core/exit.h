@@ -1,0 +1,16 @@
+/* The exit statuses of every anvil command, in one place: the launcher,
+ * the job service and Slurm scripts act on them, not only people. */
+#ifndef ANVIL_CORE_EXIT_H
+#define ANVIL_CORE_EXIT_H
+
+#define ANVIL_EXIT_OK 0
+#define ANVIL_EXIT_ERROR 1 /* one line on stderr says why */
+#define ANVIL_EXIT_USAGE 2 /* bad options: retrying cannot help */
+/* Stopped by SIGTERM or SIGUSR1 after finishing a step and writing a
+ * checkpoint: resumable with --resume auto. */
+#define ANVIL_EXIT_RESUMABLE 75
+/* A collective waited past --collective-timeout: the watchdog aborted the
+ * job, naming the ranks that did not answer. */
+#define ANVIL_EXIT_COLLECTIVE_TIMEOUT 76
+
+#endif
