@@ -50,16 +50,17 @@ typedef struct anvil_kernels {
                             const float *w, int N, int C, int OC);
 
     /* Causal multi-head attention on packed qkv[B,T,3C] into out[B,T,C]; lse[B,NH,T] keeps each
-     * row's log-sum-exp so the backward can recompute the probabilities. */
-    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+     * row's log-sum-exp so the backward can recompute the probabilities. The three attention
+     * functions return -1 (after anvil_fail) when their scratch space cannot be allocated. */
+    int (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
     /* dqkv[B,T,3C] = gradient (written, not accumulated). */
-    void (*attention_backward)(float *dqkv, const float *dout, const float *out, const float *lse,
-                               const float *qkv, int B, int T, int C, int NH);
+    int (*attention_backward)(float *dqkv, const float *dout, const float *out, const float *lse,
+                              const float *qkv, int B, int T, int C, int NH);
 
     /* One new query row per head against the first n cached keys and values (incremental decoding):
      * q[C], kcache/vcache[>=n, C], out[C]. */
-    void (*attention_decode)(float *out, const float *q, const float *kcache, const float *vcache, int n, int C,
-                             int NH);
+    int (*attention_decode)(float *out, const float *q, const float *kcache, const float *vcache, int n, int C,
+                            int NH);
 
     /* GELU, tanh form. The backward may run in place (dx == dout). */
     void (*gelu_forward)(float *out, const float *x, size_t n);

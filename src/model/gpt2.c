@@ -311,7 +311,7 @@ static int forward_body(anvil_gpt2 *m, int B, int T, anvil_gpt2_view *h) {
         k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, res, w.t[P_LN1W],
                              w.t[P_LN1B], N, C);
         k->matmul_forward(qkv, ln1, w.t[P_QKVW], w.t[P_QKVB], N, C, 3 * C, 0);
-        k->attention_forward(atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH);
+        if (k->attention_forward(atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH)) return -1;
         k->copy(res2, res, NC);
         k->matmul_forward(res2, atty, w.t[P_ATTPROJW], w.t[P_ATTPROJB], N, C, C, 1);
         k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, res2, w.t[P_LN2W],
@@ -415,7 +415,8 @@ int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int3
         k->layernorm_backward(a->dres, g.t[P_LN2W], g.t[P_LN2B], a->dln, res2, w.t[P_LN2W],
                               a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
         k->matmul_backward(a->datty, g.t[P_ATTPROJW], g.t[P_ATTPROJB], a->dres, atty, w.t[P_ATTPROJW], N, C, C);
-        k->attention_backward(a->dqkv, a->datty, atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH);
+        if (k->attention_backward(a->dqkv, a->datty, atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH))
+            return -1;
         k->matmul_backward(a->dln, g.t[P_QKVW], g.t[P_QKVB], a->dqkv, ln1, w.t[P_QKVW], N, C, 3 * C);
         k->layernorm_backward(a->dres, g.t[P_LN1W], g.t[P_LN1B], a->dln, res, w.t[P_LN1W],
                               a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
@@ -494,7 +495,7 @@ int anvil_gpt2_decode(anvil_gpt2 *m, anvil_gpt2_cache *c, int32_t token, int pos
         k->matmul_forward(c->qkv, c->ln, LP(P, P_QKVW, l, 3 * C * C), LP(P, P_QKVB, l, 3 * C), 1, C, 3 * C, 0);
         k->copy(kc + (size_t)pos * C, c->qkv + C, C);
         k->copy(vc + (size_t)pos * C, c->qkv + 2 * C, C);
-        k->attention_decode(c->att, c->qkv, kc, vc, pos + 1, C, NH);
+        if (k->attention_decode(c->att, c->qkv, kc, vc, pos + 1, C, NH)) return -1;
         k->matmul_forward(c->x, c->att, LP(P, P_ATTPROJW, l, C * C), LP(P, P_ATTPROJB, l, C), 1, C, C, 1);
         k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, LP(P, P_LN2W, l, C), LP(P, P_LN2B, l, C), 1, C);
         k->matmul_forward(c->fc, c->ln, LP(P, P_FCW, l, 4 * C * C), LP(P, P_FCB, l, 4 * C), 1, C, 4 * C, 0);

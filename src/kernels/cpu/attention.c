@@ -6,9 +6,11 @@
  * h*hd..(h+1)*hd of each; out[B,T,C] likewise. All per-head matrices are
  * addressed in place with a leading dimension, never copied. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vmath.h"
 #include "kernels/cpu/gemm_tile.h"
@@ -61,13 +63,28 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
     }
 }
 
-void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+/* Scratch for every thread of the coming parallel region, taken in one piece
+ * before it starts: a thread cannot report a failed allocation from inside
+ * the region without leaving its share of the work undone. Slices are
+ * rounded to cache lines so threads never share one. */
+static float *team_scratch(size_t per_thread, size_t *stride, const char *what) {
+    *stride = (per_thread + 15) / 16 * 16;
+    size_t bytes = sizeof(float) * *stride * (size_t)omp_get_max_threads();
+    float *p = aligned_alloc(64, bytes);
+    if (!p) anvil_fail("kernels: cannot allocate %zu bytes of %s scratch", bytes, what);
+    return p;
+}
+
+int cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
     int hd = C / NH, nqb = (T + BQ - 1) / BQ;
     float scale = 1.0f / sqrtf((float)hd);
+    size_t stride;
+    float *scratch = team_scratch((size_t)BQ * BK + (size_t)BQ * hd, &stride, "attention forward");
+    if (!scratch) return -1;
 #pragma omp parallel
     {
-        float *S = aligned_alloc(64, sizeof(float) * BQ * BK);
-        float *acc = aligned_alloc(64, sizeof(float) * BQ * (size_t)hd);
+        float *S = scratch + stride * (size_t)omp_get_thread_num();
+        float *acc = S + BQ * BK;
         float m[BQ], l[BQ];
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int bh = 0; bh < B * NH; bh++)
@@ -79,9 +96,9 @@ void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int 
                 attn_fwd_block(out + (size_t)b * T * C + (size_t)h * hd, lse + (size_t)bh * T, base, base + C,
                                base + 2 * C, q0, q1, hd, 3 * C, C, scale, S, acc, m, l);
             }
-        free(S);
-        free(acc);
     }
+    free(scratch);
+    return 0;
 }
 
 /* Backward of one (batch, head), with P recomputed from the saved
@@ -129,14 +146,17 @@ static void attn_bwd_head(float *dq, float *dk, float *dv, const float *dout, co
     }
 }
 
-void cpu_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                            int B, int T, int C, int NH) {
+int cpu_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+                           int B, int T, int C, int NH) {
     int hd = C / NH;
     float scale = 1.0f / sqrtf((float)hd);
+    size_t stride;
+    float *scratch = team_scratch(2 * (size_t)BQ * BK, &stride, "attention backward");
+    if (!scratch) return -1;
 #pragma omp parallel
     {
-        float *P = aligned_alloc(64, sizeof(float) * BQ * BK);
-        float *dP = aligned_alloc(64, sizeof(float) * BQ * BK);
+        float *P = scratch + stride * (size_t)omp_get_thread_num();
+        float *dP = P + BQ * BK;
         float Dsum[BQ];
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
@@ -146,18 +166,20 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *out, co
                           lse + (size_t)bh * T, qkv + qoff, qkv + qoff + C, qkv + qoff + 2 * C, T, hd, 3 * C, C,
                           scale, P, dP, Dsum);
         }
-        free(P);
-        free(dP);
     }
+    free(scratch);
+    return 0;
 }
 
-void cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int n, int C,
-                          int NH) {
+int cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int n, int C, int NH) {
     int hd = C / NH;
     float scale = 1.0f / sqrtf((float)hd);
+    size_t bytes = sizeof(float) * (size_t)n * NH;
+    float *scores = malloc(bytes);
+    if (!scores) return anvil_fail("kernels: cannot allocate %zu bytes of attention scores", bytes);
 #pragma omp parallel for schedule(static) if (n * C > 65536)
     for (int h = 0; h < NH; h++) {
-        float *s = malloc(sizeof(float) * (size_t)n);
+        float *s = scores + (size_t)h * n;
         const float *qh = q + h * hd;
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
@@ -179,6 +201,7 @@ void cpu_attention_decode(float *out, const float *q, const float *kcache, const
             float p = s[j] / sum;
             for (int d = 0; d < hd; d++) oh[d] += p * vj[d];
         }
-        free(s);
     }
+    free(scores);
+    return 0;
 }

@@ -78,10 +78,10 @@ void cpu_matmul_forward_amx(float *out, const float *x, const float *w, const fl
                             int accumulate);
 void cpu_matmul_backward_amx(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
                              int N, int C, int OC);
-void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
-void cpu_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                            int B, int T, int C, int NH);
-void cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int n, int C, int NH);
+int cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+int cpu_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+                           int B, int T, int C, int NH);
+int cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int n, int C, int NH);
 void cpu_gelu_forward(float *out, const float *x, size_t n);
 void cpu_gelu_backward(float *dx, const float *x, const float *dout, size_t n);
 void cpu_copy(float *dst, const float *src, size_t n);
