@@ -52,6 +52,7 @@ expect_error "heads do not divide embd" "$anvil" train --synthetic --embd 30 --h
 expect_error "negative lr" "$anvil" train --synthetic --lr -1
 expect_error "zero batch" "$anvil" train --synthetic --batch 0
 expect_error "seq over block" "$anvil" train --synthetic --preset tiny --block 32 --seq 64
+expect_error "batch x seq overflows int" "$anvil" train --synthetic --batch 1048576 --block 4096 --seq 4096
 expect_error "unknown option" "$anvil" train --synthetic --frobnicate 1
 expect_error "missing value" "$anvil" train --synthetic --steps
 expect_error "missing shards" "$anvil" train --train "$tmp/nothing_*.bin" --vocab 257

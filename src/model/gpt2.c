@@ -1,5 +1,6 @@
 #include "model/gpt2.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,9 +328,19 @@ static int forward_body(anvil_gpt2 *m, int B, int T, anvil_gpt2_view *h) {
     return 0;
 }
 
+int anvil_gpt2_batch_check(const anvil_gpt2_config *cfg, int B, int T) {
+    if (B < 1 || T < 1 || T > cfg->block_size)
+        return anvil_fail("model: batch shape B=%d T=%d is invalid (block_size %d)", B, T, cfg->block_size);
+    int64_t widest = (int64_t)B * T * 4 * cfg->n_embd;
+    if (widest > INT_MAX)
+        return anvil_fail("model: batch B=%d x T=%d is too large: its MLP activation (B*T*4*%d = %lld values) "
+                          "exceeds %d; use a smaller batch and --total-batch-tokens",
+                          B, T, cfg->n_embd, (long long)widest, INT_MAX);
+    return 0;
+}
+
 static int check_batch(anvil_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
-    if (B < 1 || T < 1 || T > m->cfg.block_size)
-        return anvil_fail("model: batch shape B=%d T=%d is invalid (block_size %d)", B, T, m->cfg.block_size);
+    if (anvil_gpt2_batch_check(&m->cfg, B, T)) return -1;
     for (size_t i = 0; i < (size_t)B * T; i++) {
         if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size)
             return anvil_fail("model: input token %d at position %zu is outside the vocabulary (%d)", inputs[i], i,

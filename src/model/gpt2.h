@@ -39,6 +39,9 @@ extern const char *const anvil_gpt2_param_names[ANVIL_GPT2_NPARAM];
 int anvil_gpt2_preset(const char *name, anvil_gpt2_config *cfg);
 /* Checks the numbers and sets padded_vocab. One-line error naming the bad field. */
 int anvil_gpt2_config_check(anvil_gpt2_config *cfg);
+/* Whether batches of B sequences of T tokens fit the model: T within the block size, and the
+ * widest activation (B*T rows of 4C) small enough for the kernels' int element counts. */
+int anvil_gpt2_batch_check(const anvil_gpt2_config *cfg, int B, int T);
 /* The shape of parameter tensor i: up to 3 dims. */
 int anvil_gpt2_param_shape(const anvil_gpt2_config *cfg, int i, int64_t shape[3]);
 /* Whether AdamW decays tensor i: matrices and embeddings yes, biases and LayerNorm no. */

@@ -49,6 +49,7 @@ int anvil_train_check(const anvil_train_config *c) {
     if (c->B < 1) return anvil_fail("train: --batch must be positive, got %d", c->B);
     if (c->T < 1 || c->T > m.block_size)
         return anvil_fail("train: --seq must be in 1..block_size (%d), got %d", m.block_size, c->T);
+    if (anvil_gpt2_batch_check(&m, c->B, c->T)) return -1;
     if (c->matmul_dtype == ANVIL_MATMUL_BF16 && anvil_isa_check_bf16()) {
         char why[256];
         snprintf(why, sizeof why, "%s", anvil_errmsg());
