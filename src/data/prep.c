@@ -3,23 +3,20 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "data/bytetok.h"
+#include "data/prep_internal.h"
 #include "data/shard.h"
 #include "tok/tokenizer.h"
 
@@ -49,204 +46,6 @@ static void note(const anvil_prep_opts *o, const char *fmt, ...) {
     o->note(o->note_ctx, msg);
 }
 
-/* ---- inputs ---- */
-
-typedef struct {
-    const char *name;
-    const unsigned char *data;
-    size_t len;
-    int mapped;
-    int64_t docs;
-    /* What a re-run compares: a file's size and mtime, or for a pipe (which
-     * has neither) the CRC32C of what it gave. */
-    int is_file;
-    int64_t file_size, mtime_s, mtime_ns;
-    uint32_t crc;
-} source;
-
-static int read_fd_all(int fd, const char *name, source *s) {
-    char *buf;
-    size_t len;
-    if (anvil_read_fd(fd, name, &buf, &len)) return -1;
-    s->data = (const unsigned char *)buf;
-    s->len = len;
-    return 0;
-}
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
-
-static int grow(unsigned char **buf, size_t *cap, size_t len, const char *name) {
-    if (len < *cap) return 0;
-    size_t ncap = *cap ? *cap * 2 : 1 << 20;
-    unsigned char *nb = realloc(*buf, ncap);
-    if (!nb) return anvil_fail("input %s: out of memory after %zu decompressed bytes", name, len);
-    *buf = nb;
-    *cap = ncap;
-    return 0;
-}
-
-/* Hands a decompressed buffer to the source, or drops it when decompression failed. */
-static int keep_decompressed(source *s, unsigned char *buf, size_t len, int rc) {
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    s->data = buf;
-    s->len = len;
-    return 0;
-}
-
-/* gzread also passes through a file that is not gzip at all; concatenated
- * members are read in sequence. */
-static int load_gz(const char *path, source *s) {
-    gzFile g = gzopen(path, "rb");
-    if (!g) return anvil_fail("input %s: cannot open: %s", path, strerror(errno ? errno : ENOMEM));
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if ((rc = grow(&buf, &cap, len, path))) break;
-        size_t want = cap - len < (1u << 30) ? cap - len : (1u << 30);
-        int got = gzread(g, buf + len, (unsigned)want);
-        int zerr = Z_OK;
-        const char *msg = got <= 0 ? gzerror(g, &zerr) : NULL;
-        /* A truncated stream ends with 0 bytes and Z_BUF_ERROR, not -1. */
-        if (got < 0 || zerr != Z_OK) {
-            rc = anvil_fail("input %s: gzip error after %zu decompressed bytes: %s", path, len,
-                            zerr == Z_ERRNO ? strerror(errno) : msg);
-            break;
-        }
-        if (got == 0) break;
-        len += (size_t)got;
-    }
-    gzclose(g);
-    return keep_decompressed(s, buf, len, rc);
-}
-
-static int load_zst(const char *path, source *s) {
-    source raw;
-    memset(&raw, 0, sizeof raw);
-    raw.name = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return anvil_fail("input %s: cannot open: %s", path, strerror(errno));
-    int rc = read_fd_all(fd, path, &raw);
-    close(fd);
-    if (rc) return rc;
-    ZSTD_DCtx *dc = ZSTD_createDCtx();
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0, ret = 0;
-    ZSTD_inBuffer in = {raw.data, raw.len, 0};
-    if (!dc) rc = anvil_fail("input %s: out of memory for zstd", path);
-    while (!rc && (in.pos < in.size || ret != 0)) {
-        if ((rc = grow(&buf, &cap, len, path))) break;
-        ZSTD_outBuffer out = {buf, cap, len};
-        size_t before = in.pos;
-        ret = ZSTD_decompressStream(dc, &out, &in);
-        if (ZSTD_isError(ret)) {
-            rc = anvil_fail("input %s: zstd error at compressed byte %zu: %s", path, in.pos, ZSTD_getErrorName(ret));
-            break;
-        }
-        if (in.pos == before && out.pos == len && in.pos == in.size)
-            rc = anvil_fail("input %s: zstd data truncated at compressed byte %zu", path, in.pos);
-        len = out.pos;
-    }
-    ZSTD_freeDCtx(dc);
-    free((void *)raw.data);
-    return keep_decompressed(s, buf, len, rc);
-}
-
-/* Regular files are mapped rather than read, so a corpus larger than memory
- * only costs page cache. */
-static void set_stat(source *s, const struct stat *st) {
-    s->is_file = 1;
-    s->file_size = (int64_t)st->st_size;
-    s->mtime_s = (int64_t)st->st_mtim.tv_sec;
-    s->mtime_ns = (int64_t)st->st_mtim.tv_nsec;
-}
-
-static int load_source(const char *path, source *s) {
-    memset(s, 0, sizeof *s);
-    s->name = strcmp(path, "-") ? path : "<stdin>";
-    if (!strcmp(path, "-")) {
-        if (read_fd_all(0, s->name, s)) return -1;
-        s->crc = anvil_crc32c(0, s->data, s->len);
-        return 0;
-    }
-    /* Compressed inputs are decompressed into memory whole. */
-    if (ends_with(path, ".gz") || ends_with(path, ".zst")) {
-        struct stat st;
-        if (stat(path, &st) != 0) return anvil_fail("input %s: cannot open: %s", path, strerror(errno));
-        set_stat(s, &st);
-        return ends_with(path, ".gz") ? load_gz(path, s) : load_zst(path, s);
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return anvil_fail("input %s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return anvil_fail("input %s: cannot stat: %s", path, strerror(e));
-    }
-    int rc = 0;
-    if (S_ISDIR(st.st_mode)) {
-        rc = anvil_fail("input %s: is a folder, not a file", path);
-    } else if (S_ISREG(st.st_mode)) {
-        set_stat(s, &st);
-        if (st.st_size > 0) {
-            void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-            if (p == MAP_FAILED) {
-                rc = anvil_fail("input %s: cannot map: %s", path, strerror(errno));
-            } else {
-                madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
-                s->data = p;
-                s->len = (size_t)st.st_size;
-                s->mapped = 1;
-            }
-        }
-    } else {
-        rc = read_fd_all(fd, path, s); /* a pipe or device: /dev/stdin, <(...) */
-        if (!rc) s->crc = anvil_crc32c(0, s->data, s->len);
-    }
-    close(fd);
-    return rc;
-}
-
-static void free_source(source *s) {
-    if (s->mapped) munmap((void *)s->data, s->len);
-    else free((void *)s->data);
-}
-
-/* Yields the next non-empty document of s from *off on; 0 at the end. */
-static int next_doc(const source *s, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len) {
-    while (*off < s->len) {
-        const unsigned char *start = s->data + *off;
-        size_t rest = s->len - *off;
-        const unsigned char *hit = o->delimiter ? memmem(start, rest, o->delimiter, o->delimiter_len) : NULL;
-        size_t n = hit ? (size_t)(hit - start) : rest;
-        *off += n + (hit ? o->delimiter_len : 0);
-        if (n) {
-            *doc = start;
-            *len = n;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Like next_doc, but a JSON-lines input yields every line (blank ones too,
- * without its newline) and counts them in *line. */
-static int next_unit(const source *s, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len,
-                     int64_t *line) {
-    if (!o->jsonl_field) return next_doc(s, o, off, doc, len);
-    if (*off >= s->len) return 0;
-    size_t at = anvil_jsonl_next_line(s->data, s->len, off, len);
-    (*line)++;
-    *doc = s->data + at;
-    return 1;
-}
 
 /* ---- units of work ---- */
 
@@ -297,7 +96,7 @@ static int append(chunk *c, int s, const int32_t *t, size_t n) {
     return 0;
 }
 
-/* The view of a source that a chunk covers, so next_doc walks only it. */
+/* The view of a source that a chunk covers, so prep_next_doc walks only it. */
 static source chunk_view(const source *src, const chunk *c) {
     source v = src[c->src];
     v.data += c->start;
@@ -349,7 +148,7 @@ static void encode_chunk(const anvil_prep_opts *o, const source *src, const anvi
     size_t off = 0, len;
     const unsigned char *doc;
     int64_t line = c->first_line;
-    while (next_unit(&v, o, &off, &doc, &len, &line)) {
+    while (prep_next_unit(&v, o, &off, &doc, &len, &line)) {
         const char *why = "out of memory";
         int rc = 0;
         if (o->jsonl_field) {
@@ -378,8 +177,9 @@ static void encode_chunk(const anvil_prep_opts *o, const source *src, const anvi
     }
 }
 
-/* Cuts every source into chunks at document boundaries, scanning as next_doc
- * does so that the documents are exactly those of a single pass. */
+/* Cuts every source into chunks at document boundaries, scanning as
+ * prep_next_doc does so that the documents are exactly those of a single
+ * pass. */
 static int make_chunks(const anvil_prep_opts *o, const source *src, int nsrc, size_t unit, chunk **out,
                        size_t *nout) {
     chunk *cs = NULL;
@@ -389,7 +189,7 @@ static int make_chunks(const anvil_prep_opts *o, const source *src, int nsrc, si
         const unsigned char *doc;
         int64_t line = 0, start_line = 0;
         while (off < src[i].len) {
-            int more = next_unit(&src[i], o, &off, &doc, &len, &line);
+            int more = prep_next_unit(&src[i], o, &off, &doc, &len, &line);
             if (more && off - start < unit && off < src[i].len) continue;
             if (!more && off == start) break;
             if (n == cap) {
@@ -658,7 +458,7 @@ static int emit_chunk(run *r, size_t i, int stored, int32_t *tok) {
         source v = chunk_view(r->src, c);
         size_t off = 0, len;
         const unsigned char *doc;
-        while (!rc && next_doc(&v, o, &off, &doc, &len)) {
+        while (!rc && prep_next_doc(&v, o, &off, &doc, &len)) {
             int s = anvil_prep_is_val(anvil_fnv1a64(doc, len), o->val_fraction) ? VAL : TRAIN;
             if ((int64_t)i < r->so[s].from_chunk) continue;
             int32_t eot = ANVIL_BYTETOK_EOT;
@@ -970,7 +770,7 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
     /* Load every input before writing anything, so a missing file fails the
      * run without touching the output folder. */
     for (int i = 0; !rc && i < o->ninputs; i++) {
-        rc = load_source(o->inputs[i], &src[i]);
+        rc = prep_load_source(o->inputs[i], &src[i]);
         if (rc) break;
         nloaded++;
         if (!src[i].len) {
@@ -1049,7 +849,7 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
         free(ws[t].ids);
     }
     free(ws);
-    for (int i = 0; i < nloaded; i++) free_source(&src[i]);
+    for (int i = 0; i < nloaded; i++) prep_free_source(&src[i]);
     for (size_t i = 0; i < r.nchunks; i++) release_chunk(&r.cs[i]);
     free(r.cs);
     free(src);
