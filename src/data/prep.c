@@ -35,6 +35,8 @@ int anvil_prep_is_val(uint64_t hash, double val_fraction) {
     return hash % 1000000u < cut;
 }
 
+const char *const prep_split_name[NSPLITS] = {"train", "val"};
+
 static void note(const anvil_prep_opts *o, const char *fmt, ...) ANVIL_PRINTF(2, 3);
 static void note(const anvil_prep_opts *o, const char *fmt, ...) {
     if (!o->note) return;
@@ -46,12 +48,6 @@ static void note(const anvil_prep_opts *o, const char *fmt, ...) {
     o->note(o->note_ctx, msg);
 }
 
-
-/* ---- units of work ---- */
-
-enum { TRAIN, VAL, NSPLITS };
-static const char *const split_name[NSPLITS] = {"train", "val"};
-
 #define CHUNK 65536
 /* Text per unit of work: large enough to amortize scheduling, small enough
  * that even a few megabytes keep several threads busy. */
@@ -59,176 +55,6 @@ static const char *const split_name[NSPLITS] = {"train", "val"};
 /* Chunks encoded at once per worker: enough that chunks of unequal cost even
  * out under dynamic scheduling, few enough to bound the tokens in memory. */
 #define CHUNKS_PER_WORKER 8
-
-/* A run of whole documents of one source, encoded by one worker. */
-typedef struct {
-    int src;
-    size_t start, end;
-    int64_t first_line; /* JSONL: the number of the line before the chunk */
-    int store[NSPLITS]; /* keep the split's tokens (else only count documents) */
-    int64_t docs[NSPLITS], ntok[NSPLITS], text_bytes[NSPLITS];
-    int32_t *tok[NSPLITS]; /* the chunk's tokens of each split, in order */
-    size_t cap[NSPLITS];
-    int64_t *bad; /* JSONL: 2 * line number + (1 if it is JSON lacking the field) */
-    size_t nbad, badcap;
-    char *err; /* a worker's failure, reported by the main thread in chunk order */
-} chunk;
-
-typedef struct {
-    int32_t *ids;
-    size_t cap;
-    anvil_tok_state *st;
-} worker;
-
-static char oom_msg[] = "out of memory";
-
-static int append(chunk *c, int s, const int32_t *t, size_t n) {
-    if ((size_t)c->ntok[s] + n > c->cap[s]) {
-        size_t cap = c->cap[s] ? c->cap[s] : 4096;
-        while (cap < (size_t)c->ntok[s] + n) cap *= 2;
-        int32_t *nt = realloc(c->tok[s], cap * sizeof *nt);
-        if (!nt) return -1;
-        c->tok[s] = nt;
-        c->cap[s] = cap;
-    }
-    memcpy(c->tok[s] + c->ntok[s], t, n * sizeof *t);
-    c->ntok[s] += (int64_t)n;
-    return 0;
-}
-
-/* The view of a source that a chunk covers, so prep_next_doc walks only it. */
-static source chunk_view(const source *src, const chunk *c) {
-    source v = src[c->src];
-    v.data += c->start;
-    v.len = c->end - c->start;
-    return v;
-}
-
-static int add_bad(chunk *c, int64_t code) {
-    if (c->nbad == c->badcap) {
-        size_t cap = c->badcap ? c->badcap * 2 : 16;
-        int64_t *nb = realloc(c->bad, cap * sizeof *nb);
-        if (!nb) return -1;
-        c->bad = nb;
-        c->badcap = cap;
-    }
-    c->bad[c->nbad++] = code;
-    return 0;
-}
-
-static int encode_doc(const anvil_prep_opts *o, const anvil_tok *tk, worker *w, chunk *c, const unsigned char *doc,
-                      size_t len, const char **why) {
-    int s = anvil_prep_is_val(anvil_fnv1a64(doc, len), o->val_fraction) ? VAL : TRAIN;
-    c->docs[s]++;
-    c->text_bytes[s] += (int64_t)len;
-    if (!c->store[s]) return 0;
-    int64_t n;
-    if (tk) {
-        n = anvil_tok_encode(tk, w->st, doc, len, ANVIL_TOK_SPECIAL_PLAIN, &w->ids, &w->cap);
-        if (n < 0) {
-            *why = anvil_errmsg();
-            return -1;
-        }
-    } else {
-        if (w->cap < len) {
-            int32_t *ni = realloc(w->ids, len * sizeof *ni);
-            if (!ni) return -1;
-            w->ids = ni;
-            w->cap = len;
-        }
-        anvil_bytetok_encode(doc, len, w->ids);
-        n = (int64_t)len;
-    }
-    int32_t eot = tk ? anvil_tok_eot(tk) : ANVIL_BYTETOK_EOT;
-    return append(c, s, &eot, 1) || append(c, s, w->ids, (size_t)n) ? -1 : 0;
-}
-
-static void encode_chunk(const anvil_prep_opts *o, const source *src, const anvil_tok *tk, worker *w, chunk *c) {
-    source v = chunk_view(src, c);
-    size_t off = 0, len;
-    const unsigned char *doc;
-    int64_t line = c->first_line;
-    while (prep_next_unit(&v, o, &off, &doc, &len, &line)) {
-        const char *why = "out of memory";
-        int rc = 0;
-        if (o->jsonl_field) {
-            void *hold;
-            const char *d;
-            size_t n;
-            int kind = anvil_jsonl_field(doc, len, o->jsonl_field, &hold, &d, &n);
-            if (kind == ANVIL_JSONL_DOC && n) rc = encode_doc(o, tk, w, c, (const unsigned char *)d, n, &why);
-            else if (kind == ANVIL_JSONL_BAD_JSON || kind == ANVIL_JSONL_NO_FIELD)
-                rc = add_bad(c, 2 * line + (kind == ANVIL_JSONL_NO_FIELD));
-            anvil_jsonl_release(hold);
-        } else {
-            rc = encode_doc(o, tk, w, c, doc, len, &why);
-        }
-        if (rc) {
-            char msg[1024];
-            if (o->jsonl_field)
-                snprintf(msg, sizeof msg, "%s:%lld: cannot encode the document: %s", v.name, (long long)line, why);
-            else
-                snprintf(msg, sizeof msg, "%s: cannot encode the document at byte %zu: %s", v.name,
-                         c->start + (size_t)(doc - v.data), why);
-            c->err = strdup(msg);
-            if (!c->err) c->err = oom_msg;
-            return;
-        }
-    }
-}
-
-/* Cuts every source into chunks at document boundaries, scanning as
- * prep_next_doc does so that the documents are exactly those of a single
- * pass. */
-static int make_chunks(const anvil_prep_opts *o, const source *src, int nsrc, size_t unit, chunk **out,
-                       size_t *nout) {
-    chunk *cs = NULL;
-    size_t n = 0, cap = 0;
-    for (int i = 0; i < nsrc; i++) {
-        size_t off = 0, start = 0, len;
-        const unsigned char *doc;
-        int64_t line = 0, start_line = 0;
-        while (off < src[i].len) {
-            int more = prep_next_unit(&src[i], o, &off, &doc, &len, &line);
-            if (more && off - start < unit && off < src[i].len) continue;
-            if (!more && off == start) break;
-            if (n == cap) {
-                cap = cap ? cap * 2 : 64;
-                chunk *nc = realloc(cs, cap * sizeof *nc);
-                if (!nc) {
-                    free(cs);
-                    return anvil_fail("prep: out of memory after %zu chunks", n);
-                }
-                cs = nc;
-            }
-            memset(&cs[n], 0, sizeof cs[n]);
-            cs[n].src = i;
-            cs[n].start = start;
-            cs[n].end = off;
-            cs[n].first_line = start_line;
-            n++;
-            start = off;
-            start_line = line;
-        }
-    }
-    *out = cs;
-    *nout = n;
-    return 0;
-}
-
-static void release_chunk(chunk *c) {
-    for (int s = 0; s < NSPLITS; s++) {
-        free(c->tok[s]);
-        c->tok[s] = NULL;
-        c->ntok[s] = 0;
-        c->cap[s] = 0;
-    }
-    free(c->bad);
-    c->bad = NULL;
-    c->nbad = c->badcap = 0;
-    if (c->err != oom_msg) free(c->err);
-    c->err = NULL;
-}
 
 /* ---- output ---- */
 
@@ -348,7 +174,7 @@ static int write_manifest(run *r, int complete) {
     for (int s = 0; ok && complete && s < NSPLITS; s++) {
         cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
         if (!splits) splits = cJSON_AddObjectToObject(root, "splits");
-        cJSON *e = splits ? cJSON_AddObjectToObject(splits, split_name[s]) : NULL;
+        cJSON *e = splits ? cJSON_AddObjectToObject(splits, prep_split_name[s]) : NULL;
         ok = e && cJSON_AddNumberToObject(e, "documents", (double)r->docs[s]) &&
              cJSON_AddNumberToObject(e, "tokens", (double)(r->so[s].tokens + r->so[s].open_tokens)) &&
              cJSON_AddNumberToObject(e, "text_bytes", (double)r->text_bytes[s]);
@@ -388,7 +214,7 @@ static int finish_shard(run *r, int s) {
     const chunk *c = &r->cs[so->chunk];
     cJSON *e = cJSON_CreateObject(), *next = cJSON_CreateObject();
     int ok = e && next && cJSON_AddStringToObject(e, "file", strrchr(so->path, '/') + 1) &&
-             cJSON_AddStringToObject(e, "split", split_name[s]) &&
+             cJSON_AddStringToObject(e, "split", prep_split_name[s]) &&
              cJSON_AddNumberToObject(e, "tokens", (double)so->open_tokens) &&
              cJSON_AddNumberToObject(e, "bytes", (double)bytes) && cJSON_AddStringToObject(e, "crc32c", hex) &&
              cJSON_AddNumberToObject(next, "chunk", (double)so->chunk) &&
@@ -425,7 +251,7 @@ static int emit(run *r, int s, const int32_t *tok, int64_t n) {
         if (!so->w) {
             if (!r->dir_ready && mkdir_p(r->o->out_dir)) return -1;
             r->dir_ready = 1;
-            snprintf(so->path, sizeof so->path, "%s/%s_%06lld.bin", r->o->out_dir, split_name[s],
+            snprintf(so->path, sizeof so->path, "%s/%s_%06lld.bin", r->o->out_dir, prep_split_name[s],
                      (long long)so->next_shard);
             so->w = anvil_shard_writer_open(so->path, r->version);
             if (!so->w) return -1;
@@ -455,7 +281,7 @@ static int emit_chunk(run *r, size_t i, int stored, int32_t *tok) {
     if (stored) {
         for (int s = 0; !rc && s < NSPLITS; s++) rc = emit(r, s, c->tok[s], c->ntok[s]);
     } else if ((int64_t)i >= r->so[TRAIN].from_chunk || (int64_t)i >= r->so[VAL].from_chunk) {
-        source v = chunk_view(r->src, c);
+        source v = prep_chunk_view(r->src, c);
         size_t off = 0, len;
         const unsigned char *doc;
         while (!rc && prep_next_doc(&v, o, &off, &doc, &len)) {
@@ -474,7 +300,7 @@ static int emit_chunk(run *r, size_t i, int stored, int32_t *tok) {
         if ((int64_t)i == r->so[s].from_chunk && r->so[s].skip > 0)
             rc = anvil_fail("%s/manifest.json: the %s split resumes %lld tokens past the end of its chunk %zu; "
                             "delete the manifest to start over",
-                            o->out_dir, split_name[s], (long long)r->so[s].skip, i);
+                            o->out_dir, prep_split_name[s], (long long)r->so[s].skip, i);
     return rc;
 }
 
@@ -517,7 +343,7 @@ static int remove_stale(const run *r) {
             continue;
         }
         for (int s = 0; s < NSPLITS; s++) {
-            long idx = shard_index(e->d_name, split_name[s]);
+            long idx = shard_index(e->d_name, prep_split_name[s]);
             if (idx < 0 || idx < r->so[s].next_shard) continue;
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", o->out_dir, e->d_name);
@@ -608,7 +434,7 @@ static const char *check_old_shard(const run *r, const cJSON *e, int s, int64_t 
                                    char *why, size_t cap) {
     const split_out *so = &r->so[s];
     char want[64], path[4096];
-    snprintf(want, sizeof want, "%s_%06lld.bin", split_name[s], (long long)so->next_shard);
+    snprintf(want, sizeof want, "%s_%06lld.bin", prep_split_name[s], (long long)so->next_shard);
     const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "file"));
     const char *hex = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "crc32c"));
     const cJSON *next = cJSON_GetObjectItemCaseSensitive(e, "next");
@@ -681,7 +507,7 @@ static int load_previous(run *r, int *all_done) {
         if (bad) {
             const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "file"));
             note(o, "%s/%s %s; writing it and the %s shards after it again", o->out_dir, file ? file : "(a shard)", bad,
-                 split_name[s]);
+                 prep_split_name[s]);
             dropped[s] = 1;
             continue;
         }
@@ -785,7 +611,7 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
     r.nsrc = nloaded;
 
     int all_done = 0;
-    if (!rc) rc = make_chunks(o, src, nloaded, r.unit, &r.cs, &r.nchunks);
+    if (!rc) rc = prep_make_chunks(o, src, nloaded, r.unit, &r.cs, &r.nchunks);
     if (!rc) rc = build_fingerprint(&r);
     if (!rc) rc = load_previous(&r, &all_done);
 
@@ -799,7 +625,7 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
         for (size_t i = w0; i < w1; i++)
             for (int s = 0; s < NSPLITS; s++) r.cs[i].store[s] = stored && (int64_t)i >= r.so[s].from_chunk;
 #pragma omp parallel for num_threads(nw) schedule(dynamic, 1)
-        for (size_t i = w0; i < w1; i++) encode_chunk(o, src, tk, &ws[omp_get_thread_num()], &r.cs[i]);
+        for (size_t i = w0; i < w1; i++) prep_encode_chunk(o, src, tk, &ws[omp_get_thread_num()], &r.cs[i]);
         for (size_t i = w0; !rc && i < w1; i++) {
             chunk *c = &r.cs[i];
             if (c->err) rc = anvil_fail("%s", c->err);
@@ -822,14 +648,14 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
             }
             if (!rc) rc = emit_chunk(&r, i, stored, tok);
         }
-        for (size_t i = w0; i < w1; i++) release_chunk(&r.cs[i]);
+        for (size_t i = w0; i < w1; i++) prep_release_chunk(&r.cs[i]);
     }
     if (!rc && r.docs[TRAIN] + r.docs[VAL] == 0) rc = anvil_fail("prep: the input holds no documents");
     for (int s = 0; !rc && s < NSPLITS; s++)
         if (r.so[s].w) rc = finish_shard(&r, s);
     for (int s = 0; !rc && s < NSPLITS; s++) {
         int wanted = s == VAL ? o->val_fraction > 0 : o->val_fraction < 1;
-        if (!r.docs[s] && wanted) note(o, "no document fell in the %s split, so it has no shards", split_name[s]);
+        if (!r.docs[s] && wanted) note(o, "no document fell in the %s split, so it has no shards", prep_split_name[s]);
     }
     if (!rc) rc = remove_stale(&r);
     if (!rc && tk) rc = copy_tokenizer(&r);
@@ -850,7 +676,7 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
     }
     free(ws);
     for (int i = 0; i < nloaded; i++) prep_free_source(&src[i]);
-    for (size_t i = 0; i < r.nchunks; i++) release_chunk(&r.cs[i]);
+    for (size_t i = 0; i < r.nchunks; i++) prep_release_chunk(&r.cs[i]);
     free(r.cs);
     free(src);
     free(tok);

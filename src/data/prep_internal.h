@@ -1,6 +1,6 @@
 /* Shared internals of prep (data/prep.h), which is split by responsibility:
- * the inputs (sources.c), the run that turns them into shards (prep.c).
- * Not part of the public API. */
+ * the inputs (sources.c), the chunks of work and their encoding (encode.c),
+ * the run that turns them into shards (prep.c). Not part of the public API. */
 #ifndef ANVIL_DATA_PREP_INTERNAL_H
 #define ANVIL_DATA_PREP_INTERNAL_H
 
@@ -8,6 +8,11 @@
 #include <stdint.h>
 
 #include "data/prep.h"
+#include "tok/tokenizer.h"
+
+/* A document's split is a function of its bytes (anvil_prep_is_val). */
+enum { TRAIN, VAL, NSPLITS };
+extern const char *const prep_split_name[NSPLITS]; /* "train", "val" */
 
 /* ---- inputs (sources.c) ---- */
 
@@ -35,5 +40,42 @@ int prep_next_doc(const source *s, const anvil_prep_opts *o, size_t *off, const 
  * too, without its newline) and counts them in *line. */
 int prep_next_unit(const source *s, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len,
                    int64_t *line);
+
+/* ---- chunks of work (encode.c) ---- */
+
+/* A run of whole documents of one source, encoded by one worker. */
+typedef struct {
+    int src;
+    size_t start, end;
+    int64_t first_line; /* JSONL: the number of the line before the chunk */
+    int store[NSPLITS]; /* keep the split's tokens (else only count documents) */
+    int64_t docs[NSPLITS], ntok[NSPLITS], text_bytes[NSPLITS];
+    int32_t *tok[NSPLITS]; /* the chunk's tokens of each split, in order */
+    size_t cap[NSPLITS];
+    int64_t *bad; /* JSONL: 2 * line number + (1 if it is JSON lacking the field) */
+    size_t nbad, badcap;
+    char *err; /* a worker's failure, reported by the main thread in chunk order */
+} chunk;
+
+/* One encoding thread's scratch, reused from chunk to chunk. */
+typedef struct {
+    int32_t *ids;
+    size_t cap;
+    anvil_tok_state *st;
+} worker;
+
+/* Cuts every source into chunks of about `unit` bytes at document
+ * boundaries, scanning as prep_next_doc does so that the documents are
+ * exactly those of a single pass. */
+int prep_make_chunks(const anvil_prep_opts *o, const source *src, int nsrc, size_t unit, chunk **out, size_t *nout);
+/* The view of a source that a chunk covers, so prep_next_doc walks only it. */
+source prep_chunk_view(const source *src, const chunk *c);
+/* Counts c's documents per split and encodes those of the splits c->store
+ * asks for (tk NULL: bytes); a JSON line that is not JSON or lacks the field
+ * goes to c->bad, and a failure is left in c->err. Chunks are independent,
+ * so workers encode them in parallel. */
+void prep_encode_chunk(const anvil_prep_opts *o, const source *src, const anvil_tok *tk, worker *w, chunk *c);
+/* Frees what encoding put into c (its tokens, bad lines and error). */
+void prep_release_chunk(chunk *c);
 
 #endif
