@@ -1,18 +1,26 @@
 /* Shared internals of prep (data/prep.h), which is split by responsibility:
  * the inputs (sources.c), the chunks of work and their encoding (encode.c),
- * the run that turns them into shards (prep.c). Not part of the public API. */
+ * the run that turns them into shards (prep.c), and manifest.json, which
+ * records the run and lets a later one resume it (manifest.c). Not part of
+ * the public API. */
 #ifndef ANVIL_DATA_PREP_INTERNAL_H
 #define ANVIL_DATA_PREP_INTERNAL_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/error.h"
 #include "data/prep.h"
+#include "data/shard.h"
 #include "tok/tokenizer.h"
 
 /* A document's split is a function of its bytes (anvil_prep_is_val). */
 enum { TRAIN, VAL, NSPLITS };
 extern const char *const prep_split_name[NSPLITS]; /* "train", "val" */
+
+/* Hands a line worth telling the user to o->note, if set. */
+void prep_note(const anvil_prep_opts *o, const char *fmt, ...) ANVIL_PRINTF(2, 3);
 
 /* ---- inputs (sources.c) ---- */
 
@@ -77,5 +85,55 @@ source prep_chunk_view(const source *src, const chunk *c);
 void prep_encode_chunk(const anvil_prep_opts *o, const source *src, const anvil_tok *tk, worker *w, chunk *c);
 /* Frees what encoding put into c (its tokens, bad lines and error). */
 void prep_release_chunk(chunk *c);
+
+/* ---- the run (prep.c) ---- */
+
+/* One split's shards: where this run's output starts and the shard open. */
+typedef struct {
+    /* Where this run starts writing the split: chunks before from_chunk, and
+     * the first `skip` tokens of from_chunk, are in shards already kept. */
+    int64_t from_chunk, skip;
+    int64_t chunk, in_chunk; /* the chunk being emitted and its tokens of this split so far */
+    int64_t next_shard;      /* index of the open (or next) shard */
+    int64_t tokens;          /* in the finished shards */
+    int64_t open_tokens;     /* in the open shard */
+    anvil_shard_writer *w;
+    char path[4096];
+} split_out;
+
+/* Everything one anvil_prep_run works with, shared with the manifest. */
+typedef struct {
+    const anvil_prep_opts *o;
+    const anvil_tok *tk;
+    const char *tok_data; /* the rank file's bytes */
+    size_t tok_len;
+    const source *src;
+    int nsrc;
+    chunk *cs;
+    size_t nchunks, unit;
+    int version;
+    split_out so[NSPLITS];
+    cJSON *tokenizer, *options; /* as the manifest records them, for a re-run to compare */
+    cJSON *shards[NSPLITS];     /* each split's finished shards, kept and new, in order */
+    int dir_ready, written, kept;
+    int64_t docs[NSPLITS], text_bytes[NSPLITS];
+} run;
+
+/* The name of the rank file's copy beside the shards. */
+extern const char *const prep_tok_copy_name;
+
+/* ---- the manifest (manifest.c) ---- */
+
+/* A CRC32C as the manifest spells it: 8 lowercase hex digits. */
+void prep_crc_hex(uint32_t crc, char hex[9]);
+/* Sets r->tokenizer and r->options, what a re-run compares. */
+int prep_build_fingerprint(run *r);
+/* Rewrites out_dir/manifest.json atomically; `complete` adds the per-split
+ * totals and each input's document count. */
+int prep_write_manifest(run *r, int complete);
+/* Takes over the finished shards of an earlier run into the same folder
+ * when it had the same inputs and options. *all_done: that run had finished
+ * and every one of its shards verified, so there is nothing to write. */
+int prep_load_previous(run *r, int *all_done);
 
 #endif

@@ -1,0 +1,383 @@
+/* prep's manifest.json: what it records (the tokenizer, the options and the
+ * inputs as a fingerprint of the run, and every finished shard), how a run
+ * takes over the verified shards of an earlier one with the same
+ * fingerprint, and the readers that training and sampling use. */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "core/fsutil.h"
+#include "data/bytetok.h"
+#include "data/prep_internal.h"
+
+void prep_crc_hex(uint32_t crc, char hex[9]) { snprintf(hex, 9, "%08" PRIx32, crc); }
+
+static cJSON *sources_json(const run *r, int with_docs) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < r->nsrc; i++) {
+        const source *s = &r->src[i];
+        cJSON *e = cJSON_CreateObject();
+        int ok = e && cJSON_AddStringToObject(e, "path", s->name) &&
+                 cJSON_AddNumberToObject(e, "bytes", (double)s->len) && cJSON_AddItemToArray(a, e);
+        if (!ok) {
+            cJSON_Delete(e);
+            cJSON_Delete(a);
+            return NULL;
+        }
+        if (s->is_file) {
+            char mtime[64];
+            snprintf(mtime, sizeof mtime, "%lld.%09lld", (long long)s->mtime_s, (long long)s->mtime_ns);
+            ok = cJSON_AddNumberToObject(e, "size", (double)s->file_size) &&
+                 cJSON_AddStringToObject(e, "mtime", mtime);
+        } else {
+            char hex[9];
+            prep_crc_hex(s->crc, hex);
+            ok = cJSON_AddStringToObject(e, "crc32c", hex) != NULL;
+        }
+        if (ok && with_docs) ok = cJSON_AddNumberToObject(e, "documents", (double)s->docs) != NULL;
+        if (!ok) {
+            cJSON_Delete(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+int prep_write_manifest(run *r, int complete) {
+    const anvil_prep_opts *o = r->o;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", o->out_dir);
+    cJSON *root = cJSON_CreateObject();
+    int vocab = r->tk ? anvil_tok_vocab_size(r->tk) : ANVIL_BYTETOK_VOCAB;
+    int ok = root && cJSON_AddItemToObject(root, "tokenizer", cJSON_Duplicate(r->tokenizer, 1)) &&
+             cJSON_AddNumberToObject(root, "vocab_size", vocab) &&
+             cJSON_AddNumberToObject(root, "eot", r->tk ? anvil_tok_eot(r->tk) : ANVIL_BYTETOK_EOT) &&
+             cJSON_AddNumberToObject(root, "shard_version", r->version) &&
+             cJSON_AddNumberToObject(root, "val_fraction", o->val_fraction);
+    if (ok && o->delimiter) {
+        /* cJSON stops at a NUL; a delimiter holding one is recorded up to it
+         * here (options.delimiter_hex has all of it). */
+        char *delim = strndup(o->delimiter, o->delimiter_len);
+        ok = delim && cJSON_AddStringToObject(root, "delimiter", delim);
+        free(delim);
+    } else if (ok) {
+        ok = cJSON_AddNullToObject(root, "delimiter") != NULL;
+    }
+    if (ok && o->jsonl_field) ok = cJSON_AddStringToObject(root, "jsonl_field", o->jsonl_field) != NULL;
+    ok = ok && cJSON_AddItemToObject(root, "options", cJSON_Duplicate(r->options, 1)) &&
+         cJSON_AddBoolToObject(root, "complete", complete);
+    /* By split and index rather than in order of completion, so that the
+     * manifest does not depend on where earlier runs stopped. */
+    cJSON *shards = ok ? cJSON_AddArrayToObject(root, "shards") : NULL;
+    ok = shards != NULL;
+    for (int s = 0; ok && s < NSPLITS; s++) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, r->shards[s]) ok = ok && cJSON_AddItemReferenceToArray(shards, (cJSON *)e);
+    }
+    /* Text bytes beside tokens give bits per byte, a loss comparable across
+     * tokenizers. */
+    for (int s = 0; ok && complete && s < NSPLITS; s++) {
+        cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
+        if (!splits) splits = cJSON_AddObjectToObject(root, "splits");
+        cJSON *e = splits ? cJSON_AddObjectToObject(splits, prep_split_name[s]) : NULL;
+        ok = e && cJSON_AddNumberToObject(e, "documents", (double)r->docs[s]) &&
+             cJSON_AddNumberToObject(e, "tokens", (double)(r->so[s].tokens + r->so[s].open_tokens)) &&
+             cJSON_AddNumberToObject(e, "text_bytes", (double)r->text_bytes[s]);
+    }
+    if (ok) {
+        cJSON *sources = sources_json(r, complete);
+        ok = sources && cJSON_AddItemToObject(root, "sources", sources);
+        if (!ok) cJSON_Delete(sources);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return anvil_fail("%s: out of memory building the manifest", path);
+    size_t len = strlen(text);
+    char *withnl = realloc(text, len + 2);
+    if (!withnl) {
+        free(text);
+        return anvil_fail("%s: out of memory building the manifest", path);
+    }
+    withnl[len] = '\n';
+    int rc = anvil_write_file_atomic(path, withnl, len + 1);
+    free(withnl);
+    return rc;
+}
+
+/* ---- resuming ---- */
+
+int prep_build_fingerprint(run *r) {
+    const anvil_prep_opts *o = r->o;
+    if (r->tk) {
+        char hex[9];
+        prep_crc_hex(anvil_crc32c(0, r->tok_data, r->tok_len), hex);
+        r->tokenizer = cJSON_CreateObject();
+        if (!r->tokenizer || !cJSON_AddStringToObject(r->tokenizer, "file", o->tokenizer_file) ||
+            !cJSON_AddStringToObject(r->tokenizer, "pattern", anvil_tok_pattern_name(r->tk)) ||
+            !cJSON_AddNumberToObject(r->tokenizer, "size", (double)r->tok_len) ||
+            !cJSON_AddStringToObject(r->tokenizer, "crc32c", hex) ||
+            !cJSON_AddStringToObject(r->tokenizer, "copy", prep_tok_copy_name))
+            return anvil_fail("prep: out of memory");
+    } else if (!(r->tokenizer = cJSON_CreateString("bytes"))) {
+        return anvil_fail("prep: out of memory");
+    }
+    r->options = cJSON_CreateObject();
+    int ok = r->options && cJSON_AddNumberToObject(r->options, "val_fraction", o->val_fraction);
+    if (ok && o->delimiter) {
+        char *hex = malloc(2 * o->delimiter_len + 1);
+        for (size_t i = 0; hex && i < o->delimiter_len; i++)
+            snprintf(hex + 2 * i, 3, "%02x", (unsigned char)o->delimiter[i]);
+        ok = hex && cJSON_AddStringToObject(r->options, "delimiter_hex", hex);
+        free(hex);
+    } else if (ok) {
+        ok = cJSON_AddNullToObject(r->options, "delimiter_hex") != NULL;
+    }
+    ok = ok && (o->jsonl_field ? cJSON_AddStringToObject(r->options, "jsonl_field", o->jsonl_field)
+                               : cJSON_AddNullToObject(r->options, "jsonl_field"));
+    ok = ok && cJSON_AddNumberToObject(r->options, "shard_tokens", (double)o->shard_tokens) &&
+         cJSON_AddNumberToObject(r->options, "chunk_bytes", (double)r->unit);
+    return ok ? 0 : anvil_fail("prep: out of memory");
+}
+
+/* Whether a and b agree on each of the keys (absent in both counts as agreeing). */
+static int same_keys(const cJSON *a, const cJSON *b, const char *const *keys) {
+    for (; *keys; keys++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, *keys), *y = cJSON_GetObjectItemCaseSensitive(b, *keys);
+        if ((x == NULL) != (y == NULL) || (x && !cJSON_Compare(x, y, 1))) return 0;
+    }
+    return 1;
+}
+
+/* What differs between the earlier run's manifest and this run, or NULL. */
+static const char *fingerprint_diff(const run *r, const cJSON *old) {
+    static const char *const tok_keys[] = {"pattern", "size", "crc32c", NULL};
+    static const char *const src_keys[] = {"path", "size", "mtime", "crc32c", "bytes", NULL};
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(old, "tokenizer");
+    if (!t || cJSON_IsObject(t) != cJSON_IsObject(r->tokenizer) ||
+        (cJSON_IsObject(t) ? !same_keys(t, r->tokenizer, tok_keys) : !cJSON_Compare(t, r->tokenizer, 1)))
+        return "the tokenizer differs";
+    if (!cJSON_Compare(cJSON_GetObjectItemCaseSensitive(old, "options"), r->options, 1)) return "the options differ";
+    const cJSON *srcs = cJSON_GetObjectItemCaseSensitive(old, "sources");
+    if (!cJSON_IsArray(srcs) || cJSON_GetArraySize(srcs) != r->nsrc) return "the list of inputs differs";
+    cJSON *now = sources_json(r, 0);
+    const char *why = now ? NULL : "out of memory";
+    for (int i = 0; !why && i < r->nsrc; i++)
+        if (!same_keys(cJSON_GetArrayItem(srcs, i), cJSON_GetArrayItem(now, i), src_keys))
+            why = "an input's size, mtime or content differs";
+    cJSON_Delete(now);
+    return why;
+}
+
+static int get_i64(const cJSON *obj, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= (double)lo && x->valuedouble <= (double)hi) ||
+        x->valuedouble != (double)(int64_t)x->valuedouble)
+        return 0;
+    *out = (int64_t)x->valuedouble;
+    return 1;
+}
+
+/* Checks one shard entry of the earlier manifest and the file it names;
+ * NULL when it can be kept as the next shard of its split. */
+static const char *check_old_shard(const run *r, const cJSON *e, int s, int64_t *tokens, int64_t *at, int64_t *skip,
+                                   char *why, size_t cap) {
+    const split_out *so = &r->so[s];
+    char want[64], path[4096];
+    snprintf(want, sizeof want, "%s_%06lld.bin", prep_split_name[s], (long long)so->next_shard);
+    const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "file"));
+    const char *hex = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "crc32c"));
+    const cJSON *next = cJSON_GetObjectItemCaseSensitive(e, "next");
+    int64_t bytes, offset;
+    if (!file || strcmp(file, want)) return "is out of sequence";
+    if (!get_i64(e, "tokens", 1, r->o->shard_tokens, tokens) || !get_i64(e, "bytes", 0, INT64_MAX, &bytes) || !hex ||
+        strlen(hex) != 8 || !get_i64(next, "chunk", 0, (int64_t)r->nchunks - 1, at) ||
+        !get_i64(next, "tokens", 0, INT64_MAX, skip) || !get_i64(next, "offset", 0, INT64_MAX, &offset))
+        return "has a missing or malformed field";
+    const chunk *c = &r->cs[*at];
+    const char *input = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(next, "input"));
+    if (!input || strcmp(input, r->src[c->src].name) || (size_t)offset != c->start)
+        return "names a resume point that is not where this run's work is cut";
+    snprintf(path, sizeof path, "%s/%s", r->o->out_dir, file);
+    uint64_t got_bytes;
+    uint32_t crc;
+    if (access(path, F_OK) != 0) return "is missing";
+    if (anvil_crc32c_file(path, &got_bytes, &crc)) {
+        snprintf(why, cap, "cannot be read (%s)", anvil_errmsg());
+        return why;
+    }
+    char got[9];
+    prep_crc_hex(crc, got);
+    if ((int64_t)got_bytes != bytes) {
+        snprintf(why, cap, "has %lld bytes, the manifest says %lld", (long long)got_bytes, (long long)bytes);
+        return why;
+    }
+    if (strcmp(got, hex)) {
+        snprintf(why, cap, "has CRC32C %s, the manifest says %s", got, hex);
+        return why;
+    }
+    return NULL;
+}
+
+int prep_load_previous(run *r, int *all_done) {
+    const anvil_prep_opts *o = r->o;
+    *all_done = 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", o->out_dir);
+    if (access(path, F_OK) != 0) return 0;
+    char *text;
+    size_t len;
+    if (anvil_read_file(path, &text, &len)) {
+        prep_note(o, "cannot read %s (%s); starting over", path, anvil_errmsg());
+        return 0;
+    }
+    cJSON *old = cJSON_ParseWithLength(text, len);
+    free(text);
+    const char *why = old ? fingerprint_diff(r, old) : "not valid JSON";
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(old, "shards");
+    if (!why && !cJSON_IsArray(shards)) why = "no list of shards";
+    if (why) {
+        prep_note(o, "%s: %s; starting over", path, why);
+        cJSON_Delete(old);
+        return 0;
+    }
+    int dropped[NSPLITS] = {0, 0}, total = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, shards) {
+        total++;
+        const char *split = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "split"));
+        int s = split && !strcmp(split, "val") ? VAL : split && !strcmp(split, "train") ? TRAIN : -1;
+        if (s < 0 || dropped[s]) continue;
+        int64_t tokens, at, skip;
+        char buf[512];
+        const char *bad = check_old_shard(r, e, s, &tokens, &at, &skip, buf, sizeof buf);
+        if (bad) {
+            const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "file"));
+            prep_note(o, "%s/%s %s; writing it and the %s shards after it again", o->out_dir, file ? file : "(a shard)",
+                      bad, prep_split_name[s]);
+            dropped[s] = 1;
+            continue;
+        }
+        cJSON *copy = cJSON_Duplicate(e, 1);
+        if (!copy || !cJSON_AddItemToArray(r->shards[s], copy)) {
+            cJSON_Delete(copy);
+            cJSON_Delete(old);
+            return anvil_fail("prep: out of memory");
+        }
+        split_out *so = &r->so[s];
+        so->next_shard++;
+        so->tokens += tokens;
+        so->from_chunk = at;
+        so->skip = skip;
+        r->kept++;
+    }
+    int complete = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(old, "complete"));
+    cJSON_Delete(old);
+    r->dir_ready = 1;
+    *all_done = complete && r->kept == total;
+    if (*all_done)
+        prep_note(o,
+                  "all %d shards in %s were finished by an earlier run with the same inputs and options and their "
+                  "checksums verify; skipped them",
+                  r->kept, o->out_dir);
+    else if (r->kept)
+        prep_note(o,
+                  "kept %d shard%s finished by an earlier run with the same inputs and options (checksums "
+                  "verified); continuing after them",
+                  r->kept, r->kept == 1 ? "" : "s");
+    return 0;
+}
+
+/* ---- reading the manifest back ---- */
+
+static int is_int_in(const cJSON *x, double lo, double hi) {
+    return cJSON_IsNumber(x) && x->valuedouble >= lo && x->valuedouble <= hi &&
+           x->valuedouble == (double)(long long)x->valuedouble;
+}
+
+static cJSON *load_manifest(const char *dir, char *path, size_t cap) {
+    snprintf(path, cap, "%s/manifest.json", dir);
+    char *text;
+    size_t len;
+    if (anvil_read_file(path, &text, &len)) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        anvil_fail("manifest %s", why);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) anvil_fail("manifest %s: not valid JSON near byte %td", path, end ? end - text : (ptrdiff_t)0);
+    free(text);
+    return root;
+}
+
+int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot) {
+    char path[4096];
+    cJSON *root = load_manifest(dir, path, sizeof path);
+    if (!root) return -1;
+    int rc = 0;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "vocab_size");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eot");
+    if (!is_int_in(v, 1, INT32_MAX))
+        rc = anvil_fail("manifest %s: field \"vocab_size\" is missing or not a positive integer", path);
+    else if (!is_int_in(e, 0, v->valuedouble - 1))
+        rc = anvil_fail("manifest %s: field \"eot\" is missing or not an integer in [0, vocab_size)", path);
+    else {
+        *vocab_size = (int)v->valuedouble;
+        *eot = (int)e->valuedouble;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int anvil_data_manifest_tokenizer(const char *dir, anvil_tok **tok) {
+    char path[4096];
+    *tok = NULL;
+    cJSON *root = load_manifest(dir, path, sizeof path);
+    if (!root) return -1;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
+    const char *copy = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "copy"));
+    const char *orig = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "file"));
+    const char *pattern = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "pattern"));
+    int rc = 0;
+    if (cJSON_IsString(t) && !strcmp(t->valuestring, "bytes")) {
+        rc = 0;
+    } else if ((copy && strchr(copy, '/')) || (!copy && !orig) || !pattern) {
+        rc = anvil_fail("manifest %s: field \"tokenizer\" is neither \"bytes\" nor an object with \"copy\" (a file "
+                        "name) or \"file\", and \"pattern\"",
+                        path);
+    } else {
+        /* Folders from before the copy existed name only the original file. */
+        char file[4096];
+        if (copy) snprintf(file, sizeof file, "%s/%s", dir, copy);
+        else snprintf(file, sizeof file, "%s", orig);
+        *tok = anvil_tok_load(file, pattern);
+        if (!*tok) rc = -1;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int anvil_data_manifest_split(const char *dir, const char *split, int64_t *tokens, int64_t *text_bytes) {
+    char path[4096];
+    cJSON *root = load_manifest(dir, path, sizeof path);
+    if (!root) return -1;
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "splits"), split);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(sp, "tokens");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(sp, "text_bytes");
+    int rc = 0;
+    if (!is_int_in(t, 0, 9e15) || !is_int_in(b, 0, 9e15))
+        rc = anvil_fail("manifest %s: field \"splits.%s\" is missing or lacks integer \"tokens\" and \"text_bytes\"",
+                        path, split);
+    else {
+        *tokens = (int64_t)t->valuedouble;
+        *text_bytes = (int64_t)b->valuedouble;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
