@@ -144,6 +144,8 @@ typedef struct {
     uint32_t a, b, pair;
 } heap_ent;
 
+/* Every adjacent pair of the words with its count and the words it occurs
+ * in, found by hash, and a max-heap by count that yields the next merge. */
 typedef struct {
     pair_t *pairs;
     uint32_t n_pairs, cap_pairs;
@@ -153,7 +155,7 @@ typedef struct {
     size_t n_heap, cap_heap;
     uint32_t *dirty;
     size_t n_dirty, cap_dirty;
-} trainer;
+} pair_counts;
 
 static uint64_t pair_hash(uint32_t a, uint32_t b) {
     uint64_t h = ((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull;
@@ -172,41 +174,41 @@ static int grow_array(void **p, size_t *cap, size_t need, size_t elem) {
 }
 
 /* The index of pair (a, b), created with count 0 when new; UINT32_MAX on OOM. */
-static uint32_t pair_get(trainer *T, uint32_t a, uint32_t b) {
-    uint32_t i = (uint32_t)pair_hash(a, b) & T->mask;
-    for (;; i = (i + 1) & T->mask) {
-        uint32_t s = T->slots[i];
+static uint32_t pair_get(pair_counts *pc, uint32_t a, uint32_t b) {
+    uint32_t i = (uint32_t)pair_hash(a, b) & pc->mask;
+    for (;; i = (i + 1) & pc->mask) {
+        uint32_t s = pc->slots[i];
         if (!s) break;
-        if (T->pairs[s - 1].a == a && T->pairs[s - 1].b == b) return s - 1;
+        if (pc->pairs[s - 1].a == a && pc->pairs[s - 1].b == b) return s - 1;
     }
-    if (T->n_pairs == T->cap_pairs) {
-        size_t cap = T->cap_pairs;
-        if (grow_array((void **)&T->pairs, &cap, (size_t)T->n_pairs + 1, sizeof(pair_t))) return UINT32_MAX;
-        T->cap_pairs = (uint32_t)cap;
+    if (pc->n_pairs == pc->cap_pairs) {
+        size_t cap = pc->cap_pairs;
+        if (grow_array((void **)&pc->pairs, &cap, (size_t)pc->n_pairs + 1, sizeof(pair_t))) return UINT32_MAX;
+        pc->cap_pairs = (uint32_t)cap;
     }
-    uint32_t p = T->n_pairs++;
-    T->pairs[p] = (pair_t){.a = a, .b = b};
-    T->slots[i] = p + 1;
-    if (2 * (uint64_t)T->n_pairs > T->mask) {
-        uint32_t nmask = T->mask * 2 + 1;
+    uint32_t p = pc->n_pairs++;
+    pc->pairs[p] = (pair_t){.a = a, .b = b};
+    pc->slots[i] = p + 1;
+    if (2 * (uint64_t)pc->n_pairs > pc->mask) {
+        uint32_t nmask = pc->mask * 2 + 1;
         uint32_t *ns = calloc((size_t)nmask + 1, sizeof *ns);
         if (!ns) return UINT32_MAX;
-        for (uint32_t k = 0; k < T->n_pairs; k++) {
-            uint32_t j = (uint32_t)pair_hash(T->pairs[k].a, T->pairs[k].b) & nmask;
+        for (uint32_t k = 0; k < pc->n_pairs; k++) {
+            uint32_t j = (uint32_t)pair_hash(pc->pairs[k].a, pc->pairs[k].b) & nmask;
             while (ns[j]) j = (j + 1) & nmask;
             ns[j] = k + 1;
         }
-        free(T->slots);
-        T->slots = ns;
-        T->mask = nmask;
+        free(pc->slots);
+        pc->slots = ns;
+        pc->mask = nmask;
     }
     return p;
 }
 
-static int pair_add(trainer *T, uint32_t a, uint32_t b, int64_t delta, uint32_t word, int note_word) {
-    uint32_t p = pair_get(T, a, b);
+static int pair_add(pair_counts *pc, uint32_t a, uint32_t b, int64_t delta, uint32_t word, int note_word) {
+    uint32_t p = pair_get(pc, a, b);
     if (p == UINT32_MAX) return -1;
-    pair_t *q = &T->pairs[p];
+    pair_t *q = &pc->pairs[p];
     q->count += delta;
     if (note_word && (!q->n_where || q->where[q->n_where - 1] != word)) {
         size_t cap = q->cap_where;
@@ -216,8 +218,8 @@ static int pair_add(trainer *T, uint32_t a, uint32_t b, int64_t delta, uint32_t 
     }
     if (!q->dirty) {
         q->dirty = 1;
-        if (grow_array((void **)&T->dirty, &T->cap_dirty, T->n_dirty + 1, sizeof(uint32_t))) return -1;
-        T->dirty[T->n_dirty++] = p;
+        if (grow_array((void **)&pc->dirty, &pc->cap_dirty, pc->n_dirty + 1, sizeof(uint32_t))) return -1;
+        pc->dirty[pc->n_dirty++] = p;
     }
     return 0;
 }
@@ -229,33 +231,33 @@ static int heap_before(const heap_ent *x, const heap_ent *y) {
     return x->b < y->b;
 }
 
-static int heap_push(trainer *T, uint32_t p) {
-    if (grow_array((void **)&T->heap, &T->cap_heap, T->n_heap + 1, sizeof(heap_ent))) return -1;
-    heap_ent e = {T->pairs[p].count, T->pairs[p].a, T->pairs[p].b, p};
-    T->pairs[p].heap_count = e.count;
-    size_t i = T->n_heap++;
+static int heap_push(pair_counts *pc, uint32_t p) {
+    if (grow_array((void **)&pc->heap, &pc->cap_heap, pc->n_heap + 1, sizeof(heap_ent))) return -1;
+    heap_ent e = {pc->pairs[p].count, pc->pairs[p].a, pc->pairs[p].b, p};
+    pc->pairs[p].heap_count = e.count;
+    size_t i = pc->n_heap++;
     while (i) {
         size_t up = (i - 1) / 2;
-        if (!heap_before(&e, &T->heap[up])) break;
-        T->heap[i] = T->heap[up];
+        if (!heap_before(&e, &pc->heap[up])) break;
+        pc->heap[i] = pc->heap[up];
         i = up;
     }
-    T->heap[i] = e;
+    pc->heap[i] = e;
     return 0;
 }
 
-static heap_ent heap_pop(trainer *T) {
-    heap_ent top = T->heap[0], e = T->heap[--T->n_heap];
-    size_t i = 0, n = T->n_heap;
+static heap_ent heap_pop(pair_counts *pc) {
+    heap_ent top = pc->heap[0], e = pc->heap[--pc->n_heap];
+    size_t i = 0, n = pc->n_heap;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= n) break;
-        if (c + 1 < n && heap_before(&T->heap[c + 1], &T->heap[c])) c++;
-        if (!heap_before(&T->heap[c], &e)) break;
-        T->heap[i] = T->heap[c];
+        if (c + 1 < n && heap_before(&pc->heap[c + 1], &pc->heap[c])) c++;
+        if (!heap_before(&pc->heap[c], &e)) break;
+        pc->heap[i] = pc->heap[c];
         i = c;
     }
-    if (n) T->heap[i] = e;
+    if (n) pc->heap[i] = e;
     return top;
 }
 
@@ -263,13 +265,13 @@ static heap_ent heap_pop(trainer *T) {
  * left lazy: an entry above its pair's count is re-pushed when it surfaces
  * (merge loop), so the heap holds about one entry per live pair instead of
  * one per change. */
-static int flush_dirty(trainer *T) {
-    for (size_t k = 0; k < T->n_dirty; k++) {
-        pair_t *q = &T->pairs[T->dirty[k]];
+static int flush_dirty(pair_counts *pc) {
+    for (size_t k = 0; k < pc->n_dirty; k++) {
+        pair_t *q = &pc->pairs[pc->dirty[k]];
         q->dirty = 0;
-        if (q->count > q->heap_count && heap_push(T, T->dirty[k])) return -1;
+        if (q->count > q->heap_count && heap_push(pc, pc->dirty[k])) return -1;
     }
-    T->n_dirty = 0;
+    pc->n_dirty = 0;
     return 0;
 }
 
@@ -387,9 +389,9 @@ static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, si
     uint32_t *wlen = malloc(sizeof(uint32_t) * (nw ? nw : 1));
     int64_t *wfreq = malloc(sizeof(int64_t) * (nw ? nw : 1));
     uint32_t *sym = malloc(sizeof(uint32_t) * (W->used ? W->used : 1));
-    trainer T = {0};
-    T.mask = (1u << 16) - 1;
-    T.slots = calloc(T.mask + 1, sizeof *T.slots);
+    pair_counts pc = {0};
+    pc.mask = (1u << 16) - 1;
+    pc.slots = calloc(pc.mask + 1, sizeof *pc.slots);
     uint32_t max_tokens = (uint32_t)o->vocab_size - 1;
     unsigned char *tarena = NULL;
     size_t tused = 0, tcap = 0;
@@ -400,7 +402,7 @@ static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, si
         rc = anvil_fail("tokenizer train: the unique words take %zu bytes, more than 4 GB", W->used);
         goto done;
     }
-    if (!order || !wstart || !wlen || !wfreq || !sym || !T.slots || !toff || !tlen ||
+    if (!order || !wstart || !wlen || !wfreq || !sym || !pc.slots || !toff || !tlen ||
         tok_map_init(&tmap, max_tokens) || grow_array((void **)&tarena, &tcap, 1 << 16, 1)) {
         rc = anvil_fail("tokenizer train: out of memory for %u words", nw);
         goto done;
@@ -440,24 +442,24 @@ static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, si
     for (uint32_t b = 0; b < 256; b++) tok_map_put(&tmap, b);
     for (uint32_t i = 0; i < nw && !rc; i++)
         for (uint32_t k = 0; k + 1 < wlen[i] && !rc; k++)
-            if (pair_add(&T, sym[wstart[i] + k], sym[wstart[i] + k + 1], wfreq[i], i, 1))
+            if (pair_add(&pc, sym[wstart[i] + k], sym[wstart[i] + k + 1], wfreq[i], i, 1))
                 rc = anvil_fail("tokenizer train: out of memory counting pairs");
-    if (rc || flush_dirty(&T)) {
+    if (rc || flush_dirty(&pc)) {
         rc = rc ? rc : anvil_fail("tokenizer train: out of memory");
         goto done;
     }
 
     /* 3. Merges. */
     int merges_total = (int)max_tokens - 256, merges_done = 0;
-    while (n_tok < max_tokens && T.n_heap && !rc) {
-        heap_ent top = heap_pop(&T);
-        pair_t *q = &T.pairs[top.pair];
+    while (n_tok < max_tokens && pc.n_heap && !rc) {
+        heap_ent top = heap_pop(&pc);
+        pair_t *q = &pc.pairs[top.pair];
         if (top.count != q->count) {
             /* Stale: a higher entry of this pair was already handled, or
              * the count fell since; then queue the current count. */
             if (top.count > q->count && top.count == q->heap_count) {
                 q->heap_count = 0;
-                if (q->count > 0 && heap_push(&T, top.pair)) rc = anvil_fail("tokenizer train: out of memory");
+                if (q->count > 0 && heap_push(&pc, top.pair)) rc = anvil_fail("tokenizer train: out of memory");
             }
             continue;
         }
@@ -499,7 +501,7 @@ static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, si
             if (!has) continue;
             int64_t f = wfreq[w];
             for (uint32_t j = 0; j + 1 < L && !rc; j++)
-                if (pair_add(&T, s[j], s[j + 1], -f, w, 0)) rc = -1;
+                if (pair_add(&pc, s[j], s[j + 1], -f, w, 0)) rc = -1;
             uint32_t o2 = 0;
             for (uint32_t j = 0; j < L;) {
                 if (j + 1 < L && s[j] == a && s[j + 1] == b) {
@@ -511,10 +513,10 @@ static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, si
             }
             wlen[w] = L = o2;
             for (uint32_t j = 0; j + 1 < L && !rc; j++)
-                if (pair_add(&T, s[j], s[j + 1], f, w, s[j] == t || s[j + 1] == t)) rc = -1;
+                if (pair_add(&pc, s[j], s[j + 1], f, w, s[j] == t || s[j + 1] == t)) rc = -1;
         }
         free(where);
-        if (rc || flush_dirty(&T)) {
+        if (rc || flush_dirty(&pc)) {
             rc = anvil_fail("tokenizer train: out of memory merging");
             break;
         }
@@ -524,8 +526,8 @@ static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, si
     if (!rc) rc = write_ranks(o->out_path, tarena, toff, tlen, n_tok);
     if (!rc) rc = (int)n_tok;
 done:
-    for (uint32_t p = 0; p < T.n_pairs; p++) free(T.pairs[p].where);
-    free(T.pairs), free(T.slots), free(T.heap), free(T.dirty);
+    for (uint32_t p = 0; p < pc.n_pairs; p++) free(pc.pairs[p].where);
+    free(pc.pairs), free(pc.slots), free(pc.heap), free(pc.dirty);
     free(order), free(wstart), free(wlen), free(wfreq), free(sym);
     free(tarena), free(toff), free(tlen), free(tmap.slots);
     wm_free(W);
