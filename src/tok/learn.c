@@ -319,23 +319,11 @@ static int write_ranks(const char *path, const unsigned char *arena, const uint3
 
 typedef struct {
     const unsigned char *p;
-    uint32_t n, w;
-} word_key;
-
-static int cmp_key(const void *x, const void *y) {
-    const word_key *a = x, *b = y;
-    int c = memcmp(a->p, b->p, a->n < b->n ? a->n : b->n);
-    return c ? c : (a->n > b->n) - (a->n < b->n);
-}
-
-typedef struct {
-    const unsigned char *p;
     size_t n;
 } chunk_t;
 
-static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, size_t n_chunks) {
-    if (o->vocab_size < 257 || o->vocab_size > TOK_MAX_ID)
-        return anvil_fail("tokenizer train: vocab size %d is outside [257, %d]", o->vocab_size, TOK_MAX_ID);
+/* 1. Unique words, counted per thread, then combined in thread order. */
+static int count_words(const anvil_tok_train_opts *o, const chunk_t *chunks, size_t n_chunks, wordmap *words) {
     const tok_encoding *enc = tok_find_encoding(o->pattern_name ? o->pattern_name : "gpt2");
     if (!enc) return -1;
     pcre2_code *re[2] = {tok_compile_regex(enc, 0), NULL};
@@ -343,8 +331,6 @@ static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, si
         if (re[0]) pcre2_code_free(re[0]);
         return -1;
     }
-
-    /* 1. Unique words, counted per thread, then combined in thread order. */
     int nt = o->threads > 0 ? o->threads : omp_get_max_threads();
     if (nt < 1) nt = 1;
     wordmap *maps = calloc((size_t)nt, sizeof *maps);
@@ -377,161 +363,204 @@ static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, si
     pcre2_code_free(re[1]);
     if (rc) {
         for (int k = 0; maps && k < nt; k++) wm_free(&maps[k]);
-        free(maps);
-        return rc;
+    } else {
+        *words = maps[0];
     }
-    wordmap *W = &maps[0];
-    /* The map's order depends on the thread schedule; sorting the words by
-     * their bytes makes everything after this point deterministic. */
-    uint32_t nw = W->n;
-    uint32_t *order = malloc(sizeof(uint32_t) * (nw ? nw : 1));
-    uint32_t *wstart = malloc(sizeof(uint32_t) * ((size_t)nw + 1));
-    uint32_t *wlen = malloc(sizeof(uint32_t) * (nw ? nw : 1));
-    int64_t *wfreq = malloc(sizeof(int64_t) * (nw ? nw : 1));
-    uint32_t *sym = malloc(sizeof(uint32_t) * (W->used ? W->used : 1));
-    pair_counts pc = {0};
-    pc.mask = (1u << 16) - 1;
-    pc.slots = calloc(pc.mask + 1, sizeof *pc.slots);
-    uint32_t max_tokens = (uint32_t)o->vocab_size - 1;
-    unsigned char *tarena = NULL;
-    size_t tused = 0, tcap = 0;
-    uint32_t *toff = malloc(sizeof(uint32_t) * max_tokens);
-    uint32_t *tlen = malloc(sizeof(uint32_t) * max_tokens);
-    tok_map tmap = {0};
-    if (W->used >= UINT32_MAX) {
-        rc = anvil_fail("tokenizer train: the unique words take %zu bytes, more than 4 GB", W->used);
-        goto done;
-    }
-    if (!order || !wstart || !wlen || !wfreq || !sym || !pc.slots || !toff || !tlen ||
-        tok_map_init(&tmap, max_tokens) || grow_array((void **)&tarena, &tcap, 1 << 16, 1)) {
-        rc = anvil_fail("tokenizer train: out of memory for %u words", nw);
-        goto done;
-    }
-    for (uint32_t w = 0; w < nw; w++) order[w] = w;
-    {
-        word_key *keys = malloc(sizeof(word_key) * (nw ? nw : 1));
-        if (!keys) {
-            rc = anvil_fail("tokenizer train: out of memory sorting words");
-            goto done;
-        }
-        for (uint32_t w = 0; w < nw; w++) keys[w] = (word_key){W->bytes + W->off[w], W->len[w], w};
-        qsort(keys, nw, sizeof(word_key), cmp_key);
-        for (uint32_t w = 0; w < nw; w++) order[w] = keys[w].w;
-        free(keys);
-    }
+    free(maps);
+    return rc;
+}
+
+/* The unique words, each a run of token ids in sym that merges rewrite in
+ * place (len shrinks), with the word's count in the corpus. */
+typedef struct {
+    uint32_t n;
+    uint32_t *start, *len;
+    int64_t *freq;
+    uint32_t *sym;
+} word_list;
+
+typedef struct {
+    const unsigned char *p;
+    uint32_t n, w;
+} word_key;
+
+static int cmp_key(const void *x, const void *y) {
+    const word_key *a = x, *b = y;
+    int c = memcmp(a->p, b->p, a->n < b->n ? a->n : b->n);
+    return c ? c : (a->n > b->n) - (a->n < b->n);
+}
+
+/* The map's order depends on the thread schedule; sorting the words by
+ * their bytes makes everything after this point deterministic. */
+static int sort_words(const wordmap *m, word_list *wl) {
+    uint32_t nw = m->n;
+    if (m->used >= UINT32_MAX)
+        return anvil_fail("tokenizer train: the unique words take %zu bytes, more than 4 GB", m->used);
+    wl->n = nw;
+    wl->start = malloc(sizeof(uint32_t) * ((size_t)nw + 1));
+    wl->len = malloc(sizeof(uint32_t) * (nw ? nw : 1));
+    wl->freq = malloc(sizeof(int64_t) * (nw ? nw : 1));
+    wl->sym = malloc(sizeof(uint32_t) * (m->used ? m->used : 1));
+    if (!wl->start || !wl->len || !wl->freq || !wl->sym)
+        return anvil_fail("tokenizer train: out of memory for %u words", nw);
+    word_key *keys = malloc(sizeof(word_key) * (nw ? nw : 1));
+    if (!keys) return anvil_fail("tokenizer train: out of memory sorting words");
+    for (uint32_t w = 0; w < nw; w++) keys[w] = (word_key){m->bytes + m->off[w], m->len[w], w};
+    qsort(keys, nw, sizeof(word_key), cmp_key);
     size_t pos = 0;
     for (uint32_t i = 0; i < nw; i++) {
-        uint32_t w = order[i];
-        wstart[i] = (uint32_t)pos;
-        wlen[i] = W->len[w];
-        wfreq[i] = W->freq[w];
-        for (uint32_t k = 0; k < W->len[w]; k++) sym[pos++] = W->bytes[W->off[w] + k];
+        uint32_t w = keys[i].w;
+        wl->start[i] = (uint32_t)pos;
+        wl->len[i] = m->len[w];
+        wl->freq[i] = m->freq[w];
+        for (uint32_t k = 0; k < m->len[w]; k++) wl->sym[pos++] = m->bytes[m->off[w] + k];
     }
-    /* 2. The 256 byte tokens (in a map that finds merges re-creating an
-     * existing token), then pair counts over all words. */
-    uint32_t n_tok = 256;
-    for (uint32_t b = 0; b < 256; b++) {
-        tarena[b] = (unsigned char)b;
-        toff[b] = b;
-        tlen[b] = 1;
-    }
-    tused = 256;
-    tmap.arena = tarena;
-    tmap.tok_off = toff;
-    tmap.tok_len = tlen;
-    for (uint32_t b = 0; b < 256; b++) tok_map_put(&tmap, b);
-    for (uint32_t i = 0; i < nw && !rc; i++)
-        for (uint32_t k = 0; k + 1 < wlen[i] && !rc; k++)
-            if (pair_add(&pc, sym[wstart[i] + k], sym[wstart[i] + k + 1], wfreq[i], i, 1))
-                rc = anvil_fail("tokenizer train: out of memory counting pairs");
-    if (rc || flush_dirty(&pc)) {
-        rc = rc ? rc : anvil_fail("tokenizer train: out of memory");
-        goto done;
-    }
+    free(keys);
+    return 0;
+}
 
-    /* 3. Merges. */
+/* The tokens learned so far: ids 0..n-1, their bytes in an arena, and a map
+ * that finds a merge re-creating an existing token. */
+typedef struct {
+    uint32_t n;
+    unsigned char *arena;
+    size_t used, cap;
+    uint32_t *off, *len;
+    tok_map map;
+} vocab;
+
+/* 2. The 256 byte tokens, then pair counts over all words. */
+static int seed(uint32_t max_tokens, const word_list *wl, vocab *v, pair_counts *pc) {
+    pc->mask = (1u << 16) - 1;
+    pc->slots = calloc(pc->mask + 1, sizeof *pc->slots);
+    v->off = malloc(sizeof(uint32_t) * max_tokens);
+    v->len = malloc(sizeof(uint32_t) * max_tokens);
+    if (!pc->slots || !v->off || !v->len || tok_map_init(&v->map, max_tokens) ||
+        grow_array((void **)&v->arena, &v->cap, 1 << 16, 1))
+        return anvil_fail("tokenizer train: out of memory for %u words", wl->n);
+    for (uint32_t b = 0; b < 256; b++) {
+        v->arena[b] = (unsigned char)b;
+        v->off[b] = b;
+        v->len[b] = 1;
+    }
+    v->n = 256;
+    v->used = 256;
+    v->map.arena = v->arena;
+    v->map.tok_off = v->off;
+    v->map.tok_len = v->len;
+    for (uint32_t b = 0; b < 256; b++) tok_map_put(&v->map, b);
+    for (uint32_t i = 0; i < wl->n; i++)
+        for (uint32_t k = 0; k + 1 < wl->len[i]; k++)
+            if (pair_add(pc, wl->sym[wl->start[i] + k], wl->sym[wl->start[i] + k + 1], wl->freq[i], i, 1))
+                return anvil_fail("tokenizer train: out of memory counting pairs");
+    return flush_dirty(pc) ? anvil_fail("tokenizer train: out of memory") : 0;
+}
+
+/* The id of the token a followed by b: a new one, or the one those bytes
+ * already form; UINT32_MAX when out of memory. */
+static uint32_t add_token(vocab *v, uint32_t a, uint32_t b) {
+    size_t nl = v->len[a] + v->len[b];
+    if (grow_array((void **)&v->arena, &v->cap, v->used + nl, 1) || v->used + nl > UINT32_MAX) return UINT32_MAX;
+    memcpy(v->arena + v->used, v->arena + v->off[a], v->len[a]);
+    memcpy(v->arena + v->used + v->len[a], v->arena + v->off[b], v->len[b]);
+    v->map.arena = v->arena;
+    uint32_t probe = v->n;
+    v->off[probe] = (uint32_t)v->used;
+    v->len[probe] = (uint32_t)nl;
+    uint32_t existing = tok_map_put(&v->map, probe);
+    if (existing != TOK_NO_RANK) return existing;
+    v->used += nl;
+    return v->n++;
+}
+
+/* Rewrites (a, b) as t in each word of `where` (sorted here, duplicates
+ * skipped) that still holds the pair, moving the counts of its pairs. */
+static int merge_in_words(pair_counts *pc, word_list *wl, uint32_t *where, uint32_t n_where, uint32_t a, uint32_t b,
+                          uint32_t t) {
+    qsort(where, n_where, sizeof(uint32_t), cmp_u32);
+    for (uint32_t k = 0; k < n_where; k++) {
+        uint32_t w = where[k];
+        if (k && where[k - 1] == w) continue;
+        uint32_t *s = wl->sym + wl->start[w], L = wl->len[w];
+        int has = 0;
+        for (uint32_t j = 0; j + 1 < L; j++)
+            if (s[j] == a && s[j + 1] == b) {
+                has = 1;
+                break;
+            }
+        if (!has) continue;
+        int64_t f = wl->freq[w];
+        for (uint32_t j = 0; j + 1 < L; j++)
+            if (pair_add(pc, s[j], s[j + 1], -f, w, 0)) return -1;
+        uint32_t o2 = 0;
+        for (uint32_t j = 0; j < L;) {
+            if (j + 1 < L && s[j] == a && s[j + 1] == b) {
+                s[o2++] = t;
+                j += 2;
+            } else {
+                s[o2++] = s[j++];
+            }
+        }
+        wl->len[w] = L = o2;
+        for (uint32_t j = 0; j + 1 < L; j++)
+            if (pair_add(pc, s[j], s[j + 1], f, w, s[j] == t || s[j + 1] == t)) return -1;
+    }
+    return 0;
+}
+
+/* 3. Merges the most frequent pair until there are max_tokens tokens or no
+ * pair is left. */
+static int merge_pairs(const anvil_tok_train_opts *o, uint32_t max_tokens, word_list *wl, vocab *v,
+                       pair_counts *pc) {
     int merges_total = (int)max_tokens - 256, merges_done = 0;
-    while (n_tok < max_tokens && pc.n_heap && !rc) {
-        heap_ent top = heap_pop(&pc);
-        pair_t *q = &pc.pairs[top.pair];
+    while (v->n < max_tokens && pc->n_heap) {
+        heap_ent top = heap_pop(pc);
+        pair_t *q = &pc->pairs[top.pair];
         if (top.count != q->count) {
             /* Stale: a higher entry of this pair was already handled, or
              * the count fell since; then queue the current count. */
             if (top.count > q->count && top.count == q->heap_count) {
                 q->heap_count = 0;
-                if (q->count > 0 && heap_push(&pc, top.pair)) rc = anvil_fail("tokenizer train: out of memory");
+                if (q->count > 0 && heap_push(pc, top.pair)) return anvil_fail("tokenizer train: out of memory");
             }
             continue;
         }
         q->heap_count = 0;
         uint32_t a = q->a, b = q->b;
-        size_t nl = tlen[a] + tlen[b];
-        if (grow_array((void **)&tarena, &tcap, tused + nl, 1) || tused + nl > UINT32_MAX) {
-            rc = anvil_fail("tokenizer train: out of memory for token bytes");
-            break;
-        }
-        memcpy(tarena + tused, tarena + toff[a], tlen[a]);
-        memcpy(tarena + tused + tlen[a], tarena + toff[b], tlen[b]);
-        tmap.arena = tarena;
-        uint32_t t, probe = n_tok;
-        toff[probe] = (uint32_t)tused;
-        tlen[probe] = (uint32_t)nl;
-        uint32_t existing = tok_map_put(&tmap, probe);
-        if (existing != TOK_NO_RANK) {
-            t = existing;
-        } else {
-            t = n_tok++;
-            tused += nl;
-        }
+        uint32_t t = add_token(v, a, b);
+        if (t == UINT32_MAX) return anvil_fail("tokenizer train: out of memory for token bytes");
         /* Take the pair's word list: after this merge it has no occurrences. */
         uint32_t *where = q->where, n_where = q->n_where;
         q->where = NULL;
         q->n_where = q->cap_where = 0;
-        qsort(where, n_where, sizeof(uint32_t), cmp_u32);
-        for (uint32_t k = 0; k < n_where && !rc; k++) {
-            uint32_t w = where[k];
-            if (k && where[k - 1] == w) continue;
-            uint32_t *s = sym + wstart[w], L = wlen[w];
-            int has = 0;
-            for (uint32_t j = 0; j + 1 < L; j++)
-                if (s[j] == a && s[j + 1] == b) {
-                    has = 1;
-                    break;
-                }
-            if (!has) continue;
-            int64_t f = wfreq[w];
-            for (uint32_t j = 0; j + 1 < L && !rc; j++)
-                if (pair_add(&pc, s[j], s[j + 1], -f, w, 0)) rc = -1;
-            uint32_t o2 = 0;
-            for (uint32_t j = 0; j < L;) {
-                if (j + 1 < L && s[j] == a && s[j + 1] == b) {
-                    s[o2++] = t;
-                    j += 2;
-                } else {
-                    s[o2++] = s[j++];
-                }
-            }
-            wlen[w] = L = o2;
-            for (uint32_t j = 0; j + 1 < L && !rc; j++)
-                if (pair_add(&pc, s[j], s[j + 1], f, w, s[j] == t || s[j + 1] == t)) rc = -1;
-        }
+        int rc = merge_in_words(pc, wl, where, n_where, a, b, t);
         free(where);
-        if (rc || flush_dirty(&pc)) {
-            rc = anvil_fail("tokenizer train: out of memory merging");
-            break;
-        }
+        if (rc || flush_dirty(pc)) return anvil_fail("tokenizer train: out of memory merging");
         merges_done++;
         if (o->progress) o->progress(o->progress_ctx, merges_done, merges_total, top.count);
     }
-    if (!rc) rc = write_ranks(o->out_path, tarena, toff, tlen, n_tok);
-    if (!rc) rc = (int)n_tok;
-done:
+    return 0;
+}
+
+static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, size_t n_chunks) {
+    if (o->vocab_size < 257 || o->vocab_size > TOK_MAX_ID)
+        return anvil_fail("tokenizer train: vocab size %d is outside [257, %d]", o->vocab_size, TOK_MAX_ID);
+    wordmap counted;
+    if (count_words(o, chunks, n_chunks, &counted)) return -1;
+    uint32_t max_tokens = (uint32_t)o->vocab_size - 1;
+    word_list wl = {0};
+    vocab v = {0};
+    pair_counts pc = {0};
+    int rc = sort_words(&counted, &wl);
+    wm_free(&counted);
+    if (!rc) rc = seed(max_tokens, &wl, &v, &pc);
+    if (!rc) rc = merge_pairs(o, max_tokens, &wl, &v, &pc);
+    if (!rc) rc = write_ranks(o->out_path, v.arena, v.off, v.len, v.n);
+    if (!rc) rc = (int)v.n;
     for (uint32_t p = 0; p < pc.n_pairs; p++) free(pc.pairs[p].where);
     free(pc.pairs), free(pc.slots), free(pc.heap), free(pc.dirty);
-    free(order), free(wstart), free(wlen), free(wfreq), free(sym);
-    free(tarena), free(toff), free(tlen), free(tmap.slots);
-    wm_free(W);
-    free(maps);
+    free(wl.start), free(wl.len), free(wl.freq), free(wl.sym);
+    free(v.arena), free(v.off), free(v.len), free(v.map.slots);
     return rc;
 }
 
