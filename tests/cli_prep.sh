@@ -277,7 +277,8 @@ expect_error() { # want_code what args...
 }
 expect_error 2 'no input files' --out "$WORK/e"
 expect_error 2 'out DIR is required' "$WORK/a.txt"
-expect_error 2 'needs a folder' "$WORK/a.txt" --out
+expect_error 2 'option --out needs a value' "$WORK/a.txt" --out
+expect_error 2 'out needs a folder' --out '' "$WORK/a.txt"
 expect_error 2 "val-fraction" --out "$WORK/e" --val-fraction 1.5 "$WORK/a.txt"
 expect_error 2 "val-fraction" --out "$WORK/e" --val-fraction abc "$WORK/a.txt"
 expect_error 2 "shard-tokens" --out "$WORK/e" --shard-tokens 0 "$WORK/a.txt"

@@ -1,14 +1,13 @@
 /* anvil prep: text files in, llm.c token shards out (see data/prep.h). */
-#include <errno.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "core/clock.h"
-#include "core/error.h"
+#include "core/exit.h"
 #include "data/prep.h"
 
 static const char usage_text[] =
@@ -40,17 +39,6 @@ static const char usage_text[] =
     "  --strict             with --jsonl-field: a bad line is an error instead\n"
     "  --workers N          encoding threads (default 1); the output is the same for any N\n"
     "  --help               show this help\n";
-
-static int bad_usage(const char *fmt, ...) ANVIL_PRINTF(1, 2);
-static int bad_usage(const char *fmt, ...) {
-    va_list ap;
-    fputs("anvil prep: error: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs(" (try 'anvil prep --help')\n", stderr);
-    return 2;
-}
 
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -92,93 +80,69 @@ static void print_note(void *ctx, const char *msg) {
     fprintf(stderr, "anvil prep: note: %s\n", msg);
 }
 
-/* "--name VALUE" or "--name=VALUE"; advances *i past what it used. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing) {
-    size_t k = strlen(name);
-    const char *a = argv[*i];
-    *missing = 0;
-    if (strncmp(a, name, k)) return NULL;
-    if (a[k] == '=') return a + k + 1;
-    if (a[k] != 0) return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 int cmd_prep(int argc, char **argv) {
+    const char *cmd = "prep";
     anvil_prep_opts o = {.val_fraction = 0.01, .shard_tokens = 100000000, .note = print_note};
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     char *delim = NULL;
     int ninputs = 0, rc = 0, only_inputs = 0;
     if (!inputs) {
         fprintf(stderr, "anvil prep: error: out of memory\n");
-        return 1;
+        return ANVIL_EXIT_ERROR;
     }
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i], *v;
-        int missing = 0;
         if (only_inputs || a[0] != '-' || !strcmp(a, "-")) {
             inputs[ninputs++] = a;
-        } else if (!strcmp(a, "--")) {
-            only_inputs = 1;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            continue;
+        }
+        if (!strcmp(a, "--")) { only_inputs = 1; continue; }
+        if (!strcmp(a, "--strict")) { o.strict = 1; continue; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_text, stdout);
             free(inputs);
             free(delim);
             return 0;
-        } else if ((v = opt_value(argc, argv, &i, "--out", &missing)) || missing) {
-            if (missing || !*v) rc = bad_usage("%s needs a folder", a);
+        }
+        if (!(v = arg_value(cmd, argc, argv, &i))) {
+            rc = ANVIL_EXIT_USAGE;
+        } else if (!strcmp(a, "--out")) {
+            if (!*v) rc = cli_usage_error(cmd, "--out needs a folder");
             else o.out_dir = v;
-        } else if ((v = opt_value(argc, argv, &i, "--val-fraction", &missing)) || missing) {
-            char *end;
-            errno = 0;
-            double f = missing ? -1 : strtod(v, &end);
-            if (missing || errno || end == v || *end || !(f >= 0 && f <= 1))
-                rc = bad_usage("--val-fraction needs a number in [0, 1], got '%s'", missing ? "" : v);
-            else o.val_fraction = f;
-        } else if ((v = opt_value(argc, argv, &i, "--shard-tokens", &missing)) || missing) {
-            char *end;
-            errno = 0;
-            long long n = missing ? -1 : strtoll(v, &end, 10);
-            if (missing || errno || end == v || *end || n < 1 || n > INT32_MAX)
-                rc = bad_usage("--shard-tokens needs an integer in [1, 2147483647], got '%s'", missing ? "" : v);
-            else o.shard_tokens = n;
-        } else if ((v = opt_value(argc, argv, &i, "--tokenizer", &missing)) || missing) {
-            if (missing || !*v) rc = bad_usage("--tokenizer needs a .tiktoken file");
+        } else if (!strcmp(a, "--val-fraction")) {
+            if (arg_double(cmd, a, v, &o.val_fraction)) rc = ANVIL_EXIT_USAGE;
+            else if (!(o.val_fraction >= 0 && o.val_fraction <= 1))
+                rc = cli_usage_error(cmd, "--val-fraction must be in [0, 1], got %s", v);
+        } else if (!strcmp(a, "--shard-tokens")) {
+            if (arg_i64(cmd, a, v, 1, INT32_MAX, &o.shard_tokens)) rc = ANVIL_EXIT_USAGE;
+        } else if (!strcmp(a, "--workers")) {
+            if (arg_int(cmd, a, v, 1, 1024, &o.workers)) rc = ANVIL_EXIT_USAGE;
+        } else if (!strcmp(a, "--tokenizer")) {
+            if (!*v) rc = cli_usage_error(cmd, "--tokenizer needs a .tiktoken file");
             else o.tokenizer_file = v;
-        } else if ((v = opt_value(argc, argv, &i, "--pattern", &missing)) || missing) {
-            if (missing || !*v) rc = bad_usage("--pattern needs gpt2, cl100k_base or o200k_base");
+        } else if (!strcmp(a, "--pattern")) {
+            if (!*v) rc = cli_usage_error(cmd, "--pattern needs gpt2, cl100k_base or o200k_base");
             else o.tokenizer_pattern = v;
-        } else if ((v = opt_value(argc, argv, &i, "--jsonl-field", &missing)) || missing) {
-            if (missing || !*v) rc = bad_usage("--jsonl-field needs a field name");
+        } else if (!strcmp(a, "--jsonl-field")) {
+            if (!*v) rc = cli_usage_error(cmd, "--jsonl-field needs a field name");
             else o.jsonl_field = v;
-        } else if (!strcmp(a, "--strict")) {
-            o.strict = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--workers", &missing)) || missing) {
-            char *end;
-            errno = 0;
-            long n = missing ? -1 : strtol(v, &end, 10);
-            if (missing || errno || end == v || *end || n < 1 || n > 1024)
-                rc = bad_usage("--workers needs an integer in [1, 1024], got '%s'", missing ? "" : v);
-            else o.workers = (int)n;
-        } else if ((v = opt_value(argc, argv, &i, "--delimiter", &missing)) || missing) {
+        } else if (!strcmp(a, "--delimiter")) {
             free(delim);
-            delim = missing ? NULL : malloc(strlen(v) + 1);
-            if (missing || !*v) rc = bad_usage("--delimiter needs a non-empty string");
+            delim = malloc(strlen(v) + 1);
+            if (!*v) rc = cli_usage_error(cmd, "--delimiter needs a non-empty string");
             else if (!delim || unescape(v, delim, &o.delimiter_len))
-                rc = bad_usage("--delimiter '%s': bad escape (use \\n \\t \\r \\\\ \\xHH)", v);
+                rc = cli_usage_error(cmd, "--delimiter '%s': bad escape (use \\n \\t \\r \\\\ \\xHH)", v);
             else o.delimiter = delim;
         } else {
-            rc = bad_usage("unknown option '%s'", a);
+            rc = cli_usage_error(cmd, "unknown option '%s'", a);
         }
     }
-    if (!rc && !o.out_dir) rc = bad_usage("--out DIR is required");
-    if (!rc && !ninputs) rc = bad_usage("no input files given");
-    if (!rc && o.tokenizer_pattern && !o.tokenizer_file) rc = bad_usage("--pattern needs --tokenizer");
-    if (!rc && o.strict && !o.jsonl_field) rc = bad_usage("--strict needs --jsonl-field");
-    if (!rc && o.delimiter && o.jsonl_field) rc = bad_usage("--delimiter and --jsonl-field cannot be combined");
+    if (!rc && !o.out_dir) rc = cli_usage_error(cmd, "--out DIR is required");
+    if (!rc && !ninputs) rc = cli_usage_error(cmd, "no input files given");
+    if (!rc && o.tokenizer_pattern && !o.tokenizer_file) rc = cli_usage_error(cmd, "--pattern needs --tokenizer");
+    if (!rc && o.strict && !o.jsonl_field) rc = cli_usage_error(cmd, "--strict needs --jsonl-field");
+    if (!rc && o.delimiter && o.jsonl_field)
+        rc = cli_usage_error(cmd, "--delimiter and --jsonl-field cannot be combined");
     if (rc) {
         free(inputs);
         free(delim);
@@ -190,10 +154,9 @@ int cmd_prep(int argc, char **argv) {
     anvil_prep_stats st;
     double t0 = anvil_now();
     if (anvil_prep_run(&o, &st)) {
-        fprintf(stderr, "anvil prep: error: %s\n", anvil_errmsg());
         free(inputs);
         free(delim);
-        return 1;
+        return cli_fail(cmd);
     }
     double dt = anvil_now() - t0;
     double mb = (double)st.bytes_in / 1e6;
