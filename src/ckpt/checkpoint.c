@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -50,42 +49,6 @@ static int write_file_synced(const char *path, const void *data, size_t len) {
         unlink(path);
         return anvil_fail("%s: %s failed: %s", path, what, strerror(err));
     }
-    return 0;
-}
-
-/* mkdir that tolerates an existing folder and makes a new one durable. */
-static int ensure_dir(const char *dir) {
-    if (mkdir(dir, 0755) == 0) {
-        char parent[PATH_MAX];
-        snprintf(parent, sizeof parent, "%s", dir);
-        size_t len = strlen(parent);
-        while (len > 1 && parent[len - 1] == '/') parent[--len] = '\0';
-        char *slash = strrchr(parent, '/');
-        if (!slash)
-            snprintf(parent, sizeof parent, ".");
-        else
-            slash[slash == parent] = '\0';
-        return anvil_fsync_dir(parent);
-    }
-    if (errno == EEXIST) {
-        struct stat sb;
-        if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return 0;
-        return anvil_fail("%s: exists and is not a folder", dir);
-    }
-    return anvil_fail("%s: cannot create folder: %s", dir, strerror(errno));
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)ftw;
-    return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
-
-static int rm_tree(const char *path) {
-    struct stat sb;
-    if (lstat(path, &sb) && errno == ENOENT) return 0;
-    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS))
-        return anvil_fail("%s: cannot remove: %s", path, strerror(errno));
     return 0;
 }
 
@@ -729,7 +692,7 @@ static int update_latest(const char *ckdir, const char *leaf) {
 /* RUN/ckpt (created when missing), the folder name of `step` and its full path. */
 static int step_paths(const char *run_dir, int64_t step, char *ckdir, char *leaf, size_t leafcap, char *final) {
     snprintf(leaf, leafcap, "step_%08" PRId64, step);
-    if (ensure_dir(run_dir) || join(ckdir, PATH_MAX, run_dir, "ckpt") || ensure_dir(ckdir) ||
+    if (anvil_mkdir(run_dir) || join(ckdir, PATH_MAX, run_dir, "ckpt") || anvil_mkdir(ckdir) ||
         join(final, PATH_MAX, ckdir, leaf))
         return -1;
     return 0;
@@ -741,12 +704,12 @@ int anvil_ckpt_begin(const char *run_dir, int64_t step, char *tmp, size_t cap) {
     if (step_paths(run_dir, step, ckdir, leaf, sizeof leaf, final)) return -1;
     if ((size_t)snprintf(tmp, cap, "%s.tmp-%ld", final, (long)getpid()) >= cap)
         return anvil_fail("%s: path too long", final);
-    if (rm_tree(tmp)) return -1;
+    if (anvil_remove_tree(tmp)) return -1;
     if (mkdir(tmp, 0755)) return anvil_fail("%s: cannot create folder: %s", tmp, strerror(errno));
     return 0;
 }
 
-void anvil_ckpt_abandon(const char *tmp) { rm_tree(tmp); }
+void anvil_ckpt_abandon(const char *tmp) { anvil_remove_tree(tmp); }
 
 int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const char *tmp,
                       const anvil_ckpt_file *shards, int nshards, char *out, size_t cap) {
@@ -754,7 +717,7 @@ int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const c
     if (step_paths(run_dir, s->step, ckdir, leaf, sizeof leaf, final) || fill_tmp(s, tmp, shards, nshards)) {
         char why[1024];
         snprintf(why, sizeof why, "%s", anvil_errmsg());
-        rm_tree(tmp);
+        anvil_remove_tree(tmp);
         return anvil_fail("checkpoint step %" PRId64 " not saved: %s", s->step, why);
     }
     if (rename(tmp, final)) {
@@ -763,10 +726,10 @@ int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const c
         int err = errno;
         if ((err != ENOTEMPTY && err != EEXIST) || renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE)) {
             if (err == ENOTEMPTY || err == EEXIST) err = errno;
-            rm_tree(tmp);
+            anvil_remove_tree(tmp);
             return anvil_fail("%s: rename from %s failed: %s", final, tmp, strerror(err));
         }
-        if (anvil_fsync_dir(ckdir) || rm_tree(tmp)) return -1;
+        if (anvil_fsync_dir(ckdir) || anvil_remove_tree(tmp)) return -1;
     }
     if (anvil_fsync_dir(ckdir) || update_latest(ckdir, leaf)) return -1;
     if (out && cap) snprintf(out, cap, "%s", final);
@@ -1124,7 +1087,7 @@ int anvil_ckpt_prune(const char *run_dir, int keep_last, int64_t keep_every) {
             rc = anvil_fail("%s: cannot rename for deletion: %s", path, strerror(errno));
             break;
         }
-        rc = rm_tree(doomed);
+        rc = anvil_remove_tree(doomed);
         removed += !rc;
     }
     free(v);
@@ -1132,7 +1095,7 @@ int anvil_ckpt_prune(const char *run_dir, int keep_last, int64_t keep_every) {
     for (struct dirent *e; d && !rc && (e = readdir(d));) {
         if ((strncmp(e->d_name, "step_", 5) && strncmp(e->d_name, "latest.tmp-", 11)) || !stale_tmp(e->d_name))
             continue;
-        if (join(path, sizeof path, ckdir, e->d_name) || rm_tree(path))
+        if (join(path, sizeof path, ckdir, e->d_name) || anvil_remove_tree(path))
             rc = -1;
         else
             removed++;

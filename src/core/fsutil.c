@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +33,18 @@ int anvil_fsync_dir(const char *dir) {
     return rc ? anvil_fail("%s: fsync of the folder failed: %s", dir, strerror(e)) : 0;
 }
 
-/* The rename is durable only once the folder entry itself is on disk. */
+/* A rename or a new folder is durable only once the folder entry itself is on disk. Trailing
+ * slashes name the same entry, so they are not where the parent ends. */
 static int fsync_parent(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') dir[--len] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        slash[slash == dir] = '\0';
     return anvil_fsync_dir(dir);
 }
 
@@ -131,4 +138,43 @@ int anvil_read_file(const char *path, char **data, size_t *len) {
     int rc = anvil_read_fd(fd, path, data, len);
     close(fd);
     return rc;
+}
+
+int anvil_mkdir(const char *dir) {
+    if (mkdir(dir, 0755) == 0) return fsync_parent(dir);
+    if (errno == EEXIST) {
+        struct stat sb;
+        if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return 0;
+        return anvil_fail("%s: exists and is not a folder", dir);
+    }
+    return anvil_fail("%s: cannot create folder: %s", dir, strerror(errno));
+}
+
+int anvil_mkdir_p(const char *dir) {
+    char *d = strdup(dir);
+    if (!d) return anvil_fail("%s: out of memory", dir);
+    int rc = 0;
+    for (size_t i = 1; d[0] && d[i] && !rc; i++) {
+        if (d[i] != '/' || d[i - 1] == '/') continue;
+        d[i] = '\0';
+        rc = anvil_mkdir(d);
+        d[i] = '/';
+    }
+    if (!rc) rc = anvil_mkdir(d);
+    free(d);
+    return rc;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+int anvil_remove_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) && errno == ENOENT) return 0;
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS))
+        return anvil_fail("%s: cannot remove: %s", path, strerror(errno));
+    return 0;
 }

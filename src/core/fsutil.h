@@ -1,7 +1,8 @@
 /* Durable file writes. Every file anvil writes for later (shards,
  * manifests, model files, exports) goes to a temporary file beside its
  * destination, is fsync'ed, renamed over the destination, and the folder is
- * fsync'ed: a crash leaves either the old file or the complete new one. */
+ * fsync'ed: a crash leaves either the old file or the complete new one.
+ * Folders are created durably too, and removed as whole trees. */
 #ifndef ANVIL_CORE_FSUTIL_H
 #define ANVIL_CORE_FSUTIL_H
 
@@ -31,5 +32,14 @@ int anvil_read_file(const char *path, char **data, size_t *len);
 
 /* Replaces path with data atomically. */
 int anvil_write_file_atomic(const char *path, const void *data, size_t len);
+
+/* mkdir that accepts an existing folder and makes a new one durable (its parent is fsync'ed);
+ * the parent must exist. */
+int anvil_mkdir(const char *dir);
+/* anvil_mkdir of every missing folder on the way to dir, then of dir: `mkdir -p`. */
+int anvil_mkdir_p(const char *dir);
+/* Removes path, and everything under it when it is a folder; symbolic links are removed, not
+ * followed. A missing path is not an error. */
+int anvil_remove_tree(const char *path);
 
 #endif

@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <netdb.h>
 #include <poll.h>
@@ -596,27 +595,6 @@ static char *find_in_path(const char *prog) {
     }
 }
 
-static int mkdir_p(const char *dir) {
-    char *d = strdup(dir);
-    if (!d) return anvil_fail("launch: out of memory");
-    for (char *p = d + 1;; p++) {
-        if (*p != '/' && *p) continue;
-        char c = *p;
-        *p = 0;
-        if (mkdir(d, 0755) && errno != EEXIST) {
-            anvil_fail("cannot create log folder %s: %s", d, strerror(errno));
-            free(d);
-            return -1;
-        }
-        if (!c) break;
-        *p = c;
-    }
-    struct stat st;
-    int rc = stat(d, &st) || !S_ISDIR(st.st_mode) ? anvil_fail("log folder %s is not a folder", d) : 0;
-    free(d);
-    return rc;
-}
-
 static int sig_pipe[2] = {-1, -1};
 
 static void on_signal(int sig) {
@@ -718,13 +696,6 @@ static int rank_files_read(rank_files *t, anvil_launch_merger *m) {
     return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 int anvil_launch_preflight(const anvil_launch_spec *spec) {
     if (anvil_launch_check(spec)) return -1;
     char *mpirun = find_in_path("mpirun");
@@ -752,7 +723,7 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
         goto done;
     }
     for (int i = 0; i < 2 * spec->nranks; i++) files.fd[i] = -1;
-    if (anvil_launch_preflight(spec) || !(mpirun = find_in_path("mpirun")) || mkdir_p(log_dir)) goto done;
+    if (anvil_launch_preflight(spec) || !(mpirun = find_in_path("mpirun")) || anvil_mkdir_p(log_dir)) goto done;
     /* Absolute, because the daemons on other hosts do not start in this folder. */
     if (!realpath(log_dir, abs_log)) {
         anvil_fail("log folder %s: %s", log_dir, strerror(errno));
@@ -845,7 +816,7 @@ done:
         for (int i = 0; i < 2 * spec->nranks; i++)
             if (files.fd[i] >= 0) close(files.fd[i]);
     /* Everything in there has been copied into rank_<R>.log. */
-    if (raw[0]) nftw(raw, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    if (raw[0]) anvil_remove_tree(raw);
     free(files.fd);
     anvil_launch_merger_free(m);
     free(log_dir);
