@@ -1,6 +1,7 @@
-/* The file-system helpers of src/core: folders created level by level
- * (existing ones accepted, a file in the way named), and trees removed
- * without following symbolic links out of them. */
+/* The file-system helpers of src/core: new files that refuse to replace
+ * one, durable renames, bounded whole-file reads, folders created level by
+ * level (existing ones accepted, a file in the way named), and trees
+ * removed without following symbolic links out of them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,23 @@ static const char *in(const char *leaf) {
 static int is_dir(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static void test_files(void) {
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(anvil_write_new_file(in("new"), "abc", 3) == 0);
+    CHECK(anvil_write_new_file(in("new"), "xyz", 3) != 0 && strstr(anvil_errmsg(), "new: cannot create"));
+    CHECK(anvil_read_file_max(in("new"), 3, &text, &len) == 0 && len == 3 && !strcmp(text, "abc"));
+    free(text);
+    CHECK(anvil_read_file_max(in("new"), 2, &text, &len) != 0 && strstr(anvil_errmsg(), "larger than 2 bytes"));
+    CHECK(anvil_write_new_file(in("next"), "de", 2) == 0 && anvil_rename_durable(in("next"), in("new")) == 0);
+    CHECK(anvil_read_file_max(in("new"), 16, &text, &len) == 0 && len == 2 && !strcmp(text, "de"));
+    free(text);
+    CHECK(anvil_write_new_file(in("next"), "f", 1) == 0);
+    CHECK(anvil_rename_durable(in("next"), in("nowhere/new")) != 0 && strstr(anvil_errmsg(), "rename into place"));
+    CHECK(access(in("next"), F_OK) != 0);
+    CHECK(unlink(in("new")) == 0);
 }
 
 static void test_mkdir(void) {
@@ -51,6 +69,7 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
+    test_files();
     test_mkdir();
     test_remove_tree();
     CHECK(anvil_remove_tree(dir) == 0);

@@ -24,67 +24,12 @@
 #define MANIFEST_MAX_BYTES (16u << 20)
 #define JSON_MAX_INT 9007199254740992.0 /* 2^53: beyond it a JSON number is not an exact integer */
 
-/* ---- small file-system helpers; each names the path in its error ---- */
+/* ---- paths ---- */
 
 static int join(char *out, size_t cap, const char *a, const char *b) {
     int n = snprintf(out, cap, "%s/%s", a, b);
     if (n < 0 || (size_t)n >= cap) return anvil_fail("%s/%s: path too long", a, b);
     return 0;
-}
-
-/* Creates path (which must not exist) with the given bytes, fsync'ed. */
-static int write_file_synced(const char *path, const void *data, size_t len) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return anvil_fail("%s: cannot create: %s", path, strerror(errno));
-    const char *what = "write";
-    int ok = anvil_write_all(fd, data, len, path) == 0;
-    if (ok && !(ok = fsync(fd) == 0)) what = "fsync";
-    int err = errno;
-    if (close(fd) && ok) {
-        ok = 0;
-        what = "close";
-        err = errno;
-    }
-    if (!ok) {
-        unlink(path);
-        return anvil_fail("%s: %s failed: %s", path, what, strerror(err));
-    }
-    return 0;
-}
-
-static char *read_small_file(const char *path, size_t max, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        anvil_fail("%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) || sb.st_size < 0 || (uint64_t)sb.st_size > max) {
-        close(fd);
-        anvil_fail("%s: missing or larger than %zu bytes", path, max);
-        return NULL;
-    }
-    size_t n = (size_t)sb.st_size, got = 0;
-    char *buf = malloc(n + 1);
-    while (buf && got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            anvil_fail("%s: read error: %s", path, r < 0 ? strerror(errno) : "file shrank");
-            free(buf);
-            close(fd);
-            return NULL;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    if (!buf) {
-        anvil_fail("%s: out of memory", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
 }
 
 /* ---- tensor tables: the model-file layout, shared by weights and moments ---- */
@@ -584,8 +529,8 @@ int anvil_ckpt_read_manifest(const char *ckpt_dir, anvil_ckpt_manifest *out) {
     memset(out, 0, sizeof *out);
     if (join(path, sizeof path, ckpt_dir, "manifest.json")) return -1;
     size_t len;
-    char *text = read_small_file(path, MANIFEST_MAX_BYTES, &len);
-    if (!text) return -1;
+    char *text;
+    if (anvil_read_file_max(path, MANIFEST_MAX_BYTES, &text, &len)) return -1;
     int rc = anvil_ckpt_manifest_parse(text, len, path, out);
     free(text);
     return rc;
@@ -668,7 +613,7 @@ static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp, const anvil_c
     if (!text) return -1;
     char path[PATH_MAX];
     int rc = join(path, sizeof path, tmp, "manifest.json");
-    if (!rc) rc = write_file_synced(path, text, strlen(text));
+    if (!rc) rc = anvil_write_new_file(path, text, strlen(text));
     cJSON_free(text);
     return rc ? rc : anvil_fsync_dir(tmp);
 }
@@ -680,13 +625,10 @@ static int update_latest(const char *ckdir, const char *leaf) {
     unlink(tmp);
     char line[128];
     int n = snprintf(line, sizeof line, "%s\n", leaf);
-    if (write_file_synced(tmp, line, (size_t)n)) return -1;
-    if (rename(tmp, path)) {
-        int err = errno;
-        unlink(tmp);
-        return anvil_fail("%s: rename of %s failed: %s", path, tmp, strerror(err));
-    }
-    return anvil_fsync_dir(ckdir);
+    /* This process's id in the temporary name, not anvil_write_file_atomic's random suffix, so that
+     * anvil_ckpt_prune recognises a crashed writer's leftover. */
+    if (anvil_write_new_file(tmp, line, (size_t)n)) return -1;
+    return anvil_rename_durable(tmp, path);
 }
 
 /* RUN/ckpt (created when missing), the folder name of `step` and its full path. */
@@ -1069,8 +1011,8 @@ int anvil_ckpt_prune(const char *run_dir, int keep_last, int64_t keep_every) {
     char latest[64] = "";
     if (!join(path, sizeof path, ckdir, "latest")) {
         size_t len;
-        char *text = read_small_file(path, 4096, &len);
-        if (text) {
+        char *text;
+        if (!anvil_read_file_max(path, 4096, &text, &len)) {
             text[strcspn(text, "\n")] = '\0';
             snprintf(latest, sizeof latest, "%s", text);
             free(text);

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,17 +78,25 @@ void anvil_atomic_abort(anvil_atomic_file *a) {
     free(a->tmp);
 }
 
+int anvil_rename_durable(const char *from, const char *to) {
+    if (rename(from, to) != 0) {
+        int e = errno;
+        unlink(from);
+        return anvil_fail("%s: rename into place failed: %s", to, strerror(e));
+    }
+    return fsync_parent(to);
+}
+
 int anvil_atomic_commit(anvil_atomic_file *a) {
     int rc = 0;
     if (fsync(a->fd) != 0) rc = anvil_fail("%s: fsync failed: %s", a->path, strerror(errno));
     if (close(a->fd) != 0 && !rc) rc = anvil_fail("%s: close failed: %s", a->path, strerror(errno));
     a->fd = -1;
-    if (!rc && rename(a->tmp, a->path) != 0) rc = anvil_fail("%s: rename into place failed: %s", a->path, strerror(errno));
     if (rc) {
         anvil_atomic_abort(a);
         return rc;
     }
-    rc = fsync_parent(a->path);
+    rc = anvil_rename_durable(a->tmp, a->path);
     free(a->path);
     free(a->tmp);
     return rc;
@@ -101,6 +110,25 @@ int anvil_write_file_atomic(const char *path, const void *data, size_t len) {
         return -1;
     }
     return anvil_atomic_commit(&a);
+}
+
+int anvil_write_new_file(const char *path, const void *data, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return anvil_fail("%s: cannot create: %s", path, strerror(errno));
+    const char *what = "write";
+    int ok = anvil_write_all(fd, data, len, path) == 0;
+    if (ok && !(ok = fsync(fd) == 0)) what = "fsync";
+    int err = errno;
+    if (close(fd) && ok) {
+        ok = 0;
+        what = "close";
+        err = errno;
+    }
+    if (!ok) {
+        unlink(path);
+        return anvil_fail("%s: %s failed: %s", path, what, strerror(err));
+    }
+    return 0;
 }
 
 int anvil_read_fd(int fd, const char *name, char **data, size_t *len) {
@@ -138,6 +166,35 @@ int anvil_read_file(const char *path, char **data, size_t *len) {
     int rc = anvil_read_fd(fd, path, data, len);
     close(fd);
     return rc;
+}
+
+int anvil_read_file_max(const char *path, size_t max, char **data, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) || sb.st_size < 0 || (uint64_t)sb.st_size > max) {
+        close(fd);
+        return anvil_fail("%s: missing or larger than %zu bytes", path, max);
+    }
+    size_t n = (size_t)sb.st_size, got = 0;
+    char *buf = malloc(n + 1);
+    while (buf && got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            anvil_fail("%s: read error: %s", path, r < 0 ? strerror(errno) : "file shrank");
+            free(buf);
+            close(fd);
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!buf) return anvil_fail("%s: out of memory", path);
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    return 0;
 }
 
 int anvil_mkdir(const char *dir) {

@@ -12,6 +12,8 @@
 int anvil_write_all(int fd, const void *buf, size_t n, const char *path);
 /* Makes a folder's entries (a rename, a new file) durable. */
 int anvil_fsync_dir(const char *dir);
+/* rename(2), then fsyncs the folder of `to`; when the rename fails, `from` is removed. */
+int anvil_rename_durable(const char *from, const char *to);
 
 /* A file being written under a temporary name beside path. */
 typedef struct {
@@ -30,8 +32,15 @@ int anvil_read_fd(int fd, const char *name, char **data, size_t *len);
 /* Reads a whole file into a malloc'd buffer. */
 int anvil_read_file(const char *path, char **data, size_t *len);
 
+/* Reads a whole file of at most max bytes into a malloc'd buffer with a NUL after the last byte. */
+int anvil_read_file_max(const char *path, size_t max, char **data, size_t *len);
+
 /* Replaces path with data atomically. */
 int anvil_write_file_atomic(const char *path, const void *data, size_t len);
+/* Creates path, which must not exist, with data, fsync'ed; on failure path is removed. The folder
+ * is not fsync'ed: for files under a name of the caller's choosing, or in a folder the caller
+ * fsyncs and publishes as a whole. */
+int anvil_write_new_file(const char *path, const void *data, size_t len);
 
 /* mkdir that accepts an existing folder and makes a new one durable (its parent is fsync'ed);
  * the parent must exist. */
