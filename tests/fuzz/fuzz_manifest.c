@@ -6,7 +6,7 @@
  *
  * Build and run from the repository root:
  *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Isrc \
- *     tests/fuzz/fuzz_manifest.c src/ckpt/checkpoint.c src/ckpt/safetensors.c src/model/gpt2.c \
+ *     tests/fuzz/fuzz_manifest.c src/ckpt/checkpoint_manifest.c src/model/gpt2.c \
  *     src/core/crc32c.c src/core/error.c src/core/rng.c src/core/fsutil.c -lcjson -lm -o /tmp/fuzz_manifest
  *   mkdir -p /tmp/fuzz_manifest_corpus && cp SOME_RUN/ckpt/step_*\/manifest.json /tmp/fuzz_manifest_corpus/
  *   /tmp/fuzz_manifest -runs=2000000 -max_len=8192 /tmp/fuzz_manifest_corpus

@@ -1,0 +1,333 @@
+/* Saving: snapshots of the training state, the temporary folder with the weights, moments and shard
+ * files, its rename into place and `latest`. */
+#include "ckpt/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/checkpoint_internal.h"
+#include "ckpt/safetensors.h"
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "core/fsutil.h"
+
+/* ---- snapshots ---- */
+
+void anvil_ckpt_snapshot_free(anvil_ckpt_snapshot *s) {
+    if (!s) return;
+    free(s->params);
+    free(s->m);
+    free(s->v);
+    free(s->tokenizer);
+    free(s->train_config);
+    free(s);
+}
+
+int64_t anvil_ckpt_snapshot_step(const anvil_ckpt_snapshot *s) { return s->step; }
+
+static char *compact_config(const char *json) {
+    if (!json) json = "{}";
+    cJSON *j = cJSON_Parse(json);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        anvil_fail("checkpoint: the training configuration is not a JSON object");
+        return NULL;
+    }
+    char *out = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!out) anvil_fail("checkpoint: out of memory");
+    return out;
+}
+
+/* Snapshot buffers are 2 MiB aligned and backed by transparent huge pages:
+ * the first snapshot touches every page of 3x the model, and at 4 KiB a
+ * page the faults alone cost seconds on a virtual machine. */
+static void *snapshot_alloc(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    size_t rounded = (bytes + huge - 1) / huge * huge;
+    void *p = aligned_alloc(huge, rounded ? rounded : huge);
+    if (p) madvise(p, rounded, MADV_HUGEPAGE);
+    return p;
+}
+
+/* (Re)allocates *p for bytes when wanted, frees it otherwise. */
+static int snapshot_buffer(float **p, int want, size_t bytes) {
+    if (!want) {
+        free(*p);
+        *p = NULL;
+        return 0;
+    }
+    if (!*p) *p = snapshot_alloc(bytes);
+    return *p ? 0 : -1;
+}
+
+anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const anvil_ckpt_state *st) {
+    int stage = st && st->layout ? st->layout->zero_stage : 0;
+    int has_opt = st && st->opt && st->opt->m && st->opt->v;
+    if (!st || !st->model || (stage == 0 && !has_opt) || (stage < 3 && !st->model->params) || st->step < 0 ||
+        st->tokens_seen < 0 || stage < 0 || stage > 3) {
+        anvil_ckpt_snapshot_free(reuse);
+        anvil_fail("checkpoint: the state to save needs a model, an initialized optimizer and counters >= 0");
+        return NULL;
+    }
+    const anvil_adamw_config *ac = stage ? &st->layout->adamw : &st->opt->cfg;
+    if (!isfinite(ac->beta1) || !isfinite(ac->beta2) || !isfinite(ac->eps) || !isfinite(ac->weight_decay)) {
+        anvil_ckpt_snapshot_free(reuse);
+        anvil_fail("checkpoint: the AdamW hyperparameters are not finite");
+        return NULL;
+    }
+    const anvil_gpt2 *model = st->model;
+    anvil_ckpt_snapshot *s = reuse;
+    if (s && s->nparams != model->nparams) {
+        anvil_ckpt_snapshot_free(s);
+        s = NULL;
+    }
+    if (!s) s = calloc(1, sizeof *s);
+    size_t bytes = model->nparams * sizeof(float);
+    if (!s || snapshot_buffer(&s->params, stage < 3, bytes) || snapshot_buffer(&s->m, stage == 0, bytes) ||
+        snapshot_buffer(&s->v, stage == 0, bytes)) {
+        anvil_ckpt_snapshot_free(s);
+        anvil_fail("checkpoint: out of memory for a %zu-parameter snapshot", model->nparams);
+        return NULL;
+    }
+    s->nparams = model->nparams;
+    free(s->tokenizer);
+    free(s->train_config);
+    s->tokenizer = strdup(st->tokenizer ? st->tokenizer : "bytes");
+    s->train_config = compact_config(st->train_config_json);
+    if (!s->tokenizer || !s->train_config) {
+        if (!s->tokenizer) anvil_fail("checkpoint: out of memory");
+        anvil_ckpt_snapshot_free(s);
+        return NULL;
+    }
+    s->cfg = model->cfg;
+    memcpy(s->offsets, model->offsets, sizeof s->offsets);
+    if (s->params) model->k->download(s->params, model->params, bytes);
+    if (s->m) {
+        model->k->download(s->m, st->opt->m, bytes);
+        model->k->download(s->v, st->opt->v, bytes);
+    }
+    s->layout = st->layout ? *st->layout : (anvil_ckpt_layout){1, 0, 1, 0, st->opt->cfg};
+    s->acfg = *ac;
+    s->t = stage ? st->layout->adam_t : st->opt->t;
+    s->loader = st->loader;
+    s->rng = st->rng;
+    s->step = st->step;
+    s->tokens_seen = st->tokens_seen;
+    return s;
+}
+
+/* ---- tensor tables: the model-file layout, shared by weights and moments ---- */
+
+typedef struct {
+    anvil_st_tensor t[ANVIL_GPT2_NPARAM];
+    char names[ANVIL_GPT2_NPARAM][32];
+} tensor_table;
+
+static void fill_table(tensor_table *tt, const anvil_gpt2_config *c, const size_t *offsets, const float *base,
+                       const char *prefix) {
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        int64_t s[3];
+        int nd = anvil_gpt2_param_shape(c, i, s);
+        if (i == P_WTE) s[0] = c->vocab_size;
+        anvil_st_tensor *t = &tt->t[i];
+        memset(t, 0, sizeof *t);
+        snprintf(tt->names[i], sizeof tt->names[i], "%s%s", prefix, anvil_gpt2_param_names[i]);
+        t->name = tt->names[i];
+        t->dtype = ANVIL_ST_F32;
+        t->ndim = nd;
+        t->nbytes = sizeof(float);
+        for (int d = 0; d < nd; d++) {
+            t->shape[d] = s[d];
+            t->nbytes *= (uint64_t)s[d];
+        }
+        t->data = base + offsets[i];
+    }
+}
+
+/* ---- writing ---- */
+
+static int write_weights(const anvil_ckpt_snapshot *s, const char *path) {
+    tensor_table tt;
+    fill_table(&tt, &s->cfg, s->offsets, s->params, "");
+    char vals[5][24];
+    snprintf(vals[0], sizeof vals[0], "%d", s->cfg.n_layer);
+    snprintf(vals[1], sizeof vals[1], "%d", s->cfg.n_head);
+    snprintf(vals[2], sizeof vals[2], "%d", s->cfg.n_embd);
+    snprintf(vals[3], sizeof vals[3], "%d", s->cfg.block_size);
+    snprintf(vals[4], sizeof vals[4], "%d", s->cfg.vocab_size);
+    /* The model file's metadata, so anvil_model_load (and `anvil sample`) read this file directly. */
+    const char *meta[] = {"format", "anvil-gpt2", "n_layer",    vals[0], "n_head",     vals[1],
+                          "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4]};
+    return anvil_st_write(path, tt.t, ANVIL_GPT2_NPARAM, meta, 6);
+}
+
+static int write_moments(const anvil_ckpt_snapshot *s, const char *path) {
+    tensor_table tm, tv;
+    fill_table(&tm, &s->cfg, s->offsets, s->m, "m.");
+    fill_table(&tv, &s->cfg, s->offsets, s->v, "v.");
+    anvil_st_tensor all[2 * ANVIL_GPT2_NPARAM];
+    memcpy(all, tm.t, sizeof tm.t);
+    memcpy(all + ANVIL_GPT2_NPARAM, tv.t, sizeof tv.t);
+    char t[24];
+    snprintf(t, sizeof t, "%d", s->t);
+    const char *meta[] = {"format", "anvil-adamw", "t", t};
+    return anvil_st_write(path, all, 2 * ANVIL_GPT2_NPARAM, meta, 2);
+}
+
+/* Fills the temporary folder: the snapshot's tensor files, then the manifest
+ * with their checksums and the shard files'. */
+static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp, const anvil_ckpt_file *shards, int nshards) {
+    static const char *const names[2] = {"model.safetensors", "optim.safetensors"};
+    anvil_ckpt_file files[ANVIL_CKPT_MAX_FILES];
+    int n = 0;
+    if (nshards < 0 || nshards > ANVIL_CKPT_MAX_FILES - 2)
+        return anvil_fail("checkpoint: %d shard files (at most %d)", nshards, ANVIL_CKPT_MAX_FILES - 2);
+    for (int i = 0; i < 2; i++) {
+        if (!(i == 0 ? s->params : s->m)) continue;
+        char path[PATH_MAX];
+        if (ckpt_join(path, sizeof path, tmp, names[i])) return -1;
+        if ((i == 0 ? write_weights(s, path) : write_moments(s, path))) return -1;
+        snprintf(files[n].name, sizeof files[n].name, "%s", names[i]);
+        /* Read back rather than checksum the buffers: this also proves the bytes reached the file system. */
+        if (anvil_crc32c_file(path, &files[n].bytes, &files[n].crc32c)) return -1;
+        n++;
+    }
+    for (int i = 0; i < nshards; i++) files[n++] = shards[i];
+    char *text = ckpt_build_manifest(s, files, n);
+    if (!text) return -1;
+    char path[PATH_MAX];
+    int rc = ckpt_join(path, sizeof path, tmp, "manifest.json");
+    if (!rc) rc = anvil_write_new_file(path, text, strlen(text));
+    cJSON_free(text);
+    return rc ? rc : anvil_fsync_dir(tmp);
+}
+
+static int update_latest(const char *ckdir, const char *leaf) {
+    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    if (ckpt_join(path, sizeof path, ckdir, "latest")) return -1;
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    unlink(tmp);
+    char line[128];
+    int n = snprintf(line, sizeof line, "%s\n", leaf);
+    /* This process's id in the temporary name, not anvil_write_file_atomic's random suffix, so that
+     * anvil_ckpt_prune recognises a crashed writer's leftover. */
+    if (anvil_write_new_file(tmp, line, (size_t)n)) return -1;
+    return anvil_rename_durable(tmp, path);
+}
+
+/* RUN/ckpt (created when missing), the folder name of `step` and its full path. */
+static int step_paths(const char *run_dir, int64_t step, char *ckdir, char *leaf, size_t leafcap, char *final) {
+    snprintf(leaf, leafcap, "step_%08" PRId64, step);
+    if (anvil_mkdir(run_dir) || ckpt_join(ckdir, PATH_MAX, run_dir, "ckpt") || anvil_mkdir(ckdir) ||
+        ckpt_join(final, PATH_MAX, ckdir, leaf))
+        return -1;
+    return 0;
+}
+
+int anvil_ckpt_begin(const char *run_dir, int64_t step, char *tmp, size_t cap) {
+    char ckdir[PATH_MAX], leaf[64], final[PATH_MAX];
+    if (step < 0) return anvil_fail("checkpoint: negative step %" PRId64, step);
+    if (step_paths(run_dir, step, ckdir, leaf, sizeof leaf, final)) return -1;
+    if ((size_t)snprintf(tmp, cap, "%s.tmp-%ld", final, (long)getpid()) >= cap)
+        return anvil_fail("%s: path too long", final);
+    if (anvil_remove_tree(tmp)) return -1;
+    if (mkdir(tmp, 0755)) return anvil_fail("%s: cannot create folder: %s", tmp, strerror(errno));
+    return 0;
+}
+
+void anvil_ckpt_abandon(const char *tmp) { anvil_remove_tree(tmp); }
+
+int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const char *tmp,
+                      const anvil_ckpt_file *shards, int nshards, char *out, size_t cap) {
+    char ckdir[PATH_MAX], leaf[64], final[PATH_MAX];
+    if (step_paths(run_dir, s->step, ckdir, leaf, sizeof leaf, final) || fill_tmp(s, tmp, shards, nshards)) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        anvil_remove_tree(tmp);
+        return anvil_fail("checkpoint step %" PRId64 " not saved: %s", s->step, why);
+    }
+    if (rename(tmp, final)) {
+        /* A checkpoint of this step exists already (a rerun of the same step): swap atomically so
+         * step_X is always one complete checkpoint, then delete the old one under the temporary name. */
+        int err = errno;
+        if ((err != ENOTEMPTY && err != EEXIST) || renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE)) {
+            if (err == ENOTEMPTY || err == EEXIST) err = errno;
+            anvil_remove_tree(tmp);
+            return anvil_fail("%s: rename from %s failed: %s", final, tmp, strerror(err));
+        }
+        if (anvil_fsync_dir(ckdir) || anvil_remove_tree(tmp)) return -1;
+    }
+    if (anvil_fsync_dir(ckdir) || update_latest(ckdir, leaf)) return -1;
+    if (out && cap) snprintf(out, cap, "%s", final);
+    return 0;
+}
+
+int anvil_ckpt_snapshot_write(const anvil_ckpt_snapshot *s, const char *run_dir, char *out, size_t cap) {
+    char tmp[PATH_MAX + 32];
+    if (anvil_ckpt_begin(run_dir, s->step, tmp, sizeof tmp)) return -1;
+    return anvil_ckpt_finish(s, run_dir, tmp, NULL, 0, out, cap);
+}
+
+const char *const ckpt_slice_kinds[3] = {"m", "v", "p"};
+
+void anvil_ckpt_shard_name(int g, int k, char *out, size_t cap) {
+    snprintf(out, cap, "shard_%d_of_%d.safetensors", g, k);
+}
+
+int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *model, const anvil_ckpt_slice *sl,
+                           int n, anvil_ckpt_file *out) {
+    int kinds = n > 0 && sl[0].p ? 3 : 2;
+    anvil_st_tensor *t = calloc((size_t)n * kinds + 1, sizeof *t);
+    char (*names)[64] = calloc((size_t)n * kinds + 1, sizeof *names);
+    int rc = 0;
+    if (!t || !names) rc = anvil_fail("checkpoint: out of memory for shard %d of %d", g, k);
+    for (int i = 0; !rc && i < n; i++) {
+        int ti = sl[i].tensor;
+        if (ti < 0 || ti >= ANVIL_GPT2_NPARAM || sl[i].flat < model->offsets[ti] ||
+            sl[i].flat + sl[i].len > model->offsets[ti + 1] || (kinds == 3) != (sl[i].p != NULL)) {
+            rc = anvil_fail("checkpoint: shard %d of %d: slice %d is outside its tensor", g, k, i);
+            break;
+        }
+        for (int j = 0; j < kinds; j++) {
+            anvil_st_tensor *x = &t[i * kinds + j];
+            snprintf(names[i * kinds + j], sizeof names[0], "%s.%s.%zu", ckpt_slice_kinds[j],
+                     anvil_gpt2_param_names[ti], sl[i].flat - model->offsets[ti]);
+            x->name = names[i * kinds + j];
+            x->dtype = ANVIL_ST_F32;
+            x->ndim = 1;
+            x->shape[0] = (int64_t)sl[i].len;
+            x->nbytes = sl[i].len * sizeof(float);
+            x->data = j == 0 ? sl[i].m : j == 1 ? sl[i].v : sl[i].p;
+        }
+    }
+    char path[PATH_MAX], gs[16], ks[16];
+    anvil_ckpt_shard_name(g, k, out->name, sizeof out->name);
+    snprintf(gs, sizeof gs, "%d", g);
+    snprintf(ks, sizeof ks, "%d", k);
+    const char *meta[] = {"format", "anvil-shard", "shard", gs, "of", ks};
+    if (!rc) rc = ckpt_join(path, sizeof path, tmp, out->name);
+    if (!rc) rc = anvil_st_write(path, t, n * kinds, meta, 3);
+    if (!rc) rc = anvil_crc32c_file(path, &out->bytes, &out->crc32c);
+    free(t);
+    free(names);
+    return rc;
+}
+
+int anvil_ckpt_save(const char *run_dir, const anvil_ckpt_state *st, char *out, size_t cap) {
+    anvil_ckpt_snapshot *s = anvil_ckpt_snapshot_take(NULL, st);
+    if (!s) return -1;
+    int rc = anvil_ckpt_snapshot_write(s, run_dir, out, cap);
+    anvil_ckpt_snapshot_free(s);
+    return rc;
+}
