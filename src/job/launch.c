@@ -815,8 +815,13 @@ done:
     if (files.fd)
         for (int i = 0; i < 2 * spec->nranks; i++)
             if (files.fd[i] >= 0) close(files.fd[i]);
-    /* Everything in there has been copied into rank_<R>.log. */
-    if (raw[0]) anvil_remove_tree(raw);
+    /* Everything in there has been copied into rank_<R>.log. A leftover is
+     * harmless and must not replace the message of a failed launch. */
+    if (raw[0]) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        if (anvil_remove_tree(raw)) anvil_fail("%s", why);
+    }
     free(files.fd);
     anvil_launch_merger_free(m);
     free(log_dir);
