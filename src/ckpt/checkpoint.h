@@ -185,6 +185,13 @@ int anvil_ckpt_verify(const char *ckpt_dir);
  * failed verification adds a line to warn (NUL-terminated, may be NULL). */
 int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, char *warn, size_t warn_cap);
 
+/* What a folder given by a user stands for: a checkpoint folder (it holds
+ * manifest.json) is itself; a run folder (it holds ckpt/) is its newest
+ * checkpoint that verifies, with warn as for anvil_ckpt_find_latest_valid.
+ * Anything else is passed through unchanged. -1 when a run folder has no
+ * checkpoint that verifies. */
+int anvil_ckpt_resolve(const char *path, char *out, size_t cap, char *warn, size_t warn_cap);
+
 /* Deletes checkpoints of RUN/ckpt except the keep_last newest (>= 1), those
  * whose step is a multiple of keep_every (0: none), and the one `latest`
  * names; also removes .tmp- leftovers of processes that no longer exist.

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/checkpoint_internal.h"
@@ -119,6 +120,22 @@ int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, cha
 }
 
 /* Whether a .tmp- leftover belongs to a process that no longer exists (ours never counts as stale). */
+int anvil_ckpt_resolve(const char *path, char *out, size_t cap, char *warn, size_t warn_cap) {
+    char probe[PATH_MAX];
+    struct stat sb;
+    if (warn_cap) warn[0] = 0;
+    snprintf(probe, sizeof probe, "%s/manifest.json", path);
+    int is_ckpt = stat(probe, &sb) == 0;
+    snprintf(probe, sizeof probe, "%s/ckpt", path);
+    if (!is_ckpt && stat(probe, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        int rc = anvil_ckpt_find_latest_valid(path, out, cap, warn, warn_cap);
+        if (rc == 0) anvil_fail("%s: the run has no checkpoint", path);
+        return rc == 1 ? 0 : -1;
+    }
+    snprintf(out, cap, "%s", path);
+    return 0;
+}
+
 static int stale_tmp(const char *name) {
     const char *t = strstr(name, ".tmp-");
     if (!t || t[5] < '0' || t[5] > '9') return 0;

@@ -1,10 +1,13 @@
 #include "ckpt/model_file.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 
@@ -104,4 +107,30 @@ int anvil_model_load(const char *path, const anvil_kernels *k, anvil_gpt2 *m) {
     }
     anvil_st_close(f);
     return rc;
+}
+
+static int load_checkpoint(const char *dir, const anvil_kernels *k, anvil_gpt2 *m) {
+    anvil_ckpt_manifest info;
+    if (anvil_ckpt_read_manifest(dir, &info)) return -1;
+    anvil_gpt2_config c = info.model;
+    anvil_ckpt_manifest_free(&info);
+    if (anvil_gpt2_init(m, &c, k)) return -1;
+    if (anvil_ckpt_load(dir, m, NULL, NULL)) {
+        anvil_gpt2_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+int anvil_model_load_any(const char *path, const anvil_kernels *k, anvil_gpt2 *m, char *warn, size_t warn_cap) {
+    struct stat sb;
+    char p[PATH_MAX];
+    if (warn_cap) warn[0] = 0;
+    if (stat(path, &sb) || !S_ISDIR(sb.st_mode)) return anvil_model_load(path, k, m);
+    snprintf(p, sizeof p, "%s/model.safetensors", path);
+    char manifest[PATH_MAX];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
+    if (stat(manifest, &sb) && stat(p, &sb) == 0) return anvil_model_load(p, k, m);
+    if (anvil_ckpt_resolve(path, p, sizeof p, warn, warn_cap)) return -1;
+    return load_checkpoint(p, k, m);
 }

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ckpt/checkpoint.h"
 #include "cli/args.h"
@@ -21,24 +20,6 @@ static const char *usage = "usage: anvil ckpt inspect DIR\n"
                            "            and RNG state, parallel layout, files with sizes and CRC32C checksums)\n"
                            "  verify    check every file's size and checksum; exit 0 if all match, 1 naming the\n"
                            "            first bad file\n";
-
-/* A run folder stands for its newest valid checkpoint; anything else is taken as a checkpoint. */
-static int resolve(const char *dir, char *out, size_t cap) {
-    char probe[PATH_MAX];
-    struct stat sb;
-    snprintf(probe, sizeof probe, "%s/manifest.json", dir);
-    int is_ckpt = stat(probe, &sb) == 0;
-    snprintf(probe, sizeof probe, "%s/ckpt", dir);
-    if (!is_ckpt && stat(probe, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        char warn[4096];
-        int rc = anvil_ckpt_find_latest_valid(dir, out, cap, warn, sizeof warn);
-        if (warn[0]) fputs(warn, stderr);
-        if (rc == 0) anvil_fail("%s: the run has no checkpoint", dir);
-        return rc == 1 ? 0 : -1;
-    }
-    snprintf(out, cap, "%s", dir);
-    return 0;
-}
 
 static int inspect(const char *dir) {
     anvil_ckpt_manifest m;
@@ -90,6 +71,9 @@ int cmd_ckpt(int argc, char **argv) {
     if (strcmp(argv[1], "inspect") && strcmp(argv[1], "verify"))
         return cli_usage_error("ckpt", "unknown action '%s'", argv[1]);
     char dir[PATH_MAX];
-    if (resolve(argv[2], dir, sizeof dir)) return cli_fail("ckpt");
+    char warn[4096];
+    int rc = anvil_ckpt_resolve(argv[2], dir, sizeof dir, warn, sizeof warn);
+    fputs(warn, stderr);
+    if (rc) return cli_fail("ckpt");
     return !strcmp(argv[1], "inspect") ? inspect(dir) : verify(dir);
 }

@@ -1,8 +1,6 @@
 /* anvil export / anvil import: Hugging Face GPT-2 (GPT2LMHeadModel) folders. */
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_gpt2.h"
@@ -16,7 +14,9 @@ static const char *export_usage =
     "\n"
     "Writes a Hugging Face GPT-2 folder (model.safetensors with GPT2LMHeadModel's tensor\n"
     "names, config.json) that transformers' GPT2LMHeadModel.from_pretrained(DIR) loads.\n"
-    "  --model PATH   a model.safetensors, or a checkpoint folder (verified first)\n"
+    "  --model PATH   a model.safetensors, a checkpoint folder (verified first; sharded ones are\n"
+    "                 put back together) or a run folder (its model.safetensors, or without one\n"
+    "                 its newest valid checkpoint)\n"
     "  --out DIR      the folder to write (created if needed)\n";
 
 static const char *import_usage =
@@ -65,16 +65,11 @@ int cmd_export(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     int rc;
     if (two_paths("export", export_usage, "--model", argc, argv, &in, &out, &rc)) return rc;
-    char path[PATH_MAX];
-    struct stat sb;
-    if (stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        if (anvil_ckpt_verify(in)) return cli_fail("export");
-        snprintf(path, sizeof path, "%s/model.safetensors", in);
-    } else {
-        snprintf(path, sizeof path, "%s", in);
-    }
     anvil_gpt2 m;
-    if (anvil_model_load(path, anvil_kernels_cpu(), &m)) return cli_fail("export");
+    char warn[4096];
+    rc = anvil_model_load_any(in, anvil_kernels_cpu(), &m, warn, sizeof warn);
+    fputs(warn, stderr);
+    if (rc) return cli_fail("export");
     rc = anvil_hf_export(&m, out);
     anvil_gpt2_free(&m);
     if (rc) return cli_fail("export");

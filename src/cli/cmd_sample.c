@@ -14,11 +14,11 @@
 #include "tok/tokenizer.h"
 
 static const char *usage =
-    "usage: anvil sample --model FILE [options]\n"
+    "usage: anvil sample --model PATH [options]\n"
     "\n"
-    "Generates text from a model.safetensors written by 'anvil train', with a key/value cache.\n"
+    "Generates text from a model written by 'anvil train', with a key/value cache.\n"
     "\n"
-    "  --model FILE        the model to sample from\n"
+    "  --model PATH        the model: a model.safetensors, a checkpoint folder or a run folder\n"
     "  --data DIR          decode with the tokenizer of this 'anvil prep' folder (the model's data)\n"
     "  --tokenizer FILE    or with this .tiktoken rank file; --pattern NAME its encoding (default gpt2)\n"
     "                      (neither: byte-level models print text, others token ids)\n"
@@ -90,7 +90,10 @@ int cmd_sample(int argc, char **argv) {
     if (data && anvil_data_manifest_tokenizer(data, &tk)) return cli_fail(cmd);
     if (tok_file && !(tk = anvil_tok_load(tok_file, pattern ? pattern : "gpt2"))) return cli_fail(cmd);
     anvil_gpt2 m;
-    if (anvil_model_load(model_path, anvil_kernels_cpu(), &m)) {
+    char warn[4096];
+    int lrc = anvil_model_load_any(model_path, anvil_kernels_cpu(), &m, warn, sizeof warn);
+    fputs(warn, stderr);
+    if (lrc) {
         anvil_tok_free(tk);
         return cli_fail(cmd);
     }
