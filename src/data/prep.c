@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/crc32c.h"
@@ -58,24 +57,6 @@ void prep_note(const anvil_prep_opts *o, const char *fmt, ...) {
 #define CHUNKS_PER_WORKER 8
 
 /* ---- output ---- */
-
-static int mkdir_p(const char *dir) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return anvil_fail("--out %s: path too long", dir);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return anvil_fail("--out %s: cannot create %s: %s", dir, buf, strerror(errno));
-            *p = c;
-            if (!c) break;
-        }
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return anvil_fail("--out %s: exists and is not a folder", dir);
-    return 0;
-}
 
 /* Commits the open shard of split s and records it, with where the next
  * one starts, in a rewritten manifest. */
@@ -127,7 +108,7 @@ static int emit(run *r, int s, const int32_t *tok, int64_t n) {
     }
     while (n > 0) {
         if (!so->w) {
-            if (!r->dir_ready && mkdir_p(r->o->out_dir)) return -1;
+            if (!r->dir_ready && anvil_mkdir_p(r->o->out_dir)) return -1;
             r->dir_ready = 1;
             snprintf(so->path, sizeof so->path, "%s/%s_%06lld.bin", r->o->out_dir, prep_split_name[s],
                      (long long)so->next_shard);

@@ -6,14 +6,10 @@
  * count and the words it occurs in, a lazy max-heap yields the next pair,
  * and a merge touches only the words that contain it, re-counting just
  * their pairs. Nothing is ever recounted over the whole corpus. */
-#include <errno.h>
-#include <fcntl.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/fsutil.h"
@@ -296,23 +292,17 @@ static void put_b64(FILE *f, const unsigned char *p, size_t n) {
 
 static int write_ranks(const char *path, const unsigned char *arena, const uint32_t *off, const uint32_t *len,
                        uint32_t n) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return anvil_fail("%s: path too long", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return anvil_fail("%s: cannot create: %s", tmp, strerror(errno));
+    char *text = NULL;
+    size_t bytes = 0;
+    FILE *f = open_memstream(&text, &bytes);
+    if (!f) return anvil_fail("%s: out of memory", path);
     for (uint32_t i = 0; i < n; i++) {
         put_b64(f, arena + off[i], len[i]);
         fprintf(f, " %u\n", i);
     }
-    int bad = fflush(f) || ferror(f) || fsync(fileno(f));
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        return anvil_fail("%s: cannot write the rank file: %s", path, strerror(e));
-    }
-    return 0;
+    int rc = fclose(f) ? anvil_fail("%s: out of memory", path) : anvil_write_file_atomic(path, text, bytes);
+    free(text);
+    return rc;
 }
 
 /* ---- training ---- */
