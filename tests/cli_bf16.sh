@@ -11,7 +11,7 @@ if ! "$anvil" info | grep -q "^bf16: *yes"; then
   exit 77
 fi
 kernel=$([ "${ANVIL_BF16:-auto}" = avx512 ] && echo bf16 || echo amx)
-bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
+bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { missing "bible-kjv is not installed"; finish; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
 steps=${CLI_BF16_STEPS:-200}
 args=(--data "$tmp/data" --layers 4 --heads 4 --embd 128 --seq 128 --batch 8 --lr 3e-3 --lr-warmup 20 --steps $steps
@@ -42,4 +42,4 @@ val = max(abs(av[s] - bv[s]) for s in av)
 print(f"max 10-step mean |diff| {window:.4f}, max val |diff| {val:.4f}, identical steps {sum(a[s] == b[s] for s in steps)}")
 sys.exit(0 if window <= 0.075 and val <= 0.018 and any(a[s] != b[s] for s in steps) else 1)
 EOF
-exit $fails
+finish

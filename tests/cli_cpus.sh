@@ -9,11 +9,12 @@
 # line.
 . "$(dirname "$0")/tools/cli_common.sh"
 
-qemu=$(command -v qemu-x86_64) || { echo "FAIL: qemu-x86_64 is not installed (scripts/deps.sh --test installs qemu-user)" >&2; exit 1; }
+qemu=$(command -v qemu-x86_64) ||
+  { missing "qemu-x86_64 is not installed (scripts/deps.sh --test installs qemu-user)"; finish; }
 # TCG prints a warning per CPU feature it cannot emulate; they are not ours.
 emu() { local cpu=$1; shift; "$qemu" -cpu "$cpu" "$@" 2> >(grep -v "TCG doesn't support" >&2); }
 
-bible -f "gen1:1-gen10:32" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
+bible -f "gen1:1-gen10:32" > "$tmp/gen.txt" || { missing "bible-kjv is not installed"; finish; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
 args=(--data "$tmp/data" --layers 2 --heads 2 --embd 32 --seq 32 --batch 4 --lr 3e-3 --steps 6 --no-progress
       --sample-every -1 --seed 3 --val-every 3 --val-batches 1 --ckpt-every 3 --threads 2)
@@ -49,4 +50,4 @@ out=$(emu EPYC "$anvil" train "${args[@]}" --dtype bf16 --out "$tmp/bf16" 2>&1)
 rc=$?
 [ $rc -eq 1 ] && [[ "$out" == *"AVX512_BF16"* ]] && ok "emulated EPYC: --dtype bf16 refused, naming AVX512_BF16" ||
   bad "emulated EPYC: --dtype bf16 gave exit $rc: $out"
-exit $fails
+finish

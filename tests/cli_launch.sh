@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Checks of `anvil launch` with real mpirun runs (skipped when Open MPI is
-# not installed). The ranks run a small shell script through --exec, so
-# each can behave by its OMPI_COMM_WORLD_RANK:
+# Checks of `anvil launch` with real mpirun runs (Open MPI and its mpicc are
+# required, unless ANVIL_TEST_ALLOW_SKIP=1). The ranks run a small shell
+# script through --exec, so each can behave by its OMPI_COMM_WORLD_RANK:
 #   - 4 ranks on this 2-core machine (oversubscribed): each rank's lines
 #     appear exactly once on the launcher's stdout/stderr with its prefix,
 #     a line written in two pieces and a 20000-byte line arrive whole, and
@@ -16,9 +16,11 @@
 #     default log folder <train --out>/logs and a rank's exit 2 passed on;
 #   - --mca-tcp: a 3-rank MPI allreduce over TCP (when mpicc exists);
 #   - bad input: one-line errors, exit 2 (usage) or 1, nothing started;
-#     a host ssh cannot reach: one line naming it, exit 1.
+#     a host ssh cannot reach (ssh stood in for by a script that fails the
+#     same way): one line with ssh's message naming it, exit 1, and ssh was
+#     told never to prompt and to give up connecting after 15 s.
 . "$(dirname "$0")/tools/cli_common.sh"
-command -v mpirun > /dev/null || { echo "SKIP: mpirun is not installed"; exit 77; }
+command -v mpirun > /dev/null || { missing "mpirun is not installed"; finish; }
 # The launcher under a hang guard; nothing here should come near 60 s.
 launch() { timeout 60 "$anvil" launch "$@"; }
 # Processes still running the rank script (zombies awaiting their reaper do not count).
@@ -174,7 +176,9 @@ launch -n 2 --mca-tcp --log-dir "$tmp/logs_tcp" --exec /bin/sh -- -c 'echo "btl=
   > "$tmp/out" 2> /dev/null
 [ "$(grep -c 'btl=tcp,self pml=ob1' "$tmp/out")" = 2 ] && ok "--mca-tcp sets btl tcp,self and pml ob1" ||
   bad "--mca-tcp: $(cat "$tmp/out")"
-if command -v mpicc > /dev/null; then
+if ! command -v mpicc > /dev/null; then
+  missing "mpicc is not installed: no allreduce over TCP"
+else
   cat > "$tmp/allreduce.c" << 'EOF'
 #include <mpi.h>
 #include <stdio.h>
@@ -227,23 +231,34 @@ expect 2 "slots not a number" "'a:x'" -- -n 2 --hosts a:x -- info
 expect 2 "more ranks than slots" "more than the 3 slots" -- -n 4 --hosts localhost:2,127.0.0.1:1 -- info
 expect 2 "launch inside launch" "launch" -- -n 2 -- launch -n 2 -- info
 expect 1 "unresolvable host" "nosuchhost.invalid" -- -n 2 --hosts localhost:1,nosuchhost.invalid:2 -- info
-# 127.0.0.2 is this machine but not to Open MPI, so it asks ssh, which finds no server there.
-if command -v ssh > /dev/null; then
-  launch -n 2 --hosts 127.0.0.2:2 --log-dir "$tmp/logs_ssh" -- info > /dev/null 2> "$tmp/err"
-  rc=$?
-  if [ $rc -eq 0 ]; then
-    ok "unreachable host: not checked, ssh to 127.0.0.2 works here"
-  else
-    last=$(tail -n 1 "$tmp/err")
-    [ $rc -eq 1 ] && case "$last" in *"127.0.0.2"*) true ;; *) false ;; esac &&
-      ok "unreachable host: $last" || bad "unreachable host: exit $rc, $(cat "$tmp/err")"
-  fi
-fi
+# 127.0.0.2 is this machine but not to Open MPI, so it asks ssh; in its place, a script that notes the options
+# it is given, then fails as ssh fails to reach a host without a server.
+cat > "$tmp/ssh" << 'EOF'
+#!/bin/sh
+while [ $# -gt 0 ]; do
+  case $1 in
+  -x) shift ;;
+  -o) echo "$2" >> "${0%/*}/ssh_options"; shift 2 ;;
+  *) break ;;
+  esac
+done
+echo "ssh: connect to host $1 port 22: Connection refused" >&2
+exit 255
+EOF
+chmod +x "$tmp/ssh"
+OMPI_MCA_plm_rsh_agent="$tmp/ssh" launch -n 2 --hosts 127.0.0.2:2 --log-dir "$tmp/logs_ssh" -- info > /dev/null 2> "$tmp/err"
+rc=$?
+last=$(tail -n 1 "$tmp/err")
+want="anvil launch: error: could not start Open MPI on the remote hosts: ssh: connect to host 127.0.0.2 port 22:"
+[ $rc -eq 1 ] && [ "$last" = "$want Connection refused" ] && ok "unreachable host: $last" ||
+  bad "unreachable host: exit $rc, $(cat "$tmp/err")"
+grep -qx "BatchMode=yes" "$tmp/ssh_options" && grep -qx "ConnectTimeout=15" "$tmp/ssh_options" &&
+  ok "ssh is told never to prompt and to give up connecting after 15 s" ||
+  bad "ssh options: $(cat "$tmp/ssh_options" 2> /dev/null)"
 env PATH=/nonexistent "$anvil" launch -n 2 -- info > "$tmp/out" 2> "$tmp/err"
 rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "mpirun not found" "$tmp/err" && ok "mpirun missing: $(cat "$tmp/err")" ||
   bad "mpirun missing: exit $rc, $(cat "$tmp/err")"
 [ ! -e "$tmp/anvil-logs" ] && ok "no log folder made for rejected input" || bad "rejected input made $tmp/anvil-logs"
 
-echo "cli_launch: $fails failure(s)"
-[ $fails -eq 0 ]
+finish

@@ -6,7 +6,7 @@
 # bit-exact too; so is the resume of a run with shuffled data.
 . "$(dirname "$0")/tools/cli_common.sh"
 
-bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
+bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { missing "bible-kjv is not installed"; finish; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
 steps=300
 args=(--data "$tmp/data" --preset tiny --batch 8 --seq 64 --lr 3e-3 --lr-warmup 10 --steps $steps --no-progress
@@ -104,5 +104,4 @@ n=$(ls -d "$tmp/ref/ckpt"/step_* | wc -l)
 err=$("$anvil" train "${args[@]}" --layers 3 --out "$tmp/ref" --resume auto 2>&1 >/dev/null | tail -n 1); rc=$?
 case "$err" in *error:*) ok "mismatched config refused: $err" ;; *) bad "mismatched config: $err" ;; esac
 
-echo "cli_resume: $fails failure(s)"
-[ $fails -eq 0 ]
+finish

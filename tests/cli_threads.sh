@@ -13,7 +13,7 @@ fi
 path=$(sed -n 's/^cpu path: *\([a-z0-9]*\).*/\1/p' "$tmp/info.txt")
 echo "kernel path: $path"
 
-bible -f "gen1:1-gen20:18" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
+bible -f "gen1:1-gen20:18" > "$tmp/gen.txt" || { missing "bible-kjv is not installed"; finish; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
 # Big enough that every product is split among threads (M*N*K well past the
 # GEMM's serial threshold), the weight gradients cross K blocks (512 rows),
@@ -42,4 +42,4 @@ grep -q "resumed from .*step_00000012" "$tmp/r.log" && ok "checkpointed on 2 thr
   bad "the resume did not start from step 12"
 cmp -s "$tmp/t1/model.safetensors" "$tmp/r/model.safetensors" &&
   ok "2 threads, then resumed on 1: identical weights" || bad "the resume on another thread count changed the weights"
-exit $fails
+finish

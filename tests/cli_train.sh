@@ -10,7 +10,7 @@
 #   - bad input: one-line errors and a nonzero exit, never a crash.
 . "$(dirname "$0")/tools/cli_common.sh"
 
-bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
+bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { missing "bible-kjv is not installed"; finish; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
 
 common=(--data "$tmp/data" --preset tiny --batch 8 --seq 64 --lr 3e-3 --lr-warmup 10 --no-progress
@@ -72,5 +72,4 @@ done
 nan_msg=$("$anvil" train "${common[@]}" --steps 5 --lr 1e30 --grad-clip 0 2>&1 >/dev/null | tail -n 1)
 case "$nan_msg" in *"step "[0-9]*) ok "NaN message names the step" ;; *) bad "NaN message: $nan_msg" ;; esac
 
-echo "cli_train: $fails failure(s)"
-[ $fails -eq 0 ]
+finish

@@ -1,5 +1,6 @@
 /* A minimal check harness for the C tests: each failed check prints where
- * and why, and the test's exit status is the failure count. */
+ * and why; the test exits 1 when a check failed, 77 (CTest's skip) when a
+ * part was skipped, else 0. */
 #ifndef ANVIL_TESTS_TESTUTIL_H
 #define ANVIL_TESTS_TESTUTIL_H
 
@@ -19,7 +20,12 @@ int t_close(const char *what, const float *got, const float *want, size_t n, flo
  * in use, or, when this CPU cannot run the path asked for, prints why and
  * exits with 77, which CTest reports as skipped. Returns the path's name. */
 const char *t_path(const char *test);
-/* Prints the summary line and returns the process exit status. */
+/* A reference the test needs (a file, a program) is missing: a failure, unless
+ * the user allows skips with ANVIL_TEST_ALLOW_SKIP=1; then it prints what is
+ * skipped and the test's status becomes 77. The caller skips that part. */
+void t_missing(const char *test, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the summary line and returns the process exit status: 1 when a check
+ * failed, else 77 when a part was skipped, else 0. */
 int t_done(const char *name);
 
 #endif

@@ -1,7 +1,7 @@
 # Sourced by the tests/cli_*.sh scripts (which get the anvil binary as $1):
 # the binary, a scratch folder removed at exit (after killing any process
-# still running from it), and the ok/bad reporting whose count is the exit
-# status.
+# still running from it), the ok/bad reporting, what to do when a reference
+# is missing, and the exit status.
 set -u
 anvil=$1
 tmp=$(mktemp -d)
@@ -9,3 +9,27 @@ trap 'kill -9 $(jobs -p) 2> /dev/null; pkill -KILL -f "$tmp/" 2> /dev/null; rm -
 fails=0
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
+skips=0
+# A program or file the test needs is missing: a failure, unless the user
+# allows skips with ANVIL_TEST_ALLOW_SKIP=1; then it says what is skipped and
+# the test exits 77 (CTest's skip). The caller skips that part.
+missing() {
+  if [ "${ANVIL_TEST_ALLOW_SKIP:-}" = 1 ]; then
+    echo "SKIP: $1"
+    skips=$((skips + 1))
+  else
+    bad "$1 (ANVIL_TEST_ALLOW_SKIP=1 skips it)"
+  fi
+}
+# Ends the test: exit 1 when a check failed, else 77 when a part was skipped, else 0.
+finish() {
+  local name
+  name=$(basename "$0" .sh)
+  if [ $fails -gt 0 ]; then
+    echo "$name: $fails check(s) failed" >&2
+    exit 1
+  fi
+  [ $skips -gt 0 ] && { echo "$name: $skips part(s) skipped, the rest passed"; exit 77; }
+  echo "$name: all checks passed"
+  exit 0
+}
