@@ -165,8 +165,8 @@ static const struct {
      "ssh: Could not resolve hostname nosuchhost: Name or service not known"},
 };
 static const char *want_rank[3] = {"[rank 0] out <&> 0\n[rank 0] partial 0\n",
-                                   "[rank 1] out 1\n[rank 1] tab\t\"q\" \xc3\xa9\n[rank 1] \n[rank 1] two\n"
-                                   "[rank 1] unterminated\n",
+                                   ("[rank 1] out 1\n[rank 1] tab\t\"q\" \xc3\xa9\n[rank 1] \n[rank 1] two\n"
+                                    "[rank 1] unterminated\n"),
                                    ""};
 static const char *want_err = "[rank 0] err 0\n";
 static const char *want_log1 = "out 1\ntab\t\"q\" \xc3\xa9\n\ntwo\nunterminated\n";

@@ -1,5 +1,8 @@
 #include "kernels/isa.h"
 
+#ifdef __clang__
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +22,34 @@ const char *anvil_isa_name(anvil_isa isa) { return isa >= 0 && isa < ANVIL_ISA_C
 static const char *const avx2_features[] = {"avx", "avx2", "fma", "f16c", "bmi", "bmi2", "movbe", "lzcnt", NULL};
 static const char *const avx512_features[] = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", NULL};
 
+#ifdef __clang__
+/* The names clang's __builtin_cpu_supports lacks (the fuzz build uses clang),
+ * read from CPUID as GCC's runtime reads them: F16C only where AVX is usable,
+ * AMX only where the OS saves the tile state (XCR0 bits 17 and 18). */
+static bool has_by_cpuid(const char *f) {
+    unsigned a, b, c, d;
+    if (!strcmp(f, "f16c")) return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1) && __builtin_cpu_supports("avx");
+    if (!strcmp(f, "movbe")) return __get_cpuid(1, &a, &b, &c, &d) && (c >> 22 & 1);
+    if (!strcmp(f, "lzcnt")) return __get_cpuid(0x80000001, &a, &b, &c, &d) && (c >> 5 & 1);
+    int bit = !strcmp(f, "amx-tile") ? 24 : !strcmp(f, "amx-bf16") ? 22 : -1;
+    if (bit < 0 || !__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return false; /* no OSXSAVE, no XCR0 */
+    unsigned xcr0, xcr0_high;
+    __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0_high) : "c"(0));
+    return (xcr0 & 0x60000) == 0x60000 && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> bit & 1);
+}
+#define BY_CPUID(name) if (!strcmp(f, name)) return has_by_cpuid(name);
+#else
+#define BY_CPUID(name) FEATURE(name)
+#endif
+
 /* __builtin_cpu_supports needs a string literal, so the lists above are
  * matched here one name at a time. */
 static bool has(const char *f) {
 #define FEATURE(name)                                                                                         \
     if (!strcmp(f, name)) return __builtin_cpu_supports(name);
-    FEATURE("avx") FEATURE("avx2") FEATURE("fma") FEATURE("f16c") FEATURE("bmi") FEATURE("bmi2")
-    FEATURE("movbe") FEATURE("lzcnt") FEATURE("avx512f") FEATURE("avx512bw") FEATURE("avx512cd")
-    FEATURE("avx512dq") FEATURE("avx512vl") FEATURE("avx512bf16") FEATURE("amx-tile") FEATURE("amx-bf16")
+    FEATURE("avx") FEATURE("avx2") FEATURE("fma") BY_CPUID("f16c") FEATURE("bmi") FEATURE("bmi2")
+    BY_CPUID("movbe") BY_CPUID("lzcnt") FEATURE("avx512f") FEATURE("avx512bw") FEATURE("avx512cd")
+    FEATURE("avx512dq") FEATURE("avx512vl") FEATURE("avx512bf16") BY_CPUID("amx-tile") BY_CPUID("amx-bf16")
 #undef FEATURE
     return false;
 }

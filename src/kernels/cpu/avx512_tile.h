@@ -1,8 +1,8 @@
 /* What the AVX-512 tiles of the CPU GEMM share: lane masks, a 16 x 16
  * transpose of 32-bit elements (integer data goes through it as float bit
  * patterns: only shuffles, no arithmetic), and the combine of a 6 x 64
- * register tile with C. Included inside each tile's #pragma GCC target,
- * which enables AVX-512F. */
+ * register tile with C. Included inside each tile's TILE_TARGET
+ * (gemm_tile.h), which enables AVX-512F. */
 #ifndef ANVIL_KERNELS_CPU_AVX512_TILE_H
 #define ANVIL_KERNELS_CPU_AVX512_TILE_H
 

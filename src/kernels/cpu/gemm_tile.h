@@ -15,6 +15,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* A tile file compiles its code between TILE_TARGET("features") and
+ * TILE_TARGET_END for those CPU features (the tile runs only where the CPU
+ * has them): GCC's target pragma, or under clang, which ignores GCC's, its
+ * own for every function in between. */
+#define TILE_PRAGMA(x) _Pragma(#x)
+#ifdef __clang__
+#define TILE_TARGET(features) TILE_PRAGMA(clang attribute push(__attribute__((target(features))), apply_to = function))
+#define TILE_TARGET_END _Pragma("clang attribute pop")
+#else
+#define TILE_TARGET(features) _Pragma("GCC push_options") TILE_PRAGMA(GCC target(features))
+#define TILE_TARGET_END _Pragma("GCC pop_options")
+#endif
+
 /* How a tile's product is combined with C. */
 enum { GEMM_STORE, GEMM_ADD, GEMM_SCALE };
 

@@ -27,8 +27,7 @@
 
 #include "kernels/cpu/gemm_tile.h"
 
-#pragma GCC push_options
-#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
+TILE_TARGET("amx-tile,amx-bf16,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
 
 #include "kernels/cpu/avx512_tile.h"
 
@@ -286,7 +285,7 @@ static void pack_b(bool tb, const float *B, int ldb, int kc, int nc, void *out) 
     }
 }
 
-#pragma GCC pop_options
+TILE_TARGET_END
 
 const cpu_gemm_tile cpu_tile_amx_bf16 = {
     .name = "amx",

@@ -8,8 +8,7 @@
 
 #include "kernels/cpu/gemm_tile.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+TILE_TARGET("avx2,fma")
 
 /* The block sizes fit the AVX2-only machines this path is for, Zen 1 (32 KB
  * L1d, 512 KB L2 per core, 8 MB L3 per 4 cores), rather than the larger
@@ -329,7 +328,7 @@ static void pack_b(bool tb, const float *B, int ldb, int kc, int nc, void *dst) 
     }
 }
 
-#pragma GCC pop_options
+TILE_TARGET_END
 
 const cpu_gemm_tile cpu_tile_avx2 = {
     .name = "avx2",

@@ -13,8 +13,7 @@
 
 #include "kernels/cpu/gemm_tile.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,fma")
+TILE_TARGET("avx512f,avx512vl,avx512dq,avx512bw,fma")
 
 #include "kernels/cpu/avx512_tile.h"
 
@@ -278,7 +277,7 @@ static void pack_b(bool tb, const float *B, int ldb, int kc, int nc, void *out) 
     }
 }
 
-#pragma GCC pop_options
+TILE_TARGET_END
 
 const cpu_gemm_tile cpu_tile_avx512 = {
     .name = "avx512",

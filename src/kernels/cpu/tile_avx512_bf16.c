@@ -16,8 +16,7 @@
 
 #include "kernels/cpu/gemm_tile.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,fma")
+TILE_TARGET("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,fma")
 
 #include "kernels/cpu/avx512_tile.h"
 
@@ -107,7 +106,7 @@ static void pack_b(bool tb, const float *B, int ldb, int kc, int nc, void *out) 
     }
 }
 
-#pragma GCC pop_options
+TILE_TARGET_END
 
 const cpu_gemm_tile cpu_tile_avx512_bf16 = {
     .name = "avx512-bf16",
