@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: the release build, then the ASan+UBSan build.
+# The whole test suite: the release build, then the ASan+UBSan build, made
+# with clang so that it also builds the fuzz targets, each of which fuzzes
+# from its seed corpus for a fixed budget as one more test (scripts/fuzz.sh
+# runs them longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test
@@ -12,5 +15,5 @@ if [ ! -f tests/tok/ranks/cl100k_base.tiktoken ] || [ ! -f tests/tok/ranks/o200k
 fi
 scripts/build.sh build
 (cd build && ctest --output-on-failure -j 1)
-scripts/build.sh build-asan -DANVIL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+scripts/build.sh build-asan -DCMAKE_C_COMPILER=clang -DANVIL_SANITIZE=ON -DANVIL_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 1)

@@ -4,15 +4,9 @@
  * must be classified (document, blank, bad JSON, missing field) the same way
  * every time, with a document's text inside memory the reader owns. Never a
  * crash, leak or out-of-bounds read (the input buffer has no terminator).
- * Not part of the CMake build.
  *
- * The first input byte picks the field name; the rest is the file.
- *
- * Build and run from the repository root:
- *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Isrc \
- *     tests/fuzz/fuzz_jsonl.c src/data/jsonl.c -lcjson -o /tmp/fuzz_jsonl
- *   mkdir -p /tmp/fuzz_jsonl_corpus   (seed it with a few lines of real JSONL)
- *   /tmp/fuzz_jsonl -runs=1000000 -max_len=4096 /tmp/fuzz_jsonl_corpus */
+ * The first input byte picks the field name; the rest is the file. Built and
+ * run by tests/fuzz/CMakeLists.txt (ANVIL_FUZZ) and scripts/fuzz.sh. */
 #include "data/prep.h"
 
 #include <stddef.h>

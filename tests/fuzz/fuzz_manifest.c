@@ -2,15 +2,8 @@
  * must be either accepted as a consistent manifest or refused with a message,
  * never crash, leak or read out of bounds. A manifest steers which files
  * verification opens, so an accepted one must name only plain files inside
- * the checkpoint folder. Not part of the CMake build.
- *
- * Build and run from the repository root:
- *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Isrc \
- *     tests/fuzz/fuzz_manifest.c src/ckpt/checkpoint_manifest.c src/model/gpt2.c \
- *     src/core/crc32c.c src/core/error.c src/core/rng.c src/core/fsutil.c -lcjson -lm -o /tmp/fuzz_manifest
- *   mkdir -p /tmp/fuzz_manifest_corpus && cp SOME_RUN/ckpt/step_*\/manifest.json /tmp/fuzz_manifest_corpus/
- *   /tmp/fuzz_manifest -runs=2000000 -max_len=8192 /tmp/fuzz_manifest_corpus
- * (gpt2.c is linked for anvil_gpt2_config_check; the model code itself is not exercised.) */
+ * the checkpoint folder. Built and run by tests/fuzz/CMakeLists.txt
+ * (ANVIL_FUZZ) and scripts/fuzz.sh. */
 #include "ckpt/checkpoint.h"
 #include "core/error.h"
 

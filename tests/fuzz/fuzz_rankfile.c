@@ -1,28 +1,27 @@
-/* libFuzzer targets for the tokenizer. Not part of the CMake build.
+/* libFuzzer targets for the tokenizer, built and run by
+ * tests/fuzz/CMakeLists.txt (ANVIL_FUZZ) and scripts/fuzz.sh.
  *
- * Default: the .tiktoken rank-file parser. Any byte string must be either
- * loaded as a consistent vocabulary or refused with a message; a loaded one
- * must round-trip a few texts. With -DFUZZ_ENCODE: encoding arbitrary bytes
- * (mostly ill-formed UTF-8) with the real gpt2, cl100k_base and o200k_base
- * tables, the first input byte picking the table and the special-token
- * mode; decode(encode(x)) must give x back.
- *
- * Build and run from the repository root:
- *   S="src/tok/bpe.c src/tok/pretok.c src/tok/ranks.c src/tok/train.c src/core/error.c src/core/fsutil.c"
- *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined -Isrc \
- *     tests/fuzz/fuzz_rankfile.c $S -lpcre2-8 -o /tmp/fuzz_rankfile
- *   mkdir -p /tmp/fuzz_rank_corpus && cp tests/tok/fuzz_seed/small.tiktoken /tmp/fuzz_rank_corpus/
- *   /tmp/fuzz_rankfile -runs=2000000 -max_len=8192 /tmp/fuzz_rank_corpus
- *   clang ... -DFUZZ_ENCODE ... -o /tmp/fuzz_encode   (same line, plus -DFUZZ_ENCODE)
- *   (cd tests && /tmp/fuzz_encode -runs=2000000 -max_len=4096 /tmp/fuzz_enc_corpus)
- * The encode target reads tok/ranks/<encoding>.tiktoken relative to the
- * working directory (tests/; see tests/tok/gen.sh). */
+ * fuzz_rankfile: the .tiktoken rank-file parser. Any byte string must be
+ * either loaded as a consistent vocabulary or refused with a message; a
+ * loaded one must round-trip a few texts. fuzz_encode (this file with
+ * FUZZ_ENCODE): encoding arbitrary bytes (mostly ill-formed UTF-8) with the
+ * real gpt2, cl100k_base and o200k_base tables, the first input byte picking
+ * the table and the special-token mode; decode(encode(x)) must give x back.
+ * It reads tok/ranks/<encoding>.tiktoken from the working directory (tests/;
+ * see tests/tok/gen.sh): a missing one fails it, unless
+ * ANVIL_TEST_ALLOW_SKIP=1. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "tok/tokenizer.h"
+
+#ifdef FUZZ_ENCODE
+#include <unistd.h>
+
+#include "testutil.h"
+#endif
 
 static void check_roundtrip(const anvil_tok *t, const uint8_t *x, size_t n, enum anvil_tok_special mode) {
     int32_t *ids = NULL;
@@ -74,6 +73,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         strcpy(path, "tok/ranks/");
         strcat(path, enc[i]);
         strcat(path, ".tiktoken");
+        if (access(path, R_OK)) {
+            t_missing("fuzz_encode", "tests/%s is missing (tests/tok/gen.sh fetches it from npm tiktoken)", path);
+            exit(t_done("fuzz_encode"));
+        }
         if (!(toks[i] = anvil_tok_load(path, enc[i]))) abort();
     }
     return 0;

@@ -1,15 +1,7 @@
 /* libFuzzer entry point for the safetensors reader: any byte string must be
  * either accepted as a consistent file or refused with a message, never
- * crash, leak or read out of bounds. Not part of the CMake build.
- *
- * Build and run from the repository root (about 2 minutes):
- *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Isrc \
- *     tests/fuzz/fuzz_safetensors.c src/ckpt/safetensors.c src/core/error.c src/core/fsutil.c -lcjson \
- *     -o /tmp/fuzz_safetensors
- *   mkdir -p /tmp/fuzz_st_corpus && /tmp/fuzz_safetensors -max_total_time=120 -max_len=4096 \
- *     /tmp/fuzz_st_corpus
- * Seeding the corpus folder with a few small valid files (e.g. written by
- * anvil_st_write) gets it past the JSON syntax faster. */
+ * crash, leak or read out of bounds. Built and run by
+ * tests/fuzz/CMakeLists.txt (ANVIL_FUZZ) and scripts/fuzz.sh. */
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 

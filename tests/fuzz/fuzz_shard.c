@@ -3,14 +3,8 @@
  * or refused with a message, and the loader must agree with the shard reader
  * batch by batch (same ids, a failure exactly where a window holds an id out
  * of range), with and without its prefetch thread. Never a crash, leak, race
- * or out-of-bounds read. Not part of the CMake build.
- *
- * Build and run from the repository root:
- *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Isrc \
- *     tests/fuzz/fuzz_shard.c src/data/loader.c src/data/shard.c src/core/error.c src/core/fsutil.c -lpthread -lm \
- *     -o /tmp/fuzz_shard
- *   mkdir -p /tmp/fuzz_shard_corpus   (seed it with a few small shards, e.g. from `anvil prep`)
- *   /tmp/fuzz_shard -max_len=2048 -max_total_time=180 /tmp/fuzz_shard_corpus */
+ * or out-of-bounds read. Built and run by tests/fuzz/CMakeLists.txt
+ * (ANVIL_FUZZ) and scripts/fuzz.sh. */
 #include "core/error.h"
 #include "data/loader.h"
 #include "data/shard.h"
@@ -32,10 +26,14 @@ static void must(int cond, const char *what) {
     }
 }
 
+/* Each input's file is removed after it; the folder goes when the run ends. */
+static void remove_dir(void) { rmdir(dir); }
+
 static void write_input(const uint8_t *data, size_t size) {
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "/tmp/fuzz_shard_%d", (int)getpid());
         mkdir(dir, 0700);
+        atexit(remove_dir);
         snprintf(path, sizeof path, "%s/s.bin", dir);
     }
     FILE *f = fopen(path, "wb");
