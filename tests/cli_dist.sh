@@ -5,11 +5,11 @@
 #   - the same global batch split over 2 or 4 ranks (per-rank batch 8/N)
 #     trains like one process with batch 8 for 20 steps, for DP and ZeRO
 #     1/2/3, with and without MiCS groups of 2, with gradient accumulation,
-#     and over TCP: per-step loss within 1e-4 relative, gradient norm within
-#     2e-3 relative, final weights within 2e-4 absolute (lr 3e-3). Measured:
-#     loss <= 5e-6, norm <= 5e-4, weights <= 2e-5. The differences start at
-#     float rounding (1e-7 at step 1: sums taken in another order) and grow
-#     along the trajectory, the gradient norm fastest;
+#     and over TCP: per-step loss within 1.5e-5 relative, gradient norm
+#     within 1.5e-3 relative, final weights within 7e-5 absolute (lr 3e-3),
+#     3x the worst measured (below). The differences start at float rounding
+#     (1e-7 at step 1: sums taken in another order) and grow along the
+#     trajectory, the gradient norm fastest;
 #   - checkpoints across ranks: a ZeRO-3 run on 4 ranks (MiCS groups of 2)
 #     writes one shard file per shard; resumed from step 10 on 2 ranks
 #     (ZeRO-1) and on 1 (no sharding) it continues like the reference,
@@ -33,6 +33,9 @@ mpi_env=(env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0")
 bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { missing "bible-kjv is not installed"; finish; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
 common=(--data "$tmp/data" --preset tiny --seq 64 --steps 20 --lr 3e-3 --no-progress --sample-every -1)
+# Worst measured over every comparison here (2026-12-01; avx512, avx2 and generic paths): loss 5.2e-6 and
+# gradient norm 4.9e-4 relative, weights 2.3e-5 absolute, all three from zero3_accum on avx512. 3x those:
+tol=(1.5e-5 1.5e-3 7e-5)
 
 "$anvil" train "${common[@]}" --batch 8 --out "$tmp/ref" > /dev/null 2> "$tmp/ref.log" || bad "reference run"
 "$anvil" train "${common[@]}" --batch 8 --total-batch-tokens 1024 --out "$tmp/ref_acc" > /dev/null 2>&1 ||
@@ -49,7 +52,8 @@ check() {
     bad "$name: the run failed: $(grep -v '^\[rank [1-9]' "$tmp/$name.log" | tail -2)"
     return
   fi
-  if out=$(python3 "$here/tools/compare_runs.py" "$tmp/$ref" "$tmp/$name" --loss-rtol 1e-4 --norm-rtol 2e-3 --weight-atol 2e-4); then
+  if out=$(python3 "$here/tools/compare_runs.py" "$tmp/$ref" "$tmp/$name" --loss-rtol "${tol[0]}" --norm-rtol "${tol[1]}" \
+    --weight-atol "${tol[2]}"); then
     ok "$name matches one process: $out"
   else
     bad "$name differs from one process: $out"
@@ -57,8 +61,8 @@ check() {
 }
 # ZeRO-3 in one process: the sharded code path on the world-of-one backend.
 if "$anvil" train "${common[@]}" --batch 8 --zero 3 --out "$tmp/zero3_single" > /dev/null 2>&1 &&
-  out=$(python3 "$here/tools/compare_runs.py" "$tmp/ref" "$tmp/zero3_single" --loss-rtol 1e-4 --norm-rtol 2e-3 \
-    --weight-atol 2e-4); then
+  out=$(python3 "$here/tools/compare_runs.py" "$tmp/ref" "$tmp/zero3_single" --loss-rtol "${tol[0]}" \
+    --norm-rtol "${tol[1]}" --weight-atol "${tol[2]}"); then
   ok "ZeRO-3 in one process matches: $out"
 else
   bad "ZeRO-3 in one process: ${out:-the run failed}"
@@ -96,11 +100,11 @@ resumed() {
     bad "$name: $out"
   fi
 }
-resumed reshard_2 ref "$tmp/w4/ckpt/step_00000010" 1e-4 2e-3 2e-4 2 --batch 4 --zero 1
-resumed reshard_1 ref "$tmp/w4/ckpt/step_00000010" 1e-4 2e-3 2e-4 1 --batch 8
-resumed same_layout w4 "$tmp/w4/ckpt/step_00000010" 0 0 0 4 --batch 2 --zero 3 --shard-group-size 2
+resumed reshard_2 ref "$tmp/w4/ckpt/step_00000010" "${tol[@]}" 2 --batch 4 --zero 1
+resumed reshard_1 ref "$tmp/w4/ckpt/step_00000010" "${tol[@]}" 1 --batch 8
+resumed same_layout w4 "$tmp/w4/ckpt/step_00000010" 0 0 0 4 --batch 2 --zero 3 --shard-group-size 2 # bit for bit
 "$anvil" train "${common[@]}" --batch 8 --ckpt-every 10 --out "$tmp/w1" > /dev/null 2>&1 || bad "one-process run with checkpoints"
-resumed unshard_to_4 ref "$tmp/w1/ckpt/step_00000010" 1e-4 2e-3 2e-4 4 --batch 2 --zero 2
+resumed unshard_to_4 ref "$tmp/w1/ckpt/step_00000010" "${tol[@]}" 4 --batch 2 --zero 2
 
 grep -q "memory (ZeRO-3, shard group 2, 2 replicas): rank 0 [0-9]* MB peak RSS, [0-9]* MB RSS now" "$tmp/mics3.log" && ok "per-rank memory report" ||
   bad "no per-rank memory report"

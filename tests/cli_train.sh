@@ -18,6 +18,7 @@ common=(--data "$tmp/data" --preset tiny --batch 8 --seq 64 --lr 3e-3 --lr-warmu
 
 summary=$("$anvil" train "${common[@]}" --steps 150 --summary-json 2>/dev/null | tail -n 1)
 val=$(printf '%s' "$summary" | sed -n 's/.*"val_loss":\([0-9.]*\).*/\1/p')
+# Measured 2.35 (avx512, 2026-12-01) where an untrained model scores ln 257 = 5.55: 2.6 fails a run that learns less.
 if [ -n "$val" ] && awk -v v="$val" 'BEGIN { exit !(v < 2.6) }'; then ok "learning: val loss $val < 2.6"
 else bad "learning: val loss '$val' is not below 2.6 (summary: $summary)"; fi
 

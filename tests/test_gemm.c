@@ -124,7 +124,7 @@ static int verify(const char *what, const Problem *p, const float *C) {
             }
             double c0 = p->beta == 0.0f ? 0.0 : (double)p->beta * p->C0[at];
             double want = s + c0;
-            double bound = gamma * (sabs + fabs(c0));
+            double bound = gamma * (sabs + fabs(c0)); /* the rounding-error bound derived at the top */
             double err = fabs((double)C[at] - want);
             if (!(err <= bound)) {
                 bad++;

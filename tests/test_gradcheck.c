@@ -2,8 +2,8 @@
  * model (L=2, C=8, NH=2, T=5, V=11, B=2), independent of any reference
  * implementation. Weights are drawn with std 0.3 so every path carries
  * signal. For 6 entries of each tensor: central difference with h = 1e-2 on
- * the fp32 loss, against the analytic gradient, |fd - g| <= 2e-2 * max(|fd|,
- * |g|) + 2e-4 (the fp32 loss carries ~1e-7 relative noise, which h turns
+ * the fp32 loss, against the analytic gradient, |fd - g| <= 1e-3 * max(|fd|,
+ * |g|) + 5e-5 (the fp32 loss carries ~1e-7 relative noise, which h turns
  * into ~1e-5 absolute; the O(h^2) truncation error is of the same order). */
 #include <math.h>
 #include <stdio.h>
@@ -51,7 +51,8 @@ int main(void) {
             CHECK(anvil_gpt2_forward(&m, x, y, B, T, &lm) == 0);
             m.params[j] = orig;
             float fd = (lp - lm) / (2 * h), g = m.grads[j];
-            float tol = 2e-2f * fmaxf(fabsf(fd), fabsf(g)) + 2e-4f;
+            /* Measured on every path (2026-12-01): |fd - g| <= 3.7e-5, and at most 1.5e-5 beyond 1e-3 relative. */
+            float tol = 1e-3f * fmaxf(fabsf(fd), fabsf(g)) + 5e-5f;
             if (!(fabsf(fd - g) <= tol))
                 t_fail(__FILE__, __LINE__, "%s[%zu]: analytic %.6g, finite difference %.6g", anvil_gpt2_param_names[i],
                        j - m.offsets[i], g, fd);

@@ -319,9 +319,9 @@ static void test_gpt2_fixture(void) {
             CHECK(a[i] >= 0 && a[i] < V);
             CHECK(b[i] >= 0 && b[i] < V);
         }
-        /* Near-uniform predictions at init give a loss near ln(V). */
+        /* Near-uniform predictions at init give a loss near ln(V): 5.726 against 5.704, so 0.1 is ~4x. */
         float l0 = *(const float *)loss->data;
-        CHECK(fabsf(l0 - logf((float)V)) < 0.5f);
+        CHECK(fabsf(l0 - logf((float)V)) < 0.1f);
         CHECK(((const float *)losses->data)[0] == l0);
     }
     anvil_st_close(f);
