@@ -3,7 +3,7 @@
 # missing. Needs root (or sudo) only when something must be installed.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev zlib1g-dev libzstd-dev bible-kjv bible-kjv-text)
-[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-14-dev libomp-dev zstd qemu-user npm)
+[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-14-dev libomp-dev zstd qemu-user npm strace)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,20 +1,14 @@
 #!/usr/bin/env bash
 # anvil prep from the command line: outputs, manifest, determinism, errors.
 # Usage: cli_prep.sh /path/to/anvil
-set -u
-ANVIL=${1:?usage: cli_prep.sh /path/to/anvil}
-WORK=$(mktemp -d /tmp/anvil_cli_prep.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+. "$(dirname "$0")/tools/cli_common.sh"
+ANVIL=$anvil
+WORK=$tmp
+# The checks here are counted, not named.
 pass=0
-fail=0
 ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 
-PY=$(command -v /usr/bin/python3 || command -v python3 || true)
-if [ -z "$PY" ]; then
-    echo "cli_prep.sh: needs python3 to check the manifest" >&2
-    exit 1
-fi
+PY=$(command -v /usr/bin/python3 || command -v python3) || { missing "python3 is not installed"; finish; }
 
 # 300 documents separated by three newlines, a second file, an empty one.
 for i in $(seq 1 300); do
@@ -202,22 +196,32 @@ grep -q 'kept .* shards' "$WORK/rerr" && ok || bad "a resumed run does not say w
     bad "a resumed run rewrote finished shards"
 same_as_ref "$WORK/r2" && ok || bad "a resumed run differs from an uninterrupted one"
 
-# (b') Killed for real once its first shard is in the manifest, then run
-# again: the result equals the reference, with no temporary file left.
-# (Should the first run finish before the kill, the second finds it done;
-# the comparison holds either way.)
-mkdir "$WORK/r3"
-# Not through rprep: a function in the background is a subshell, and the kill must reach anvil itself.
-"$ANVIL" prep --out "$WORK/r3" --tokenizer tok/ranks/gpt2.tiktoken --workers 1 --val-fraction 0.2 \
-    --delimiter '\n\n\n' --shard-tokens 3000 "$WORK/big.txt" > /dev/null 2>&1 &
-pid=$!
-for _ in $(seq 1 500); do grep -qs train_000000 "$WORK/r3/manifest.json" && break; sleep 0.01; done
-kill -9 "$pid" 2> /dev/null
-wait "$pid" 2> /dev/null
-# A shard the kill caught half written is a temporary file; this run removes it.
-printf 'half' > "$WORK/r3/val_000000.bin.tmp.AbC123"
-rprep "$WORK/r3" 2 > /dev/null 2> "$WORK/rerr" || bad "run after a kill failed: $(cat "$WORK/rerr")"
-same_as_ref "$WORK/r3" && ok || bad "the run after a kill differs from an uninterrupted one"
+# (b') Killed for real between two shards, then run again: the result
+# equals the reference, with no temporary file left. Every shard and every
+# manifest goes into place by a rename; strace kills prep with SIGKILL as it
+# enters its third rename, so the first shard and the manifest naming it are
+# in place and the second shard is a temporary file, whatever the timing.
+if ! command -v strace > /dev/null; then
+    missing "strace is not installed: no kill between two shards"
+else
+    mkdir "$WORK/r3"
+    { strace -f -qq -o /dev/null -e trace=rename -e inject=rename:signal=KILL:when=3 "$ANVIL" prep --out "$WORK/r3" \
+        --tokenizer tok/ranks/gpt2.tiktoken --workers 1 --val-fraction 0.2 --delimiter '\n\n\n' --shard-tokens 3000 \
+        "$WORK/big.txt" > /dev/null; } 2> /dev/null # (bash's own "Killed" line too)
+    code=$?
+    shards=$("$PY" -c 'import json, sys; print(*(s["file"] for s in json.load(open(sys.argv[1]))["shards"]))' \
+        "$WORK/r3/manifest.json" 2> /dev/null)
+    if [ $code -eq 137 ] && [ "$shards" = train_000000.bin ] && ls "$WORK/r3"/train_000001.bin.tmp.* > /dev/null 2>&1; then
+        ok
+    else
+        bad "the kill at the third rename: exit $code, manifest shards '$shards', left $(ls "$WORK/r3" | tr '\n' ' ')"
+    fi
+    # A shard the kill caught half written is a temporary file; this run removes it.
+    printf 'half' > "$WORK/r3/val_000000.bin.tmp.AbC123"
+    rprep "$WORK/r3" 2 > /dev/null 2> "$WORK/rerr" || bad "run after a kill failed: $(cat "$WORK/rerr")"
+    grep -q 'kept 1 shard' "$WORK/rerr" && ok || bad "the run after a kill does not keep the first shard: $(cat "$WORK/rerr")"
+    same_as_ref "$WORK/r3" && ok || bad "the run after a kill differs from an uninterrupted one"
+fi
 
 # (c) A finished shard that no longer matches its checksum is written again,
 # with the shards of its split after it; the others are kept.
@@ -299,5 +303,5 @@ expect_error 1 "$WORK/missing.txt" --out "$WORK/e" "$WORK/a.txt" "$WORK/missing.
 expect_error 1 "no documents" --out "$WORK/e" "$WORK/empty.txt"
 [ ! -e "$WORK/e" ] && ok || bad "a failed run created its output folder"
 
-echo "cli_prep: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+echo "cli_prep: $pass checks passed"
+finish
