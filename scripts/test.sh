@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: the release build, then the ASan+UBSan build, made
-# with clang so that it also builds the fuzz targets, each of which fuzzes
-# from its seed corpus for a fixed budget as one more test (scripts/fuzz.sh
-# runs them longer).
+# The whole test suite: the release build, the ASan+UBSan build, then the fuzz
+# targets (clang, ASan+UBSan), each fuzzing from its seed corpus for a fixed
+# budget (scripts/fuzz.sh runs them longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test
@@ -15,5 +14,8 @@ if [ ! -f tests/tok/ranks/cl100k_base.tiktoken ] || [ ! -f tests/tok/ranks/o200k
 fi
 scripts/build.sh build
 (cd build && ctest --output-on-failure -j 1)
-scripts/build.sh build-asan -DCMAKE_C_COMPILER=clang -DANVIL_SANITIZE=ON -DANVIL_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug
+scripts/build.sh build-asan -DANVIL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 1)
+scripts/build.sh build-fuzz -DCMAKE_C_COMPILER=clang -DANVIL_SANITIZE=ON -DANVIL_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug \
+  --target fuzz
+(cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 1 -R '^fuzz_')
