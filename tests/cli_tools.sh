@@ -13,7 +13,7 @@
 here=$(cd "$(dirname "$0")" && pwd)
 export OMP_NUM_THREADS=1
 
-bible -f "gen1:1-gen10:32" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
+bible -f "gen1:1-gen10:32" > "$tmp/gen.txt" || { missing "bible-kjv is not installed"; finish; }
 
 # ---- tokenizer round trips ----
 ranks=$here/tok/ranks/gpt2.tiktoken
@@ -35,8 +35,7 @@ if [ -d "$here/tok/node_modules/tiktoken" ] && command -v node > /dev/null; then
     process.stdout.write(Array.from(get_encoding("gpt2").encode(text)).join(" "));' "$tmp/gen.txt")
   [ "$ref" = "$(tr -s ' \n' ' ' < "$tmp/gen.ids" | sed 's/^ //;s/ $//')" ] && ok "gpt2: ids equal tiktoken's" ||
     bad "gpt2: ids differ from tiktoken's"
-elif [ "${ANVIL_TEST_ALLOW_SKIP:-}" = 1 ]; then echo "SKIP: tiktoken (npm) or node missing: ids not compared"
-else bad "tiktoken (tests/tok/node_modules) or node missing: run tests/tok/gen.sh, or set ANVIL_TEST_ALLOW_SKIP=1"; fi
+else missing "tiktoken (tests/tok/node_modules, from tests/tok/gen.sh) or node: ids not compared with tiktoken's"; fi
 "$anvil" tokenizer train --vocab-size 400 --out "$tmp/learned.tiktoken" "$tmp/gen.txt" > /dev/null 2>&1 &&
   "$anvil" tokenizer encode --ranks "$tmp/learned.tiktoken" "$tmp/gen.txt" > "$tmp/l.ids" &&
   "$anvil" tokenizer decode --ranks "$tmp/learned.tiktoken" "$tmp/l.ids" > "$tmp/l.back" || bad "learned tokenizer failed"
@@ -97,8 +96,6 @@ if command -v mpirun > /dev/null; then
     "$anvil" import --hf "$tmp/hf3" --out "$tmp/back3.safetensors" > /dev/null 2>&1 || bad "export from ZeRO-3 failed"
   out=$(cmp_st "$tmp/zero3/model.safetensors" "$tmp/back3.safetensors") &&
     ok "export from a ZeRO-3 checkpoint equals the run's final weights: $out" || bad "export from ZeRO-3: $out"
-elif [ "${ANVIL_TEST_ALLOW_SKIP:-}" = 1 ]; then echo "SKIP: mpirun missing: sharded checkpoints not inspected"
-else bad "mpirun missing (install openmpi-bin), or set ANVIL_TEST_ALLOW_SKIP=1"; fi
+else missing "mpirun (openmpi-bin): sharded checkpoints not inspected"; fi
 
-echo "cli_tools: $fails failure(s)"
-[ $fails -eq 0 ]
+finish
