@@ -1,0 +1,266 @@
+#include "job/spec.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+#define MAX_ARGS 256
+#define MAX_ENTRIES 256
+#define MAX_TEXT 4096
+#define MAX_LIMIT 1e9
+
+/* The subcommands a job may run; launch is how the daemon runs them, and the service's own
+ * commands have no business inside a job. */
+static const char *const runnable[] = {"train", "prep", "tokenizer", "sample", "ckpt",
+                                       "export", "import", "info", "health"};
+
+static int take_string(const cJSON *v, const char *field, size_t max, char **out) {
+    if (!cJSON_IsString(v)) return anvil_fail("spec: %s: must be a string", field);
+    size_t n = strlen(v->valuestring);
+    if (n > max) return anvil_fail("spec: %s: longer than %zu bytes", field, max);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v->valuestring[i] < 0x20)
+            return anvil_fail("spec: %s: control characters are not allowed", field);
+    if (!(*out = strdup(v->valuestring))) return anvil_fail("spec: out of memory");
+    return 0;
+}
+
+static int take_number(const cJSON *v, const char *field, double hi, bool integral, double *out) {
+    if (!cJSON_IsNumber(v)) return anvil_fail("spec: %s: must be a number", field);
+    double d = v->valuedouble;
+    if (!isfinite(d) || d < 0) return anvil_fail("spec: %s: must be >= 0 (got %g)", field, d);
+    if (d > hi) return anvil_fail("spec: %s: must be <= %g (got %g)", field, hi, d);
+    if (integral && d != floor(d)) return anvil_fail("spec: %s: must be an integer (got %g)", field, d);
+    *out = d;
+    return 0;
+}
+
+static int take_int(const cJSON *v, const char *field, int lo, int hi, int *out) {
+    double d;
+    if (take_number(v, field, hi, true, &d)) return -1;
+    if (d < lo) return anvil_fail("spec: %s: must be >= %d (got %g)", field, lo, d);
+    *out = (int)d;
+    return 0;
+}
+
+static bool is_name(const char *s, size_t max, bool env) {
+    size_t n = strlen(s);
+    if (!n || n > max || (env && isdigit((unsigned char)s[0]))) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool ok = env ? (isalnum(c) || c == '_') : (isdigit(c) || islower(c) || c == '_');
+        if (!ok) return false;
+    }
+    return true;
+}
+
+static void free_kv(anvil_job_kv *kv, int n) {
+    for (int i = 0; i < n; i++) {
+        free(kv[i].key);
+        free(kv[i].value);
+    }
+    free(kv);
+}
+
+enum map_kind { MAP_CHANNELS, MAP_ENV, MAP_TAGS };
+
+/* An object of strings: channels (lowercase names to absolute paths), env (variable names) or tags. */
+static int take_map(const cJSON *v, const char *field, enum map_kind kind, anvil_job_kv **out, int *nout) {
+    if (!cJSON_IsObject(v)) return anvil_fail("spec: %s: must be an object of strings", field);
+    int n = cJSON_GetArraySize(v);
+    if (n > MAX_ENTRIES) return anvil_fail("spec: %s: more than %d entries", field, MAX_ENTRIES);
+    anvil_job_kv *kv = calloc((size_t)n + 1, sizeof *kv);
+    if (!kv) return anvil_fail("spec: out of memory");
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        const char *k = e->string;
+        char label[200];
+        snprintf(label, sizeof label, "%s.%.100s", field, k);
+        bool name_ok = kind == MAP_TAGS ? (k[0] && strlen(k) <= 128) : is_name(k, 64, kind == MAP_ENV);
+        if (!name_ok) {
+            free_kv(kv, i);
+            return anvil_fail("spec: %s: '%.100s' is not a valid name%s", field, k,
+                              kind == MAP_CHANNELS ? " (lowercase letters, digits, '_')"
+                              : kind == MAP_ENV    ? " (letters, digits, '_', not starting with a digit)"
+                                                   : " (1 to 128 bytes)");
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(kv[j].key, k)) {
+                free_kv(kv, i);
+                return anvil_fail("spec: %s: given twice", label);
+            }
+        int rc = take_string(e, label, MAX_TEXT, &kv[i].value);
+        if (!rc && !(kv[i].key = strdup(k))) rc = anvil_fail("spec: out of memory");
+        if (!rc && kind == MAP_CHANNELS && kv[i].value[0] != '/')
+            rc = anvil_fail("spec: %s: must be an absolute path", label);
+        i++;
+        if (rc) {
+            free_kv(kv, i);
+            return -1;
+        }
+    }
+    *out = kv;
+    *nout = n;
+    return 0;
+}
+
+static int take_command(const cJSON *v, anvil_job_spec *s) {
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (n < 1 || n > MAX_ARGS)
+        return anvil_fail("spec: command: must be an array of 1 to %d strings (the anvil subcommand first)", MAX_ARGS);
+    if (!(s->argv = calloc((size_t)n + 1, sizeof *s->argv))) return anvil_fail("spec: out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        char label[32];
+        snprintf(label, sizeof label, "command[%d]", s->argc);
+        if (take_string(e, label, MAX_TEXT, &s->argv[s->argc])) return -1;
+        s->argc++;
+        if (!strcmp(s->argv[s->argc - 1], "--out"))
+            return anvil_fail("spec: command: --out is not allowed: the run folder is the spec's output");
+    }
+    for (size_t i = 0; i < sizeof runnable / sizeof *runnable; i++)
+        if (!strcmp(s->argv[0], runnable[i])) return 0;
+    return anvil_fail("spec: command: '%.100s' is not an anvil subcommand a job can run", s->argv[0]);
+}
+
+static int take_resources(const cJSON *v, anvil_job_spec *s) {
+    if (!cJSON_IsObject(v)) return anvil_fail("spec: resources: must be an object");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        int rc;
+        if (!strcmp(e->string, "hosts")) {
+            rc = take_int(e, "resources.hosts", 1, 1024, &s->hosts);
+            if (!rc && s->hosts != 1)
+                rc = anvil_fail("spec: resources.hosts: the local backend runs jobs on 1 host (got %d)", s->hosts);
+        } else if (!strcmp(e->string, "procs_per_host")) {
+            rc = take_int(e, "resources.procs_per_host", 1, 1024, &s->procs_per_host);
+        } else {
+            rc = anvil_fail("spec: resources: unknown field '%.100s'", e->string);
+        }
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static const char *const fields[] = {"name", "command", "channels", "output", "resources", "max_runtime_s",
+                                     "max_retries", "hang_timeout_s", "env", "tags"};
+#define NFIELDS (sizeof fields / sizeof *fields)
+
+static int take_field(const cJSON *e, size_t f, anvil_job_spec *s) {
+    switch (f) {
+    case 0:
+        if (take_string(e, "name", 100, &s->name)) return -1;
+        for (const char *p = s->name; *p; p++)
+            if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
+                return anvil_fail("spec: name: only letters, digits, '.', '_' and '-' are allowed");
+        return s->name[0] ? 0 : anvil_fail("spec: name: must not be empty");
+    case 1:
+        return take_command(e, s);
+    case 2:
+        return take_map(e, "channels", MAP_CHANNELS, &s->channels, &s->nchannels);
+    case 3:
+        if (take_string(e, "output", MAX_TEXT, &s->output)) return -1;
+        return s->output[0] == '/' ? 0 : anvil_fail("spec: output: must be an absolute path");
+    case 4:
+        return take_resources(e, s);
+    case 5:
+        return take_number(e, "max_runtime_s", MAX_LIMIT, false, &s->max_runtime_s);
+    case 6:
+        return take_int(e, "max_retries", 0, 100, &s->max_retries);
+    case 7:
+        return take_number(e, "hang_timeout_s", MAX_LIMIT, false, &s->hang_timeout_s);
+    case 8:
+        return take_map(e, "env", MAP_ENV, &s->env, &s->nenv);
+    default:
+        return take_map(e, "tags", MAP_TAGS, &s->tags, &s->ntags);
+    }
+}
+
+int anvil_job_spec_parse(const char *text, size_t len, anvil_job_spec *s) {
+    memset(s, 0, sizeof *s);
+    s->hosts = s->procs_per_host = 1;
+    if (len > ANVIL_JOB_SPEC_MAX_BYTES) return anvil_fail("spec: larger than %d bytes", ANVIL_JOB_SPEC_MAX_BYTES);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+        size_t at = end && end >= text ? (size_t)(end - text) : 0;
+        return anvil_fail("spec: malformed JSON near byte %zu", at);
+    }
+    size_t used = (size_t)(end - text);
+    while (used < len && isspace((unsigned char)text[used])) used++;
+    int rc = 0;
+    if (used < len) rc = anvil_fail("spec: unexpected text after the JSON object at byte %zu", used);
+    else if (!cJSON_IsObject(root)) rc = anvil_fail("spec: must be a JSON object");
+    bool seen[NFIELDS] = {false};
+    const cJSON *e;
+    if (!rc) cJSON_ArrayForEach(e, root) {
+        size_t f = 0;
+        while (f < NFIELDS && strcmp(e->string, fields[f])) f++;
+        if (f == NFIELDS) rc = anvil_fail("spec: unknown field '%.100s'", e->string);
+        else if (seen[f]) rc = anvil_fail("spec: %s: given twice", fields[f]);
+        else seen[f] = true, rc = take_field(e, f, s);
+        if (rc) break;
+    }
+    cJSON_Delete(root);
+    if (!rc && !s->name) rc = anvil_fail("spec: name: missing");
+    if (!rc && !s->argv) rc = anvil_fail("spec: command: missing");
+    if (rc) anvil_job_spec_free(s);
+    return rc;
+}
+
+static cJSON *map_json(const anvil_job_kv *kv, int n) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; o && i < n; i++)
+        if (!cJSON_AddStringToObject(o, kv[i].key, kv[i].value)) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+    return o;
+}
+
+cJSON *anvil_job_spec_to_json(const anvil_job_spec *s) {
+    cJSON *o = cJSON_CreateObject(), *res = cJSON_CreateObject();
+    cJSON *cmd = cJSON_CreateStringArray((const char *const *)s->argv, s->argc);
+    cJSON *ch = map_json(s->channels, s->nchannels), *env = map_json(s->env, s->nenv);
+    cJSON *tags = map_json(s->tags, s->ntags);
+    bool ok = o && res && cmd && ch && env && tags;
+    if (ok) {
+        cJSON_AddNumberToObject(res, "hosts", s->hosts);
+        cJSON_AddNumberToObject(res, "procs_per_host", s->procs_per_host);
+        cJSON_AddStringToObject(o, "name", s->name);
+        cJSON_AddItemToObject(o, "command", cmd);
+        cJSON_AddItemToObject(o, "channels", ch);
+        if (s->output) cJSON_AddStringToObject(o, "output", s->output);
+        cJSON_AddItemToObject(o, "resources", res);
+        cJSON_AddNumberToObject(o, "max_runtime_s", s->max_runtime_s);
+        cJSON_AddNumberToObject(o, "max_retries", s->max_retries);
+        cJSON_AddNumberToObject(o, "hang_timeout_s", s->hang_timeout_s);
+        cJSON_AddItemToObject(o, "env", env);
+        cJSON_AddItemToObject(o, "tags", tags);
+        return o;
+    }
+    cJSON_Delete(o);
+    cJSON_Delete(res);
+    cJSON_Delete(cmd);
+    cJSON_Delete(ch);
+    cJSON_Delete(env);
+    cJSON_Delete(tags);
+    return NULL;
+}
+
+void anvil_job_spec_free(anvil_job_spec *s) {
+    free(s->name);
+    for (int i = 0; i < s->argc; i++) free(s->argv[i]);
+    free(s->argv);
+    free_kv(s->channels, s->nchannels);
+    free(s->output);
+    free_kv(s->env, s->nenv);
+    free_kv(s->tags, s->ntags);
+    memset(s, 0, sizeof *s);
+}
