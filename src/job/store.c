@@ -1,0 +1,347 @@
+#include "job/store.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+
+struct anvil_store {
+    sqlite3 *db;
+    pthread_mutex_t lock;
+};
+
+static const char *const status_names[ANVIL_JOB_NSTATUS] = {"Pending", "Starting", "Running", "Stopping",
+                                                            "Completed", "Failed", "Stopped"};
+static const char *const stop_names[] = {"", "requested", "runtime", "hang"};
+
+const char *anvil_job_status_name(anvil_job_status s) { return status_names[s]; }
+
+int anvil_job_status_parse(const char *s) {
+    for (int i = 0; i < ANVIL_JOB_NSTATUS; i++)
+        if (!strcmp(s, status_names[i])) return i;
+    return -1;
+}
+
+bool anvil_job_status_final(anvil_job_status s) { return s >= ANVIL_JOB_COMPLETED; }
+
+double anvil_store_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS jobs ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, spec TEXT NOT NULL, run_dir TEXT NOT NULL,"
+    " status TEXT NOT NULL, secondary TEXT NOT NULL DEFAULT '', failure_reason TEXT NOT NULL DEFAULT '',"
+    " attempt INTEGER NOT NULL DEFAULT 0, pid INTEGER NOT NULL DEFAULT 0, exit_code INTEGER NOT NULL DEFAULT -1,"
+    " stop TEXT NOT NULL DEFAULT '', stop_deadline REAL NOT NULL DEFAULT 0, submitted_at REAL NOT NULL,"
+    " started_at REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0);"
+    "CREATE TABLE IF NOT EXISTS history ("
+    " job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, at REAL NOT NULL, status TEXT NOT NULL,"
+    " secondary TEXT NOT NULL, message TEXT NOT NULL, PRIMARY KEY (job_id, seq));"
+    "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);";
+
+static int db_fail(anvil_store *st, const char *what) {
+    return anvil_fail("state database: %s: %s", what, sqlite3_errmsg(st->db));
+}
+
+static int exec(anvil_store *st, const char *sql) {
+    char *err = NULL;
+    if (sqlite3_exec(st->db, sql, NULL, NULL, &err) == SQLITE_OK) return 0;
+    anvil_fail("state database: %s", err ? err : sqlite3_errmsg(st->db));
+    sqlite3_free(err);
+    return -1;
+}
+
+anvil_store *anvil_store_open(const char *path) {
+    anvil_store *st = calloc(1, sizeof *st);
+    if (!st) {
+        anvil_fail("state database: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&st->lock, NULL);
+    if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) !=
+        SQLITE_OK) {
+        anvil_fail("state database %s: %s", path, st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        anvil_store_close(st);
+        return NULL;
+    }
+    /* FULL: a transaction is on disk when its commit returns, also in WAL mode. */
+    sqlite3_busy_timeout(st->db, 5000);
+    if (exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;") ||
+        exec(st, "BEGIN IMMEDIATE") || exec(st, schema) || exec(st, "COMMIT")) {
+        anvil_store_close(st);
+        return NULL;
+    }
+    return st;
+}
+
+void anvil_store_close(anvil_store *st) {
+    if (!st) return;
+    sqlite3_close(st->db);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+static char *dup_text(sqlite3_stmt *s, int col) {
+    const unsigned char *t = sqlite3_column_text(s, col);
+    return strdup(t ? (const char *)t : "");
+}
+
+#define JOB_COLUMNS                                                                                             \
+    "id, name, spec, run_dir, status, secondary, failure_reason, attempt, pid, exit_code, stop, stop_deadline," \
+    " submitted_at, started_at, ended_at"
+
+static int read_job(sqlite3_stmt *s, anvil_job *j) {
+    memset(j, 0, sizeof *j);
+    j->id = sqlite3_column_int64(s, 0);
+    j->name = dup_text(s, 1);
+    j->spec = dup_text(s, 2);
+    j->run_dir = dup_text(s, 3);
+    int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 4));
+    j->secondary = dup_text(s, 5);
+    j->failure_reason = dup_text(s, 6);
+    j->attempt = sqlite3_column_int(s, 7);
+    j->pid = sqlite3_column_int(s, 8);
+    j->exit_code = sqlite3_column_int(s, 9);
+    const char *stop = (const char *)sqlite3_column_text(s, 10);
+    for (size_t k = 0; stop && k < sizeof stop_names / sizeof *stop_names; k++)
+        if (!strcmp(stop, stop_names[k])) j->stop = (anvil_job_stop)k;
+    j->stop_deadline = sqlite3_column_double(s, 11);
+    j->submitted_at = sqlite3_column_double(s, 12);
+    j->started_at = sqlite3_column_double(s, 13);
+    j->ended_at = sqlite3_column_double(s, 14);
+    if (!j->name || !j->spec || !j->run_dir || !j->secondary || !j->failure_reason) {
+        anvil_job_free(j);
+        return anvil_fail("state database: out of memory");
+    }
+    if (status < 0) {
+        anvil_job_free(j);
+        return anvil_fail("state database: job %lld has an unknown status", (long long)sqlite3_column_int64(s, 0));
+    }
+    j->status = (anvil_job_status)status;
+    return 0;
+}
+
+static int add_event(anvil_store *st, int64_t id, double at, const char *status, const char *secondary,
+                     const char *message) {
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db,
+                                "INSERT INTO history (job_id, seq, at, status, secondary, message) VALUES (?1,"
+                                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE job_id = ?1), ?2, ?3, ?4, ?5)",
+                                -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_double(s, 2, at);
+        sqlite3_bind_text(s, 3, status, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, secondary, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 5, message ? message : "", -1, SQLITE_STATIC);
+        rc = sqlite3_step(s);
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? 0 : db_fail(st, "history");
+}
+
+/* Runs body inside BEGIN IMMEDIATE ... COMMIT under the lock, rolling back when it fails. */
+#define IN_TRANSACTION(st, rc, body)                                                        \
+    do {                                                                                    \
+        pthread_mutex_lock(&(st)->lock);                                                    \
+        rc = exec(st, "BEGIN IMMEDIATE");                                                   \
+        if (!rc) {                                                                          \
+            body;                                                                           \
+            if (!rc) rc = exec(st, "COMMIT");                                               \
+            if (rc) sqlite3_exec((st)->db, "ROLLBACK", NULL, NULL, NULL);                   \
+        }                                                                                   \
+        pthread_mutex_unlock(&(st)->lock);                                                  \
+    } while (0)
+
+static int insert_job(anvil_store *st, const char *name, const char *spec, const char *run_dir,
+                      const char *default_runs, int64_t *id) {
+    sqlite3_stmt *s = NULL;
+    double now = anvil_store_now();
+    int rc = sqlite3_prepare_v2(
+        st->db, "INSERT INTO jobs (name, spec, run_dir, status, submitted_at) VALUES (?1, ?2, ?3, ?4, ?5)", -1, &s,
+        NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, spec, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, run_dir ? run_dir : "", -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, status_names[ANVIL_JOB_PENDING], -1, SQLITE_STATIC);
+        sqlite3_bind_double(s, 5, now);
+        rc = sqlite3_step(s);
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) return db_fail(st, "insert");
+    *id = sqlite3_last_insert_rowid(st->db);
+    if (!run_dir) {
+        char *sql = sqlite3_mprintf("UPDATE jobs SET run_dir = '%q/%lld' WHERE id = %lld", default_runs,
+                                    (long long)*id, (long long)*id);
+        rc = sql ? exec(st, sql) : anvil_fail("state database: out of memory");
+        sqlite3_free(sql);
+        if (rc) return -1;
+    }
+    return add_event(st, *id, now, status_names[ANVIL_JOB_PENDING], "", "submitted");
+}
+
+int anvil_store_submit(anvil_store *st, const char *name, const char *spec, const char *run_dir,
+                       const char *default_runs, int64_t *id) {
+    int rc;
+    IN_TRANSACTION(st, rc, rc = insert_job(st, name, spec, run_dir, default_runs, id));
+    return rc;
+}
+
+int anvil_store_get(anvil_store *st, int64_t id, anvil_job *job) {
+    sqlite3_stmt *s = NULL;
+    pthread_mutex_lock(&st->lock);
+    int rc = sqlite3_prepare_v2(st->db, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1", -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, id);
+        rc = sqlite3_step(s);
+    }
+    int out = rc == SQLITE_ROW ? read_job(s, job) : rc == SQLITE_DONE ? 1 : db_fail(st, "get");
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    return out;
+}
+
+int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n) {
+    *jobs = NULL;
+    *n = 0;
+    sqlite3_stmt *s = NULL;
+    int cap = 0, rc = 0;
+    pthread_mutex_lock(&st->lock);
+    if (sqlite3_prepare_v2(st->db, "SELECT " JOB_COLUMNS " FROM jobs ORDER BY id", -1, &s, NULL) != SQLITE_OK)
+        rc = db_fail(st, "list");
+    int step;
+    while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+        int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 4));
+        if (status >= 0 && !(mask & (1u << status))) continue;
+        if (*n == cap) {
+            anvil_job *grown = realloc(*jobs, sizeof **jobs * (size_t)(cap = cap ? 2 * cap : 16));
+            if (!grown) {
+                rc = anvil_fail("state database: out of memory");
+                break;
+            }
+            *jobs = grown;
+        }
+        if (read_job(s, &(*jobs)[*n])) rc = -1;
+        else (*n)++;
+    }
+    if (!rc && step != SQLITE_DONE) rc = db_fail(st, "list");
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    if (rc) {
+        anvil_job_list_free(*jobs, *n);
+        *jobs = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+static int update_job(anvil_store *st, const anvil_job *j, const char *message) {
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db, "SELECT status, secondary FROM jobs WHERE id = ?1", -1, &s, NULL);
+    bool changed = false;
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, j->id);
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW)
+            changed = strcmp((const char *)sqlite3_column_text(s, 0), status_names[j->status]) ||
+                      strcmp((const char *)sqlite3_column_text(s, 1), j->secondary);
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? anvil_fail("job %lld: no such job", (long long)j->id)
+                                                   : db_fail(st, "update");
+    rc = sqlite3_prepare_v2(st->db,
+                            "UPDATE jobs SET status = ?2, secondary = ?3, failure_reason = ?4, attempt = ?5, pid = ?6,"
+                            " exit_code = ?7, stop = ?8, stop_deadline = ?9, started_at = ?10, ended_at = ?11"
+                            " WHERE id = ?1",
+                            -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, j->id);
+        sqlite3_bind_text(s, 2, status_names[j->status], -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, j->secondary, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, j->failure_reason, -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, 5, j->attempt);
+        sqlite3_bind_int(s, 6, j->pid);
+        sqlite3_bind_int(s, 7, j->exit_code);
+        sqlite3_bind_text(s, 8, stop_names[j->stop], -1, SQLITE_STATIC);
+        sqlite3_bind_double(s, 9, j->stop_deadline);
+        sqlite3_bind_double(s, 10, j->started_at);
+        sqlite3_bind_double(s, 11, j->ended_at);
+        rc = sqlite3_step(s);
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) return db_fail(st, "update");
+    return changed ? add_event(st, j->id, anvil_store_now(), status_names[j->status], j->secondary, message) : 0;
+}
+
+int anvil_store_update(anvil_store *st, const anvil_job *job, const char *message) {
+    int rc;
+    IN_TRANSACTION(st, rc, rc = update_job(st, job, message));
+    return rc;
+}
+
+int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, int *n) {
+    *events = NULL;
+    *n = 0;
+    sqlite3_stmt *s = NULL;
+    int cap = 0, rc = 0, step = SQLITE_DONE;
+    pthread_mutex_lock(&st->lock);
+    if (sqlite3_prepare_v2(st->db, "SELECT at, status, secondary, message FROM history WHERE job_id = ?1 ORDER BY seq",
+                           -1, &s, NULL) != SQLITE_OK)
+        rc = db_fail(st, "history");
+    else sqlite3_bind_int64(s, 1, id);
+    while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+        if (*n == cap) {
+            anvil_job_event *grown = realloc(*events, sizeof **events * (size_t)(cap = cap ? 2 * cap : 16));
+            if (!grown) {
+                rc = anvil_fail("state database: out of memory");
+                break;
+            }
+            *events = grown;
+        }
+        anvil_job_event *e = &(*events)[(*n)++];
+        int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 1));
+        e->at = sqlite3_column_double(s, 0);
+        e->status = status < 0 ? ANVIL_JOB_PENDING : (anvil_job_status)status;
+        e->secondary = dup_text(s, 2);
+        e->message = dup_text(s, 3);
+        if (!e->secondary || !e->message) rc = anvil_fail("state database: out of memory");
+    }
+    if (!rc && step != SQLITE_DONE) rc = db_fail(st, "history");
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    if (rc) {
+        anvil_job_events_free(*events, *n);
+        *events = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+void anvil_job_free(anvil_job *j) {
+    free(j->name);
+    free(j->spec);
+    free(j->run_dir);
+    free(j->secondary);
+    free(j->failure_reason);
+    memset(j, 0, sizeof *j);
+}
+
+void anvil_job_list_free(anvil_job *jobs, int n) {
+    for (int i = 0; i < n; i++) anvil_job_free(&jobs[i]);
+    free(jobs);
+}
+
+void anvil_job_events_free(anvil_job_event *events, int n) {
+    for (int i = 0; i < n; i++) {
+        free(events[i].secondary);
+        free(events[i].message);
+    }
+    free(events);
+}

@@ -1,0 +1,87 @@
+/* The job service's state: one SQLite database (WAL, synchronous=FULL)
+ * holding every job and the timestamped history of its statuses.
+ *
+ * Every change is one transaction, so a daemon killed at any moment leaves
+ * each job as it was before or after the change, never in between. The
+ * daemon is the only writer; its HTTP thread and its supervisor share one
+ * connection, serialized by the store's own lock. */
+#ifndef ANVIL_JOB_STORE_H
+#define ANVIL_JOB_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum {
+    ANVIL_JOB_PENDING,
+    ANVIL_JOB_STARTING,
+    ANVIL_JOB_RUNNING,
+    ANVIL_JOB_STOPPING,
+    ANVIL_JOB_COMPLETED,
+    ANVIL_JOB_FAILED,
+    ANVIL_JOB_STOPPED,
+} anvil_job_status;
+
+#define ANVIL_JOB_NSTATUS 7
+
+const char *anvil_job_status_name(anvil_job_status s);
+/* The status named s (exact case), or -1. */
+int anvil_job_status_parse(const char *s);
+/* Completed, Failed and Stopped: nothing will change any more. */
+bool anvil_job_status_final(anvil_job_status s);
+
+/* Why a job is being stopped; it decides the status it ends with. */
+typedef enum {
+    ANVIL_STOP_NONE,
+    ANVIL_STOP_REQUESTED, /* a stop request: Stopped */
+    ANVIL_STOP_RUNTIME,   /* max_runtime_s: Stopped (MaxRuntimeExceeded) */
+    ANVIL_STOP_HANG,      /* no progress for hang_timeout_s: HangDetected, then the retry policy */
+} anvil_job_stop;
+
+typedef struct {
+    int64_t id;
+    char *name, *spec; /* spec: the canonical JSON of anvil_job_spec_to_json */
+    char *run_dir;
+    anvil_job_status status;
+    char *secondary;      /* "Training", "Retrying (2/3)", ...; "" when none */
+    char *failure_reason; /* one line; "" when none */
+    int attempt;          /* attempts started so far */
+    int pid;              /* the running attempt's wrapper: its process group and session; 0 when none */
+    int exit_code;        /* the last attempt's, -1 when none */
+    anvil_job_stop stop;
+    double stop_deadline; /* when the stop turns into SIGKILL; 0 until the stop signal is sent */
+    double submitted_at, started_at, ended_at; /* seconds since the epoch; started_at: the current attempt */
+} anvil_job;
+
+typedef struct {
+    double at;
+    anvil_job_status status;
+    char *secondary, *message;
+} anvil_job_event;
+
+typedef struct anvil_store anvil_store;
+
+/* Opens (creating) the database at path; NULL after anvil_fail. */
+anvil_store *anvil_store_open(const char *path);
+void anvil_store_close(anvil_store *st);
+
+/* Seconds since the epoch: the clock of every timestamp in the store. */
+double anvil_store_now(void);
+
+/* Adds a Pending job with its first history entry; its run folder is run_dir, or
+ * default_runs/<id> when run_dir is NULL. */
+int anvil_store_submit(anvil_store *st, const char *name, const char *spec, const char *run_dir,
+                       const char *default_runs, int64_t *id);
+/* 0 and *job filled, 1 when there is no such job, -1 on error. */
+int anvil_store_get(anvil_store *st, int64_t id, anvil_job *job);
+/* The jobs whose status is in the mask (bit 1 << status), by id. */
+int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n);
+/* Writes every mutable field of job; when its status or secondary status differ from the stored
+ * ones, also appends a history entry carrying message (NULL: ""). One transaction. */
+int anvil_store_update(anvil_store *st, const anvil_job *job, const char *message);
+int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, int *n);
+
+void anvil_job_free(anvil_job *job);
+void anvil_job_list_free(anvil_job *jobs, int n);
+void anvil_job_events_free(anvil_job_event *events, int n);
+
+#endif
