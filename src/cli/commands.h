@@ -13,6 +13,7 @@ int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_health(int argc, char **argv);
+int cmd_job_run(int argc, char **argv);
 
 /* The quick health check anvil train runs on more than one rank, between
  * anvil_dist_init and training; collective. Prints on rank 0 and returns 0

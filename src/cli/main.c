@@ -22,6 +22,7 @@ static const struct {
     {"info", cmd_info, "show model presets, sizes and the kernels in use"},
     {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged"},
     {"health", cmd_health, "check each rank's GEMM and memory and the all-reduce between them"},
+    {"job-run", cmd_job_run, "(internal) the wrapper anvil serve runs each job attempt through"},
 };
 
 static void usage(FILE *out) {
