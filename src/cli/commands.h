@@ -13,11 +13,16 @@ int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_health(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_job(int argc, char **argv);
 int cmd_job_run(int argc, char **argv);
 
 /* The quick health check anvil train runs on more than one rank, between
  * anvil_dist_init and training; collective. Prints on rank 0 and returns 0
  * when healthy, else the exit status (every rank returns the same). */
 int cli_health_before_training(const char *cmd);
+
+/* The job service's state folder: given, else ~/.local/share/anvil. malloc'd. */
+char *cli_state_dir(const char *given);
 
 #endif

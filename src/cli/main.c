@@ -22,6 +22,8 @@ static const struct {
     {"info", cmd_info, "show model presets, sizes and the kernels in use"},
     {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged"},
     {"health", cmd_health, "check each rank's GEMM and memory and the all-reduce between them"},
+    {"serve", cmd_serve, "run the job service: HTTP API, job statuses, retries, limits"},
+    {"job", cmd_job, "submit, list, describe, follow, stop and wait for service jobs"},
     {"job-run", cmd_job_run, "(internal) the wrapper anvil serve runs each job attempt through"},
 };
 

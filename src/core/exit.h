@@ -13,4 +13,8 @@
  * job, naming the ranks that did not answer. */
 #define ANVIL_EXIT_COLLECTIVE_TIMEOUT 76
 
+/* anvil job: the job ended Failed or Stopped (wait), or the daemon refused the request (a 4xx). */
+#define ANVIL_EXIT_JOB_FAILED 3
+#define ANVIL_EXIT_REFUSED 4
+
 #endif

@@ -1,0 +1,135 @@
+/* anvil serve: the job service daemon (HTTP/JSON on 127.0.0.1, state in SQLite). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/exit.h"
+#include "core/fsutil.h"
+#include "job/api.h"
+#include "job/store.h"
+#include "job/supervisor.h"
+
+static const char *usage =
+    "usage: anvil serve [--state DIR] [--port P] [--stop-grace S]\n"
+    "\n"
+    "Runs the job service: an HTTP/JSON API on 127.0.0.1 (see README: 'The job service') and a\n"
+    "supervisor that runs each job through `anvil launch`, retries it, stops it at its limits.\n"
+    "  --state DIR       state folder: state.db (SQLite), serve.pid, serve.port, jobs/, runs/\n"
+    "                    (default ~/.local/share/anvil)\n"
+    "  --port P          TCP port on 127.0.0.1 (default 7878; 0 picks a free one); the port in use is\n"
+    "                    written to DIR/serve.port once the API listens\n"
+    "  --stop-grace S    seconds between a job's stop signal and SIGKILL (default 120)\n"
+    "\n"
+    "SIGTERM or SIGINT stops the daemon, not the jobs: a restarted daemon finds them again. One daemon\n"
+    "per state folder.\n";
+
+static volatile sig_atomic_t quit;
+
+static void on_quit(int sig) {
+    (void)sig;
+    quit = 1;
+}
+
+/* The state folder given or the default one, malloc'd. */
+char *cli_state_dir(const char *given) {
+    if (given) return strdup(given);
+    const char *home = getenv("HOME");
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s/.local/share/anvil", home && *home ? home : ".");
+    return strdup(buf);
+}
+
+static int write_number(const char *dir, const char *name, long v) {
+    char path[PATH_MAX + 32], text[32];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int n = snprintf(text, sizeof text, "%ld\n", v);
+    return anvil_write_file_atomic(path, text, (size_t)n);
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *state_arg = NULL;
+    int port = 7878;
+    double grace = 120;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "--state")) {
+            if (!(state_arg = arg_value("serve", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--port")) {
+            if (!(v = arg_value("serve", argc, argv, &i)) || arg_int("serve", a, v, 0, 65535, &port)) return 2;
+        } else if (!strcmp(a, "--stop-grace")) {
+            if (!(v = arg_value("serve", argc, argv, &i)) || arg_double("serve", a, v, &grace)) return 2;
+            if (grace < 0) return cli_usage_error("serve", "--stop-grace must be >= 0");
+        } else {
+            return cli_usage_error("serve", "unknown option '%s'", a);
+        }
+    }
+    char self[PATH_MAX], path[PATH_MAX + 32];
+    ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sn <= 0) {
+        anvil_fail("cannot find the anvil binary (/proc/self/exe): %s", strerror(errno));
+        return cli_fail("serve");
+    }
+    self[sn] = 0;
+    char *dir = cli_state_dir(state_arg), real[PATH_MAX];
+    if (!dir || anvil_mkdir_p(dir)) return cli_fail("serve");
+    /* Absolute, since the jobs run in their own folders. */
+    if (!realpath(dir, real)) {
+        anvil_fail("%s: %s", dir, strerror(errno));
+        free(dir);
+        return cli_fail("serve");
+    }
+    free(dir);
+    snprintf(path, sizeof path, "%s/serve.lock", real);
+    int lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB)) {
+        anvil_fail("%s: %s", path, lock < 0 ? strerror(errno) : "another anvil serve holds this state folder");
+        return cli_fail("serve");
+    }
+    snprintf(path, sizeof path, "%s/state.db", real);
+    anvil_store *st = anvil_store_open(path);
+    char runs[PATH_MAX + 8];
+    snprintf(runs, sizeof runs, "%s/runs", real);
+    anvil_supervisor *sup = st ? anvil_supervisor_new(st, real, self, grace) : NULL;
+    /* A client that disconnects mid-answer must not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    anvil_api *api = sup && !anvil_mkdir_p(runs) ? anvil_api_start(st, sup, runs, port) : NULL;
+    int rc = ANVIL_EXIT_ERROR;
+    if (api && !write_number(real, "serve.pid", (long)getpid()) &&
+        !write_number(real, "serve.port", anvil_api_port(api))) {
+        struct sigaction sa = {0};
+        sa.sa_handler = on_quit;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        fprintf(stderr, "anvil serve: listening on http://127.0.0.1:%d, state in %s\n", anvil_api_port(api), real);
+        rc = ANVIL_EXIT_OK;
+        while (!quit) {
+            if (anvil_supervisor_tick(sup)) fprintf(stderr, "anvil serve: warning: %s\n", anvil_errmsg());
+            struct timespec ts = {0, 200 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        fprintf(stderr, "anvil serve: stopping; running jobs continue and a restart finds them\n");
+    }
+    if (rc) cli_fail("serve");
+    anvil_api_stop(api);
+    anvil_supervisor_free(sup);
+    anvil_store_close(st);
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/serve.port", real);
+        unlink(path);
+    }
+    close(lock);
+    return rc;
+}
