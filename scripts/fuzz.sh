@@ -9,7 +9,8 @@
 # add the input to tests/fuzz/corpus/<target>/ as a regression input.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(jsonl manifest rankfile encode safetensors shard)
+targets=()
+for d in tests/fuzz/corpus/*/; do targets+=("$(basename "$d")"); done # one seed folder per target
 [ -n "${1:-}" ] && targets=("$1")
 runs=${2:-1000000}
 scripts/build.sh build-fuzz -DCMAKE_C_COMPILER=clang -DANVIL_SANITIZE=ON -DANVIL_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug --target fuzz

@@ -1,13 +1,7 @@
 /* libFuzzer entry point for the job spec parser (the body of POST /v1/jobs): any byte string must be
  * either accepted as a spec within its limits or refused with a message, never crash, leak or read
  * out of bounds; an accepted spec must survive the round trip through its canonical JSON unchanged.
- * Not part of the CMake build.
- *
- * Build and run from the repository root:
- *   clang -std=c17 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Isrc \
- *     tests/fuzz/fuzz_jobspec.c src/job/spec.c src/core/error.c -lcjson -lm -o /tmp/fuzz_jobspec
- *   mkdir -p /tmp/fuzz_jobspec_corpus && echo '{"name":"a","command":["train"]}' > /tmp/fuzz_jobspec_corpus/min
- *   /tmp/fuzz_jobspec -runs=2000000 -max_len=4096 /tmp/fuzz_jobspec_corpus */
+ * Built and run by tests/fuzz/CMakeLists.txt (ANVIL_FUZZ) and scripts/fuzz.sh. */
 #include "core/error.h"
 #include "job/spec.h"
 
