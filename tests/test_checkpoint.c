@@ -36,7 +36,7 @@
 #include "core/error.h"
 #include "model/gpt2.h"
 #include "testutil.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 #define HF_FIXTURE "fixtures/hf_gpt2_tiny_logits.safetensors"
 #define HF_SEED 4242
@@ -80,7 +80,7 @@ static void train_steps(anvil_gpt2 *m, anvil_adamw *o, int steps) {
         float loss;
         anvil_gpt2_zero_grad(m);
         CHECK(anvil_gpt2_forward_backward(m, x, y, B, T, 1.0f, &loss) == 0);
-        anvil_adamw_step(o, m, 1e-3f);
+        anvil_adamw_step(o, m->params, m->grads, anvil_adamw_grad_sumsq(o, m->grads), 0.0f, 1e-3f);
     }
 }
 
@@ -93,12 +93,12 @@ static const anvil_adamw_config acfg = {0.9f, 0.95f, 1e-8f, 0.1f};
 
 static void make_trained(trained *t, uint64_t seed, int steps) {
     make_model(&t->m, tiny_cfg, seed);
-    CHECK(anvil_adamw_init(&t->o, &t->m, &acfg) == 0);
+    CHECK(anvil_adamw_init_whole(&t->o, t->m.k, &acfg, t->m.offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays) == 0);
     train_steps(&t->m, &t->o, steps);
 }
 
 static void free_trained(trained *t) {
-    anvil_adamw_free(&t->o, &t->m);
+    anvil_adamw_free(&t->o);
     anvil_gpt2_free(&t->m);
 }
 
@@ -311,9 +311,8 @@ static int shard_slices(const trained *t, int g, anvil_ckpt_slice *sl, int drop_
 }
 
 static int save_sharded_step(const char *run, const trained *t, int64_t step, int drop, int dup) {
-    anvil_ckpt_layout lay = {2, 3, 2, t->o.t, acfg};
+    anvil_ckpt_layout lay = {2, 3, 2};
     anvil_ckpt_state st = state_of(t, step);
-    st.opt = NULL;
     st.layout = &lay;
     char tmp[PATH_MAX + 64], out[PATH_MAX];
     anvil_ckpt_file files[2];

@@ -17,7 +17,7 @@
 #include "model/gpt2.h"
 #include "sample/sampler.h"
 #include "testutil.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 struct sink {
     int32_t buf[64];

@@ -48,7 +48,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "model/gpt2.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 #define ANVIL_CKPT_VERSION 2
 #define ANVIL_CKPT_MAX_FILES 258 /* weights, moments and up to 256 shard files */
@@ -60,8 +60,6 @@
  * whatever the layout of the run that reads them (resharding). */
 typedef struct {
     int world, zero_stage, shard_group;
-    int adam_t;               /* zero_stage >= 1: the optimizer's counters, since opt is NULL */
-    anvil_adamw_config adamw;
 } anvil_ckpt_layout;
 
 /* What to save. step counts completed optimizer steps, so a resumed run
@@ -75,8 +73,9 @@ typedef struct {
     int64_t tokens_seen;
     const char *tokenizer;         /* e.g. "bytes" or a rank-file hash; NULL means "bytes" */
     const char *train_config_json; /* a JSON object as text; NULL means {} */
-    /* NULL: one process, or replicas that all hold the same state. With zero_stage >= 1, opt is
-     * NULL (the moments are in shard files), and with 3, model->params too. */
+    /* NULL: one process, or replicas that all hold the same state. With zero_stage >= 1, opt gives
+     * the update count and hyperparameters only (its moments are a shard's, in the shard files), and
+     * with 3, model->params is NULL. */
     const anvil_ckpt_layout *layout;
 } anvil_ckpt_state;
 

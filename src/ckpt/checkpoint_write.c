@@ -73,14 +73,14 @@ static int snapshot_buffer(float **p, int want, size_t bytes) {
 
 anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const anvil_ckpt_state *st) {
     int stage = st && st->layout ? st->layout->zero_stage : 0;
-    int has_opt = st && st->opt && st->opt->m && st->opt->v;
-    if (!st || !st->model || (stage == 0 && !has_opt) || (stage < 3 && !st->model->params) || st->step < 0 ||
+    int has_opt = st && st->opt && (stage > 0 || (st->opt->m && st->opt->v));
+    if (!st || !st->model || !has_opt || (stage < 3 && !st->model->params) || st->step < 0 ||
         st->tokens_seen < 0 || stage < 0 || stage > 3) {
         anvil_ckpt_snapshot_free(reuse);
         anvil_fail("checkpoint: the state to save needs a model, an initialized optimizer and counters >= 0");
         return NULL;
     }
-    const anvil_adamw_config *ac = stage ? &st->layout->adamw : &st->opt->cfg;
+    const anvil_adamw_config *ac = &st->opt->cfg;
     if (!isfinite(ac->beta1) || !isfinite(ac->beta2) || !isfinite(ac->eps) || !isfinite(ac->weight_decay)) {
         anvil_ckpt_snapshot_free(reuse);
         anvil_fail("checkpoint: the AdamW hyperparameters are not finite");
@@ -117,9 +117,9 @@ anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const 
         model->k->download(s->m, st->opt->m, bytes);
         model->k->download(s->v, st->opt->v, bytes);
     }
-    s->layout = st->layout ? *st->layout : (anvil_ckpt_layout){1, 0, 1, 0, st->opt->cfg};
+    s->layout = st->layout ? *st->layout : (anvil_ckpt_layout){1, 0, 1};
     s->acfg = *ac;
-    s->t = stage ? st->layout->adam_t : st->opt->t;
+    s->t = st->opt->t;
     s->loader = st->loader;
     s->rng = st->rng;
     s->step = st->step;

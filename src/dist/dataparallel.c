@@ -41,10 +41,10 @@ struct anvil_dp {
     size_t shard_n, max_unit, max_layer; /* the largest unit, and the largest layer unit */
     dp_seg *segs;
     int nsegs;
-    float *sm, *sv, *sgrad, *sparam; /* shard arrays, per stage */
+    float *sgrad, *sparam; /* shard arrays, per stage */
+    anvil_adamw opt;       /* stages 1-3: the update of the rank's blocks, with their moments */
     float *gather;     /* stages 1-2: one unit, packed, for the parameter all-gather */
     int gather_owned;  /* stage 2 borrows the largest gradient slot instead */
-    int adam_t;
     anvil_gpt2_hooks hooks;
     dp_slot gslots[NSLOT], pslots[NSLOT];
     anvil_req **pending; /* stages 0-1: this step's all-reduces */
@@ -285,6 +285,24 @@ static int hook_put_params(void *ctx, int u) {
 
 /* ---- setup ---- */
 
+/* The rank's blocks as the optimizer's segments: weights in the flat layout
+ * below stage 3 and in the shard after, gradients in the flat layout at
+ * stage 1 and in the shard after, moments in the shard. */
+static int init_optimizer(anvil_dp *dp) {
+    int st = dp->cfg.zero_stage;
+    anvil_adamw_segment *segs = malloc((size_t)(dp->nsegs ? dp->nsegs : 1) * sizeof *segs);
+    if (!segs) return anvil_fail("dist: out of memory for the shard plan");
+    for (int i = 0; i < dp->nsegs; i++) {
+        const dp_seg *g = &dp->segs[i];
+        segs[i] = (anvil_adamw_segment){st == 3 ? g->shard : g->flat, st == 1 ? g->flat : g->shard, g->shard, g->len,
+                                        anvil_gpt2_param_decays(g->tensor)};
+    }
+    int rc = anvil_adamw_init(&dp->opt, dp->k, &dp->cfg.adamw, segs, dp->nsegs, dp->shard_n);
+    free(segs);
+    if (!rc) dp->bytes += 2.0 * sizeof(float) * (double)(dp->shard_n ? dp->shard_n : 1);
+    return rc;
+}
+
 /* At least one element, so that a rank owning nothing of a small unit still gets a valid buffer. */
 static float *alloc_f(anvil_dp *dp, size_t n) {
     if (!n) n = 1;
@@ -330,11 +348,7 @@ anvil_dp *anvil_dp_new(anvil_gpt2 *m, const anvil_dp_config *cfg) {
     if (anvil_broadcast(world, m->params, m->nparams, ANVIL_F32, 0, "initial parameters")) goto fail;
 
     int st = cfg->zero_stage;
-    if (st >= 1) {
-        dp->sm = alloc_f(dp, dp->shard_n);
-        dp->sv = alloc_f(dp, dp->shard_n);
-        if (dp->shard_n && (!dp->sm || !dp->sv)) goto oom;
-    }
+    if (st >= 1 && init_optimizer(dp)) goto fail;
     if (st == 1) {
         if (!(dp->gather = alloc_f(dp, dp->max_unit))) goto oom;
         dp->gather_owned = 1;
@@ -386,8 +400,7 @@ void anvil_dp_free(anvil_dp *dp) {
         dp->k->free(dp->pslots[i].buf);
     }
     if (dp->m && dp->m->hooks == &dp->hooks) dp->m->hooks = NULL;
-    dp->k->free(dp->sm);
-    dp->k->free(dp->sv);
+    anvil_adamw_free(&dp->opt);
     dp->k->free(dp->sgrad);
     dp->k->free(dp->sparam);
     if (dp->gather_owned) dp->k->free(dp->gather);
@@ -426,40 +439,15 @@ int anvil_dp_finish_grads(anvil_dp *dp) {
     return rc;
 }
 
-/* Sum of squares over this rank's shard, summed over its shard group. */
-static int shard_sumsq(anvil_dp *dp, const float *grads_base, int flat, double *out) {
-    double s = 0.0;
-    for (int i = 0; i < dp->nsegs; i++) {
-        const dp_seg *g = &dp->segs[i];
-        s += dp->k->sumsq(grads_base + (flat ? g->flat : g->shard), g->len);
-    }
-    if (anvil_allreduce(dp->shard, &s, 1, ANVIL_F64, "gradient norm")) return -1;
-    *out = s;
-    return 0;
-}
-
 int anvil_dp_step(anvil_dp *dp, float lr, float max_norm, float *norm) {
     anvil_gpt2 *m = dp->m;
     int st = dp->cfg.zero_stage;
     if (st == 0) return anvil_fail("dist: anvil_dp_step is for ZeRO stages 1-3");
-    int flat_grads = st == 1;
-    float *gbase = flat_grads ? m->grads : dp->sgrad;
-    double ss;
-    if (shard_sumsq(dp, gbase, flat_grads, &ss)) return -1;
-    double nrm = sqrt(ss);
-    *norm = (float)nrm;
-    float coef = max_norm > 0.0f ? (float)(max_norm / (nrm + 1e-6)) : 1.0f;
-    dp->adam_t++;
-    const anvil_adamw_config *a = &dp->cfg.adamw;
-    for (int i = 0; i < dp->nsegs; i++) {
-        const dp_seg *g = &dp->segs[i];
-        float *grad = gbase + (flat_grads ? g->flat : g->shard);
-        if (coef < 1.0f) dp->k->scale(grad, coef, g->len);
-        float *p = st == 3 ? dp->sparam + g->shard : m->params + g->flat;
-        float wd = anvil_gpt2_param_decays(g->tensor) ? a->weight_decay : 0.0f;
-        dp->k->adamw(p, grad, dp->sm + g->shard, dp->sv + g->shard, g->len, lr, a->beta1, a->beta2, a->eps, wd,
-                     dp->adam_t);
-    }
+    float *grads = st == 1 ? m->grads : dp->sgrad;
+    /* The norm covers every rank's blocks: their sums of squares add up over the shard group. */
+    double ss = anvil_adamw_grad_sumsq(&dp->opt, grads);
+    if (anvil_allreduce(dp->shard, &ss, 1, ANVIL_F64, "gradient norm")) return -1;
+    *norm = anvil_adamw_step(&dp->opt, st == 3 ? dp->sparam : m->params, grads, ss, max_norm, lr);
     if (st == 3) return 0;
     /* Every rank updated its block of each unit; gather them back. */
     for (int u = 0; u < dp->nunits; u++) {
@@ -500,8 +488,8 @@ void anvil_dp_slice(const anvil_dp *dp, int i, int *tensor, size_t *flat, size_t
     *tensor = g->tensor;
     *flat = g->flat;
     *len = g->len;
-    *m = dp->sm + g->shard;
-    *v = dp->sv + g->shard;
+    *m = dp->opt.m + g->shard;
+    *v = dp->opt.v + g->shard;
     *p = dp->sparam ? dp->sparam + g->shard : NULL;
 }
 
@@ -511,15 +499,15 @@ void anvil_dp_shard_id(const anvil_dp *dp, int *g, int *k, int *writer) {
     *writer = !dp->replica || anvil_group_rank(dp->replica) == 0;
 }
 
-int anvil_dp_adam_t(const anvil_dp *dp) { return dp->adam_t; }
+anvil_adamw *anvil_dp_optimizer(anvil_dp *dp) { return dp->cfg.zero_stage ? &dp->opt : NULL; }
 
-void anvil_dp_set_moments(anvil_dp *dp, const float *m, const float *v, int t) {
+void anvil_dp_set_moments(anvil_dp *dp, const anvil_adamw *whole) {
     for (int i = 0; i < dp->nsegs; i++) {
         const dp_seg *g = &dp->segs[i];
-        memcpy(dp->sm + g->shard, m + g->flat, g->len * sizeof(float));
-        memcpy(dp->sv + g->shard, v + g->flat, g->len * sizeof(float));
+        memcpy(dp->opt.m + g->shard, whole->m + g->flat, g->len * sizeof(float));
+        memcpy(dp->opt.v + g->shard, whole->v + g->flat, g->len * sizeof(float));
     }
-    dp->adam_t = t;
+    dp->opt.t = whole->t;
 }
 
 void anvil_dp_get_info(const anvil_dp *dp, anvil_dp_info *info) {

@@ -30,7 +30,7 @@
 
 #include "dist/comm.h"
 #include "model/gpt2.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 typedef struct {
     int zero_stage;       /* 0..3 */
@@ -57,8 +57,8 @@ void anvil_dp_set_last_micro(anvil_dp *dp, int last);
 /* After the last micro-step: waits for every reduction. */
 int anvil_dp_finish_grads(anvil_dp *dp);
 /* Global-norm clipping and the AdamW update of stages 1-3 on the rank's
- * shard (at stage 0 every rank holds the whole reduced gradient, so callers
- * use anvil_clip_grad_norm and anvil_adamw_step as one process does), then the
+ * shard, by the rank's optimizer (at stage 0 every rank holds the whole
+ * reduced gradient and steps a whole optimizer as one process does), then the
  * parameter all-gather of stages 1-2. *norm gets the norm before clipping. */
 int anvil_dp_step(anvil_dp *dp, float lr, float max_norm, float *norm);
 
@@ -75,10 +75,12 @@ void anvil_dp_slice(const anvil_dp *dp, int i, int *tensor, size_t *flat, size_t
 /* The shard this rank holds: number g of k; writer is 1 on the first replica
  * of each shard (the ranks that save it). */
 void anvil_dp_shard_id(const anvil_dp *dp, int *g, int *k, int *writer);
-int anvil_dp_adam_t(const anvil_dp *dp);
-/* Stages 1-3: takes this rank's part of whole moments in the flat layout (a
- * checkpoint of any layout, put back together) and the update count. */
-void anvil_dp_set_moments(anvil_dp *dp, const float *m, const float *v, int t);
+/* Stages 1-3: the optimizer of the rank's blocks (its moments and update
+ * count are what checkpoints save); NULL at stage 0. */
+anvil_adamw *anvil_dp_optimizer(anvil_dp *dp);
+/* Stages 1-3: takes this rank's part of a whole optimizer's moments (a
+ * checkpoint of any layout, put back together) and its update count. */
+void anvil_dp_set_moments(anvil_dp *dp, const anvil_adamw *whole);
 
 typedef struct {
     int zero_stage, shard_group_size, shard_rank, replicas;

@@ -304,8 +304,8 @@ static int save_sharded(const anvil_train_config *c, anvil_gpt2 *m, anvil_dp *dp
             anvil_ckpt_abandon(begun.tmp);
             result = -1;
         } else {
-            anvil_ckpt_layout lay = {world, c->zero_stage, k, anvil_dp_adam_t(dp), c->adamw};
-            anvil_ckpt_state st = {m, NULL, {0}, rng, step, tokens_seen, NULL, c->config_json, &lay};
+            anvil_ckpt_layout lay = {world, c->zero_stage, k};
+            anvil_ckpt_state st = {m, anvil_dp_optimizer(dp), {0}, rng, step, tokens_seen, NULL, c->config_json, &lay};
             if (train) st.loader = anvil_loader_get_state(train);
             anvil_ckpt_snapshot *s = anvil_ckpt_snapshot_take(NULL, &st);
             char out[4200];
@@ -432,7 +432,9 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
 
     int ckpt_policy = c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume);
     /* A sharded run restores whole moments from a checkpoint of any layout, then keeps its part. */
-    if ((!sharded || c->resume) && anvil_adamw_init(&opt, &model, &c->adamw)) goto out;
+    if ((!sharded || c->resume) &&
+        anvil_adamw_init_whole(&opt, k, &c->adamw, model.offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays))
+        goto out;
     if (!c->synthetic) {
         train = anvil_loader_open(c->train_pattern, B, T, rank, world, mc->vocab_size);
         if (!train || (c->shuffle && anvil_loader_set_shuffle(train, c->seed))) goto out;
@@ -475,8 +477,8 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
         if (!(dp = anvil_dp_new(&model, &dc))) goto out;
         if (sharded && opt.m) {
-            anvil_dp_set_moments(dp, opt.m, opt.v, opt.t);
-            anvil_adamw_free(&opt, &model);
+            anvil_dp_set_moments(dp, &opt);
+            anvil_adamw_free(&opt);
         }
     }
     /* With a run folder there is always a checkpointer: a stop signal saves even without a policy. */
@@ -521,8 +523,8 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         if (sharded) {
             if (anvil_dp_step(dp, lr, c->grad_clip, &norm)) goto out;
         } else {
-            norm = anvil_clip_grad_norm(&model, c->grad_clip);
-            anvil_adamw_step(&opt, &model, lr);
+            norm = anvil_adamw_step(&opt, model.params, model.grads, anvil_adamw_grad_sumsq(&opt, model.grads),
+                                    c->grad_clip, lr);
         }
         double dt = anvil_now() - t0;
         step_ms[timed++] = dt * 1e3;
@@ -578,7 +580,7 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             if (save_sharded(c, &model, dp, train, data_rng, step + 1, tokens_seen)) goto out;
         } else if (save && ckpt) {
             /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
-            anvil_ckpt_layout lay = {world, 0, 1, 0, c->adamw};
+            anvil_ckpt_layout lay = {world, 0, 1};
             anvil_ckpt_state st = {&model, &opt, {0}, data_rng, step + 1, tokens_seen, NULL, c->config_json,
                                    world > 1 ? &lay : NULL};
             if (train) st.loader = anvil_loader_get_state(train);
@@ -630,7 +632,7 @@ out:
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
     if (have_model) {
-        anvil_adamw_free(&opt, &model);
+        anvil_adamw_free(&opt);
         anvil_gpt2_free(&model);
     }
     anvil_loader_close(train);

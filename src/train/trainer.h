@@ -9,7 +9,7 @@
 
 #include "kernels/kernels.h"
 #include "model/gpt2.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 typedef struct {
     anvil_gpt2_config model;
