@@ -9,16 +9,32 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "dist/comm.h"
+
+/* Where a rank's shard file stands, as the ranks exchange it. */
+typedef enum { SHARD_NONE, SHARD_FAILED, SHARD_WRITTEN, SHARD_PENDING } shard_state;
+
+/* What a rank tells the others about its shard file. */
+typedef struct {
+    int64_t state; /* shard_state */
+    int64_t bytes;
+    int64_t crc32c;
+} shard_report;
 
 /* An asynchronous checkpoint has two phases on the writer thread: the
  * snapshot copy, which must finish before the next optimizer update changes
  * weights or moments, and the write, which may take as long as it likes.
  * The next step's forward and backward only read the weights, so the copy
  * overlaps them, and the training thread waits only if the copy is not done
- * by the time it wants to update (anvil_checkpointer_before_update). */
+ * by the time it wants to update (anvil_checkpointer_before_update).
+ * A sharded checkpoint's write has a third phase on rank 0: it waits until
+ * the ranks' exchange says every shard file is written (commit 1) or one
+ * failed (commit -1), then finishes the folder or removes it. */
 struct anvil_checkpointer {
     anvil_checkpointer_config cfg;
+    int rank, world;
     anvil_ckpt_state st;         /* what the writer snapshots (its pointers stay valid: model, opt) */
+    anvil_ckpt_layout layout;    /* st.layout's copy: the caller's may be gone before the snapshot */
     anvil_ckpt_snapshot *snap;   /* reused from one checkpoint to the next */
     pthread_t writer;
     pthread_mutex_t mu;
@@ -26,12 +42,28 @@ struct anvil_checkpointer {
     int writing;  /* a writer thread exists and has not been joined */
     int writing_async; /* write_main runs on its own thread */
     int copied;   /* the writer's snapshot is complete */
+    int take_rc;  /* the snapshot's result */
     int write_rc; /* the writer's result */
     char write_err[1024];
     char path[4096];
     int64_t step;
     double last_save_time, stall_ms, write_ms;
     int failed;
+    /* the sharded checkpoint in flight */
+    int sharded;
+    anvil_checkpointer_shard shard; /* its slices point into shard_copy once copied */
+    anvil_ckpt_slice *slices;
+    int slices_cap;
+    float *shard_copy;
+    size_t shard_copy_cap;
+    char tmp[4096];          /* the temporary folder rank 0 opened */
+    int open;                /* shard states not yet exchanged to the end */
+    shard_report mine;
+    shard_report *reports;   /* every rank's, one per rank */
+    char shard_err[1024];
+    int commit;              /* rank 0: 0 until the exchange decides, then 1 or -1 */
+    anvil_ckpt_file shards[ANVIL_CKPT_MAX_FILES];
+    int nshards;
 };
 
 anvil_checkpointer *anvil_checkpointer_new(const anvil_checkpointer_config *cfg) {
@@ -42,10 +74,114 @@ anvil_checkpointer *anvil_checkpointer_new(const anvil_checkpointer_config *cfg)
     }
     cp->cfg = *cfg;
     if (cp->cfg.keep_last < 1) cp->cfg.keep_last = 1;
+    cp->rank = anvil_dist_rank();
+    cp->world = anvil_dist_world_size();
+    if (!(cp->reports = calloc((size_t)cp->world, sizeof *cp->reports))) {
+        free(cp);
+        anvil_fail("checkpoint: out of memory");
+        return NULL;
+    }
     pthread_mutex_init(&cp->mu, NULL);
     pthread_cond_init(&cp->cv, NULL);
     cp->last_save_time = anvil_now();
     return cp;
+}
+
+static void set_shard_state(anvil_checkpointer *cp, shard_state s) {
+    pthread_mutex_lock(&cp->mu);
+    cp->mine.state = s;
+    pthread_cond_broadcast(&cp->cv);
+    pthread_mutex_unlock(&cp->mu);
+}
+
+/* Copies the shard's slices (moments, and weights at stage 3) into
+ * shard_copy and points the slices there. */
+static int copy_shard(anvil_checkpointer *cp) {
+    anvil_checkpointer_shard *sh = &cp->shard;
+    int kinds = sh->nslices > 0 && sh->slices[0].p ? 3 : 2;
+    size_t need = 0;
+    for (int i = 0; i < sh->nslices; i++) need += sh->slices[i].len * (size_t)kinds;
+    if (need > cp->shard_copy_cap) {
+        free(cp->shard_copy);
+        cp->shard_copy_cap = 0;
+        if (!(cp->shard_copy = malloc(need * sizeof(float))))
+            return anvil_fail("checkpoint: out of memory for a copy of shard %d of %d", sh->g, sh->k);
+        cp->shard_copy_cap = need;
+    }
+    float *at = cp->shard_copy;
+    for (int i = 0; i < sh->nslices; i++) {
+        anvil_ckpt_slice *s = &cp->slices[i];
+        const float *src[3] = {s->m, s->v, s->p};
+        float *dst[3];
+        for (int j = 0; j < kinds; j++, at += s->len) {
+            memcpy(at, src[j], s->len * sizeof(float));
+            dst[j] = at;
+        }
+        s->m = dst[0];
+        s->v = dst[1];
+        if (kinds == 3) s->p = dst[2];
+    }
+    sh->slices = cp->slices;
+    return 0;
+}
+
+/* The snapshot: the whole state where this rank writes it (replicated
+ * runs, and rank 0 of sharded ones), and the shard's slices. */
+static void take(anvil_checkpointer *cp) {
+    int rc = 0;
+    if (!cp->sharded || cp->rank == 0) {
+        anvil_ckpt_snapshot *snap = anvil_ckpt_snapshot_take(cp->snap, &cp->st);
+        cp->snap = snap;
+        if (!snap) rc = -1;
+    }
+    if (!rc && cp->sharded && cp->shard.writer) rc = copy_shard(cp);
+    if (rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
+    pthread_mutex_lock(&cp->mu);
+    cp->take_rc = rc;
+    cp->copied = 1;
+    pthread_cond_broadcast(&cp->cv);
+    pthread_mutex_unlock(&cp->mu);
+}
+
+/* The shard's writer writes its file into rank 0's temporary folder. */
+static void write_shard(anvil_checkpointer *cp) {
+    if (!cp->shard.writer) {
+        set_shard_state(cp, SHARD_NONE);
+        return;
+    }
+    anvil_ckpt_file f = {0};
+    int rc = cp->take_rc ? -1 : anvil_ckpt_write_shard(cp->tmp, cp->shard.g, cp->shard.k, cp->st.model,
+                                                         cp->shard.slices, cp->shard.nslices, &f);
+    if (rc && !cp->take_rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
+    if (rc) snprintf(cp->shard_err, sizeof cp->shard_err, "%s", cp->write_err);
+    cp->mine.bytes = (int64_t)f.bytes;
+    cp->mine.crc32c = f.crc32c;
+    set_shard_state(cp, rc ? SHARD_FAILED : SHARD_WRITTEN);
+}
+
+/* Writes (or, sharded, completes or removes) the checkpoint folder, then prunes. */
+static void finish(anvil_checkpointer *cp) {
+    int rc = cp->take_rc;
+    if (cp->sharded) {
+        pthread_mutex_lock(&cp->mu);
+        while (!cp->commit) pthread_cond_wait(&cp->cv, &cp->mu);
+        int commit = cp->commit;
+        pthread_mutex_unlock(&cp->mu);
+        if (commit < 0 || rc) {
+            /* The exchange already failed with the reason, on every rank. */
+            anvil_ckpt_abandon(cp->tmp);
+            if (!rc) snprintf(cp->write_err, sizeof cp->write_err, "checkpoint step %lld not saved: a shard failed",
+                              (long long)cp->step);
+            cp->write_rc = -1;
+            return;
+        }
+        rc = anvil_ckpt_finish(cp->snap, cp->cfg.run_dir, cp->tmp, cp->shards, cp->nshards, cp->path, sizeof cp->path);
+    } else if (!rc) {
+        rc = anvil_ckpt_snapshot_write(cp->snap, cp->cfg.run_dir, cp->path, sizeof cp->path);
+    }
+    if (!rc && anvil_ckpt_prune(cp->cfg.run_dir, cp->cfg.keep_last, cp->cfg.keep_every) < 0) rc = -1;
+    if (rc && !cp->take_rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
+    cp->write_rc = rc;
 }
 
 /* Snapshot, write, prune. Error text is copied out: messages are per thread.
@@ -55,20 +191,52 @@ anvil_checkpointer *anvil_checkpointer_new(const anvil_checkpointer_config *cfg)
  * not preempt one of them and stall the others at the next barrier. */
 static void *write_main(void *arg) {
     anvil_checkpointer *cp = arg;
-    anvil_ckpt_snapshot *snap = anvil_ckpt_snapshot_take(cp->snap, &cp->st);
-    pthread_mutex_lock(&cp->mu);
-    cp->snap = snap;
-    cp->copied = 1;
-    pthread_cond_broadcast(&cp->cv);
-    pthread_mutex_unlock(&cp->mu);
-    if (cp->writing_async) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    take(cp);
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     double t0 = anvil_now();
-    cp->write_rc = snap ? anvil_ckpt_snapshot_write(snap, cp->cfg.run_dir, cp->path, sizeof cp->path) : -1;
-    if (!cp->write_rc && anvil_ckpt_prune(cp->cfg.run_dir, cp->cfg.keep_last, cp->cfg.keep_every) < 0)
-        cp->write_rc = -1;
-    if (cp->write_rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
+    if (cp->sharded) write_shard(cp);
+    if (!cp->sharded || cp->rank == 0) finish(cp);
     cp->write_ms = (anvil_now() - t0) * 1e3;
     return NULL;
+}
+
+/* Every rank's shard state, so that rank 0 commits the folder only once
+ * every shard file is written; with wait, this rank's own file first. All
+ * ranks get the same reports, so they all decide alike: 0 while a shard is
+ * still being written, 1 when rank 0 may commit, -1 (on every rank) when a
+ * shard failed, and rank 0 removes the folder. */
+static int exchange(anvil_checkpointer *cp, int wait) {
+    shard_report *all = cp->reports;
+    memset(all, 0, (size_t)cp->world * sizeof *all);
+    pthread_mutex_lock(&cp->mu);
+    while (wait && cp->mine.state == SHARD_PENDING) pthread_cond_wait(&cp->cv, &cp->mu);
+    all[cp->rank] = cp->mine;
+    pthread_mutex_unlock(&cp->mu);
+    if (anvil_allreduce(anvil_dist_world(), all, (size_t)cp->world * 3, ANVIL_I64, "checkpoint shard files"))
+        return -1;
+    int failed = -1, pending = 0, n = 0;
+    for (int r = 0; r < cp->world; r++) {
+        if (all[r].state == SHARD_PENDING) pending = 1;
+        if (all[r].state == SHARD_FAILED && failed < 0) failed = r;
+        if (all[r].state == SHARD_WRITTEN && n < ANVIL_CKPT_MAX_FILES - 2) {
+            /* The first replica of shard group rank r is world rank r (groups are consecutive ranks). */
+            anvil_ckpt_shard_name(r, cp->shard.k, cp->shards[n].name, sizeof cp->shards[n].name);
+            cp->shards[n].bytes = (uint64_t)all[r].bytes;
+            cp->shards[n].crc32c = (uint32_t)all[r].crc32c;
+            n++;
+        }
+    }
+    if (pending) return 0;
+    cp->open = 0;
+    pthread_mutex_lock(&cp->mu);
+    cp->nshards = n;
+    cp->commit = failed >= 0 ? -1 : 1;
+    pthread_cond_broadcast(&cp->cv);
+    pthread_mutex_unlock(&cp->mu);
+    if (failed < 0) return 1;
+    const char *why = failed == cp->rank ? cp->shard_err : "";
+    return anvil_fail("checkpoint step %lld not saved: rank %d failed to write its shard%s%s", (long long)cp->step,
+                      failed, why[0] ? ": " : "", why);
 }
 
 /* Joins the writer in flight and reports its outcome. */
@@ -76,6 +244,7 @@ static int wait_writer(anvil_checkpointer *cp) {
     if (!cp->writing) return 0;
     pthread_join(cp->writer, NULL);
     cp->writing = 0;
+    if (cp->sharded && cp->rank != 0) return 0;
     if (cp->write_rc) {
         cp->failed = 1;
         fprintf(cp->cfg.log, "checkpoint step %lld failed: %s\n", (long long)cp->step, cp->write_err);
@@ -90,52 +259,132 @@ int anvil_checkpointer_due(const anvil_checkpointer *cp, int64_t step) {
     return cp->cfg.every_minutes > 0 && anvil_now() - cp->last_save_time >= cp->cfg.every_minutes * 60.0;
 }
 
-int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, int force_sync) {
-    double t0 = anvil_now();
-    if (wait_writer(cp)) return -1;
-    cp->st = *st;
-    cp->step = st->step;
-    cp->copied = 0;
-    cp->last_save_time = t0;
-    cp->writing_async = cp->cfg.async && !force_sync;
-    if (cp->writing_async && pthread_create(&cp->writer, NULL, write_main, cp) == 0) {
-        cp->writing = 1;
-        cp->stall_ms = (anvil_now() - t0) * 1e3;
-        return 0;
+/* Sharded: rank 0 opens the temporary folder and tells every rank where it
+ * is, or that it (or the write before) failed. */
+static int open_folder(anvil_checkpointer *cp, int rc, int64_t step) {
+    struct {
+        int64_t rc;
+        char tmp[4096];
+    } begun = {rc, ""};
+    if (cp->rank == 0 && !rc && anvil_ckpt_begin(cp->cfg.run_dir, step, begun.tmp, sizeof begun.tmp)) begun.rc = -1;
+    if (anvil_broadcast(anvil_dist_world(), &begun, sizeof begun, ANVIL_U8, 0, "checkpoint folder")) return -1;
+    if (begun.rc)
+        return cp->rank == 0 ? -1 : anvil_fail("checkpoint step %lld: rank 0 could not start it", (long long)step);
+    snprintf(cp->tmp, sizeof cp->tmp, "%s", begun.tmp);
+    return 0;
+}
+
+/* Keeps the caller's shard description, its slices in an array of our own. */
+static int keep_shard(anvil_checkpointer *cp, const anvil_checkpointer_shard *shard) {
+    cp->shard = *shard;
+    if (shard->nslices > cp->slices_cap) {
+        anvil_ckpt_slice *s = realloc(cp->slices, (size_t)shard->nslices * sizeof *s);
+        if (!s) return anvil_fail("checkpoint: out of memory");
+        cp->slices = s;
+        cp->slices_cap = shard->nslices;
     }
-    cp->writing_async = 0;
-    write_main(cp);
-    cp->stall_ms = (anvil_now() - t0) * 1e3;
-    if (cp->write_rc) {
+    if (shard->nslices) memcpy(cp->slices, shard->slices, (size_t)shard->nslices * sizeof *cp->slices);
+    cp->shard.slices = cp->slices;
+    return 0;
+}
+
+/* Everything now, on the training thread. Sharded runs exchange their
+ * shard states, and rank 0 tells everyone whether it committed. */
+static int save_now(anvil_checkpointer *cp) {
+    take(cp);
+    double t0 = anvil_now();
+    int rc = 0;
+    if (cp->sharded) {
+        write_shard(cp);
+        rc = exchange(cp, 1) < 0 ? -1 : 0;
+        if (rc && !cp->commit) cp->commit = -1; /* the exchange itself failed */
+    }
+    if (!cp->sharded || cp->rank == 0) finish(cp);
+    cp->write_ms = (anvil_now() - t0) * 1e3;
+    if (!rc && cp->sharded) {
+        int64_t result = cp->write_rc;
+        if (anvil_broadcast(anvil_dist_world(), &result, 1, ANVIL_I64, 0, "checkpoint result")) return -1;
+        if (result && cp->rank != 0) rc = anvil_fail("checkpoint step %lld not saved", (long long)cp->step);
+    }
+    if (!rc && cp->write_rc && (!cp->sharded || cp->rank == 0)) rc = anvil_fail("%s", cp->write_err);
+    if (rc) {
         cp->failed = 1;
-        return anvil_fail("%s", cp->write_err);
+        return -1;
     }
     fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms (synchronous)\n", cp->path, cp->write_ms);
     return 0;
 }
 
-int anvil_checkpointer_before_update(anvil_checkpointer *cp) {
-    if (!cp || !cp->writing) return 0;
+int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, const anvil_checkpointer_shard *shard,
+                            int force_sync) {
+    if (!shard && cp->rank != 0) return 0;
     double t0 = anvil_now();
-    pthread_mutex_lock(&cp->mu);
-    int was_copied = cp->copied;
-    while (!cp->copied) pthread_cond_wait(&cp->cv, &cp->mu);
-    pthread_mutex_unlock(&cp->mu);
-    if (was_copied == 2) return 0; /* already reported */
-    cp->stall_ms += (anvil_now() - t0) * 1e3;
-    cp->copied = 2;
-    if (!cp->snap) return wait_writer(cp);
-    fprintf(cp->cfg.log, "checkpoint step %lld: snapshot taken during the next step, training stalled %.1f ms; "
-                         "writing in the background\n",
-            (long long)cp->step, cp->stall_ms);
-    return 0;
+    /* A sharded checkpoint still open is closed first, the same way on every rank. */
+    if (cp->open && exchange(cp, 1) < 0) return -1;
+    int rc = wait_writer(cp);
+    if (shard ? open_folder(cp, rc, st->step) || keep_shard(cp, shard) : rc) return -1;
+    cp->st = *st;
+    if (st->layout) {
+        cp->layout = *st->layout;
+        cp->st.layout = &cp->layout;
+    }
+    cp->step = st->step;
+    cp->sharded = shard != NULL;
+    cp->copied = 0;
+    cp->take_rc = cp->write_rc = 0;
+    cp->commit = 0;
+    cp->mine = (shard_report){SHARD_PENDING, 0, 0};
+    cp->shard_err[0] = '\0';
+    cp->last_save_time = t0;
+    cp->writing_async = cp->cfg.async && !force_sync;
+    if (cp->writing_async && pthread_create(&cp->writer, NULL, write_main, cp) == 0) {
+        cp->writing = 1;
+        cp->open = cp->sharded;
+        cp->stall_ms = (anvil_now() - t0) * 1e3;
+        return 0;
+    }
+    cp->writing_async = 0;
+    rc = save_now(cp);
+    cp->stall_ms = (anvil_now() - t0) * 1e3;
+    return rc;
+}
+
+int anvil_checkpointer_before_update(anvil_checkpointer *cp) {
+    if (!cp) return 0;
+    if (cp->writing) {
+        double t0 = anvil_now();
+        pthread_mutex_lock(&cp->mu);
+        int was_copied = cp->copied;
+        while (!cp->copied) pthread_cond_wait(&cp->cv, &cp->mu);
+        pthread_mutex_unlock(&cp->mu);
+        if (was_copied != 2) { /* not reported yet */
+            cp->stall_ms += (anvil_now() - t0) * 1e3;
+            cp->copied = 2;
+            if (cp->take_rc && !cp->sharded) return wait_writer(cp);
+            if (!cp->take_rc)
+                fprintf(cp->cfg.log,
+                        "checkpoint step %lld: snapshot taken during the next step, training stalled %.1f ms; "
+                        "writing in the background\n",
+                        (long long)cp->step, cp->stall_ms);
+        }
+    }
+    return cp->open && exchange(cp, 0) < 0 ? -1 : 0;
 }
 
 int anvil_checkpointer_free(anvil_checkpointer *cp) {
     if (!cp) return 0;
+    if (cp->open) {
+        pthread_mutex_lock(&cp->mu);
+        cp->commit = -1;
+        pthread_cond_broadcast(&cp->cv);
+        pthread_mutex_unlock(&cp->mu);
+    }
     int rc = wait_writer(cp);
     int failed = cp->failed;
     anvil_ckpt_snapshot_free(cp->snap);
+    free(cp->slices);
+    free(cp->shard_copy);
+    free(cp->reports);
     pthread_mutex_destroy(&cp->mu);
     pthread_cond_destroy(&cp->cv);
     free(cp);

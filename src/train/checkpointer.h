@@ -1,9 +1,16 @@
-/* The checkpoint policy of a training run: when to save (every N steps
- * and/or every M minutes of wall time), saving in the background, and
- * retention. A writer thread copies the weights and moments and does the
- * I/O while training goes on; the training thread waits only when its next
- * optimizer update would overtake the copy.
- * Built on src/ckpt/checkpoint.h. */
+/* The checkpoint policy of a training run and its one route to disk: when
+ * to save (every N steps and/or every M minutes of wall time), saving in the
+ * background, and retention, the same for replicated and sharded runs. A
+ * writer thread copies the weights and moments and does the I/O while
+ * training goes on; the training thread waits only when its next optimizer
+ * update would overtake the copy.
+ *
+ * A sharded run (ZeRO) saves on every rank together: rank 0 opens the
+ * temporary folder, the first replica of each shard writes its shard file
+ * there, and once every rank has reported its file (the ranks exchange their
+ * states at each step's anvil_checkpointer_before_update), rank 0 adds the
+ * whole weights (below stage 3) and the manifest and renames the folder
+ * into place. Built on src/ckpt/checkpoint.h and the collectives. */
 #ifndef ANVIL_TRAIN_CHECKPOINTER_H
 #define ANVIL_TRAIN_CHECKPOINTER_H
 
@@ -22,20 +29,39 @@ typedef struct {
     FILE *log;
 } anvil_checkpointer_config;
 
+/* This rank's part of a sharded checkpoint: shard g of k, its slices (copied
+ * by the writer, so they need to stay valid only until the next update). */
+typedef struct {
+    int g, k;
+    int writer; /* 1 on the first replica of the shard, the rank that writes it */
+    const anvil_ckpt_slice *slices;
+    int nslices;
+} anvil_checkpointer_shard;
+
 typedef struct anvil_checkpointer anvil_checkpointer;
 
+/* One per rank of the run. */
 anvil_checkpointer *anvil_checkpointer_new(const anvil_checkpointer_config *cfg);
-/* Waits for a write in flight; returns -1 if that (or any earlier background) write failed. */
+/* Waits for a write in flight; returns -1 if that (or any earlier background) write failed. A
+ * sharded checkpoint whose shards were not all exchanged yet (only after an error elsewhere) is
+ * abandoned, without collectives. */
 int anvil_checkpointer_free(anvil_checkpointer *cp);
-/* Whether the policy asks for a checkpoint after `step` completed steps. */
+/* Whether the policy asks for a checkpoint after `step` completed steps, by this rank's clock
+ * (ranks agree by going with rank 0's answer). */
 int anvil_checkpointer_due(const anvil_checkpointer *cp, int64_t step);
-/* Saves st. Asynchronously (the default), a writer thread copies the weights and moments while
- * the next step's forward and backward run, then writes; force_sync does everything now (for the
- * last checkpoint and on a stop signal). A failed background write is reported on the log and
- * makes the next call (and free) return -1. */
-int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, int force_sync);
-/* Must be called before anything changes the weights or optimizer state (the AdamW update): waits
- * until the writer's snapshot is complete, counting the wait as stall, and logs the stall. */
+/* Saves st. Replicated runs (shard NULL): rank 0's state is everyone's, and other ranks return 0
+ * at once. Sharded runs: every rank calls it (collective), with its shard; st matters on rank 0.
+ * Asynchronously (the default), a writer thread copies the weights and moments while the next
+ * step's forward and backward run, then writes; force_sync does everything now (for the last
+ * checkpoint and on a stop signal). A failed background write is reported on the log and makes
+ * the next call (and free) return -1. */
+int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, const anvil_checkpointer_shard *shard,
+                            int force_sync);
+/* Must be called on every rank, at the same point of every step, before anything changes the
+ * weights or optimizer state (the AdamW update): waits until the writer's snapshot is complete,
+ * counting the wait as stall, and logs the stall; while a sharded checkpoint is open, exchanges
+ * the ranks' shard states (collective) and has rank 0 commit it once every shard is written.
+ * -1 on every rank when a shard failed. */
 int anvil_checkpointer_before_update(anvil_checkpointer *cp);
 
 #endif

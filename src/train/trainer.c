@@ -246,85 +246,31 @@ typedef struct {
     const char *path;
 } whole_job;
 
-/* A checkpoint of a sharded run, written by every rank together (and so
- * synchronously): rank 0 opens the temporary folder, the first replica of
- * each shard writes its shard file there, and rank 0 adds the whole weights
- * (below stage 3) and the manifest, then renames it into place. */
-static int save_sharded(const anvil_train_config *c, anvil_gpt2 *m, anvil_dp *dp, anvil_loader *train, anvil_rng rng,
-                        int64_t step, int64_t tokens_seen) {
-    int rank = anvil_dist_rank(), world = anvil_dist_world_size();
-    anvil_group *all = anvil_dist_world();
-    struct {
-        int64_t rc;
-        char tmp[4096];
-    } begun = {0, ""};
-    if (rank == 0 && anvil_ckpt_begin(c->out_dir, step, begun.tmp, sizeof begun.tmp)) begun.rc = -1;
-    if (anvil_broadcast(all, &begun, sizeof begun, ANVIL_U8, 0, "checkpoint folder")) return -1;
-    if (begun.rc) return rank == 0 ? -1 : anvil_fail("checkpoint step %lld: rank 0 could not start it", (long long)step);
-
-    int g, k, writer, n = anvil_dp_num_slices(dp), rc = 0;
-    anvil_dp_shard_id(dp, &g, &k, &writer);
-    anvil_ckpt_file mine = {0};
-    int64_t *files = calloc((size_t)world * 3, sizeof *files);
-    anvil_ckpt_slice *sl = calloc((size_t)n + 1, sizeof *sl);
-    if (!files || !sl) rc = anvil_fail("train: out of memory for a checkpoint");
-    if (!rc && writer) {
-        for (int i = 0; i < n; i++)
-            anvil_dp_slice(dp, i, &sl[i].tensor, &sl[i].flat, &sl[i].len, &sl[i].m, &sl[i].v, &sl[i].p);
-        rc = anvil_ckpt_write_shard(begun.tmp, g, k, m, sl, n, &mine);
-    }
-    char why[1024] = "";
-    if (rc) snprintf(why, sizeof why, "%s", anvil_errmsg());
-    if (files) {
-        files[3 * rank] = rc ? 1 : writer ? 2 : 0;
-        files[3 * rank + 1] = (int64_t)mine.bytes;
-        files[3 * rank + 2] = mine.crc32c;
-    }
+/* A checkpoint of the state after `step` steps, through the checkpointer on
+ * every rank: replicated runs save rank 0's copy, sharded ones every shard. */
+static int save_checkpoint(const anvil_train_config *c, anvil_checkpointer *ckpt, anvil_gpt2 *m, anvil_adamw *opt,
+                           anvil_dp *dp, anvil_loader *train, anvil_rng rng, int64_t step, int64_t tokens_seen,
+                           int force_sync) {
+    int world = anvil_dist_world_size();
+    /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
+    anvil_ckpt_layout lay = {world, 0, 1};
+    anvil_ckpt_state st = {m, opt, {0}, rng, step, tokens_seen, NULL, c->config_json, world > 1 ? &lay : NULL};
+    if (train) st.loader = anvil_loader_get_state(train);
+    if (!c->zero_stage) return anvil_checkpointer_save(ckpt, &st, NULL, force_sync);
+    anvil_checkpointer_shard sh;
+    anvil_dp_shard_id(dp, &sh.g, &sh.k, &sh.writer);
+    lay = (anvil_ckpt_layout){world, c->zero_stage, sh.k};
+    st.opt = anvil_dp_optimizer(dp);
+    st.layout = &lay;
+    sh.nslices = anvil_dp_num_slices(dp);
+    anvil_ckpt_slice *sl = calloc((size_t)sh.nslices + 1, sizeof *sl);
+    if (!sl) return anvil_fail("train: out of memory for a checkpoint");
+    for (int i = 0; i < sh.nslices; i++)
+        anvil_dp_slice(dp, i, &sl[i].tensor, &sl[i].flat, &sl[i].len, &sl[i].m, &sl[i].v, &sl[i].p);
+    sh.slices = sl;
+    int rc = anvil_checkpointer_save(ckpt, &st, &sh, force_sync);
     free(sl);
-    if (!files || anvil_allreduce(all, files, (size_t)world * 3, ANVIL_I64, "checkpoint shard files")) {
-        free(files);
-        return -1;
-    }
-    int failed = -1, nshards = 0;
-    anvil_ckpt_file shards[ANVIL_CKPT_MAX_FILES];
-    for (int r = 0; r < world; r++) {
-        if (files[3 * r] == 1 && failed < 0) failed = r;
-        if (files[3 * r] == 2 && nshards < ANVIL_CKPT_MAX_FILES - 2) {
-            /* The first replica of shard group rank r is world rank r (groups are consecutive ranks). */
-            anvil_ckpt_shard_name(r, k, shards[nshards].name, sizeof shards[nshards].name);
-            shards[nshards].bytes = (uint64_t)files[3 * r + 1];
-            shards[nshards].crc32c = (uint32_t)files[3 * r + 2];
-            nshards++;
-        }
-    }
-    free(files);
-    int64_t result = 0;
-    if (rank == 0) {
-        if (failed >= 0) {
-            anvil_ckpt_abandon(begun.tmp);
-            result = -1;
-        } else {
-            anvil_ckpt_layout lay = {world, c->zero_stage, k};
-            anvil_ckpt_state st = {m, anvil_dp_optimizer(dp), {0}, rng, step, tokens_seen, NULL, c->config_json, &lay};
-            if (train) st.loader = anvil_loader_get_state(train);
-            anvil_ckpt_snapshot *s = anvil_ckpt_snapshot_take(NULL, &st);
-            char out[4200];
-            result = !s || anvil_ckpt_finish(s, c->out_dir, begun.tmp, shards, nshards, out, sizeof out) ? -1 : 0;
-            if (!s) anvil_ckpt_abandon(begun.tmp);
-            anvil_ckpt_snapshot_free(s);
-            if (!result) {
-                fprintf(c->log, "checkpoint: %s (%d shard files, written by every shard's rank)\n", out, nshards);
-                if (anvil_ckpt_prune(c->out_dir, c->keep_last, c->keep_every) < 0) result = -1;
-            } else {
-                snprintf(why, sizeof why, "%s", anvil_errmsg());
-            }
-        }
-    }
-    if (anvil_broadcast(all, &result, 1, ANVIL_I64, 0, "checkpoint result")) return -1;
-    if (failed >= 0) return anvil_fail("checkpoint step %lld not saved: rank %d failed to write its shard%s%s",
-                                       (long long)step, failed, why[0] ? ": " : "", why);
-    if (result) return anvil_fail("checkpoint step %lld not saved%s%s", (long long)step, why[0] ? ": " : "", why);
-    return 0;
+    return rc;
 }
 
 static int do_sample(void *ctx, anvil_gpt2 *m) {
@@ -481,8 +427,8 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
             anvil_adamw_free(&opt);
         }
     }
-    /* With a run folder there is always a checkpointer: a stop signal saves even without a policy. */
-    if (rank == 0 && c->out_dir) {
+    /* With a run folder every rank has a checkpointer: a stop signal saves even without a policy. */
+    if (c->out_dir) {
         anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
                                         c->keep_every, !c->ckpt_sync, c->log};
         if (!(ckpt = anvil_checkpointer_new(&cc))) goto out;
@@ -508,7 +454,7 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         }
         /* The stop flag rides along, so every rank stops after the same step. */
         /* So does rank 0's checkpoint decision, which depends on its clock. */
-        double agreed[3] = {loss_sum, stop_signal != 0, ckpt && anvil_checkpointer_due(ckpt, step + 1)};
+        double agreed[3] = {loss_sum, stop_signal != 0, rank == 0 && ckpt && anvil_checkpointer_due(ckpt, step + 1)};
         if (dp && (anvil_dp_finish_grads(dp) || (world > 1 && anvil_allreduce(anvil_dist_world(), agreed, 3,
                                                                               ANVIL_F64, "loss and flags"))))
             goto out;
@@ -575,17 +521,10 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
                        step + 1);
             goto out;
         }
-        if (save && sharded) {
+        if (save) {
             if (c->progress) anvil_progress_end(c->log);
-            if (save_sharded(c, &model, dp, train, data_rng, step + 1, tokens_seen)) goto out;
-        } else if (save && ckpt) {
-            /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
-            anvil_ckpt_layout lay = {world, 0, 1};
-            anvil_ckpt_state st = {&model, &opt, {0}, data_rng, step + 1, tokens_seen, NULL, c->config_json,
-                                   world > 1 ? &lay : NULL};
-            if (train) st.loader = anvil_loader_get_state(train);
-            if (c->progress) anvil_progress_end(c->log);
-            if (anvil_checkpointer_save(ckpt, &st, last || stopping)) goto out;
+            if (save_checkpoint(c, ckpt, &model, &opt, dp, train, data_rng, step + 1, tokens_seen, last || stopping))
+                goto out;
         }
         if (stopping && !last) {
             /* mpirun stops the whole job when one rank exits nonzero, so no
