@@ -164,6 +164,16 @@ void anvil_gpt2_free(anvil_gpt2 *m) {
     memset(m, 0, sizeof *m);
 }
 
+anvil_gpt2 anvil_gpt2_with_params(const anvil_gpt2 *m, float *params) {
+    anvil_gpt2 w = *m;
+    w.hooks = NULL;
+    w.params = params;
+    w.grads = NULL;
+    w.B = w.T = 0;
+    w.acts = NULL;
+    return w;
+}
+
 static int acts_ensure(anvil_gpt2 *m, int B, int T) {
     if (m->acts && m->B == B && m->T == T) return 0;
     acts_free(m);

@@ -105,6 +105,11 @@ typedef struct {
 
 int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k);
 void anvil_gpt2_free(anvil_gpt2 *m);
+/* m's configuration, kernels and layout with the weights at params, and no hooks, gradients or
+ * activations: a model to read whole weights from (decoding, saving) when m's own are sharded or
+ * served through hooks. It owns nothing and is never freed; the forward passes would allocate
+ * activations in it, so it is not for them. */
+anvil_gpt2 anvil_gpt2_with_params(const anvil_gpt2 *m, float *params);
 /* nanoGPT's initialization, from a seed: N(0, 0.02) for matrices and embeddings, residual projections
  * scaled by 1/sqrt(2*n_layer), zero biases, unit LayerNorm. Same seed, same weights. */
 void anvil_gpt2_init_weights(anvil_gpt2 *m, uint64_t seed);

@@ -177,10 +177,54 @@ static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
+/* What the ranks agree on after each step's gradients, in one all-reduce:
+ * every rank then logs the same loss and stops or saves after the same step. */
+typedef struct {
+    double loss_sum; /* the micro-steps' losses, summed over the ranks */
+    double stop;     /* ranks that got a stop signal */
+    double save;     /* 1 when rank 0's checkpoint policy (which depends on its clock) asks for one */
+} step_agreement;
+
+_Static_assert(sizeof(step_agreement) == 3 * sizeof(double), "the agreement is all-reduced as 3 doubles");
+
+/* One training run, from open to close. */
+typedef struct {
+    const anvil_train_config *c; /* the caller's, or quiet below */
+    anvil_train_config quiet;    /* ranks other than 0 log nowhere */
+    FILE *devnull;
+    anvil_train_result *res;
+    int rank, world;
+    const anvil_kernels *k;
+    anvil_gpt2 model;
+    int have_model;
+    anvil_adamw whole_opt; /* replicated runs; sharded ones only while resuming */
+    anvil_adamw *opt;      /* the optimizer that steps: whole_opt, or the rank's blocks' at ZeRO */
+    anvil_dp *dp;
+    anvil_loader *train, *val;
+    anvil_metrics *metrics;
+    anvil_checkpointer *ckpt;
+    int32_t *x, *y;
+    double *step_ms; /* per step, for the medians */
+    int timed;
+    int accum, sharded, ckpt_policy;
+    size_t bt;
+    double tokens_per_step, flops_per_step;
+    anvil_rng data_rng;
+    int64_t start, tokens_seen;
+    anvil_lr_schedule sched;
+    double t_start;
+    int signals_set;
+    struct sigaction old_term, old_usr1;
+    /* the step that just ran */
+    step_agreement agreed;
+    float loss, lr, norm;
+    double dt;
+} anvil_run;
+
 /* Restores model, optimizer, loader and RNG from the checkpoint that
- * c->resume names; *start_step receives its step (0 when "auto" finds none). */
-static int resume_from(const anvil_train_config *c, anvil_gpt2 *model, anvil_adamw *opt, anvil_loader *train,
-                       anvil_rng *data_rng, int64_t *start_step, int64_t *tokens_seen) {
+ * c->resume names; r->start receives its step (0 when "auto" finds none). */
+static int resume_from(anvil_run *r) {
+    const anvil_train_config *c = r->c;
     char dir[4096], warn[4096] = "";
     if (!strcmp(c->resume, "auto")) {
         int found = anvil_ckpt_find_latest_valid(c->out_dir, dir, sizeof dir, warn, sizeof warn);
@@ -194,95 +238,61 @@ static int resume_from(const anvil_train_config *c, anvil_gpt2 *model, anvil_ada
         snprintf(dir, sizeof dir, "%s", c->resume);
     }
     anvil_ckpt_manifest man;
-    if (anvil_ckpt_load(dir, model, opt, &man)) return -1;
+    if (anvil_ckpt_load(dir, &r->model, &r->whole_opt, &man)) return -1;
     int rc = 0;
-    if (train && anvil_loader_set_state(train, man.loader)) rc = -1;
-    *data_rng = man.rng;
-    *start_step = man.step;
-    *tokens_seen = man.tokens_seen;
+    if (r->train && anvil_loader_set_state(r->train, man.loader)) rc = -1;
+    r->data_rng = man.rng;
+    r->start = man.step;
+    r->tokens_seen = man.tokens_seen;
     if (!rc) fprintf(c->log, "resumed from %s (step %lld)\n", dir, (long long)man.step);
     anvil_ckpt_manifest_free(&man);
     return rc;
 }
 
-/* Stage 3 keeps no whole copy of the weights: sampling and saving gather
- * one for the moment (a collective, so every rank calls this). */
-static float *gather_full_params(anvil_dp *dp, anvil_gpt2 *m) {
-    float *full = m->k->alloc(m->nparams * sizeof(float));
-    if (!full) {
-        anvil_fail("train: out of memory gathering the parameters");
-        return NULL;
+/* The whole weights on every rank, for sampling and saving: stage 3 keeps
+ * none, so they are gathered (a collective) into *gathered, which the caller
+ * frees; otherwise the model's own. */
+static int whole_model(anvil_run *r, anvil_gpt2 *whole, float **gathered) {
+    anvil_gpt2 *m = &r->model;
+    *gathered = NULL;
+    if (m->params) {
+        *whole = anvil_gpt2_with_params(m, m->params);
+        return 0;
     }
-    if (anvil_dp_gather_params(dp, full)) {
-        m->k->free(full);
-        return NULL;
+    if (!(*gathered = m->k->alloc(m->nparams * sizeof(float))))
+        return anvil_fail("train: out of memory gathering the parameters");
+    if (anvil_dp_gather_params(r->dp, *gathered)) {
+        m->k->free(*gathered);
+        *gathered = NULL;
+        return -1;
     }
-    return full;
+    *whole = anvil_gpt2_with_params(m, *gathered);
+    return 0;
 }
-
-/* Runs fn on rank 0 with m->params whole, whatever the sharding. */
-static int with_whole_model(anvil_dp *dp, anvil_gpt2 *m, int (*fn)(void *ctx, anvil_gpt2 *m), void *ctx) {
-    if (!m->params) {
-        float *full = gather_full_params(dp, m);
-        if (!full) return -1;
-        int rc = 0;
-        if (anvil_dist_rank() == 0) {
-            const anvil_gpt2_hooks *h = m->hooks;
-            m->params = full;
-            m->hooks = NULL;
-            rc = fn(ctx, m);
-            m->hooks = h;
-            m->params = NULL;
-        }
-        m->k->free(full);
-        return rc;
-    }
-    return anvil_dist_rank() == 0 ? fn(ctx, m) : 0;
-}
-
-typedef struct {
-    const anvil_train_config *c;
-    int step;
-    const char *path;
-} whole_job;
 
 /* A checkpoint of the state after `step` steps, through the checkpointer on
  * every rank: replicated runs save rank 0's copy, sharded ones every shard. */
-static int save_checkpoint(const anvil_train_config *c, anvil_checkpointer *ckpt, anvil_gpt2 *m, anvil_adamw *opt,
-                           anvil_dp *dp, anvil_loader *train, anvil_rng rng, int64_t step, int64_t tokens_seen,
-                           int force_sync) {
-    int world = anvil_dist_world_size();
+static int save_checkpoint(anvil_run *r, int64_t step, int force_sync) {
+    const anvil_train_config *c = r->c;
     /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
-    anvil_ckpt_layout lay = {world, 0, 1};
-    anvil_ckpt_state st = {m, opt, {0}, rng, step, tokens_seen, NULL, c->config_json, world > 1 ? &lay : NULL};
-    if (train) st.loader = anvil_loader_get_state(train);
-    if (!c->zero_stage) return anvil_checkpointer_save(ckpt, &st, NULL, force_sync);
+    anvil_ckpt_layout lay = {r->world, 0, 1};
+    anvil_ckpt_state st = {&r->model, r->opt, {0}, r->data_rng, step, r->tokens_seen, NULL, c->config_json,
+                           r->world > 1 ? &lay : NULL};
+    if (r->train) st.loader = anvil_loader_get_state(r->train);
+    if (!r->sharded) return anvil_checkpointer_save(r->ckpt, &st, NULL, force_sync);
     anvil_checkpointer_shard sh;
-    anvil_dp_shard_id(dp, &sh.g, &sh.k, &sh.writer);
-    lay = (anvil_ckpt_layout){world, c->zero_stage, sh.k};
-    st.opt = anvil_dp_optimizer(dp);
+    anvil_dp_shard_id(r->dp, &sh.g, &sh.k, &sh.writer);
+    lay = (anvil_ckpt_layout){r->world, c->zero_stage, sh.k};
     st.layout = &lay;
-    sh.nslices = anvil_dp_num_slices(dp);
+    sh.nslices = anvil_dp_num_slices(r->dp);
     anvil_ckpt_slice *sl = calloc((size_t)sh.nslices + 1, sizeof *sl);
     if (!sl) return anvil_fail("train: out of memory for a checkpoint");
     for (int i = 0; i < sh.nslices; i++)
-        anvil_dp_slice(dp, i, &sl[i].tensor, &sl[i].flat, &sl[i].len, &sl[i].m, &sl[i].v, &sl[i].p);
+        anvil_dp_slice(r->dp, i, &sl[i].tensor, &sl[i].flat, &sl[i].len, &sl[i].m, &sl[i].v, &sl[i].p);
     sh.slices = sl;
-    int rc = anvil_checkpointer_save(ckpt, &st, &sh, force_sync);
+    int rc = anvil_checkpointer_save(r->ckpt, &st, &sh, force_sync);
     free(sl);
     return rc;
-}
-
-static int do_sample(void *ctx, anvil_gpt2 *m) {
-    whole_job *j = ctx;
-    return print_sample(j->c, m, j->step);
-}
-
-static int do_save(void *ctx, anvil_gpt2 *m) {
-    whole_job *j = ctx;
-    if (anvil_model_save(j->path, m)) return -1;
-    fprintf(j->c->log, "saved %s\n", j->path);
-    return 0;
 }
 
 static double current_rss_mb(void) {
@@ -320,266 +330,332 @@ static int report_memory(const anvil_train_config *c, anvil_dp *dp, double rss_m
     return rc;
 }
 
-int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
-    if (anvil_train_check(c)) return -1;
-    /* Only rank 0 talks; the others log nowhere. */
-    int rank = anvil_dist_rank(), world = anvil_dist_world_size();
-    anvil_train_config quiet;
-    FILE *devnull = NULL;
-    if (rank != 0) {
-        if (!(devnull = fopen("/dev/null", "w"))) return anvil_fail("train: cannot open /dev/null");
-        quiet = *c;
-        quiet.log = devnull;
-        c = &quiet;
-    }
-    memset(res, 0, sizeof *res);
-    res->val_loss = NAN;
-    const anvil_kernels *k = anvil_kernels_cpu_for(c->matmul_dtype);
-    if (!k) return -1;
-    anvil_gpt2 model;
-    anvil_adamw opt = {0};
-    anvil_loader *train = NULL, *val = NULL;
-    anvil_metrics *metrics = NULL;
-    anvil_checkpointer *ckpt = NULL;
-    anvil_dp *dp = NULL;
-    int32_t *x = NULL, *y = NULL;
-    double *step_ms = NULL;
-    int rc = -1, timed = 0;
-    int have_model = 0;
-    struct sigaction old_term, old_usr1, sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    stop_signal = 0;
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGUSR1, &sa, &old_usr1);
+/* ---- open ---- */
 
+/* The model (loaded or freshly initialized), the step's shape, and a whole
+ * optimizer where one is needed: replicated runs, and resuming, where a
+ * sharded run restores whole moments from a checkpoint of any layout. */
+static int open_model(anvil_run *r) {
+    const anvil_train_config *c = r->c;
     if (c->init_model) {
-        if (anvil_model_load(c->init_model, k, &model)) goto out;
-        have_model = 1;
-        if (model.cfg.vocab_size != c->model.vocab_size || c->T > model.cfg.block_size) {
-            anvil_fail("train: %s does not fit this run (vocab %d, block %d)", c->init_model, model.cfg.vocab_size,
-                       model.cfg.block_size);
-            goto out;
-        }
+        if (anvil_model_load(c->init_model, r->k, &r->model)) return -1;
+        r->have_model = 1;
+        if (r->model.cfg.vocab_size != c->model.vocab_size || c->T > r->model.cfg.block_size)
+            return anvil_fail("train: %s does not fit this run (vocab %d, block %d)", c->init_model,
+                              r->model.cfg.vocab_size, r->model.cfg.block_size);
     } else {
-        if (anvil_gpt2_init(&model, &c->model, k)) goto out;
-        have_model = 1;
-        anvil_gpt2_init_weights(&model, c->seed);
+        if (anvil_gpt2_init(&r->model, &c->model, r->k)) return -1;
+        r->have_model = 1;
+        anvil_gpt2_init_weights(&r->model, c->seed);
     }
-    const anvil_gpt2_config *mc = &model.cfg;
-    int B = c->B, T = c->T;
-    size_t bt = (size_t)B * T;
-    int accum = c->total_batch_tokens ? (int)(c->total_batch_tokens / ((int64_t)bt * world)) : 1;
-    double tokens_per_step = (double)bt * accum * world;
-    int sharded = c->zero_stage > 0;
-    double flops_per_step = anvil_gpt2_flops_per_token(mc, T) * tokens_per_step;
-    res->params = (int64_t)anvil_gpt2_num_params(mc);
+    const anvil_gpt2_config *mc = &r->model.cfg;
+    r->bt = (size_t)c->B * c->T;
+    r->accum = c->total_batch_tokens ? (int)(c->total_batch_tokens / ((int64_t)r->bt * r->world)) : 1;
+    r->tokens_per_step = (double)r->bt * r->accum * r->world;
+    r->sharded = c->zero_stage > 0;
+    r->flops_per_step = anvil_gpt2_flops_per_token(mc, c->T) * r->tokens_per_step;
+    r->res->params = (int64_t)anvil_gpt2_num_params(mc);
+    r->ckpt_policy = c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume);
+    r->opt = &r->whole_opt;
+    if ((!r->sharded || c->resume) && anvil_adamw_init_whole(&r->whole_opt, r->k, &c->adamw, r->model.offsets,
+                                                             ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays))
+        return -1;
+    return 0;
+}
 
-    int ckpt_policy = c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume);
-    /* A sharded run restores whole moments from a checkpoint of any layout, then keeps its part. */
-    if ((!sharded || c->resume) &&
-        anvil_adamw_init_whole(&opt, k, &c->adamw, model.offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays))
-        goto out;
+/* Loaders, the run folder and its metrics, the batch buffers. */
+static int open_data(anvil_run *r) {
+    const anvil_train_config *c = r->c;
+    int vocab = r->model.cfg.vocab_size;
     if (!c->synthetic) {
-        train = anvil_loader_open(c->train_pattern, B, T, rank, world, mc->vocab_size);
-        if (!train || (c->shuffle && anvil_loader_set_shuffle(train, c->seed))) goto out;
-        if (c->val_pattern) {
-            val = anvil_loader_open(c->val_pattern, B, T, rank, world, mc->vocab_size);
-            if (!val) goto out;
-        }
+        r->train = anvil_loader_open(c->train_pattern, c->B, c->T, r->rank, r->world, vocab);
+        if (!r->train || (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed))) return -1;
+        if (c->val_pattern && !(r->val = anvil_loader_open(c->val_pattern, c->B, c->T, r->rank, r->world, vocab)))
+            return -1;
     }
-    if (c->out_dir && rank == 0) {
-        if (mkdir(c->out_dir, 0755) && errno != EEXIST) {
-            anvil_fail("%s: cannot create the run folder: %s", c->out_dir, strerror(errno));
-            goto out;
-        }
+    if (c->out_dir && r->rank == 0) {
+        if (mkdir(c->out_dir, 0755) && errno != EEXIST)
+            return anvil_fail("%s: cannot create the run folder: %s", c->out_dir, strerror(errno));
         char path[4096];
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
-        if (!(metrics = anvil_metrics_open(path))) goto out;
+        if (!(r->metrics = anvil_metrics_open(path))) return -1;
     }
-    x = malloc(bt * sizeof(int32_t));
-    y = malloc(bt * sizeof(int32_t));
-    step_ms = malloc(sizeof(double) * (size_t)c->steps);
-    if (!x || !y || !step_ms) {
-        anvil_fail("train: out of memory");
-        goto out;
-    }
+    r->x = malloc(r->bt * sizeof(int32_t));
+    r->y = malloc(r->bt * sizeof(int32_t));
+    r->step_ms = malloc(sizeof(double) * (size_t)c->steps);
+    if (!r->x || !r->y || !r->step_ms) return anvil_fail("train: out of memory");
+    return 0;
+}
 
-    fprintf(c->log,
-            "model: %d layers, %d heads, %d embd, block %d, vocab %d (padded %d), %.2fM parameters\n"
-            "batch: %d x %d tokens x %d accumulation x %d ranks = %.0f tokens/step, %d steps, %.3g FLOP/token\n"
-            "kernels: %s, %d threads\n",
-            mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size, mc->padded_vocab,
-            (double)res->params / 1e6, B, T, accum, world, tokens_per_step, c->steps,
-            anvil_gpt2_flops_per_token(mc, T), k->name, omp_get_max_threads());
-
-    /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
-    anvil_rng data_rng;
-    anvil_rng_seed(&data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)rank * 0x9e3779b97f4a7c15ULL));
-    int64_t start = 0, tokens_seen = 0;
-    if (c->resume && resume_from(c, &model, &opt, train, &data_rng, &start, &tokens_seen)) goto out;
-    if (world > 1 || sharded) {
+/* Data parallelism (which takes its part of resumed moments and steps its
+ * own optimizer from ZeRO stage 1 on) and the checkpointer. */
+static int open_parallel(anvil_run *r) {
+    const anvil_train_config *c = r->c;
+    if (r->world > 1 || r->sharded) {
         anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
-        if (!(dp = anvil_dp_new(&model, &dc))) goto out;
-        if (sharded && opt.m) {
-            anvil_dp_set_moments(dp, &opt);
-            anvil_adamw_free(&opt);
+        if (!(r->dp = anvil_dp_new(&r->model, &dc))) return -1;
+        if (r->sharded) {
+            if (r->whole_opt.m) anvil_dp_set_moments(r->dp, &r->whole_opt);
+            anvil_adamw_free(&r->whole_opt);
+            r->opt = anvil_dp_optimizer(r->dp);
         }
     }
     /* With a run folder every rank has a checkpointer: a stop signal saves even without a policy. */
     if (c->out_dir) {
         anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
                                         c->keep_every, !c->ckpt_sync, c->log};
-        if (!(ckpt = anvil_checkpointer_new(&cc))) goto out;
+        if (!(r->ckpt = anvil_checkpointer_new(&cc))) return -1;
     }
-    anvil_lr_schedule sched = c->lr;
-    if (!sched.total) sched.total = c->steps;
-    double t_start = anvil_now();
-    for (int step = (int)start; step < c->steps; step++) {
-        double t0 = anvil_now();
-        if (dp) {
-            if (anvil_dp_begin_step(dp)) goto out;
-        } else {
-            anvil_gpt2_zero_grad(&model);
-        }
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            if (c->synthetic) fill_synthetic(&data_rng, x, y, bt, mc->vocab_size);
-            else if (anvil_loader_next(train, x, y)) goto out;
-            float l;
-            if (dp) anvil_dp_set_last_micro(dp, micro == accum - 1);
-            if (anvil_gpt2_forward_backward(&model, x, y, B, T, 1.0f / ((float)accum * (float)world), &l)) goto out;
-            loss_sum += l;
-        }
-        /* The stop flag rides along, so every rank stops after the same step. */
-        /* So does rank 0's checkpoint decision, which depends on its clock. */
-        double agreed[3] = {loss_sum, stop_signal != 0, rank == 0 && ckpt && anvil_checkpointer_due(ckpt, step + 1)};
-        if (dp && (anvil_dp_finish_grads(dp) || (world > 1 && anvil_allreduce(anvil_dist_world(), agreed, 3,
-                                                                              ANVIL_F64, "loss and flags"))))
-            goto out;
-        float loss = (float)(agreed[0] / accum / world);
-        if (!isfinite(loss)) {
-            anvil_fail("train: step %d: the loss is %s; stopping (try a lower --lr)", step + 1,
-                       isnan(loss) ? "NaN" : "infinite");
-            goto out;
-        }
-        if (anvil_checkpointer_before_update(ckpt)) goto out;
-        float norm, lr = anvil_lr_at(&sched, step);
-        if (sharded) {
-            if (anvil_dp_step(dp, lr, c->grad_clip, &norm)) goto out;
-        } else {
-            norm = anvil_adamw_step(&opt, model.params, model.grads, anvil_adamw_grad_sumsq(&opt, model.grads),
-                                    c->grad_clip, lr);
-        }
-        double dt = anvil_now() - t0;
-        step_ms[timed++] = dt * 1e3;
-        tokens_seen += (int64_t)tokens_per_step;
-        res->final_loss = loss;
-        res->steps_done = step + 1;
+    r->sched = c->lr;
+    if (!r->sched.total) r->sched.total = c->steps;
+    return 0;
+}
 
-        double tok_s = tokens_per_step / dt, gflops = flops_per_step / dt / 1e9;
-        if (metrics) {
-            const char *keys[] = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops"};
-            double vals[] = {step + 1, loss, lr, norm, dt * 1e3, tok_s, gflops};
-            if (anvil_metrics_write(metrics, "train", keys, vals, 7)) goto out;
-        }
-        if (c->progress) {
-            char detail[160];
-            snprintf(detail, sizeof detail, "loss %.4f | %.0f tok/s | %.1f GFLOP/s |", loss, tok_s, gflops);
-            anvil_progress_draw(c->log, step + 1 - (int)start, c->steps - (int)start, anvil_now() - t_start, detail);
-        } else if ((step + 1) % c->log_every == 0 || step == 0 || step + 1 == c->steps) {
-            fprintf(c->log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | %.1f GFLOP/s\n",
-                    step + 1, c->steps, loss, lr, norm, dt * 1e3, tok_s, gflops);
-        }
+static void catch_stop_signals(anvil_run *r) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    stop_signal = 0;
+    sigaction(SIGTERM, &sa, &r->old_term);
+    sigaction(SIGUSR1, &sa, &r->old_usr1);
+    r->signals_set = 1;
+}
 
-        int last = step + 1 == c->steps;
-        if (val && ((c->val_every && (step + 1) % c->val_every == 0) || last)) {
-            float vl;
-            if (validate(c, &model, val, x, y, &vl)) goto out;
-            res->val_loss = vl;
-            if (c->progress) anvil_progress_end(c->log);
-            fprintf(c->log, "step %d: val loss %.4f\n", step + 1, vl);
-            if (metrics) {
-                const char *keys[] = {"step", "val_loss"};
-                double vals[] = {step + 1, vl};
-                if (anvil_metrics_write(metrics, "val", keys, vals, 2)) goto out;
-            }
-        }
-        if (c->sample_every >= 0 && ((c->sample_every && (step + 1) % c->sample_every == 0) || last)) {
-            if (c->progress && !val) anvil_progress_end(c->log);
-            whole_job job = {c, step + 1, NULL};
-            if (with_whole_model(dp, &model, do_sample, &job)) goto out;
-        }
-        /* Several ranks go by the agreed flag alone: a signal arriving after
-         * the all-reduce waits for the next step on every rank alike. */
-        int stopping = world > 1 ? agreed[1] > 0 : stop_signal != 0;
-        int save = c->out_dir && ((last && ckpt_policy) || stopping || agreed[2] > 0);
-        if (stopping && !c->out_dir) {
-            anvil_fail("train: stopped by a signal after step %d, but there is no --out to save a checkpoint in; "
-                       "nothing to resume from",
-                       step + 1);
-            goto out;
-        }
-        if (save) {
-            if (c->progress) anvil_progress_end(c->log);
-            if (save_checkpoint(c, ckpt, &model, &opt, dp, train, data_rng, step + 1, tokens_seen, last || stopping))
-                goto out;
-        }
-        if (stopping && !last) {
-            /* mpirun stops the whole job when one rank exits nonzero, so no
-             * rank leaves before the checkpoint is complete. */
-            if (world > 1 && anvil_barrier(anvil_dist_world(), "stop")) goto out;
-            if (stop_signal)
-                fprintf(c->log, "stopped by signal %d after step %d; resume with --resume auto\n", (int)stop_signal,
-                        step + 1);
-            else
-                fprintf(c->log, "stopped by a signal to another rank after step %d; resume with --resume auto\n",
-                        step + 1);
-            rc = ANVIL_TRAIN_STOPPED;
-            goto out;
+/* Everything up to the first step; r is safe to close whatever fails. */
+static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_result *res) {
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    r->res = res;
+    if (anvil_train_check(c)) return -1;
+    r->rank = anvil_dist_rank();
+    r->world = anvil_dist_world_size();
+    /* Only rank 0 talks; the others log nowhere. */
+    if (r->rank != 0) {
+        if (!(r->devnull = fopen("/dev/null", "w"))) return anvil_fail("train: cannot open /dev/null");
+        r->quiet = *c;
+        r->quiet.log = r->devnull;
+        r->c = c = &r->quiet;
+    }
+    memset(res, 0, sizeof *res);
+    res->val_loss = NAN;
+    if (!(r->k = anvil_kernels_cpu_for(c->matmul_dtype))) return -1;
+    catch_stop_signals(r);
+    if (open_model(r) || open_data(r)) return -1;
+    const anvil_gpt2_config *mc = &r->model.cfg;
+    fprintf(c->log,
+            "model: %d layers, %d heads, %d embd, block %d, vocab %d (padded %d), %.2fM parameters\n"
+            "batch: %d x %d tokens x %d accumulation x %d ranks = %.0f tokens/step, %d steps, %.3g FLOP/token\n"
+            "kernels: %s, %d threads\n",
+            mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size, mc->padded_vocab,
+            (double)res->params / 1e6, c->B, c->T, r->accum, r->world, r->tokens_per_step, c->steps,
+            anvil_gpt2_flops_per_token(mc, c->T), r->k->name, omp_get_max_threads());
+    /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
+    anvil_rng_seed(&r->data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->rank * 0x9e3779b97f4a7c15ULL));
+    if (c->resume && resume_from(r)) return -1;
+    if (open_parallel(r)) return -1;
+    r->t_start = anvil_now();
+    return 0;
+}
+
+/* ---- the step ---- */
+
+/* One optimizer step: the micro-batches' gradients, the ranks' agreement,
+ * and the update. */
+static int run_step(anvil_run *r, int step) {
+    const anvil_train_config *c = r->c;
+    anvil_gpt2 *m = &r->model;
+    double t0 = anvil_now();
+    if (r->dp) {
+        if (anvil_dp_begin_step(r->dp)) return -1;
+    } else {
+        anvil_gpt2_zero_grad(m);
+    }
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < r->accum; micro++) {
+        if (c->synthetic) fill_synthetic(&r->data_rng, r->x, r->y, r->bt, m->cfg.vocab_size);
+        else if (anvil_loader_next(r->train, r->x, r->y)) return -1;
+        float l;
+        if (r->dp) anvil_dp_set_last_micro(r->dp, micro == r->accum - 1);
+        if (anvil_gpt2_forward_backward(m, r->x, r->y, c->B, c->T, 1.0f / ((float)r->accum * (float)r->world), &l))
+            return -1;
+        loss_sum += l;
+    }
+    r->agreed = (step_agreement){loss_sum, stop_signal != 0,
+                                 r->rank == 0 && r->ckpt && anvil_checkpointer_due(r->ckpt, step + 1)};
+    if (r->dp && (anvil_dp_finish_grads(r->dp) ||
+                  (r->world > 1 && anvil_allreduce(anvil_dist_world(), &r->agreed, 3, ANVIL_F64, "loss and flags"))))
+        return -1;
+    r->loss = (float)(r->agreed.loss_sum / r->accum / r->world);
+    if (!isfinite(r->loss))
+        return anvil_fail("train: step %d: the loss is %s; stopping (try a lower --lr)", step + 1,
+                          isnan(r->loss) ? "NaN" : "infinite");
+    if (anvil_checkpointer_before_update(r->ckpt)) return -1;
+    r->lr = anvil_lr_at(&r->sched, step);
+    if (r->sharded) {
+        if (anvil_dp_step(r->dp, r->lr, c->grad_clip, &r->norm)) return -1;
+    } else {
+        double sumsq = anvil_adamw_grad_sumsq(r->opt, m->grads);
+        r->norm = anvil_adamw_step(r->opt, m->params, m->grads, sumsq, c->grad_clip, r->lr);
+    }
+    r->dt = anvil_now() - t0;
+    return 0;
+}
+
+/* ---- after the step ---- */
+
+/* Timing, the result so far, metrics and the log line or progress bar. */
+static int record_step(anvil_run *r, int step) {
+    const anvil_train_config *c = r->c;
+    double dt = r->dt;
+    r->step_ms[r->timed++] = dt * 1e3;
+    r->tokens_seen += (int64_t)r->tokens_per_step;
+    r->res->final_loss = r->loss;
+    r->res->steps_done = step + 1;
+    double tok_s = r->tokens_per_step / dt, gflops = r->flops_per_step / dt / 1e9;
+    if (r->metrics) {
+        const char *keys[] = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops"};
+        double vals[] = {step + 1, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops};
+        if (anvil_metrics_write(r->metrics, "train", keys, vals, 7)) return -1;
+    }
+    if (c->progress) {
+        char detail[160];
+        snprintf(detail, sizeof detail, "loss %.4f | %.0f tok/s | %.1f GFLOP/s |", r->loss, tok_s, gflops);
+        anvil_progress_draw(c->log, step + 1 - (int)r->start, c->steps - (int)r->start, anvil_now() - r->t_start,
+                            detail);
+    } else if ((step + 1) % c->log_every == 0 || step == 0 || step + 1 == c->steps) {
+        fprintf(c->log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | %.1f GFLOP/s\n",
+                step + 1, c->steps, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops);
+    }
+    return 0;
+}
+
+/* Validation and a sample, when due. */
+static int validate_and_sample(anvil_run *r, int step, int last) {
+    const anvil_train_config *c = r->c;
+    if (r->val && ((c->val_every && (step + 1) % c->val_every == 0) || last)) {
+        float vl;
+        if (validate(c, &r->model, r->val, r->x, r->y, &vl)) return -1;
+        r->res->val_loss = vl;
+        if (c->progress) anvil_progress_end(c->log);
+        fprintf(c->log, "step %d: val loss %.4f\n", step + 1, vl);
+        if (r->metrics) {
+            const char *keys[] = {"step", "val_loss"};
+            double vals[] = {step + 1, vl};
+            if (anvil_metrics_write(r->metrics, "val", keys, vals, 2)) return -1;
         }
     }
-    if (c->progress && !val && c->sample_every < 0) anvil_progress_end(c->log);
+    if (c->sample_every >= 0 && ((c->sample_every && (step + 1) % c->sample_every == 0) || last)) {
+        if (c->progress && !r->val) anvil_progress_end(c->log);
+        anvil_gpt2 whole;
+        float *gathered;
+        if (whole_model(r, &whole, &gathered)) return -1;
+        int rc = r->rank == 0 ? print_sample(c, &whole, step + 1) : 0;
+        r->model.k->free(gathered);
+        if (rc) return -1;
+    }
+    return 0;
+}
 
-    int skip = timed > c->timing_warmup ? c->timing_warmup : 0;
-    if (timed > skip) {
-        res->ms_per_step_median = median(step_ms + skip, timed - skip);
-        res->tokens_per_s_median = tokens_per_step / (res->ms_per_step_median / 1e3);
-        res->gflops_median = flops_per_step / (res->ms_per_step_median / 1e3) / 1e9;
+/* The checkpoint and the stop protocol: 0 to go on, ANVIL_TRAIN_STOPPED
+ * once the checkpoint of a stop signal is complete, or -1. */
+static int save_or_stop(anvil_run *r, int step, int last) {
+    const anvil_train_config *c = r->c;
+    /* Several ranks go by the agreed flag alone: a signal arriving after
+     * the all-reduce waits for the next step on every rank alike. */
+    int stopping = r->world > 1 ? r->agreed.stop > 0 : stop_signal != 0;
+    int save = c->out_dir && ((last && r->ckpt_policy) || stopping || r->agreed.save > 0);
+    if (stopping && !c->out_dir)
+        return anvil_fail("train: stopped by a signal after step %d, but there is no --out to save a checkpoint "
+                          "in; nothing to resume from",
+                          step + 1);
+    if (save) {
+        if (c->progress) anvil_progress_end(c->log);
+        if (save_checkpoint(r, step + 1, last || stopping)) return -1;
+    }
+    if (!stopping || last) return 0;
+    /* mpirun stops the whole job when one rank exits nonzero, so no rank
+     * leaves before the checkpoint is complete. */
+    if (r->world > 1 && anvil_barrier(anvil_dist_world(), "stop")) return -1;
+    if (stop_signal)
+        fprintf(c->log, "stopped by signal %d after step %d; resume with --resume auto\n", (int)stop_signal, step + 1);
+    else
+        fprintf(c->log, "stopped by a signal to another rank after step %d; resume with --resume auto\n", step + 1);
+    return ANVIL_TRAIN_STOPPED;
+}
+
+static int run_after_step(anvil_run *r, int step) {
+    int last = step + 1 == r->c->steps;
+    if (record_step(r, step) || validate_and_sample(r, step, last)) return -1;
+    return save_or_stop(r, step, last);
+}
+
+/* ---- close ---- */
+
+/* After the last step: the timing medians, the ranks' memory and waits,
+ * and the trained model. */
+static int run_finish(anvil_run *r) {
+    const anvil_train_config *c = r->c;
+    anvil_train_result *res = r->res;
+    if (c->progress && !r->val && c->sample_every < 0) anvil_progress_end(c->log);
+    int skip = r->timed > c->timing_warmup ? c->timing_warmup : 0;
+    if (r->timed > skip) {
+        res->ms_per_step_median = median(r->step_ms + skip, r->timed - skip);
+        res->tokens_per_s_median = r->tokens_per_step / (res->ms_per_step_median / 1e3);
+        res->gflops_median = r->flops_per_step / (res->ms_per_step_median / 1e3) / 1e9;
     }
     res->peak_rss_mb = peak_rss_mb();
-    if (dp) {
+    if (r->dp) {
         anvil_dp_info info;
-        anvil_dp_get_info(dp, &info);
-        double total = anvil_now() - t_start;
+        anvil_dp_get_info(r->dp, &info);
+        double total = anvil_now() - r->t_start;
         res->comm_wait_share = total > 0 ? info.comm_wait_s / total : 0.0;
-        if (report_memory(c, dp, res->peak_rss_mb)) goto out;
+        if (report_memory(c, r->dp, res->peak_rss_mb)) return -1;
         fprintf(c->log, "communication: %.1f%% of the training time waited on (not overlapped)\n",
                 100.0 * res->comm_wait_share);
     }
-    if (c->out_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
-        whole_job job = {c, 0, path};
-        if (with_whole_model(dp, &model, do_save, &job)) goto out;
+    if (!c->out_dir) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
+    anvil_gpt2 whole;
+    float *gathered;
+    if (whole_model(r, &whole, &gathered)) return -1;
+    int rc = r->rank == 0 ? anvil_model_save(path, &whole) : 0;
+    r->model.k->free(gathered);
+    if (rc) return -1;
+    if (r->rank == 0) fprintf(c->log, "saved %s\n", path);
+    return 0;
+}
+
+/* Frees everything and returns rc, or -1 when a checkpoint write failed. */
+static int run_close(anvil_run *r, int rc) {
+    if (anvil_checkpointer_free(r->ckpt) && rc != -1) rc = -1;
+    anvil_dp_free(r->dp);
+    if (r->signals_set) {
+        sigaction(SIGTERM, &r->old_term, NULL);
+        sigaction(SIGUSR1, &r->old_usr1, NULL);
     }
-    rc = 0;
-out:
-    if (anvil_checkpointer_free(ckpt) && rc != -1) rc = -1;
-    anvil_dp_free(dp);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGUSR1, &old_usr1, NULL);
-    if (have_model) {
-        anvil_adamw_free(&opt);
-        anvil_gpt2_free(&model);
+    if (r->have_model) {
+        anvil_adamw_free(&r->whole_opt);
+        anvil_gpt2_free(&r->model);
     }
-    anvil_loader_close(train);
-    anvil_loader_close(val);
-    anvil_metrics_close(metrics);
-    free(x);
-    free(y);
-    free(step_ms);
-    if (devnull) fclose(devnull);
+    anvil_loader_close(r->train);
+    anvil_loader_close(r->val);
+    anvil_metrics_close(r->metrics);
+    free(r->x);
+    free(r->y);
+    free(r->step_ms);
+    if (r->devnull) fclose(r->devnull);
     return rc;
+}
+
+int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
+    anvil_run r;
+    int rc = run_open(&r, c, res);
+    for (int step = (int)r.start; !rc && step < r.c->steps; step++) {
+        rc = run_step(&r, step);
+        if (!rc) rc = run_after_step(&r, step);
+    }
+    if (!rc) rc = run_finish(&r);
+    return run_close(&r, rc);
 }
