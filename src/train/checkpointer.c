@@ -60,7 +60,8 @@ struct anvil_checkpointer {
     int open;                /* shard states not yet exchanged to the end */
     shard_report mine;
     shard_report *reports;   /* every rank's, one per rank */
-    char shard_err[1024];
+    char shard_err[1024];    /* why this rank's shard failed */
+    char exchange_err[1024]; /* the exchange's verdict when one failed, for rank 0's writer to report */
     int commit;              /* rank 0: 0 until the exchange decides, then 1 or -1 */
     anvil_ckpt_file shards[ANVIL_CKPT_MAX_FILES];
     int nshards;
@@ -170,8 +171,7 @@ static void finish(anvil_checkpointer *cp) {
         if (commit < 0 || rc) {
             /* The exchange already failed with the reason, on every rank. */
             anvil_ckpt_abandon(cp->tmp);
-            if (!rc) snprintf(cp->write_err, sizeof cp->write_err, "checkpoint step %lld not saved: a shard failed",
-                              (long long)cp->step);
+            if (!rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", cp->exchange_err);
             cp->write_rc = -1;
             return;
         }
@@ -228,15 +228,16 @@ static int exchange(anvil_checkpointer *cp, int wait) {
     }
     if (pending) return 0;
     cp->open = 0;
+    const char *why = failed == cp->rank ? cp->shard_err : "";
+    if (failed >= 0)
+        snprintf(cp->exchange_err, sizeof cp->exchange_err, "checkpoint step %lld not saved: rank %d failed to write "
+                 "its shard%s%.900s", (long long)cp->step, failed, why[0] ? ": " : "", why);
     pthread_mutex_lock(&cp->mu);
     cp->nshards = n;
     cp->commit = failed >= 0 ? -1 : 1;
     pthread_cond_broadcast(&cp->cv);
     pthread_mutex_unlock(&cp->mu);
-    if (failed < 0) return 1;
-    const char *why = failed == cp->rank ? cp->shard_err : "";
-    return anvil_fail("checkpoint step %lld not saved: rank %d failed to write its shard%s%s", (long long)cp->step,
-                      failed, why[0] ? ": " : "", why);
+    return failed < 0 ? 1 : anvil_fail("%s", cp->exchange_err);
 }
 
 /* Joins the writer in flight and reports its outcome. */
