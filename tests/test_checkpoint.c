@@ -272,7 +272,8 @@ static void test_refusals(void) {
     CHECK(anvil_ckpt_verify(dir) == 0);
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
     rewrite_manifest_field(dir, "\"zero_stage\":\t0", "\"zero_stage\":\t1", 1);
-    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1 && strstr(anvil_errmsg(), "ZeRO-1 checkpoint without shard files"));
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1 &&
+          strstr(anvil_errmsg(), "ZeRO-1 checkpoint without shard files"));
     rewrite_manifest_field(dir, "\"zero_stage\":\t1", "\"zero_stage\":\t0", 1);
     rewrite_manifest_field(dir, "\"world\":\t2", "\"world\":\t1", 1);
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
@@ -725,7 +726,7 @@ static void test_hf_round_trip(void) {
         CHECK(t && t->shape[0] == 128 && t->shape[1] == 32);
         /* c_fc.weight[i][j] is anvil's fcw[layer 0][j][i]. */
         t = anvil_st_find(f, "transformer.h.0.mlp.c_fc.weight");
-        const float *fcw = a.m.params + a.m.offsets[P_FCW];
+        const float *fcw = a.m.params + a.m.offsets[ANVIL_GPT2_FCW];
         CHECK(t && ((const float *)t->data)[5 * 128 + 77] == fcw[77 * 32 + 5]);
         t = anvil_st_find(f, "transformer.wte.weight");
         CHECK(t && t->shape[0] == 67);
@@ -753,7 +754,7 @@ static void test_hf_round_trip(void) {
         ts[n + 1] = *anvil_st_find(f, "transformer.wte.weight");
         ts[n + 1].name = "lm_head.weight";
         /* c_attn.bias of layer 1 as F16 holding exactly representable values. */
-        float *qkvb = a.m.params + a.m.offsets[P_QKVB] + 96;
+        float *qkvb = a.m.params + a.m.offsets[ANVIL_GPT2_QKVB] + 96;
         for (int i = 0; i < 96; i++) {
             float v = qkvb[i] = (float)(i - 48) / 64.0f;
             if (v == 0.0f) continue;

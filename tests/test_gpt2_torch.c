@@ -55,7 +55,7 @@ static void compare_params(const anvil_gpt2 *m, float *buf, const anvil_st_file 
         snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
         size_t n = m->offsets[i + 1] - m->offsets[i];
         float *got = buf + m->offsets[i];
-        if (i == P_WTE) {
+        if (i == ANVIL_GPT2_WTE) {
             size_t real = (size_t)m->cfg.vocab_size * m->cfg.n_embd;
             for (size_t j = real; j < n; j++)
                 if (got[j] != 0.0f) {
@@ -65,7 +65,7 @@ static void compare_params(const anvil_gpt2 *m, float *buf, const anvil_st_file 
             n = real;
         }
         const float *want = tensor(f, name, n);
-        if (i == P_QKVB && skip_key_bias) {
+        if (i == ANVIL_GPT2_QKVB && skip_key_bias) {
             int C = m->cfg.n_embd;
             for (int l = 0; l < m->cfg.n_layer; l++)
                 for (int c = C; c < 2 * C; c++) got[(size_t)l * 3 * C + c] = want[(size_t)l * 3 * C + c];
@@ -99,7 +99,8 @@ int main(void) {
     float *logits = malloc(sizeof(float) * B * T * m.cfg.padded_vocab);
     float *real = malloc(sizeof(float) * B * T * V);
     CHECK(anvil_gpt2_logits(&m, logits) == 0);
-    for (int r = 0; r < B * T; r++) memcpy(real + (size_t)r * V, logits + (size_t)r * m.cfg.padded_vocab, sizeof(float) * V);
+    for (int r = 0; r < B * T; r++)
+        memcpy(real + (size_t)r * V, logits + (size_t)r * m.cfg.padded_vocab, sizeof(float) * V);
     /* Measured on every path: |diff| <= 3e-7, 1% of the bound. */
     t_close("logits", real, tensor(f, "logits", (size_t)B * T * V), (size_t)B * T * V, 1e-4f, 1e-5f);
 

@@ -24,8 +24,8 @@ int main(void) {
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
         float *p = anvil_gpt2_param(&m, i, m.params);
         size_t n = m.offsets[i + 1] - m.offsets[i];
-        if (i == P_WTE) n = (size_t)cfg.vocab_size * cfg.n_embd;
-        int is_ln_w = i == P_LN1W || i == P_LN2W || i == P_LNFW;
+        if (i == ANVIL_GPT2_WTE) n = (size_t)cfg.vocab_size * cfg.n_embd;
+        int is_ln_w = i == ANVIL_GPT2_LN1W || i == ANVIL_GPT2_LN2W || i == ANVIL_GPT2_LNFW;
         for (size_t j = 0; j < n; j++) p[j] = (is_ln_w ? 1.0f : 0.0f) + 0.3f * anvil_rng_normal(&rng);
     }
     int32_t x[10], y[10];
@@ -40,7 +40,7 @@ int main(void) {
     int checked = 0;
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
         size_t n = m.offsets[i + 1] - m.offsets[i];
-        if (i == P_WTE) n = (size_t)cfg.vocab_size * cfg.n_embd;
+        if (i == ANVIL_GPT2_WTE) n = (size_t)cfg.vocab_size * cfg.n_embd;
         for (int s = 0; s < 6; s++) {
             size_t j = m.offsets[i] + (size_t)(anvil_rng_u64(&rng) % n);
             const float h = 1e-2f;
@@ -60,7 +60,8 @@ int main(void) {
         }
     }
     /* The padding rows of wte never receive gradient. */
-    for (size_t j = (size_t)cfg.vocab_size * cfg.n_embd; j < m.offsets[P_WTE + 1]; j++) CHECK(m.grads[j] == 0.0f);
+    for (size_t j = (size_t)cfg.vocab_size * cfg.n_embd; j < m.offsets[ANVIL_GPT2_WTE + 1]; j++)
+        CHECK(m.grads[j] == 0.0f);
     printf("checked %d gradient entries, loss %.6f\n", checked, loss);
     anvil_gpt2_free(&m);
     return t_done("test_gradcheck");

@@ -23,7 +23,7 @@ static int check_table(const anvil_st_file *f, const char *path, const char *pre
         if (!t) return anvil_fail("%s: tensor '%s' is missing", path, name);
         int64_t s[3];
         int nd = anvil_gpt2_param_shape(c, i, s);
-        if (i == P_WTE) s[0] = c->vocab_size;
+        if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
         int ok = t->dtype == ANVIL_ST_F32 && t->ndim == nd;
         for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
         if (!ok) return anvil_fail("%s: tensor '%s' has the wrong dtype or shape for the manifest's model", path, name);
@@ -42,8 +42,8 @@ static void upload_table(const anvil_st_file *f, const char *prefix, const anvil
         m->k->upload(dst + m->offsets[i], t->data, t->nbytes);
     }
     size_t real = (size_t)m->cfg.vocab_size * (size_t)m->cfg.n_embd;
-    size_t pad = m->offsets[P_WTE + 1] - m->offsets[P_WTE] - real;
-    if (pad) m->k->upload(dst + m->offsets[P_WTE] + real, zeros, pad * sizeof(float));
+    size_t pad = m->offsets[ANVIL_GPT2_WTE + 1] - m->offsets[ANVIL_GPT2_WTE] - real;
+    if (pad) m->k->upload(dst + m->offsets[ANVIL_GPT2_WTE] + real, zeros, pad * sizeof(float));
 }
 
 static int compare_config(const char *dir, const anvil_gpt2_config *a, const anvil_gpt2_config *b) {
@@ -172,7 +172,8 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
     if (!rc && stage > 0 && (opt || stage == 3))
         rc = load_shards(ckpt_dir, &m, model, stage == 3 ? model->params : NULL, opt ? opt->m : NULL,
                          opt ? opt->v : NULL);
-    size_t pad = model->offsets[P_WTE + 1] - model->offsets[P_WTE] - (size_t)model->cfg.vocab_size * model->cfg.n_embd;
+    size_t pad = model->offsets[ANVIL_GPT2_WTE + 1] - model->offsets[ANVIL_GPT2_WTE] -
+                 (size_t)model->cfg.vocab_size * model->cfg.n_embd;
     float *zeros = rc ? NULL : calloc(pad + 1, sizeof(float));
     if (!rc && !zeros) rc = anvil_fail("%s: out of memory", ckpt_dir);
     if (!rc) {

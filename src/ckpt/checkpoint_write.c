@@ -139,7 +139,7 @@ static void fill_table(tensor_table *tt, const anvil_gpt2_config *c, const size_
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
         int64_t s[3];
         int nd = anvil_gpt2_param_shape(c, i, s);
-        if (i == P_WTE) s[0] = c->vocab_size;
+        if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
         anvil_st_tensor *t = &tt->t[i];
         memset(t, 0, sizeof *t);
         snprintf(tt->names[i], sizeof tt->names[i], "%s%s", prefix, anvil_gpt2_param_names[i]);

@@ -22,21 +22,23 @@ typedef struct {
     int transpose; /* Conv1D weight: stored [in, out] */
 } mapping;
 
-static const mapping global_map[] = {
-    {"wte.weight", P_WTE, 0}, {"wpe.weight", P_WPE, 0}, {"ln_f.weight", P_LNFW, 0}, {"ln_f.bias", P_LNFB, 0}};
+static const mapping global_map[] = {{"wte.weight", ANVIL_GPT2_WTE, 0},
+                                     {"wpe.weight", ANVIL_GPT2_WPE, 0},
+                                     {"ln_f.weight", ANVIL_GPT2_LNFW, 0},
+                                     {"ln_f.bias", ANVIL_GPT2_LNFB, 0}};
 
-static const mapping layer_map[] = {{"ln_1.weight", P_LN1W, 0},
-                                    {"ln_1.bias", P_LN1B, 0},
-                                    {"attn.c_attn.weight", P_QKVW, 1},
-                                    {"attn.c_attn.bias", P_QKVB, 0},
-                                    {"attn.c_proj.weight", P_ATTPROJW, 1},
-                                    {"attn.c_proj.bias", P_ATTPROJB, 0},
-                                    {"ln_2.weight", P_LN2W, 0},
-                                    {"ln_2.bias", P_LN2B, 0},
-                                    {"mlp.c_fc.weight", P_FCW, 1},
-                                    {"mlp.c_fc.bias", P_FCB, 0},
-                                    {"mlp.c_proj.weight", P_FCPROJW, 1},
-                                    {"mlp.c_proj.bias", P_FCPROJB, 0}};
+static const mapping layer_map[] = {{"ln_1.weight", ANVIL_GPT2_LN1W, 0},
+                                    {"ln_1.bias", ANVIL_GPT2_LN1B, 0},
+                                    {"attn.c_attn.weight", ANVIL_GPT2_QKVW, 1},
+                                    {"attn.c_attn.bias", ANVIL_GPT2_QKVB, 0},
+                                    {"attn.c_proj.weight", ANVIL_GPT2_ATTPROJW, 1},
+                                    {"attn.c_proj.bias", ANVIL_GPT2_ATTPROJB, 0},
+                                    {"ln_2.weight", ANVIL_GPT2_LN2W, 0},
+                                    {"ln_2.bias", ANVIL_GPT2_LN2B, 0},
+                                    {"mlp.c_fc.weight", ANVIL_GPT2_FCW, 1},
+                                    {"mlp.c_fc.bias", ANVIL_GPT2_FCB, 0},
+                                    {"mlp.c_proj.weight", ANVIL_GPT2_FCPROJW, 1},
+                                    {"mlp.c_proj.bias", ANVIL_GPT2_FCPROJB, 0}};
 
 #define NGLOBAL (int)(sizeof global_map / sizeof global_map[0])
 #define NLAYER_MAP (int)(sizeof layer_map / sizeof layer_map[0])
@@ -47,14 +49,16 @@ static void slice_of(const anvil_gpt2_config *c, const mapping *mp, int layer, i
                      size_t *start) {
     int64_t s[3];
     int nd = anvil_gpt2_param_shape(c, mp->param, s);
-    if (mp->param == P_WTE) s[0] = c->vocab_size;
+    if (mp->param == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
     int stacked = layer >= 0;
     *rows = stacked ? s[1] : s[0];
     *cols = stacked ? (nd == 3 ? s[2] : 1) : (nd == 2 ? s[1] : 1);
     *start = stacked ? (size_t)layer * (size_t)(*rows * *cols) : 0;
 }
 
-static int hf_ndim(const mapping *mp) { return mp->param == P_WTE || mp->param == P_WPE || mp->transpose ? 2 : 1; }
+static int hf_ndim(const mapping *mp) {
+    return mp->param == ANVIL_GPT2_WTE || mp->param == ANVIL_GPT2_WPE || mp->transpose ? 2 : 1;
+}
 
 /* ---- export ---- */
 
@@ -301,7 +305,7 @@ static int load_weights(const anvil_st_file *f, const char *path, anvil_gpt2 *m,
                  (head->dtype == ANVIL_ST_F32 || head->dtype == ANVIL_ST_F16 || head->dtype == ANVIL_ST_BF16);
         if (ok) {
             to_f32(head, scratch, cnt);
-            ok = !memcmp(scratch, host + m->offsets[P_WTE], cnt * sizeof(float));
+            ok = !memcmp(scratch, host + m->offsets[ANVIL_GPT2_WTE], cnt * sizeof(float));
         }
         if (!ok) return anvil_fail("%s: 'lm_head.weight' differs from wte; anvil's LM head is tied to wte", path);
         used++;

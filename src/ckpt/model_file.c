@@ -20,7 +20,7 @@ int anvil_model_save(const char *path, const anvil_gpt2 *m) {
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
         int64_t s[3];
         int nd = anvil_gpt2_param_shape(c, i, s);
-        if (i == P_WTE) s[0] = c->vocab_size;
+        if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
         memset(&t[i], 0, sizeof t[i]);
         t[i].name = anvil_gpt2_param_names[i];
         t[i].dtype = ANVIL_ST_F32;
@@ -67,7 +67,7 @@ static int load_from(const anvil_st_file *f, const char *path, const char *prefi
         const anvil_st_tensor *t = anvil_st_find(f, name);
         int64_t s[3];
         int nd = anvil_gpt2_param_shape(c, i, s);
-        if (i == P_WTE) s[0] = c->vocab_size;
+        if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
         int ok = t && t->dtype == ANVIL_ST_F32 && t->ndim == nd;
         for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
         if (!ok) {

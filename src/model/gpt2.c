@@ -59,22 +59,28 @@ int anvil_gpt2_param_shape(const anvil_gpt2_config *c, int i, int64_t s[3]) {
     int64_t L = c->n_layer, C = c->n_embd;
     s[0] = s[1] = s[2] = 0;
     switch (i) {
-    case P_WTE: s[0] = c->padded_vocab; s[1] = C; return 2;
-    case P_WPE: s[0] = c->block_size; s[1] = C; return 2;
-    case P_LN1W: case P_LN1B: case P_ATTPROJB: case P_LN2W: case P_LN2B: case P_FCPROJB:
+    case ANVIL_GPT2_WTE: s[0] = c->padded_vocab; s[1] = C; return 2;
+    case ANVIL_GPT2_WPE: s[0] = c->block_size; s[1] = C; return 2;
+    case ANVIL_GPT2_LN1W:
+    case ANVIL_GPT2_LN1B:
+    case ANVIL_GPT2_ATTPROJB:
+    case ANVIL_GPT2_LN2W:
+    case ANVIL_GPT2_LN2B:
+    case ANVIL_GPT2_FCPROJB:
         s[0] = L; s[1] = C; return 2;
-    case P_QKVW: s[0] = L; s[1] = 3 * C; s[2] = C; return 3;
-    case P_QKVB: s[0] = L; s[1] = 3 * C; return 2;
-    case P_ATTPROJW: s[0] = L; s[1] = C; s[2] = C; return 3;
-    case P_FCW: s[0] = L; s[1] = 4 * C; s[2] = C; return 3;
-    case P_FCB: s[0] = L; s[1] = 4 * C; return 2;
-    case P_FCPROJW: s[0] = L; s[1] = C; s[2] = 4 * C; return 3;
+    case ANVIL_GPT2_QKVW: s[0] = L; s[1] = 3 * C; s[2] = C; return 3;
+    case ANVIL_GPT2_QKVB: s[0] = L; s[1] = 3 * C; return 2;
+    case ANVIL_GPT2_ATTPROJW: s[0] = L; s[1] = C; s[2] = C; return 3;
+    case ANVIL_GPT2_FCW: s[0] = L; s[1] = 4 * C; s[2] = C; return 3;
+    case ANVIL_GPT2_FCB: s[0] = L; s[1] = 4 * C; return 2;
+    case ANVIL_GPT2_FCPROJW: s[0] = L; s[1] = C; s[2] = 4 * C; return 3;
     default: s[0] = C; return 1; /* lnfw, lnfb */
     }
 }
 
 int anvil_gpt2_param_decays(int i) {
-    return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
+    return i == ANVIL_GPT2_WTE || i == ANVIL_GPT2_WPE || i == ANVIL_GPT2_QKVW || i == ANVIL_GPT2_ATTPROJW ||
+           i == ANVIL_GPT2_FCW || i == ANVIL_GPT2_FCPROJW;
 }
 
 static size_t shape_numel(const int64_t s[3], int nd) {
@@ -223,12 +229,12 @@ void anvil_gpt2_init_weights(anvil_gpt2 *m, uint64_t seed) {
     float *host = malloc(largest * sizeof(float));
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
         size_t total = m->offsets[i + 1] - m->offsets[i], n = total;
-        if (i == P_WTE) n = (size_t)c->vocab_size * c->n_embd; /* padding rows stay zero */
+        if (i == ANVIL_GPT2_WTE) n = (size_t)c->vocab_size * c->n_embd; /* padding rows stay zero */
         memset(host, 0, total * sizeof(float));
-        if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
+        if (i == ANVIL_GPT2_LN1W || i == ANVIL_GPT2_LN2W || i == ANVIL_GPT2_LNFW) {
             for (size_t j = 0; j < n; j++) host[j] = 1.0f;
         } else if (anvil_gpt2_param_decays(i)) {
-            float std = (i == P_ATTPROJW || i == P_FCPROJW) ? resid_std : 0.02f;
+            float std = (i == ANVIL_GPT2_ATTPROJW || i == ANVIL_GPT2_FCPROJW) ? resid_std : 0.02f;
             for (size_t j = 0; j < n; j++) host[j] = std * anvil_rng_normal(&rng);
         }
         m->k->upload(m->params + m->offsets[i], host, total * sizeof(float));
@@ -243,7 +249,7 @@ void anvil_gpt2_zero_grad(anvil_gpt2 *m) {
 
 int anvil_gpt2_num_units(const anvil_gpt2_config *c) { return c->n_layer + 1; }
 
-static const int head_tensors[] = {P_WTE, P_WPE, P_LNFW, P_LNFB};
+static const int head_tensors[] = {ANVIL_GPT2_WTE, ANVIL_GPT2_WPE, ANVIL_GPT2_LNFW, ANVIL_GPT2_LNFB};
 
 int anvil_gpt2_unit_ranges(const anvil_gpt2 *m, int u, anvil_gpt2_range *r) {
     int n = 0;
@@ -255,7 +261,7 @@ int anvil_gpt2_unit_ranges(const anvil_gpt2 *m, int u, anvil_gpt2_range *r) {
         return n;
     }
     size_t L = (size_t)m->cfg.n_layer, l = (size_t)(u - 1);
-    for (int i = P_LN1W; i <= P_FCPROJB; i++) {
+    for (int i = ANVIL_GPT2_LN1W; i <= ANVIL_GPT2_FCPROJB; i++) {
         size_t per = (m->offsets[i + 1] - m->offsets[i]) / L;
         r[n++] = (anvil_gpt2_range){i, m->offsets[i] + l * per, per};
     }
@@ -312,29 +318,29 @@ static int forward_body(anvil_gpt2 *m, int B, int T, anvil_gpt2_view *h) {
     int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
     size_t NC = (size_t)N * C;
     if (get_params(m, 0, h)) return -1;
-    k->encoder_forward(a->resid, a->inputs, h->t[P_WTE], h->t[P_WPE], B, T, C);
+    k->encoder_forward(a->resid, a->inputs, h->t[ANVIL_GPT2_WTE], h->t[ANVIL_GPT2_WPE], B, T, C);
     for (int l = 0; l < L; l++) {
         float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NC;
         float *atty = a->atty + l * NC, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
         float *fch = a->fch + l * 4 * NC, *out = a->resid + (l + 1) * NC;
         anvil_gpt2_view w;
         if (get_params(m, 1 + l, &w)) return -1;
-        k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, res, w.t[P_LN1W],
-                             w.t[P_LN1B], N, C);
-        k->matmul_forward(qkv, ln1, w.t[P_QKVW], w.t[P_QKVB], N, C, 3 * C, 0);
+        k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, res, w.t[ANVIL_GPT2_LN1W],
+                             w.t[ANVIL_GPT2_LN1B], N, C);
+        k->matmul_forward(qkv, ln1, w.t[ANVIL_GPT2_QKVW], w.t[ANVIL_GPT2_QKVB], N, C, 3 * C, 0);
         if (k->attention_forward(atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH)) return -1;
         k->copy(res2, res, NC);
-        k->matmul_forward(res2, atty, w.t[P_ATTPROJW], w.t[P_ATTPROJB], N, C, C, 1);
-        k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, res2, w.t[P_LN2W],
-                             w.t[P_LN2B], N, C);
-        k->matmul_forward(fch, ln2, w.t[P_FCW], w.t[P_FCB], N, C, 4 * C, 0);
+        k->matmul_forward(res2, atty, w.t[ANVIL_GPT2_ATTPROJW], w.t[ANVIL_GPT2_ATTPROJB], N, C, C, 1);
+        k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, res2, w.t[ANVIL_GPT2_LN2W],
+                             w.t[ANVIL_GPT2_LN2B], N, C);
+        k->matmul_forward(fch, ln2, w.t[ANVIL_GPT2_FCW], w.t[ANVIL_GPT2_FCB], N, C, 4 * C, 0);
         k->gelu_forward(a->gelu, fch, 4 * NC);
         k->copy(out, res2, NC);
-        k->matmul_forward(out, a->gelu, w.t[P_FCPROJW], w.t[P_FCPROJB], N, 4 * C, C, 1);
+        k->matmul_forward(out, a->gelu, w.t[ANVIL_GPT2_FCPROJW], w.t[ANVIL_GPT2_FCPROJB], N, 4 * C, C, 1);
         if (put_params(m, 1 + l)) return -1;
     }
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * NC, h->t[P_LNFW], h->t[P_LNFB], N,
-                         C);
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * NC, h->t[ANVIL_GPT2_LNFW],
+                         h->t[ANVIL_GPT2_LNFB], N, C);
     return 0;
 }
 
@@ -388,7 +394,7 @@ int anvil_gpt2_forward(anvil_gpt2 *m, const int32_t *inputs, const int32_t *targ
     const anvil_gpt2_config *c = &m->cfg;
     int rc = 0;
     if (targets && loss)
-        rc = m->k->classifier(m->acts->losses, NULL, NULL, m->acts->lnf, h.t[P_WTE], m->acts->targets, B * T,
+        rc = m->k->classifier(m->acts->losses, NULL, NULL, m->acts->lnf, h.t[ANVIL_GPT2_WTE], m->acts->targets, B * T,
                               c->n_embd, c->vocab_size, c->padded_vocab, 0.0f);
     if (put_params(m, 0) || rc) return -1;
     if (targets && loss) *loss = mean_loss(m, (size_t)B * T, count_targets(targets, (size_t)B * T));
@@ -415,12 +421,12 @@ int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int3
 
     /* The LM head and loss: dlnf lands in dln, and dwte accumulates. */
     if (get_grads(m, 0, &hg)) return -1;
-    if (k->classifier(a->losses, a->dln, hg.t[P_WTE], a->lnf, h.t[P_WTE], a->targets, N, C, m->cfg.vocab_size,
-                      m->cfg.padded_vocab, dscale))
+    if (k->classifier(a->losses, a->dln, hg.t[ANVIL_GPT2_WTE], a->lnf, h.t[ANVIL_GPT2_WTE], a->targets, N, C,
+                      m->cfg.vocab_size, m->cfg.padded_vocab, dscale))
         return -1;
     k->zero(a->dres, NC * sizeof(float));
-    k->layernorm_backward(a->dres, hg.t[P_LNFW], hg.t[P_LNFB], a->dln, a->resid + (size_t)L * NC, h.t[P_LNFW],
-                          a->lnf_mean, a->lnf_rstd, N, C);
+    k->layernorm_backward(a->dres, hg.t[ANVIL_GPT2_LNFW], hg.t[ANVIL_GPT2_LNFB], a->dln, a->resid + (size_t)L * NC,
+                          h.t[ANVIL_GPT2_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
 
     /* dres carries d(loss)/d(residual stream) down through the layers. */
     for (int l = L - 1; l >= 0; l--) {
@@ -430,20 +436,24 @@ int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int3
         anvil_gpt2_view w, g;
         if (get_params(m, 1 + l, &w) || get_grads(m, 1 + l, &g)) return -1;
         k->gelu_forward(a->gelu, fch, 4 * NC);
-        k->matmul_backward(a->dfch, g.t[P_FCPROJW], g.t[P_FCPROJB], a->dres, a->gelu, w.t[P_FCPROJW], N, 4 * C, C);
+        k->matmul_backward(a->dfch, g.t[ANVIL_GPT2_FCPROJW], g.t[ANVIL_GPT2_FCPROJB], a->dres, a->gelu,
+                           w.t[ANVIL_GPT2_FCPROJW], N, 4 * C, C);
         k->gelu_backward(a->dfch, fch, a->dfch, 4 * NC);
-        k->matmul_backward(a->dln, g.t[P_FCW], g.t[P_FCB], a->dfch, ln2, w.t[P_FCW], N, C, 4 * C);
-        k->layernorm_backward(a->dres, g.t[P_LN2W], g.t[P_LN2B], a->dln, res2, w.t[P_LN2W],
+        k->matmul_backward(a->dln, g.t[ANVIL_GPT2_FCW], g.t[ANVIL_GPT2_FCB], a->dfch, ln2, w.t[ANVIL_GPT2_FCW], N, C,
+                           4 * C);
+        k->layernorm_backward(a->dres, g.t[ANVIL_GPT2_LN2W], g.t[ANVIL_GPT2_LN2B], a->dln, res2, w.t[ANVIL_GPT2_LN2W],
                               a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
-        k->matmul_backward(a->datty, g.t[P_ATTPROJW], g.t[P_ATTPROJB], a->dres, atty, w.t[P_ATTPROJW], N, C, C);
+        k->matmul_backward(a->datty, g.t[ANVIL_GPT2_ATTPROJW], g.t[ANVIL_GPT2_ATTPROJB], a->dres, atty,
+                           w.t[ANVIL_GPT2_ATTPROJW], N, C, C);
         if (k->attention_backward(a->dqkv, a->datty, atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH))
             return -1;
-        k->matmul_backward(a->dln, g.t[P_QKVW], g.t[P_QKVB], a->dqkv, ln1, w.t[P_QKVW], N, C, 3 * C);
-        k->layernorm_backward(a->dres, g.t[P_LN1W], g.t[P_LN1B], a->dln, res, w.t[P_LN1W],
+        k->matmul_backward(a->dln, g.t[ANVIL_GPT2_QKVW], g.t[ANVIL_GPT2_QKVB], a->dqkv, ln1, w.t[ANVIL_GPT2_QKVW], N, C,
+                           3 * C);
+        k->layernorm_backward(a->dres, g.t[ANVIL_GPT2_LN1W], g.t[ANVIL_GPT2_LN1B], a->dln, res, w.t[ANVIL_GPT2_LN1W],
                               a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
         if (put_grads(m, 1 + l) || put_params(m, 1 + l)) return -1;
     }
-    k->encoder_backward(hg.t[P_WTE], hg.t[P_WPE], a->dres, a->inputs, B, T, C);
+    k->encoder_backward(hg.t[ANVIL_GPT2_WTE], hg.t[ANVIL_GPT2_WPE], a->dres, a->inputs, B, T, C);
     if (put_grads(m, 0) || put_params(m, 0)) return -1;
     *loss = mean_loss(m, (size_t)N, count);
     return 0;
@@ -453,7 +463,7 @@ int anvil_gpt2_logits(anvil_gpt2 *m, float *out) {
     if (!m->acts) return anvil_fail("model: logits requested before any forward pass");
     anvil_gpt2_view h;
     if (get_params(m, 0, &h)) return -1;
-    m->k->logits(out, m->acts->lnf, h.t[P_WTE], m->B * m->T, m->cfg.n_embd, m->cfg.padded_vocab);
+    m->k->logits(out, m->acts->lnf, h.t[ANVIL_GPT2_WTE], m->B * m->T, m->cfg.n_embd, m->cfg.padded_vocab);
     return put_params(m, 0);
 }
 
@@ -508,23 +518,29 @@ int anvil_gpt2_decode(anvil_gpt2 *m, anvil_gpt2_cache *c, int32_t token, int pos
         return anvil_fail("model: token %d is outside the vocabulary (%d)", token, m->cfg.vocab_size);
     float *P = m->params;
     k->upload(c->tok, &token, sizeof token);
-    k->encoder_forward(c->x, c->tok, anvil_gpt2_param(m, P_WTE, P), anvil_gpt2_param(m, P_WPE, P) + (size_t)pos * C, 1,
-                       1, C);
+    k->encoder_forward(c->x, c->tok, anvil_gpt2_param(m, ANVIL_GPT2_WTE, P),
+                       anvil_gpt2_param(m, ANVIL_GPT2_WPE, P) + (size_t)pos * C, 1, 1, C);
     for (int l = 0; l < L; l++) {
         float *kc = c->kc + (size_t)l * T * C, *vc = c->vc + (size_t)l * T * C;
-        k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, LP(P, P_LN1W, l, C), LP(P, P_LN1B, l, C), 1, C);
-        k->matmul_forward(c->qkv, c->ln, LP(P, P_QKVW, l, 3 * C * C), LP(P, P_QKVB, l, 3 * C), 1, C, 3 * C, 0);
+        k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, LP(P, ANVIL_GPT2_LN1W, l, C), LP(P, ANVIL_GPT2_LN1B, l, C),
+                             1, C);
+        k->matmul_forward(c->qkv, c->ln, LP(P, ANVIL_GPT2_QKVW, l, 3 * C * C), LP(P, ANVIL_GPT2_QKVB, l, 3 * C), 1, C,
+                          3 * C, 0);
         k->copy(kc + (size_t)pos * C, c->qkv + C, C);
         k->copy(vc + (size_t)pos * C, c->qkv + 2 * C, C);
         if (k->attention_decode(c->att, c->qkv, kc, vc, pos + 1, C, NH)) return -1;
-        k->matmul_forward(c->x, c->att, LP(P, P_ATTPROJW, l, C * C), LP(P, P_ATTPROJB, l, C), 1, C, C, 1);
-        k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, LP(P, P_LN2W, l, C), LP(P, P_LN2B, l, C), 1, C);
-        k->matmul_forward(c->fc, c->ln, LP(P, P_FCW, l, 4 * C * C), LP(P, P_FCB, l, 4 * C), 1, C, 4 * C, 0);
+        k->matmul_forward(c->x, c->att, LP(P, ANVIL_GPT2_ATTPROJW, l, C * C), LP(P, ANVIL_GPT2_ATTPROJB, l, C), 1, C, C,
+                          1);
+        k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, LP(P, ANVIL_GPT2_LN2W, l, C), LP(P, ANVIL_GPT2_LN2B, l, C),
+                             1, C);
+        k->matmul_forward(c->fc, c->ln, LP(P, ANVIL_GPT2_FCW, l, 4 * C * C), LP(P, ANVIL_GPT2_FCB, l, 4 * C), 1, C,
+                          4 * C, 0);
         k->gelu_forward(c->gelu, c->fc, 4 * (size_t)C);
-        k->matmul_forward(c->x, c->gelu, LP(P, P_FCPROJW, l, 4 * C * C), LP(P, P_FCPROJB, l, C), 1, 4 * C, C, 1);
+        k->matmul_forward(c->x, c->gelu, LP(P, ANVIL_GPT2_FCPROJW, l, 4 * C * C), LP(P, ANVIL_GPT2_FCPROJB, l, C), 1,
+                          4 * C, C, 1);
     }
-    k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, anvil_gpt2_param(m, P_LNFW, P), anvil_gpt2_param(m, P_LNFB, P),
-                         1, C);
-    k->logits(logits, c->ln, anvil_gpt2_param(m, P_WTE, P), 1, C, m->cfg.padded_vocab);
+    k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, anvil_gpt2_param(m, ANVIL_GPT2_LNFW, P),
+                         anvil_gpt2_param(m, ANVIL_GPT2_LNFB, P), 1, C);
+    k->logits(logits, c->ln, anvil_gpt2_param(m, ANVIL_GPT2_WTE, P), 1, C, m->cfg.padded_vocab);
     return 0;
 }
