@@ -70,6 +70,27 @@ la=$(first_loss "$tmp/init_a"); lb=$(first_loss "$tmp/init_b")
 [ -n "$la" ] && [ "$la" = "$lb" ] && ok "train --init: the imported model starts at the same loss ($la)" ||
   bad "train --init: '$la' vs '$lb'"
 
+# ---- a run folder carries its tokenizer ----
+"$anvil" prep --out "$tmp/bpe_data" --delimiter '\n' --val-fraction 0.05 --tokenizer "$tmp/learned.tiktoken" \
+  "$tmp/gen.txt" > /dev/null 2>&1 || bad "prep with the learned tokenizer"
+"$anvil" train --data "$tmp/bpe_data" --preset tiny --vocab 400 --batch 4 --seq 32 --steps 3 --ckpt-every 3 --no-progress \
+  --sample-every -1 --out "$tmp/bpe_run" > /dev/null 2>&1 || bad "training on BPE tokens"
+cmp -s "$tmp/learned.tiktoken" "$tmp/bpe_run/tokenizer.tiktoken" && ok "the run folder keeps the rank file" ||
+  bad "the run folder lacks the rank file"
+for m in "$tmp/bpe_run/model.safetensors" "$tmp/bpe_run"; do
+  out=$("$anvil" sample --model "$m" --prompt "And God said" --tokens 8 --seed 1 2>&1)
+  [ "${out#And God said}" != "$out" ] && ok "sample --model ${m#$tmp/} --prompt finds the run's tokenizer" ||
+    bad "sample --model ${m#$tmp/}: $out"
+done
+err=$("$anvil" sample --model "$tmp/bpe_run" --tokenizer "$ranks" --prompt "And" --tokens 4 2>&1 >/dev/null)
+case "$err" in *"crc32c"*"crc32c"*) ok "a different tokenizer by hand is refused naming both checksums" ;;
+  *) bad "a wrong tokenizer by hand: $err" ;; esac
+"$anvil" export --model "$tmp/bpe_run" --out "$tmp/bpe_hf" > /dev/null 2>&1 &&
+  cmp -s "$tmp/learned.tiktoken" "$tmp/bpe_hf/tokenizer.tiktoken" && ok "export copies the model's tokenizer" ||
+  bad "export did not copy the tokenizer"
+"$anvil" ckpt inspect "$tmp/bpe_run" | grep -Eq '^tokenizer +gpt2 crc32c [0-9a-f]{8}$' &&
+  ok "the checkpoint manifest names the tokenizer" || bad "ckpt inspect: $("$anvil" ckpt inspect "$tmp/bpe_run" | grep tokenizer)"
+
 # ---- ckpt inspect / verify on every kind ----
 inspect_ok() { # name dir pattern...
   local name=$1 dir=$2; shift 2

@@ -399,9 +399,10 @@ static void test_prep(void) {
     CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "\"eot\""));
     struct anvil_tok *tk = (struct anvil_tok *)&vocab; /* not NULL, so the calls must clear it */
     write_text(tpath("prep/manifest.json"), "{\"tokenizer\": \"bytes\"}");
-    CHECK(anvil_data_manifest_tokenizer(mdir, &tk) == 0 && tk == NULL);
+    char file[64] = "stale";
+    CHECK(anvil_data_manifest_tokenizer(mdir, &tk, file, sizeof file) == 0 && tk == NULL && file[0] == 0);
     write_text(tpath("prep/manifest.json"), "{\"tokenizer\": {\"copy\": \"../x.tiktoken\", \"pattern\": \"gpt2\"}}");
-    CHECK(anvil_data_manifest_tokenizer(mdir, &tk) == -1 && contains(anvil_errmsg(), "\"tokenizer\"") && tk == NULL);
+    CHECK(anvil_data_manifest_tokenizer(mdir, &tk, NULL, 0) == -1 && contains(anvil_errmsg(), "\"tokenizer\"") && tk == NULL);
     CHECK(anvil_data_manifest_split(mdir, "val", &ntok, &nbytes) == -1 && contains(anvil_errmsg(), "splits.val"));
 }
 

@@ -9,9 +9,11 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
+#include "core/crc32c.h"
 #include "core/error.h"
+#include "core/fsutil.h"
 
-int anvil_model_save(const char *path, const anvil_gpt2 *m) {
+int anvil_model_save(const char *path, const anvil_gpt2 *m, const anvil_model_tokenizer *tok) {
     const anvil_gpt2_config *c = &m->cfg;
     float *host = malloc(m->nparams * sizeof(float));
     if (!host) return anvil_fail("%s: out of memory", path);
@@ -38,9 +40,13 @@ int anvil_model_save(const char *path, const anvil_gpt2 *m) {
     snprintf(vals[2], sizeof vals[2], "%d", c->n_embd);
     snprintf(vals[3], sizeof vals[3], "%d", c->block_size);
     snprintf(vals[4], sizeof vals[4], "%d", c->vocab_size);
-    const char *meta[] = {"format", "anvil-gpt2", "n_layer", vals[0], "n_head", vals[1],
-                          "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4]};
-    int rc = anvil_st_write(path, t, ANVIL_GPT2_NPARAM, meta, 6);
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08x", tok ? tok->crc32c : 0u);
+    const char *meta[] = {"format", "anvil-gpt2", "n_layer",    vals[0], "n_head",     vals[1],
+                          "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4],
+                          "tokenizer", tok && !tok->bytes ? "tiktoken" : "bytes",
+                          "tokenizer_pattern", tok ? tok->pattern : "", "tokenizer_crc32c", crc};
+    int rc = anvil_st_write(path, t, ANVIL_GPT2_NPARAM, meta, tok && tok->recorded ? 9 : 6);
     free(host);
     return rc;
 }
@@ -133,4 +139,88 @@ int anvil_model_load_any(const char *path, const anvil_kernels *k, anvil_gpt2 *m
     if (stat(manifest, &sb) && stat(p, &sb) == 0) return anvil_model_load(p, k, m);
     if (anvil_ckpt_resolve(path, p, sizeof p, warn, warn_cap)) return -1;
     return load_checkpoint(p, k, m);
+}
+
+int anvil_model_tokenizer_of(const char *rank_file, const char *pattern, anvil_model_tokenizer *out) {
+    memset(out, 0, sizeof *out);
+    out->recorded = 1;
+    out->bytes = !rank_file || !rank_file[0];
+    if (out->bytes) return 0;
+    if (!pattern || strlen(pattern) >= sizeof out->pattern)
+        return anvil_fail("%s: the tokenizer's encoding name is missing or too long", rank_file);
+    snprintf(out->pattern, sizeof out->pattern, "%s", pattern);
+    uint64_t bytes;
+    return anvil_crc32c_file(rank_file, &bytes, &out->crc32c);
+}
+
+int anvil_model_tokenizer_keep(const char *rank_file, const char *dir) {
+    char dest[PATH_MAX], *data;
+    size_t len;
+    snprintf(dest, sizeof dest, "%s/%s", dir, ANVIL_MODEL_TOKENIZER_FILE);
+    if (anvil_read_file(rank_file, &data, &len)) return -1;
+    int rc = anvil_write_file_atomic(dest, data, len);
+    free(data);
+    return rc;
+}
+
+int anvil_model_read_tokenizer(const char *path, anvil_model_tokenizer *out) {
+    memset(out, 0, sizeof *out);
+    anvil_st_file *f = anvil_st_open(path);
+    if (!f) return -1;
+    const char *kind = anvil_st_meta(f, "tokenizer"), *pattern = anvil_st_meta(f, "tokenizer_pattern");
+    const char *crc = anvil_st_meta(f, "tokenizer_crc32c");
+    int rc = 0;
+    if (kind && !strcmp(kind, "bytes")) {
+        out->recorded = out->bytes = 1;
+    } else if (kind) {
+        char *end = NULL;
+        unsigned long v = crc ? strtoul(crc, &end, 16) : 0;
+        if (strcmp(kind, "tiktoken") || !pattern || !pattern[0] || strlen(pattern) >= sizeof out->pattern || !crc ||
+            strlen(crc) != 8 || *end || v > UINT32_MAX)
+            rc = anvil_fail("%s: metadata 'tokenizer' is neither bytes nor tiktoken with an encoding and an 8-digit "
+                            "tokenizer_crc32c",
+                            path);
+        else {
+            out->recorded = 1;
+            snprintf(out->pattern, sizeof out->pattern, "%s", pattern);
+            out->crc32c = (uint32_t)v;
+        }
+    }
+    anvil_st_close(f);
+    return rc;
+}
+
+int anvil_model_tokenizer_for(const char *path, const char *rank_file, char *found, size_t cap, char *pattern) {
+    struct stat sb;
+    char model[PATH_MAX], own[PATH_MAX];
+    found[0] = pattern[0] = 0;
+    int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    snprintf(model, sizeof model, is_dir ? "%s/model.safetensors" : "%s", path);
+    if (is_dir && stat(model, &sb)) return 0; /* a checkpoint: no record */
+    anvil_model_tokenizer rec, given;
+    if (anvil_model_read_tokenizer(model, &rec)) return -1;
+    if (!rec.recorded) return 0;
+    if (rank_file) {
+        if (rec.bytes) return anvil_fail("%s: the model was trained on bytes, not with the tokenizer %s", model, rank_file);
+        if (anvil_model_tokenizer_of(rank_file, rec.pattern, &given)) return -1;
+        if (given.crc32c != rec.crc32c)
+            return anvil_fail("%s (crc32c %08x) is not the tokenizer %s was trained with (crc32c %08x)", rank_file,
+                              given.crc32c, model, rec.crc32c);
+        return 0;
+    }
+    if (rec.bytes) return 0;
+    const char *slash = strrchr(model, '/');
+    int dirlen = slash ? (int)(slash - model) : 1;
+    snprintf(own, sizeof own, "%.*s/%s", dirlen, slash ? model : ".", ANVIL_MODEL_TOKENIZER_FILE);
+    if (stat(own, &sb))
+        return anvil_fail("%s: the model was trained with a tiktoken tokenizer (%s, crc32c %08x), but %s is missing: "
+                          "give it with --tokenizer",
+                          model, rec.pattern, rec.crc32c, own);
+    if (anvil_model_tokenizer_of(own, rec.pattern, &given)) return -1;
+    if (given.crc32c != rec.crc32c)
+        return anvil_fail("%s (crc32c %08x) is not the tokenizer %s was trained with (crc32c %08x)", own, given.crc32c,
+                          model, rec.crc32c);
+    snprintf(found, cap, "%s", own);
+    snprintf(pattern, 32, "%s", rec.pattern);
+    return 0;
 }

@@ -6,10 +6,39 @@
 #ifndef ANVIL_CKPT_MODEL_FILE_H
 #define ANVIL_CKPT_MODEL_FILE_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "model/gpt2.h"
 
-/* Atomic: a crash leaves the previous file or the complete new one. */
-int anvil_model_save(const char *path, const anvil_gpt2 *m);
+/* The tokenizer a model was trained with, as its file's metadata records
+ * it: byte-level, or a tiktoken rank file named by its encoding and the
+ * CRC32C of its bytes. A run folder keeps that rank file beside
+ * model.safetensors, so sample and export need not be told it again. */
+#define ANVIL_MODEL_TOKENIZER_FILE "tokenizer.tiktoken"
+typedef struct {
+    int recorded;     /* 0: the file records none (written before this was recorded, or imported) */
+    int bytes;        /* 1: byte-level, no rank file */
+    char pattern[32]; /* the rank file's encoding, e.g. "gpt2", "cl100k_base" */
+    uint32_t crc32c;  /* of the rank file's bytes */
+} anvil_model_tokenizer;
+
+/* The record of rank_file with encoding pattern; rank_file NULL or "" means byte-level. */
+int anvil_model_tokenizer_of(const char *rank_file, const char *pattern, anvil_model_tokenizer *out);
+/* Copies rank_file into dir as ANVIL_MODEL_TOKENIZER_FILE, atomically. */
+int anvil_model_tokenizer_keep(const char *rank_file, const char *dir);
+
+/* Atomic: a crash leaves the previous file or the complete new one. tok (may be NULL) is recorded
+ * in the metadata. */
+int anvil_model_save(const char *path, const anvil_gpt2 *m, const anvil_model_tokenizer *tok);
+/* The tokenizer record of a model file (recorded 0 when it has none). */
+int anvil_model_read_tokenizer(const char *path, anvil_model_tokenizer *out);
+/* For what anvil_model_load_any was given (a model file or a run folder; a checkpoint folder
+ * records no tokenizer): given a rank file by hand (rank_file not NULL), checks it against the
+ * model's record, failing with both checksums when they differ; else finds the model's own
+ * ANVIL_MODEL_TOKENIZER_FILE beside it, checked the same way, into found (cap bytes; "" when the
+ * model is byte-level or records nothing) and its encoding into pattern (32 bytes). */
+int anvil_model_tokenizer_for(const char *path, const char *rank_file, char *found, size_t cap, char *pattern);
 /* Reads the configuration from the metadata, initializes m on backend k and loads the weights. */
 int anvil_model_load(const char *path, const anvil_kernels *k, anvil_gpt2 *m);
 /* Like anvil_model_load, from what a user may name as a model: a model file; a checkpoint folder,

@@ -16,7 +16,8 @@ static const char *export_usage =
     "names, config.json) that transformers' GPT2LMHeadModel.from_pretrained(DIR) loads.\n"
     "  --model PATH   a model.safetensors, a checkpoint folder (verified first; sharded ones are\n"
     "                 put back together) or a run folder (its model.safetensors, or without one\n"
-    "                 its newest valid checkpoint)\n"
+    "                 its newest valid checkpoint); the tokenizer.tiktoken that 'anvil train'\n"
+    "                 kept beside the model is copied along\n"
     "  --out DIR      the folder to write (created if needed)\n";
 
 static const char *import_usage =
@@ -70,10 +71,13 @@ int cmd_export(int argc, char **argv) {
     rc = anvil_model_load_any(in, anvil_kernels_cpu(), &m, warn, sizeof warn);
     fputs(warn, stderr);
     if (rc) return cli_fail("export");
-    rc = anvil_hf_export(&m, out);
+    char own[4096], pattern[32];
+    rc = anvil_model_tokenizer_for(in, NULL, own, sizeof own, pattern) || anvil_hf_export(&m, out) ||
+         (own[0] && anvil_model_tokenizer_keep(own, out));
     anvil_gpt2_free(&m);
     if (rc) return cli_fail("export");
-    printf("wrote %s/model.safetensors and %s/config.json\n", out, out);
+    printf("wrote %s/model.safetensors and %s/config.json%s\n", out, out,
+           own[0] ? " and the model's tokenizer.tiktoken" : "");
     return 0;
 }
 
@@ -83,7 +87,7 @@ int cmd_import(int argc, char **argv) {
     if (two_paths("import", import_usage, "--hf", argc, argv, &in, &out, &rc)) return rc;
     anvil_gpt2 m;
     if (anvil_hf_import(in, anvil_kernels_cpu(), &m)) return cli_fail("import");
-    rc = anvil_model_save(out, &m);
+    rc = anvil_model_save(out, &m, NULL);
     if (!rc)
         printf("wrote %s (n_layer %d, n_head %d, n_embd %d, block_size %d, vocab_size %d)\n", out, m.cfg.n_layer,
                m.cfg.n_head, m.cfg.n_embd, m.cfg.block_size, m.cfg.vocab_size);

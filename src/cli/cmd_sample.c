@@ -21,7 +21,9 @@ static const char *usage =
     "  --model PATH        the model: a model.safetensors, a checkpoint folder or a run folder\n"
     "  --data DIR          decode with the tokenizer of this 'anvil prep' folder (the model's data)\n"
     "  --tokenizer FILE    or with this .tiktoken rank file; --pattern NAME its encoding (default gpt2)\n"
-    "                      (neither: byte-level models print text, others token ids)\n"
+    "                      (neither: the tokenizer.tiktoken that 'anvil train' kept beside the model,\n"
+    "                      else byte-level models print text, others token ids); one given by hand\n"
+    "                      must be the one the model records\n"
     "  --prompt TEXT       text to continue; default: start of a document\n"
     "  --tokens N          tokens to generate per sample (default 256)\n"
     "  --count N           number of samples (default 1)\n"
@@ -86,8 +88,17 @@ int cmd_sample(int argc, char **argv) {
     if (!(so.top_p > 0.0f && so.top_p <= 1.0f)) return cli_usage_error(cmd, "--top-p must be in (0, 1]");
     if (threads) omp_set_num_threads(threads);
 
+    /* The tokenizer given by hand must be the model's; without one, the
+     * model's own is found beside it. */
     anvil_tok *tk = NULL;
-    if (data && anvil_data_manifest_tokenizer(data, &tk)) return cli_fail(cmd);
+    char data_tok[4096] = "", own[4096], own_pattern[32];
+    if (data && anvil_data_manifest_tokenizer(data, &tk, data_tok, sizeof data_tok)) return cli_fail(cmd);
+    const char *given = tok_file ? tok_file : data_tok[0] ? data_tok : NULL;
+    if (anvil_model_tokenizer_for(model_path, given, own, sizeof own, own_pattern)) {
+        anvil_tok_free(tk);
+        return cli_fail(cmd);
+    }
+    if (!given && own[0]) tok_file = own, pattern = own_pattern;
     if (tok_file && !(tk = anvil_tok_load(tok_file, pattern ? pattern : "gpt2"))) return cli_fail(cmd);
     anvil_gpt2 m;
     char warn[4096];

@@ -199,8 +199,10 @@ int cmd_train(int argc, char **argv) {
     if (health && anvil_dist_world_size() > 1 && cli_health_before_training(cmd)) return 1;
 
     anvil_tok *tok = NULL;
-    if (data && anvil_data_manifest_tokenizer(data, &tok)) return cli_fail(cmd);
+    char tok_file[4096] = "";
+    if (data && anvil_data_manifest_tokenizer(data, &tok, tok_file, sizeof tok_file)) return cli_fail(cmd);
     c.tokenizer = tok;
+    c.tokenizer_file = tok_file[0] ? tok_file : NULL;
     char *config_json = argv_json(argc, argv, c.matmul_dtype);
     c.config_json = config_json;
     anvil_train_result r;

@@ -335,9 +335,10 @@ int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot) {
     return rc;
 }
 
-int anvil_data_manifest_tokenizer(const char *dir, anvil_tok **tok) {
+int anvil_data_manifest_tokenizer(const char *dir, anvil_tok **tok, char *file, size_t cap) {
     char path[4096];
     *tok = NULL;
+    if (file && cap) file[0] = 0;
     cJSON *root = load_manifest(dir, path, sizeof path);
     if (!root) return -1;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
@@ -353,11 +354,12 @@ int anvil_data_manifest_tokenizer(const char *dir, anvil_tok **tok) {
                         path);
     } else {
         /* Folders from before the copy existed name only the original file. */
-        char file[4096];
-        if (copy) snprintf(file, sizeof file, "%s/%s", dir, copy);
-        else snprintf(file, sizeof file, "%s", orig);
-        *tok = anvil_tok_load(file, pattern);
+        char rank_file[4096];
+        if (copy) snprintf(rank_file, sizeof rank_file, "%s/%s", dir, copy);
+        else snprintf(rank_file, sizeof rank_file, "%s", orig);
+        *tok = anvil_tok_load(rank_file, pattern);
         if (!*tok) rc = -1;
+        else if (file && cap) snprintf(file, cap, "%s", rank_file);
     }
     cJSON_Delete(root);
     return rc;

@@ -102,9 +102,10 @@ void anvil_jsonl_release(void *hold);
 /* Reads the vocabulary size and end-of-text id from dir/manifest.json. */
 int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot);
 /* The tokenizer dir/manifest.json names: 0 with *tok NULL for bytes, 0 with
- * *tok loaded (from dir/tokenizer.tiktoken) for BPE, or -1. */
+ * *tok loaded (from dir/tokenizer.tiktoken) for BPE, or -1. file (may be
+ * NULL) receives the rank file's path, or "" for bytes. */
 struct anvil_tok;
-int anvil_data_manifest_tokenizer(const char *dir, struct anvil_tok **tok);
+int anvil_data_manifest_tokenizer(const char *dir, struct anvil_tok **tok, char *file, size_t cap);
 /* A split's token count and the bytes of text they encode (end-of-text
  * tokens add none), from a finished prep's manifest. */
 int anvil_data_manifest_split(const char *dir, const char *split, int64_t *tokens, int64_t *text_bytes);

@@ -210,6 +210,8 @@ typedef struct {
     size_t bt;
     double tokens_per_step, flops_per_step;
     anvil_rng data_rng;
+    anvil_model_tokenizer tok_rec; /* what model.safetensors records (rank 0) */
+    char tok_name[96];             /* the same, for checkpoint manifests */
     int64_t start, tokens_seen;
     anvil_lr_schedule sched;
     double t_start;
@@ -276,7 +278,8 @@ static int save_checkpoint(anvil_run *r, int64_t step, int force_sync) {
     const anvil_train_config *c = r->c;
     /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
     anvil_ckpt_layout lay = {r->world, 0, 1};
-    anvil_ckpt_state st = {&r->model, r->opt, {0}, r->data_rng, step, r->tokens_seen, NULL, c->config_json,
+    anvil_ckpt_state st = {&r->model, r->opt, {0}, r->data_rng, step, r->tokens_seen,
+                           r->tok_name[0] ? r->tok_name : NULL, c->config_json,
                            r->world > 1 ? &lay : NULL};
     if (r->train) st.loader = anvil_loader_get_state(r->train);
     if (!r->sharded) return anvil_checkpointer_save(r->ckpt, &st, NULL, force_sync);
@@ -363,6 +366,22 @@ static int open_model(anvil_run *r) {
     return 0;
 }
 
+/* The tokenizer travels with the run: its rank file is copied into the run
+ * folder, and its record goes into model.safetensors. A byte-level model is
+ * recorded as such; a run on other ids without a tokenizer records none. */
+static int keep_tokenizer(anvil_run *r) {
+    const anvil_train_config *c = r->c;
+    if (c->tokenizer && c->tokenizer_file) {
+        if (anvil_model_tokenizer_of(c->tokenizer_file, anvil_tok_pattern_name(c->tokenizer), &r->tok_rec) ||
+            anvil_model_tokenizer_keep(c->tokenizer_file, c->out_dir))
+            return -1;
+        snprintf(r->tok_name, sizeof r->tok_name, "%s crc32c %08x", r->tok_rec.pattern, r->tok_rec.crc32c);
+    } else if (r->model.cfg.vocab_size == ANVIL_BYTETOK_VOCAB) {
+        anvil_model_tokenizer_of(NULL, NULL, &r->tok_rec);
+    }
+    return 0;
+}
+
 /* Loaders, the run folder and its metrics, the batch buffers. */
 static int open_data(anvil_run *r) {
     const anvil_train_config *c = r->c;
@@ -379,6 +398,7 @@ static int open_data(anvil_run *r) {
         char path[4096];
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
         if (!(r->metrics = anvil_metrics_open(path))) return -1;
+        if (keep_tokenizer(r)) return -1;
     }
     r->x = malloc(r->bt * sizeof(int32_t));
     r->y = malloc(r->bt * sizeof(int32_t));
@@ -620,7 +640,7 @@ static int run_finish(anvil_run *r) {
     anvil_gpt2 whole;
     float *gathered;
     if (whole_model(r, &whole, &gathered)) return -1;
-    int rc = r->rank == 0 ? anvil_model_save(path, &whole) : 0;
+    int rc = r->rank == 0 ? anvil_model_save(path, &whole, &r->tok_rec) : 0;
     r->model.k->free(gathered);
     if (rc) return -1;
     if (r->rank == 0) fprintf(c->log, "saved %s\n", path);

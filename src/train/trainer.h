@@ -33,6 +33,9 @@ typedef struct {
     /* Decodes samples (the one the data was made with); NULL: byte-level
      * models (vocabulary 257) print text, others token ids. */
     const struct anvil_tok *tokenizer;
+    /* The rank file tokenizer came from: copied into the run folder and recorded with the model,
+     * so that sample and export find it (NULL: none). */
+    const char *tokenizer_file;
     uint64_t seed;
     const char *out_dir; /* run folder: metrics.jsonl, model.safetensors, ckpt/; NULL for none */
     int ckpt_every;          /* checkpoint every N steps (0: not by steps) */
