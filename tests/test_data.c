@@ -515,12 +515,12 @@ static void test_prep_bpe(void) {
 
 typedef struct {
     int n;
-    char last[2][512];
+    char last[3][512];
 } note_log;
 
 static void log_note(void *ctx, const char *msg) {
     note_log *l = ctx;
-    if (l->n < 2) snprintf(l->last[l->n], sizeof l->last[0], "%s", msg);
+    if (l->n < 3) snprintf(l->last[l->n], sizeof l->last[0], "%s", msg);
     l->n++;
 }
 
@@ -536,6 +536,8 @@ static void test_prep_jsonl(void) {
         if (i == 17) fputs("{\"text\": \"unterminated\n", f);
         else if (i == 41) fputs("{\"title\": \"no text field\"}\r\n", f);
         else if (i == 50) fputs("\n", f);
+        else if (i == 53) fputs("{\"text\": \"cut \\u0000 here\"}\n", f);
+        else if (i == 54) fputs("{\"text\": \"\\\\u0000 is text\"}\n", f); /* an escaped backslash, then text */
         else fprintf(f, "{\"id\": %d, \"text\": \"line %d\\tsays \\u00e9\"}\n", i, i);
     }
     fclose(f);
@@ -546,11 +548,12 @@ static void test_prep_jsonl(void) {
                          .jsonl_field = "text", .workers = 3, .chunk_bytes = 100, .note = log_note, .note_ctx = &log};
     anvil_prep_stats st;
     CHECK(anvil_prep_run(&o, &st) == 0);
-    CHECK(st.train_docs == 57 && st.bad_lines == 2 && log.n == 2);
-    char want17[400], want41[400];
+    CHECK(st.train_docs == 56 && st.bad_lines == 3 && log.n == 3);
+    char want17[400], want41[400], want53[400];
     snprintf(want17, sizeof want17, "%s:17: not valid JSON", path);
     snprintf(want41, sizeof want41, "%s:41: no string field \"text\"", path);
-    CHECK(contains(log.last[0], want17) && contains(log.last[1], want41));
+    snprintf(want53, sizeof want53, "%s:53: a string holds \\u0000", path);
+    CHECK(contains(log.last[0], want17) && contains(log.last[1], want41) && contains(log.last[2], want53));
 
     int32_t *got = malloc(sizeof(int32_t) * 4096);
     char shard[400];
@@ -559,7 +562,8 @@ static void test_prep_jsonl(void) {
     char expect[4096];
     size_t el = 0;
     for (int i = 1; i <= 60; i++)
-        if (i != 17 && i != 41 && i != 50) el += (size_t)snprintf(expect + el, sizeof expect - el, "\x01line %d\tsays \xc3\xa9", i);
+        if (i == 54) el += (size_t)snprintf(expect + el, sizeof expect - el, "\x01\\u0000 is text");
+        else if (i != 17 && i != 41 && i != 50 && i != 53) el += (size_t)snprintf(expect + el, sizeof expect - el, "\x01line %d\tsays \xc3\xa9", i);
     CHECK(n == (int64_t)el);
     int same = n == (int64_t)el;
     for (int64_t k = 0; same && k < n; k++)

@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,23 @@ static int cmp_span(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* A shard file's tensor name, "<kind>.<param>.<offset>", as the writer
+ * prints it: the offset in plain decimal digits that fit a size_t (sscanf's
+ * %zu would take a sign, and wrap). */
+static int parse_slice_name(const char *name, char kind[4], char param[32], size_t *off) {
+    int used = 0;
+    if (sscanf(name, "%3[^.].%31[^.].%n", kind, param, &used) != 2 || !used) return 0;
+    const char *d = name + used;
+    if (!*d) return 0;
+    size_t v = 0;
+    for (; *d; d++) {
+        if (*d < '0' || *d > '9' || v > (SIZE_MAX - (size_t)(*d - '0')) / 10) return 0;
+        v = v * 10 + (size_t)(*d - '0');
+    }
+    *off = v;
+    return 1;
+}
+
 /* The shard files of a sharded checkpoint, opened and checked: every tensor
  * is a named slice inside its parameter, and the slices of each kind cover
  * the whole flat layout exactly once. Only then are they copied into m and v
@@ -116,8 +134,8 @@ static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const an
             const anvil_st_tensor *t = anvil_st_at(files[f], i);
             char kind[4], param[32];
             size_t off = 0;
-            int used = 0, ti = -1, ki = -1;
-            if (sscanf(t->name, "%3[^.].%31[^.].%zu%n", kind, param, &off, &used) == 3 && !t->name[used]) {
+            int ti = -1, ki = -1;
+            if (parse_slice_name(t->name, kind, param, &off)) {
                 for (int j = 0; j < ANVIL_GPT2_NPARAM; j++)
                     if (!strcmp(param, anvil_gpt2_param_names[j])) ti = j;
                 for (int j = 0; j < 3; j++)
@@ -125,7 +143,8 @@ static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const an
             }
             size_t len = t->ndim == 1 ? (size_t)t->shape[0] : 0;
             if (ti < 0 || ki < 0 || t->dtype != ANVIL_ST_F32 || t->ndim != 1 ||
-                off + len > model->offsets[ti + 1] - model->offsets[ti])
+                off > model->offsets[ti + 1] - model->offsets[ti] ||
+                len > model->offsets[ti + 1] - model->offsets[ti] - off)
                 rc = anvil_fail("%s: tensor '%s' is not a slice of this model's parameters", man->files[f].name,
                                 t->name);
             else

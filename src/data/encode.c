@@ -84,8 +84,8 @@ void prep_encode_chunk(const anvil_prep_opts *o, const source *src, const anvil_
             size_t n;
             int kind = anvil_jsonl_field(doc, len, o->jsonl_field, &hold, &d, &n);
             if (kind == ANVIL_JSONL_DOC && n) rc = encode_doc(o, tk, w, c, (const unsigned char *)d, n, &why);
-            else if (kind == ANVIL_JSONL_BAD_JSON || kind == ANVIL_JSONL_NO_FIELD)
-                rc = add_bad(c, 2 * line + (kind == ANVIL_JSONL_NO_FIELD));
+            else if (kind != ANVIL_JSONL_DOC && kind != ANVIL_JSONL_BLANK)
+                rc = add_bad(c, 3 * line + (kind == ANVIL_JSONL_NO_FIELD) + 2 * (kind == ANVIL_JSONL_NUL));
             anvil_jsonl_release(hold);
         } else {
             rc = encode_doc(o, tk, w, c, doc, len, &why);

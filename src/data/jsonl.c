@@ -12,6 +12,17 @@ size_t anvil_jsonl_next_line(const unsigned char *data, size_t len, size_t *off,
     return start;
 }
 
+/* Whether the line escapes a NUL. Backslashes occur only inside JSON
+ * strings, so a scan that skips each escaped character sees every escape. */
+static int escapes_nul(const unsigned char *line, size_t len) {
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (line[i] != '\\') continue;
+        if (line[i + 1] == 'u' && i + 5 < len && !memcmp(line + i + 2, "0000", 4)) return 1;
+        i++;
+    }
+    return 0;
+}
+
 int anvil_jsonl_field(const unsigned char *line, size_t len, const char *field, void **hold, const char **doc,
                       size_t *doc_len) {
     *hold = NULL;
@@ -35,6 +46,10 @@ int anvil_jsonl_field(const unsigned char *line, size_t len, const char *field, 
     if (!cJSON_IsString(f)) {
         cJSON_Delete(j);
         return ANVIL_JSONL_NO_FIELD;
+    }
+    if (escapes_nul(line, len)) {
+        cJSON_Delete(j);
+        return ANVIL_JSONL_NUL;
     }
     *hold = j;
     *doc = f->valuestring;

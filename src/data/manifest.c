@@ -4,6 +4,7 @@
  * fingerprint, and the readers that training and sampling use. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,10 +176,10 @@ static const char *fingerprint_diff(const run *r, const cJSON *old) {
 
 static int get_i64(const cJSON *obj, const char *key, int64_t lo, int64_t hi, int64_t *out) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!cJSON_IsNumber(x) || !(x->valuedouble >= (double)lo && x->valuedouble <= (double)hi) ||
-        x->valuedouble != (double)(int64_t)x->valuedouble)
-        return 0;
-    *out = (int64_t)x->valuedouble;
+    double v = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+    /* (double)INT64_MAX rounds up to 2^63, which would pass the bound and make the cast undefined. */
+    if (!(v >= (double)lo && v <= (double)hi && v < 0x1p63) || v != (double)(int64_t)v) return 0;
+    *out = (int64_t)v;
     return 1;
 }
 

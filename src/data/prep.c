@@ -306,10 +306,13 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
             if (c->err) rc = anvil_fail("%s", c->err);
             for (size_t k = 0; !rc && k < c->nbad; k++) {
                 char msg[1024];
-                long long line = (long long)(c->bad[k] / 2);
-                if (c->bad[k] % 2)
+                long long line = (long long)(c->bad[k] / 3);
+                if (c->bad[k] % 3 == 1)
                     snprintf(msg, sizeof msg, "%s:%lld: no string field \"%s\"", src[c->src].name, line,
                              o->jsonl_field);
+                else if (c->bad[k] % 3 == 2)
+                    snprintf(msg, sizeof msg, "%s:%lld: a string holds \\u0000, which would cut the text short",
+                             src[c->src].name, line);
                 else
                     snprintf(msg, sizeof msg, "%s:%lld: not valid JSON", src[c->src].name, line);
                 if (o->strict) rc = anvil_fail("%s (--strict)", msg);

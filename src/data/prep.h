@@ -88,12 +88,13 @@ int anvil_prep_is_val(uint64_t hash, double val_fraction);
 
 /* JSON lines, the part of prep that splits an input into lines and takes
  * one string field from each (apart so that a fuzzer can drive it alone). */
-enum { ANVIL_JSONL_DOC, ANVIL_JSONL_BLANK, ANVIL_JSONL_BAD_JSON, ANVIL_JSONL_NO_FIELD };
+enum { ANVIL_JSONL_DOC, ANVIL_JSONL_BLANK, ANVIL_JSONL_BAD_JSON, ANVIL_JSONL_NO_FIELD, ANVIL_JSONL_NUL };
 /* The line at *off of data[0..len) (*off < len): returns its offset, sets
  * *line_len (without the newline) and moves *off past the newline. */
 size_t anvil_jsonl_next_line(const unsigned char *data, size_t len, size_t *off, size_t *line_len);
 /* Classifies one line (a trailing CR is ignored; only whitespace may follow
- * the JSON value). For ANVIL_JSONL_DOC, *doc and *doc_len are the field's
+ * the JSON value). A line with a \u0000 escape is ANVIL_JSONL_NUL: the
+ * decoded text would end at the NUL and lose the rest without a word. For ANVIL_JSONL_DOC, *doc and *doc_len are the field's
  * string up to its first NUL, valid until anvil_jsonl_release(*hold). */
 int anvil_jsonl_field(const unsigned char *line, size_t len, const char *field, void **hold, const char **doc,
                       size_t *doc_len);

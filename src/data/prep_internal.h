@@ -60,7 +60,7 @@ typedef struct {
     int64_t docs[NSPLITS], ntok[NSPLITS], text_bytes[NSPLITS];
     int32_t *tok[NSPLITS]; /* the chunk's tokens of each split, in order */
     size_t cap[NSPLITS];
-    int64_t *bad; /* JSONL: 2 * line number + (1 if it is JSON lacking the field) */
+    int64_t *bad; /* JSONL: 3 * line number + 0 bad JSON, 1 lacking the field, 2 escaping a NUL */
     size_t nbad, badcap;
     char *err; /* a worker's failure, reported by the main thread in chunk order */
 } chunk;

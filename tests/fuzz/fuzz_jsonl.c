@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *doc, *doc2;
         size_t n, n2;
         int kind = anvil_jsonl_field(file + at, line_len, field, &hold, &doc, &n);
-        must(kind >= ANVIL_JSONL_DOC && kind <= ANVIL_JSONL_NO_FIELD, "unknown kind");
+        must(kind >= ANVIL_JSONL_DOC && kind <= ANVIL_JSONL_NUL, "unknown kind");
         size_t trimmed = line_len - (line_len && file[at + line_len - 1] == '\r');
         must((kind == ANVIL_JSONL_BLANK) == (trimmed == 0), "blank means empty");
         if (kind == ANVIL_JSONL_DOC) {
