@@ -67,6 +67,17 @@ expect_error "sample: missing model" "$anvil" sample --model "$tmp/none.safetens
 expect_error "sample: not a model" "$anvil" sample --model "$tmp/garbage_000.bin"
 expect_error "sample: bad top-p" "$anvil" sample --model "$tmp/run_a/model.safetensors" --top-p 2
 expect_error "unknown command" "$anvil" frobnicate
+# One run per folder: a second is refused naming the holder; once the holder
+# is killed (-9, so its lock file stays behind) the folder is taken over.
+"$anvil" train --synthetic --preset tiny --steps 1000000 --no-progress --threads 1 --out "$tmp/locked" > /dev/null 2>&1 &
+holder=$!
+for _ in $(seq 100); do grep -q "^pid $holder on" "$tmp/locked/lock" 2> /dev/null && break; sleep 0.1; done
+expect_error "a second run on one folder" "$anvil" train --synthetic --preset tiny --steps 2 --out "$tmp/locked"
+err=$("$anvil" train --synthetic --preset tiny --steps 2 --out "$tmp/locked" 2>&1 >/dev/null)
+case "$err" in *"pid $holder on"*) ok "the refusal names the holder's pid" ;; *) bad "refusal: $err" ;; esac
+kill -9 $holder; wait $holder 2> /dev/null
+"$anvil" train --synthetic --preset tiny --steps 2 --no-progress --out "$tmp/locked" > /dev/null 2>&1 &&
+  ok "a dead holder's lock is taken over" || bad "the folder stayed locked after its holder died"
 for c in train sample prep info tokenizer ckpt export import launch health; do
   "$anvil" $c --help | grep -q "usage: anvil $c" && ok "$c --help" || bad "$c --help"
 done

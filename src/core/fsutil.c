@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -234,4 +235,30 @@ int anvil_remove_tree(const char *path) {
     if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS))
         return anvil_fail("%s: cannot remove: %s", path, strerror(errno));
     return 0;
+}
+
+int anvil_lock_folder(const char *dir, const char *what) {
+    char path[PATH_MAX], holder[256] = "";
+    snprintf(path, sizeof path, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int e = errno;
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        close(fd);
+        if (e != EWOULDBLOCK) return anvil_fail("%s: cannot lock: %s", path, strerror(e));
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        return anvil_fail("%s %s is in use by another process (%s): wait for it, stop it, or choose another folder",
+                          what, dir, holder[0] ? holder : "its pid is not recorded yet");
+    }
+    char host[128] = "";
+    if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "unknown host");
+    int len = snprintf(holder, sizeof holder, "pid %ld on %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) || pwrite(fd, holder, (size_t)len, 0) != len) {
+        int e = errno;
+        close(fd);
+        return anvil_fail("%s: cannot write: %s", path, strerror(e));
+    }
+    return fd;
 }

@@ -51,4 +51,10 @@ int anvil_mkdir_p(const char *dir);
  * followed. A missing path is not an error. */
 int anvil_remove_tree(const char *path);
 
+/* Claims the folder dir for one process: an exclusive flock on dir/lock, which holds the holder's
+ * pid and host for the message a second claimant gets (naming what, e.g. "run folder"). The
+ * kernel drops the lock when its process dies, however it dies, so a stale file is simply taken
+ * over. Returns the descriptor to close on release, or -1 after anvil_fail. */
+int anvil_lock_folder(const char *dir, const char *what);
+
 #endif

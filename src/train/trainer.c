@@ -14,6 +14,7 @@
 #include "ckpt/model_file.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fsutil.h"
 #include "core/rng.h"
 #include "data/bytetok.h"
 #include "data/loader.h"
@@ -216,6 +217,7 @@ typedef struct {
     anvil_lr_schedule sched;
     double t_start;
     int signals_set;
+    int lock_fd; /* rank 0's claim on the run folder, or -1 */
     struct sigaction old_term, old_usr1;
     /* the step that just ran */
     step_agreement agreed;
@@ -395,6 +397,8 @@ static int open_data(anvil_run *r) {
     if (c->out_dir && r->rank == 0) {
         if (mkdir(c->out_dir, 0755) && errno != EEXIST)
             return anvil_fail("%s: cannot create the run folder: %s", c->out_dir, strerror(errno));
+        /* Two runs writing one folder would interleave metrics and overwrite each other's checkpoints. */
+        if ((r->lock_fd = anvil_lock_folder(c->out_dir, "run folder")) < 0) return -1;
         char path[4096];
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
         if (!(r->metrics = anvil_metrics_open(path))) return -1;
@@ -445,6 +449,7 @@ static void catch_stop_signals(anvil_run *r) {
 /* Everything up to the first step; r is safe to close whatever fails. */
 static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_result *res) {
     memset(r, 0, sizeof *r);
+    r->lock_fd = -1;
     r->c = c;
     r->res = res;
     if (anvil_train_check(c)) return -1;
@@ -662,6 +667,7 @@ static int run_close(anvil_run *r, int rc) {
     anvil_loader_close(r->train);
     anvil_loader_close(r->val);
     anvil_metrics_close(r->metrics);
+    if (r->lock_fd >= 0) close(r->lock_fd);
     free(r->x);
     free(r->y);
     free(r->step_ms);
