@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/safetensors.h"
@@ -97,7 +96,7 @@ static char *config_json(const anvil_gpt2_config *c) {
 
 int anvil_hf_export(const anvil_gpt2 *m, const char *dir) {
     const anvil_gpt2_config *c = &m->cfg;
-    if (mkdir(dir, 0755) && errno != EEXIST) return anvil_fail("%s: cannot create folder: %s", dir, strerror(errno));
+    if (anvil_mkdir(dir)) return -1;
     int L = c->n_layer, nt = NGLOBAL + L * NLAYER_MAP;
     size_t n = m->nparams;
     float *host = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));

@@ -1,13 +1,11 @@
 #include "train/trainer.h"
 
-#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
@@ -395,8 +393,7 @@ static int open_data(anvil_run *r) {
             return -1;
     }
     if (c->out_dir && r->rank == 0) {
-        if (mkdir(c->out_dir, 0755) && errno != EEXIST)
-            return anvil_fail("%s: cannot create the run folder: %s", c->out_dir, strerror(errno));
+        if (anvil_mkdir(c->out_dir)) return -1;
         /* Two runs writing one folder would interleave metrics and overwrite each other's checkpoints. */
         if ((r->lock_fd = anvil_lock_folder(c->out_dir, "run folder")) < 0) return -1;
         char path[4096];
