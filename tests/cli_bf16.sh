@@ -32,6 +32,8 @@ def curves(path):
     train, val = {}, {}
     for line in open(path):
         o = json.loads(line)
+        if o["kind"] not in ("train", "val"):
+            continue
         (train if o["kind"] == "train" else val)[o["step"]] = o["loss" if o["kind"] == "train" else "val_loss"]
     return train, val
 (a, av), (b, bv) = curves(sys.argv[1]), curves(sys.argv[2])

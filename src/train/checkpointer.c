@@ -1,5 +1,6 @@
 #include "train/checkpointer.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -10,6 +11,12 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "dist/comm.h"
+#include "obs/metrics.h"
+
+/* The undisturbed steps a checkpoint's cost is measured against: the most recent ones, enough for
+ * a steady median, few enough to follow a machine whose load changes. */
+#define BASE_STEPS 32
+#define MAX_REPORTS 4
 
 /* Where a rank's shard file stands, as the ranks exchange it. */
 typedef enum { SHARD_NONE, SHARD_FAILED, SHARD_WRITTEN, SHARD_PENDING } shard_state;
@@ -47,8 +54,19 @@ struct anvil_checkpointer {
     char write_err[1024];
     char path[4096];
     int64_t step;
-    double last_save_time, stall_ms, write_ms;
+    double last_save_time, stall_ms, take_ms, write_ms;
+    int done; /* the writer thread has finished */
     int failed;
+    /* the true cost of the checkpoint in flight (anvil_checkpointer_report) */
+    double call_ms;  /* the training thread's time in its save call, and waiting for it at the next */
+    double steps_ms; /* the steps it overlapped, summed */
+    int nsteps;
+    double base[BASE_STEPS]; /* the latest undisturbed steps, a ring */
+    int nbase, base_next;
+    double sync_ms; /* the latest synchronous save's time, of step sync_step (-1: none yet) */
+    int64_t sync_step;
+    anvil_checkpointer_report costs[MAX_REPORTS]; /* completed, for the caller's metrics */
+    int ncosts;
     /* the sharded checkpoint in flight */
     int sharded;
     anvil_checkpointer_shard shard; /* its slices point into shard_copy once copied */
@@ -85,6 +103,7 @@ anvil_checkpointer *anvil_checkpointer_new(const anvil_checkpointer_config *cfg)
     pthread_mutex_init(&cp->mu, NULL);
     pthread_cond_init(&cp->cv, NULL);
     cp->last_save_time = anvil_now();
+    cp->sync_step = -1;
     return cp;
 }
 
@@ -191,12 +210,17 @@ static void finish(anvil_checkpointer *cp) {
  * not preempt one of them and stall the others at the next barrier. */
 static void *write_main(void *arg) {
     anvil_checkpointer *cp = arg;
+    double t0 = anvil_now();
     take(cp);
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-    double t0 = anvil_now();
+    double t1 = anvil_now();
     if (cp->sharded) write_shard(cp);
     if (!cp->sharded || cp->rank == 0) finish(cp);
-    cp->write_ms = (anvil_now() - t0) * 1e3;
+    cp->take_ms = (t1 - t0) * 1e3;
+    cp->write_ms = (anvil_now() - t1) * 1e3;
+    pthread_mutex_lock(&cp->mu);
+    cp->done = 1;
+    pthread_mutex_unlock(&cp->mu);
     return NULL;
 }
 
@@ -240,18 +264,65 @@ static int exchange(anvil_checkpointer *cp, int wait) {
     return failed < 0 ? 1 : anvil_fail("%s", cp->exchange_err);
 }
 
-/* Joins the writer in flight and reports its outcome. */
-static int wait_writer(anvil_checkpointer *cp) {
+static double base_median(const anvil_checkpointer *cp) {
+    double v[BASE_STEPS];
+    int n = cp->nbase;
+    if (!n) return NAN;
+    memcpy(v, cp->base, (size_t)n * sizeof *v);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The cost of the checkpoint just completed: logged, and queued for the caller's metrics. */
+static void report(anvil_checkpointer *cp, int background) {
+    anvil_checkpointer_report r = {cp->step, background, background ? cp->take_ms + cp->write_ms : cp->call_ms,
+                                   cp->call_ms, cp->nsteps, base_median(cp), 0, -1};
+    if (!background) {
+        cp->sync_ms = r.sync_ms = cp->call_ms;
+        cp->sync_step = r.sync_step = cp->step;
+        fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms (synchronous: training waited for all of it)\n",
+                cp->path, r.write_ms);
+    } else {
+        r.cost_ms = isnan(r.base_ms) ? NAN : cp->call_ms + cp->steps_ms - cp->nsteps * r.base_ms;
+        r.sync_ms = cp->sync_step >= 0 ? cp->sync_ms : r.write_ms;
+        r.sync_step = cp->sync_step;
+        char sync[96];
+        if (r.sync_step >= 0)
+            snprintf(sync, sizeof sync, "%.0f ms, measured at step %lld", r.sync_ms, (long long)r.sync_step);
+        else
+            snprintf(sync, sizeof sync, "estimated as this one's snapshot and write, %.0f ms", r.sync_ms);
+        if (isnan(r.cost_ms))
+            fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms in the background; cost to training unknown: no "
+                    "undisturbed step was timed before it\n", cp->path, r.write_ms);
+        else
+            fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms in the background; cost to training %+.0f ms over "
+                    "%d steps (median undisturbed step %.0f ms), %.1f%% of a synchronous save (%s)\n", cp->path,
+                    r.write_ms, r.cost_ms, r.cost_steps, r.base_ms, 100.0 * r.cost_ms / r.sync_ms, sync);
+    }
+    if (cp->ncosts == MAX_REPORTS) memmove(cp->costs, cp->costs + 1, (MAX_REPORTS - 1) * sizeof *cp->costs);
+    else cp->ncosts++;
+    cp->costs[cp->ncosts - 1] = r;
+}
+
+/* Joins the writer in flight and reports its outcome. The training thread has waited for it since
+ * `since`: that is part of its cost too. */
+static int wait_writer(anvil_checkpointer *cp, double since) {
     if (!cp->writing) return 0;
     pthread_join(cp->writer, NULL);
     cp->writing = 0;
+    cp->call_ms += (anvil_now() - since) * 1e3;
     if (cp->sharded && cp->rank != 0) return 0;
     if (cp->write_rc) {
         cp->failed = 1;
         fprintf(cp->cfg.log, "checkpoint step %lld failed: %s\n", (long long)cp->step, cp->write_err);
         return anvil_fail("%s", cp->write_err);
     }
-    fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms\n", cp->path, cp->write_ms);
+    report(cp, 1);
     return 0;
 }
 
@@ -312,17 +383,17 @@ static int save_now(anvil_checkpointer *cp) {
         cp->failed = 1;
         return -1;
     }
-    fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms (synchronous)\n", cp->path, cp->write_ms);
     return 0;
 }
 
 int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, const anvil_checkpointer_shard *shard,
                             int force_sync) {
     if (!shard && cp->rank != 0) return 0;
-    double t0 = anvil_now();
+    double called = anvil_now();
     /* A sharded checkpoint still open is closed first, the same way on every rank. */
     if (cp->open && exchange(cp, 1) < 0) return -1;
-    int rc = wait_writer(cp);
+    int rc = wait_writer(cp, called);
+    double t0 = anvil_now();
     if (shard ? open_folder(cp, rc, st->step) || keep_shard(cp, shard) : rc) return -1;
     cp->st = *st;
     if (st->layout) {
@@ -334,19 +405,23 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
     cp->copied = 0;
     cp->take_rc = cp->write_rc = 0;
     cp->commit = 0;
+    cp->done = 0;
+    cp->steps_ms = 0;
+    cp->nsteps = 0;
     cp->mine = (shard_report){SHARD_PENDING, 0, 0};
     cp->shard_err[0] = '\0';
-    cp->last_save_time = t0;
+    cp->last_save_time = called;
     cp->writing_async = cp->cfg.async && !force_sync;
     if (cp->writing_async && pthread_create(&cp->writer, NULL, write_main, cp) == 0) {
         cp->writing = 1;
         cp->open = cp->sharded;
-        cp->stall_ms = (anvil_now() - t0) * 1e3;
+        cp->stall_ms = cp->call_ms = (anvil_now() - t0) * 1e3;
         return 0;
     }
     cp->writing_async = 0;
     rc = save_now(cp);
-    cp->stall_ms = (anvil_now() - t0) * 1e3;
+    cp->stall_ms = cp->call_ms = (anvil_now() - t0) * 1e3;
+    if (!rc && (!cp->sharded || cp->rank == 0)) report(cp, 0);
     return rc;
 }
 
@@ -361,15 +436,42 @@ int anvil_checkpointer_before_update(anvil_checkpointer *cp) {
         if (was_copied != 2) { /* not reported yet */
             cp->stall_ms += (anvil_now() - t0) * 1e3;
             cp->copied = 2;
-            if (cp->take_rc && !cp->sharded) return wait_writer(cp);
+            if (cp->take_rc && !cp->sharded) return wait_writer(cp, anvil_now());
             if (!cp->take_rc)
                 fprintf(cp->cfg.log,
-                        "checkpoint step %lld: snapshot taken during the next step, training stalled %.1f ms; "
-                        "writing in the background\n",
+                        "checkpoint step %lld: snapshot taken during the next step, which waited %.1f ms for it; "
+                        "writing in the background (its cost to training follows once written)\n",
                         (long long)cp->step, cp->stall_ms);
         }
     }
     return cp->open && exchange(cp, 0) < 0 ? -1 : 0;
+}
+
+int anvil_checkpointer_step_done(anvil_checkpointer *cp, double step_ms, int base) {
+    if (!cp) return 0;
+    if (!cp->writing) {
+        if (base) {
+            cp->base[cp->base_next] = step_ms;
+            cp->base_next = (cp->base_next + 1) % BASE_STEPS;
+            if (cp->nbase < BASE_STEPS) cp->nbase++;
+        }
+        return 0;
+    }
+    cp->steps_ms += step_ms;
+    cp->nsteps++;
+    pthread_mutex_lock(&cp->mu);
+    int done = cp->done;
+    pthread_mutex_unlock(&cp->mu);
+    if (!done) return 0;
+    if (cp->cfg.progress && (!cp->sharded || cp->rank == 0)) anvil_progress_end(cp->cfg.log);
+    return wait_writer(cp, anvil_now());
+}
+
+int anvil_checkpointer_next_report(anvil_checkpointer *cp, anvil_checkpointer_report *rep) {
+    if (!cp || !cp->ncosts) return 0;
+    *rep = cp->costs[0];
+    memmove(cp->costs, cp->costs + 1, (size_t)--cp->ncosts * sizeof *cp->costs);
+    return 1;
 }
 
 int anvil_checkpointer_free(anvil_checkpointer *cp) {
@@ -380,7 +482,7 @@ int anvil_checkpointer_free(anvil_checkpointer *cp) {
         pthread_cond_broadcast(&cp->cv);
         pthread_mutex_unlock(&cp->mu);
     }
-    int rc = wait_writer(cp);
+    int rc = wait_writer(cp, anvil_now());
     int failed = cp->failed;
     anvil_ckpt_snapshot_free(cp->snap);
     free(cp->slices);

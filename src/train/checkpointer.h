@@ -27,6 +27,7 @@ typedef struct {
     int64_t keep_every;   /* 0: none kept for good */
     int async;            /* 1: write in the background */
     FILE *log;
+    int progress;         /* 1: log's last line may be a progress bar, ended before a line between steps */
 } anvil_checkpointer_config;
 
 /* This rank's part of a sharded checkpoint: shard g of k, its slices (copied
@@ -39,6 +40,24 @@ typedef struct {
 } anvil_checkpointer_shard;
 
 typedef struct anvil_checkpointer anvil_checkpointer;
+
+/* What a checkpoint cost the training, known once its write completes. The cost is the time the
+ * training thread spent in the save call, plus, over every step from the save until the write was
+ * found finished (cost_steps of them), the step's time above base_ms, the median of the recent
+ * steps that no checkpoint overlapped (a signed sum: a step can come out faster than the median).
+ * A synchronous save costs exactly its own time. */
+typedef struct {
+    int64_t step;
+    int background;     /* 1: written by the writer thread while training went on */
+    double write_ms;    /* synchronous: the whole save; background: the writer's snapshot and write */
+    double cost_ms;     /* NAN when no undisturbed step was timed yet to compare with */
+    int cost_steps;
+    double base_ms;     /* NAN when none */
+    double sync_ms;     /* what a synchronous save of this checkpoint takes: */
+    int64_t sync_step;  /* -1: estimated, as this checkpoint's snapshot plus write time on the writer
+                         * thread (high when the writer competed with training for the cores);
+                         * otherwise measured, by the synchronous save of that step in this run */
+} anvil_checkpointer_report;
 
 /* One per rank of the run. */
 anvil_checkpointer *anvil_checkpointer_new(const anvil_checkpointer_config *cfg);
@@ -63,5 +82,13 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
  * the ranks' shard states (collective) and has rank 0 commit it once every shard is written.
  * -1 on every rank when a shard failed. */
 int anvil_checkpointer_before_update(anvil_checkpointer *cp);
+/* Must be called on every rank after every step, with the step's time (base: 1 when the step may
+ * serve as an undisturbed baseline, 0 for warmup steps): counts the step against the checkpoint
+ * in flight, or into the baseline when none is, and finishes a background write that has
+ * completed, logging its cost. -1 when that write failed (logged as such). */
+int anvil_checkpointer_step_done(anvil_checkpointer *cp, double step_ms, int base);
+/* The next cost report of a completed checkpoint (rank 0 only; the oldest first): 1 with *rep
+ * filled, 0 when there is none. */
+int anvil_checkpointer_next_report(anvil_checkpointer *cp, anvil_checkpointer_report *rep);
 
 #endif

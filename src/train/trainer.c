@@ -424,7 +424,7 @@ static int open_parallel(anvil_run *r) {
     /* With a run folder every rank has a checkpointer: a stop signal saves even without a policy. */
     if (c->out_dir) {
         anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
-                                        c->keep_every, !c->ckpt_sync, c->log};
+                                        c->keep_every, !c->ckpt_sync, c->log, c->progress};
         if (!(r->ckpt = anvil_checkpointer_new(&cc))) return -1;
     }
     r->sched = c->lr;
@@ -526,6 +526,20 @@ static int run_step(anvil_run *r, int step) {
 
 /* ---- after the step ---- */
 
+/* The cost reports of completed checkpoints, into metrics.jsonl. */
+static int ckpt_metrics(anvil_run *r) {
+    anvil_checkpointer_report rep;
+    while (anvil_checkpointer_next_report(r->ckpt, &rep)) {
+        if (!r->metrics) continue;
+        const char *keys[] = {"step",    "background", "write_ms", "cost_ms",  "cost_steps",
+                              "base_ms", "sync_ms",    "sync_step", "cost_pct"};
+        double vals[] = {(double)rep.step, rep.background, rep.write_ms, rep.cost_ms, rep.cost_steps,
+                         rep.base_ms, rep.sync_ms, (double)rep.sync_step, 100.0 * rep.cost_ms / rep.sync_ms};
+        if (anvil_metrics_write(r->metrics, "ckpt", keys, vals, 9)) return -1;
+    }
+    return 0;
+}
+
 /* Timing, the result so far, metrics and the log line or progress bar. */
 static int record_step(anvil_run *r, int step) {
     const anvil_train_config *c = r->c;
@@ -540,6 +554,7 @@ static int record_step(anvil_run *r, int step) {
         double vals[] = {step + 1, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops};
         if (anvil_metrics_write(r->metrics, "train", keys, vals, 7)) return -1;
     }
+    if (anvil_checkpointer_step_done(r->ckpt, dt * 1e3, r->timed > c->timing_warmup) || ckpt_metrics(r)) return -1;
     if (c->progress) {
         char detail[160];
         snprintf(detail, sizeof detail, "loss %.4f | %.0f tok/s | %.1f GFLOP/s |", r->loss, tok_s, gflops);
@@ -593,7 +608,7 @@ static int save_or_stop(anvil_run *r, int step, int last) {
                           step + 1);
     if (save) {
         if (c->progress) anvil_progress_end(c->log);
-        if (save_checkpoint(r, step + 1, last || stopping)) return -1;
+        if (save_checkpoint(r, step + 1, last || stopping) || ckpt_metrics(r)) return -1;
     }
     if (!stopping || last) return 0;
     /* mpirun stops the whole job when one rank exits nonzero, so no rank
