@@ -1,10 +1,13 @@
 /* The file-system helpers of src/core: new files that refuse to replace
- * one, durable renames, bounded whole-file reads, folders created level by
+ * one, written past the page cache where the file system allows it (and
+ * through it where it does not), durable renames, bounded whole-file reads, folders created level by
  * level (existing ones accepted, a file in the way named), and trees
  * removed without following symbolic links out of them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +47,72 @@ static void test_files(void) {
     CHECK(unlink(in("new")) == 0);
 }
 
+/* Pages of path in the page cache, or -1 when it cannot be told. */
+static long cached_pages(const char *path) {
+    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) || sb.st_size == 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = ((size_t)sb.st_size + page - 1) / page;
+    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    unsigned char *vec = malloc(n);
+    long cached = -1;
+    if (map != MAP_FAILED && vec && mincore(map, (size_t)sb.st_size, vec) == 0) {
+        cached = 0;
+        for (size_t i = 0; i < n; i++) cached += vec[i] & 1;
+    }
+    if (map != MAP_FAILED) munmap(map, (size_t)sb.st_size);
+    free(vec);
+    return cached;
+}
+
+/* Whether the file system under the folder at `where` keeps O_DIRECT writes out of the page cache. */
+static int bypasses_cache(const char *where) {
+    char probe[300];
+    snprintf(probe, sizeof probe, "%s/probe", where);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT, 0644);
+    void *block = aligned_alloc(ANVIL_DIRECT_ALIGN, ANVIL_DIRECT_ALIGN);
+    int direct = fd >= 0 && block && (memset(block, 7, ANVIL_DIRECT_ALIGN), 1) &&
+                 write(fd, block, ANVIL_DIRECT_ALIGN) == ANVIL_DIRECT_ALIGN && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    free(block);
+    direct = direct && cached_pages(probe) == 0;
+    unlink(probe);
+    return direct;
+}
+
+/* A buffer of 3 blocks and a bit, aligned and then not, written in dir and in /dev/shm (tmpfs,
+ * which older kernels refuse O_DIRECT on): the same bytes come back, and where the file system
+ * bypasses the page cache for O_DIRECT, so does the aligned write. */
+static void test_direct(void) {
+    const size_t len = 3 * ANVIL_DIRECT_ALIGN + 123;
+    unsigned char *buf = aligned_alloc(ANVIL_DIRECT_ALIGN, 5 * ANVIL_DIRECT_ALIGN);
+    for (size_t i = 0; i < 5 * ANVIL_DIRECT_ALIGN; i++) buf[i] = (unsigned char)(i * 131 + 7);
+    char shm[64];
+    snprintf(shm, sizeof shm, "/dev/shm/anvil_fsutil_test_XXXXXX");
+    const char *where[2] = {dir, mkdtemp(shm)};
+    for (int w = 0; w < 2 && where[w]; w++) {
+        for (int misaligned = 0; misaligned < 2; misaligned++) {
+            char path[300];
+            snprintf(path, sizeof path, "%s/direct", where[w]);
+            const unsigned char *from = buf + misaligned;
+            char *text = NULL;
+            size_t got = 0;
+            CHECK(anvil_write_new_file_direct(path, from, len) == 0);
+            if (!misaligned && bypasses_cache(where[w])) CHECK(cached_pages(path) == 0);
+            CHECK(anvil_read_file_max(path, len, &text, &got) == 0 && got == len && !memcmp(text, from, len));
+            free(text);
+            CHECK(anvil_write_new_file_direct(path, from, len) != 0 && strstr(anvil_errmsg(), "direct: cannot create"));
+            CHECK(unlink(path) == 0);
+        }
+    }
+    if (where[1]) CHECK(anvil_remove_tree(shm) == 0);
+    free(buf);
+}
+
 static void test_mkdir(void) {
     CHECK(anvil_mkdir_p(in("a//b/c/")) == 0 && is_dir(in("a/b/c")));
     CHECK(anvil_mkdir_p(in("a/b/c")) == 0);
@@ -70,6 +139,7 @@ int main(void) {
         return 1;
     }
     test_files();
+    test_direct();
     test_mkdir();
     test_remove_tree();
     CHECK(anvil_remove_tree(dir) == 0);

@@ -29,9 +29,9 @@
  * and the message names the file.
  *
  * Asynchronous saving: anvil_ckpt_snapshot_take copies parameters and
- * moments to host buffers owned by the snapshot (the only stall for the
- * training thread); anvil_ckpt_snapshot_write then writes it, from any
- * thread. Thread safety: take reads the model and optimizer, so call it on
+ * moments into in-memory images of their files, owned by the snapshot;
+ * anvil_ckpt_snapshot_write then writes the images past the page cache
+ * (anvil_write_new_file_direct) and checksums them, from any thread. Thread safety: take reads the model and optimizer, so call it on
  * the training thread between steps. A snapshot is immutable after take:
  * write may run on a background thread while training continues. Error
  * messages are per thread (core/error.h), so the writing thread must read
@@ -149,9 +149,17 @@ int anvil_ckpt_begin(const char *run_dir, int64_t step, char *tmp, size_t cap);
 /* The file name of shard g of k, shard_<g>_of_<k>.safetensors, into out (room for
  * sizeof(anvil_ckpt_file.name)). */
 void anvil_ckpt_shard_name(int g, int k, char *out, size_t cap);
-/* Writes shard g of k into the folder tmp as shard_<g>_of_<k>.safetensors, one 1-D tensor per
- * slice and kind, named "m.<param>.<first element within the parameter>" (and "v.", "p."), so that
- * the file says where every value goes; fsync'ed. out gets its name, size and CRC32C. */
+/* Shard g of k's file shard_<g>_of_<k>.safetensors holds one 1-D tensor per slice and kind, named
+ * "m.<param>.<first element within the parameter>" (and "v.", "p."), so that the file says where
+ * every value goes. A shard snapshot is that file's image, copied from the slices: like
+ * anvil_ckpt_snapshot_take (reuse, threads), and written from any thread. NULL after anvil_fail. */
+typedef struct anvil_ckpt_shard_snapshot anvil_ckpt_shard_snapshot;
+anvil_ckpt_shard_snapshot *anvil_ckpt_shard_take(anvil_ckpt_shard_snapshot *reuse, int g, int k,
+                                                 const anvil_gpt2 *model, const anvil_ckpt_slice *slices, int n);
+/* Writes the shard's file into the folder tmp, fsync'ed; out gets its name, size and CRC32C. */
+int anvil_ckpt_shard_write(const anvil_ckpt_shard_snapshot *s, const char *tmp, anvil_ckpt_file *out);
+void anvil_ckpt_shard_free(anvil_ckpt_shard_snapshot *s);
+/* The three at once. */
 int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *model, const anvil_ckpt_slice *slices,
                            int n, anvil_ckpt_file *out);
 /* Removes a temporary folder from anvil_ckpt_begin after a failure elsewhere. */

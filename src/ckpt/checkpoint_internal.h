@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/safetensors.h"
 #include "core/error.h"
 
 /* a/b into out; the message names the path when it does not fit. */
@@ -18,13 +19,13 @@ static inline int ckpt_join(char *out, size_t cap, const char *a, const char *b)
     return 0;
 }
 
-/* Everything a checkpoint holds, copied out of the training state: the writer's files and the manifest
- * are made from it. */
+/* Everything a checkpoint holds, copied out of the training state: the weights and moments straight
+ * into the images of their files (len 0 when this snapshot has none), and what the manifest says. */
 struct anvil_ckpt_snapshot {
     anvil_gpt2_config cfg;
     size_t nparams;
     size_t offsets[ANVIL_GPT2_NPARAM + 1];
-    float *params, *m, *v;
+    anvil_st_image weights, moments;
     anvil_adamw_config acfg;
     int t;
     anvil_loader_state loader;

@@ -21,112 +21,6 @@
 #include "core/error.h"
 #include "core/fsutil.h"
 
-/* ---- snapshots ---- */
-
-void anvil_ckpt_snapshot_free(anvil_ckpt_snapshot *s) {
-    if (!s) return;
-    free(s->params);
-    free(s->m);
-    free(s->v);
-    free(s->tokenizer);
-    free(s->train_config);
-    free(s);
-}
-
-int64_t anvil_ckpt_snapshot_step(const anvil_ckpt_snapshot *s) { return s->step; }
-
-static char *compact_config(const char *json) {
-    if (!json) json = "{}";
-    cJSON *j = cJSON_Parse(json);
-    if (!j || !cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        anvil_fail("checkpoint: the training configuration is not a JSON object");
-        return NULL;
-    }
-    char *out = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!out) anvil_fail("checkpoint: out of memory");
-    return out;
-}
-
-/* Snapshot buffers are 2 MiB aligned and backed by transparent huge pages:
- * the first snapshot touches every page of 3x the model, and at 4 KiB a
- * page the faults alone cost seconds on a virtual machine. */
-static void *snapshot_alloc(size_t bytes) {
-    const size_t huge = (size_t)2 << 20;
-    size_t rounded = (bytes + huge - 1) / huge * huge;
-    void *p = aligned_alloc(huge, rounded ? rounded : huge);
-    if (p) madvise(p, rounded, MADV_HUGEPAGE);
-    return p;
-}
-
-/* (Re)allocates *p for bytes when wanted, frees it otherwise. */
-static int snapshot_buffer(float **p, int want, size_t bytes) {
-    if (!want) {
-        free(*p);
-        *p = NULL;
-        return 0;
-    }
-    if (!*p) *p = snapshot_alloc(bytes);
-    return *p ? 0 : -1;
-}
-
-anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const anvil_ckpt_state *st) {
-    int stage = st && st->layout ? st->layout->zero_stage : 0;
-    int has_opt = st && st->opt && (stage > 0 || (st->opt->m && st->opt->v));
-    if (!st || !st->model || !has_opt || (stage < 3 && !st->model->params) || st->step < 0 ||
-        st->tokens_seen < 0 || stage < 0 || stage > 3) {
-        anvil_ckpt_snapshot_free(reuse);
-        anvil_fail("checkpoint: the state to save needs a model, an initialized optimizer and counters >= 0");
-        return NULL;
-    }
-    const anvil_adamw_config *ac = &st->opt->cfg;
-    if (!isfinite(ac->beta1) || !isfinite(ac->beta2) || !isfinite(ac->eps) || !isfinite(ac->weight_decay)) {
-        anvil_ckpt_snapshot_free(reuse);
-        anvil_fail("checkpoint: the AdamW hyperparameters are not finite");
-        return NULL;
-    }
-    const anvil_gpt2 *model = st->model;
-    anvil_ckpt_snapshot *s = reuse;
-    if (s && s->nparams != model->nparams) {
-        anvil_ckpt_snapshot_free(s);
-        s = NULL;
-    }
-    if (!s) s = calloc(1, sizeof *s);
-    size_t bytes = model->nparams * sizeof(float);
-    if (!s || snapshot_buffer(&s->params, stage < 3, bytes) || snapshot_buffer(&s->m, stage == 0, bytes) ||
-        snapshot_buffer(&s->v, stage == 0, bytes)) {
-        anvil_ckpt_snapshot_free(s);
-        anvil_fail("checkpoint: out of memory for a %zu-parameter snapshot", model->nparams);
-        return NULL;
-    }
-    s->nparams = model->nparams;
-    free(s->tokenizer);
-    free(s->train_config);
-    s->tokenizer = strdup(st->tokenizer ? st->tokenizer : "bytes");
-    s->train_config = compact_config(st->train_config_json);
-    if (!s->tokenizer || !s->train_config) {
-        if (!s->tokenizer) anvil_fail("checkpoint: out of memory");
-        anvil_ckpt_snapshot_free(s);
-        return NULL;
-    }
-    s->cfg = model->cfg;
-    memcpy(s->offsets, model->offsets, sizeof s->offsets);
-    if (s->params) model->k->download(s->params, model->params, bytes);
-    if (s->m) {
-        model->k->download(s->m, st->opt->m, bytes);
-        model->k->download(s->v, st->opt->v, bytes);
-    }
-    s->layout = st->layout ? *st->layout : (anvil_ckpt_layout){1, 0, 1};
-    s->acfg = *ac;
-    s->t = st->opt->t;
-    s->loader = st->loader;
-    s->rng = st->rng;
-    s->step = st->step;
-    s->tokens_seen = st->tokens_seen;
-    return s;
-}
-
 /* ---- tensor tables: the model-file layout, shared by weights and moments ---- */
 
 typedef struct {
@@ -134,6 +28,7 @@ typedef struct {
     char names[ANVIL_GPT2_NPARAM][32];
 } tensor_table;
 
+/* The tensors of a flat array at base (on the backend) as the model file lays them out. */
 static void fill_table(tensor_table *tt, const anvil_gpt2_config *c, const size_t *offsets, const float *base,
                        const char *prefix) {
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
@@ -155,11 +50,17 @@ static void fill_table(tensor_table *tt, const anvil_gpt2_config *c, const size_
     }
 }
 
-/* ---- writing ---- */
+/* Lays out img for tensors and copies their bytes in from the backend. */
+static int image_take(anvil_st_image *img, const char *name, const anvil_kernels *k, const anvil_st_tensor *t, int n,
+                      const char *const *meta, int nmeta) {
+    if (anvil_st_image_layout(img, name, t, n, meta, nmeta)) return -1;
+    for (int i = 0; i < n; i++) k->download(img->bytes + img->offsets[i], t[i].data, t[i].nbytes);
+    return 0;
+}
 
-static int write_weights(const anvil_ckpt_snapshot *s, const char *path) {
+static int take_weights(anvil_ckpt_snapshot *s, const anvil_gpt2 *model) {
     tensor_table tt;
-    fill_table(&tt, &s->cfg, s->offsets, s->params, "");
+    fill_table(&tt, &s->cfg, s->offsets, model->params, "");
     char vals[5][24];
     snprintf(vals[0], sizeof vals[0], "%d", s->cfg.n_layer);
     snprintf(vals[1], sizeof vals[1], "%d", s->cfg.n_head);
@@ -169,21 +70,100 @@ static int write_weights(const anvil_ckpt_snapshot *s, const char *path) {
     /* The model file's metadata, so anvil_model_load (and `anvil sample`) read this file directly. */
     const char *meta[] = {"format", "anvil-gpt2", "n_layer",    vals[0], "n_head",     vals[1],
                           "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4]};
-    return anvil_st_write(path, tt.t, ANVIL_GPT2_NPARAM, meta, 6);
+    return image_take(&s->weights, "model.safetensors", model->k, tt.t, ANVIL_GPT2_NPARAM, meta, 6);
 }
 
-static int write_moments(const anvil_ckpt_snapshot *s, const char *path) {
+static int take_moments(anvil_ckpt_snapshot *s, const anvil_gpt2 *model, const anvil_adamw *opt) {
     tensor_table tm, tv;
-    fill_table(&tm, &s->cfg, s->offsets, s->m, "m.");
-    fill_table(&tv, &s->cfg, s->offsets, s->v, "v.");
+    fill_table(&tm, &s->cfg, s->offsets, opt->m, "m.");
+    fill_table(&tv, &s->cfg, s->offsets, opt->v, "v.");
     anvil_st_tensor all[2 * ANVIL_GPT2_NPARAM];
     memcpy(all, tm.t, sizeof tm.t);
     memcpy(all + ANVIL_GPT2_NPARAM, tv.t, sizeof tv.t);
     char t[24];
-    snprintf(t, sizeof t, "%d", s->t);
+    snprintf(t, sizeof t, "%d", opt->t);
     const char *meta[] = {"format", "anvil-adamw", "t", t};
-    return anvil_st_write(path, all, 2 * ANVIL_GPT2_NPARAM, meta, 2);
+    return image_take(&s->moments, "optim.safetensors", model->k, all, 2 * ANVIL_GPT2_NPARAM, meta, 2);
 }
+
+/* ---- snapshots ---- */
+
+void anvil_ckpt_snapshot_free(anvil_ckpt_snapshot *s) {
+    if (!s) return;
+    anvil_st_image_free(&s->weights);
+    anvil_st_image_free(&s->moments);
+    free(s->tokenizer);
+    free(s->train_config);
+    free(s);
+}
+
+int64_t anvil_ckpt_snapshot_step(const anvil_ckpt_snapshot *s) { return s->step; }
+
+static char *compact_config(const char *json) {
+    if (!json) json = "{}";
+    cJSON *j = cJSON_Parse(json);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        anvil_fail("checkpoint: the training configuration is not a JSON object");
+        return NULL;
+    }
+    char *out = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!out) anvil_fail("checkpoint: out of memory");
+    return out;
+}
+
+anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const anvil_ckpt_state *st) {
+    int stage = st && st->layout ? st->layout->zero_stage : 0;
+    int has_opt = st && st->opt && (stage > 0 || (st->opt->m && st->opt->v));
+    if (!st || !st->model || !has_opt || (stage < 3 && !st->model->params) || st->step < 0 ||
+        st->tokens_seen < 0 || stage < 0 || stage > 3) {
+        anvil_ckpt_snapshot_free(reuse);
+        anvil_fail("checkpoint: the state to save needs a model, an initialized optimizer and counters >= 0");
+        return NULL;
+    }
+    const anvil_adamw_config *ac = &st->opt->cfg;
+    if (!isfinite(ac->beta1) || !isfinite(ac->beta2) || !isfinite(ac->eps) || !isfinite(ac->weight_decay)) {
+        anvil_ckpt_snapshot_free(reuse);
+        anvil_fail("checkpoint: the AdamW hyperparameters are not finite");
+        return NULL;
+    }
+    const anvil_gpt2 *model = st->model;
+    anvil_ckpt_snapshot *s = reuse ? reuse : calloc(1, sizeof *s);
+    if (!s) {
+        anvil_fail("checkpoint: out of memory");
+        return NULL;
+    }
+    free(s->tokenizer);
+    free(s->train_config);
+    s->tokenizer = strdup(st->tokenizer ? st->tokenizer : "bytes");
+    s->train_config = compact_config(st->train_config_json);
+    if (!s->tokenizer || !s->train_config) {
+        if (!s->tokenizer) anvil_fail("checkpoint: out of memory");
+        anvil_ckpt_snapshot_free(s);
+        return NULL;
+    }
+    s->nparams = model->nparams;
+    s->cfg = model->cfg;
+    memcpy(s->offsets, model->offsets, sizeof s->offsets);
+    /* Below stage 3 the weights are whole here; only stage 0 has whole moments (the others' are in shards). */
+    if (stage == 3) anvil_st_image_free(&s->weights);
+    if (stage > 0) anvil_st_image_free(&s->moments);
+    if ((stage < 3 && take_weights(s, model)) || (stage == 0 && take_moments(s, model, st->opt))) {
+        anvil_ckpt_snapshot_free(s);
+        return NULL;
+    }
+    s->layout = st->layout ? *st->layout : (anvil_ckpt_layout){1, 0, 1};
+    s->acfg = *ac;
+    s->t = st->opt->t;
+    s->loader = st->loader;
+    s->rng = st->rng;
+    s->step = st->step;
+    s->tokens_seen = st->tokens_seen;
+    return s;
+}
+
+/* ---- writing ---- */
 
 /* Fills the temporary folder: the snapshot's tensor files, then the manifest
  * with their checksums and the shard files'. */
@@ -194,13 +174,14 @@ static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp, const anvil_c
     if (nshards < 0 || nshards > ANVIL_CKPT_MAX_FILES - 2)
         return anvil_fail("checkpoint: %d shard files (at most %d)", nshards, ANVIL_CKPT_MAX_FILES - 2);
     for (int i = 0; i < 2; i++) {
-        if (!(i == 0 ? s->params : s->m)) continue;
+        const anvil_st_image *img = i == 0 ? &s->weights : &s->moments;
+        if (!img->len) continue;
         char path[PATH_MAX];
-        if (ckpt_join(path, sizeof path, tmp, names[i])) return -1;
-        if ((i == 0 ? write_weights(s, path) : write_moments(s, path))) return -1;
+        if (ckpt_join(path, sizeof path, tmp, names[i]) || anvil_write_new_file_direct(path, img->bytes, img->len))
+            return -1;
         snprintf(files[n].name, sizeof files[n].name, "%s", names[i]);
-        /* Read back rather than checksum the buffers: this also proves the bytes reached the file system. */
-        if (anvil_crc32c_file(path, &files[n].bytes, &files[n].crc32c)) return -1;
+        files[n].bytes = img->len;
+        files[n].crc32c = anvil_crc32c(0, img->bytes, img->len);
         n++;
     }
     for (int i = 0; i < nshards; i++) files[n++] = shards[i];
@@ -285,13 +266,25 @@ void anvil_ckpt_shard_name(int g, int k, char *out, size_t cap) {
     snprintf(out, cap, "shard_%d_of_%d.safetensors", g, k);
 }
 
-int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *model, const anvil_ckpt_slice *sl,
-                           int n, anvil_ckpt_file *out) {
+struct anvil_ckpt_shard_snapshot {
+    int g, k;
+    anvil_st_image file;
+};
+
+void anvil_ckpt_shard_free(anvil_ckpt_shard_snapshot *s) {
+    if (!s) return;
+    anvil_st_image_free(&s->file);
+    free(s);
+}
+
+anvil_ckpt_shard_snapshot *anvil_ckpt_shard_take(anvil_ckpt_shard_snapshot *reuse, int g, int k,
+                                                 const anvil_gpt2 *model, const anvil_ckpt_slice *sl, int n) {
     int kinds = n > 0 && sl[0].p ? 3 : 2;
+    anvil_ckpt_shard_snapshot *s = reuse ? reuse : calloc(1, sizeof *s);
     anvil_st_tensor *t = calloc((size_t)n * kinds + 1, sizeof *t);
     char (*names)[64] = calloc((size_t)n * kinds + 1, sizeof *names);
     int rc = 0;
-    if (!t || !names) rc = anvil_fail("checkpoint: out of memory for shard %d of %d", g, k);
+    if (!s || !t || !names) rc = anvil_fail("checkpoint: out of memory for shard %d of %d", g, k);
     for (int i = 0; !rc && i < n; i++) {
         int ti = sl[i].tensor;
         if (ti < 0 || ti >= ANVIL_GPT2_NPARAM || sl[i].flat < model->offsets[ti] ||
@@ -311,16 +304,38 @@ int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *mode
             x->data = j == 0 ? sl[i].m : j == 1 ? sl[i].v : sl[i].p;
         }
     }
-    char path[PATH_MAX], gs[16], ks[16];
-    anvil_ckpt_shard_name(g, k, out->name, sizeof out->name);
+    char name[64], gs[16], ks[16];
+    anvil_ckpt_shard_name(g, k, name, sizeof name);
     snprintf(gs, sizeof gs, "%d", g);
     snprintf(ks, sizeof ks, "%d", k);
     const char *meta[] = {"format", "anvil-shard", "shard", gs, "of", ks};
-    if (!rc) rc = ckpt_join(path, sizeof path, tmp, out->name);
-    if (!rc) rc = anvil_st_write(path, t, n * kinds, meta, 3);
-    if (!rc) rc = anvil_crc32c_file(path, &out->bytes, &out->crc32c);
+    if (!rc) rc = image_take(&s->file, name, model->k, t, n * kinds, meta, 3);
     free(t);
     free(names);
+    if (rc) {
+        anvil_ckpt_shard_free(s);
+        return NULL;
+    }
+    s->g = g;
+    s->k = k;
+    return s;
+}
+
+int anvil_ckpt_shard_write(const anvil_ckpt_shard_snapshot *s, const char *tmp, anvil_ckpt_file *out) {
+    char path[PATH_MAX];
+    anvil_ckpt_shard_name(s->g, s->k, out->name, sizeof out->name);
+    if (ckpt_join(path, sizeof path, tmp, out->name) || anvil_write_new_file_direct(path, s->file.bytes, s->file.len))
+        return -1;
+    out->bytes = s->file.len;
+    out->crc32c = anvil_crc32c(0, s->file.bytes, s->file.len);
+    return 0;
+}
+
+int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *model, const anvil_ckpt_slice *sl,
+                           int n, anvil_ckpt_file *out) {
+    anvil_ckpt_shard_snapshot *s = anvil_ckpt_shard_take(NULL, g, k, model, sl, n);
+    int rc = s ? anvil_ckpt_shard_write(s, tmp, out) : -1;
+    anvil_ckpt_shard_free(s);
     return rc;
 }
 

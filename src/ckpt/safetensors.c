@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -431,7 +432,8 @@ anvil_st_file *anvil_st_open(const char *path) {
 
 /* ---- writing ---- */
 
-static int check_write_args(const char *path, const anvil_st_tensor *ts, int n, const char *const *kv, int nm) {
+static int check_write_args(const char *path, const anvil_st_tensor *ts, int n, const char *const *kv, int nm,
+                            int need_data) {
     if (n < 0 || nm < 0 || (n > 0 && !ts) || (nm > 0 && !kv))
         return anvil_fail("%s: bad tensor or metadata count", path);
     for (int i = 0; i < n; i++) {
@@ -451,7 +453,7 @@ static int check_write_args(const char *path, const anvil_st_tensor *ts, int n, 
         if (__builtin_mul_overflow(numel, (uint64_t)anvil_st_dtype_size(t->dtype), &want) || want != t->nbytes)
             return anvil_fail("%s: tensor '%s': nbytes %llu does not match its shape and dtype", path, t->name,
                               (unsigned long long)t->nbytes);
-        if (t->nbytes && !t->data) return anvil_fail("%s: tensor '%s': no data", path, t->name);
+        if (need_data && t->nbytes && !t->data) return anvil_fail("%s: tensor '%s': no data", path, t->name);
     }
     for (int i = 0; i < 2 * nm; i++)
         if (!kv[i]) return anvil_fail("%s: metadata entry %d has a NULL %s", path, i / 2, i % 2 ? "value" : "key");
@@ -510,12 +512,19 @@ oom:
     return NULL;
 }
 
+/* The header's length in the file: padded with spaces so that the data region is 8-byte aligned. */
+static size_t padded_header(size_t text_len) { return (text_len + 7) / 8 * 8; }
+
+static void put_header_length(unsigned char out[8], size_t hlen) {
+    for (int i = 0; i < 8; i++) out[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+}
+
 int anvil_st_write(const char *path, const anvil_st_tensor *tensors, int n, const char *const *meta_kv,
                    int n_meta_pairs) {
-    if (check_write_args(path, tensors, n, meta_kv, n_meta_pairs) < 0) return -1;
+    if (check_write_args(path, tensors, n, meta_kv, n_meta_pairs, 1) < 0) return -1;
     char *text = build_header(path, tensors, n, meta_kv, n_meta_pairs);
     if (!text) return -1;
-    size_t tlen = strlen(text), hlen = (tlen + 7) / 8 * 8;
+    size_t tlen = strlen(text), hlen = padded_header(tlen);
 
     anvil_atomic_file f;
     if (anvil_atomic_open(&f, path)) {
@@ -523,7 +532,7 @@ int anvil_st_write(const char *path, const anvil_st_tensor *tensors, int n, cons
         return -1;
     }
     unsigned char lenbuf[8];
-    for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    put_header_length(lenbuf, hlen);
     static const char spaces[8] = "        ";
     int ok = anvil_write_all(f.fd, lenbuf, 8, path) == 0 && anvil_write_all(f.fd, text, tlen, path) == 0 &&
              anvil_write_all(f.fd, spaces, hlen - tlen, path) == 0;
@@ -534,4 +543,58 @@ int anvil_st_write(const char *path, const anvil_st_tensor *tensors, int n, cons
         return -1;
     }
     return anvil_atomic_commit(&f);
+}
+
+void anvil_st_image_free(anvil_st_image *img) {
+    free(img->bytes);
+    free(img->offsets);
+    memset(img, 0, sizeof *img);
+}
+
+/* Images are 2 MiB aligned and advised onto transparent huge pages: the first layout touches
+ * every page of a checkpoint-sized buffer, and at 4 KiB a page the faults alone cost seconds on
+ * a virtual machine. The rounding also leaves room for a header that grows by a few bytes. */
+static int image_reserve(anvil_st_image *img, const char *name, size_t len, int n) {
+    const size_t huge = (size_t)2 << 20;
+    size_t need = (len + ANVIL_DIRECT_ALIGN - 1) / ANVIL_DIRECT_ALIGN * ANVIL_DIRECT_ALIGN;
+    if (need > img->cap) {
+        size_t cap = (need + huge - 1) / huge * huge;
+        free(img->bytes);
+        img->cap = 0;
+        if (!(img->bytes = aligned_alloc(huge, cap))) return anvil_fail("%s: out of memory for %zu bytes", name, len);
+        madvise(img->bytes, cap, MADV_HUGEPAGE);
+        img->cap = cap;
+    }
+    if (n + 1 > img->noffsets) {
+        uint64_t *o = realloc(img->offsets, (size_t)(n + 1) * sizeof *o);
+        if (!o) return anvil_fail("%s: out of memory", name);
+        img->offsets = o;
+        img->noffsets = n + 1;
+    }
+    memset(img->bytes + len, 0, need - len);
+    return 0;
+}
+
+int anvil_st_image_layout(anvil_st_image *img, const char *name, const anvil_st_tensor *tensors, int n,
+                          const char *const *meta_kv, int n_meta_pairs) {
+    if (check_write_args(name, tensors, n, meta_kv, n_meta_pairs, 0) < 0) return -1;
+    char *text = build_header(name, tensors, n, meta_kv, n_meta_pairs);
+    if (!text) return -1;
+    size_t tlen = strlen(text), hlen = padded_header(tlen), len = 8 + hlen;
+    for (int i = 0; i < n; i++) len += tensors[i].nbytes;
+    if (image_reserve(img, name, len, n)) {
+        cJSON_free(text);
+        return -1;
+    }
+    put_header_length(img->bytes, hlen);
+    memcpy(img->bytes + 8, text, tlen);
+    memset(img->bytes + 8 + tlen, ' ', hlen - tlen);
+    cJSON_free(text);
+    uint64_t at = 8 + hlen;
+    for (int i = 0; i < n; i++) {
+        img->offsets[i] = at;
+        at += tensors[i].nbytes;
+    }
+    img->len = len;
+    return 0;
 }

@@ -80,4 +80,21 @@ const char *anvil_st_dtype_name(anvil_st_dtype d);
 int anvil_st_write(const char *path, const anvil_st_tensor *tensors, int n, const char *const *meta_kv,
                    int n_meta_pairs);
 
+/* A file in anvil_st_write's layout built in memory, for writers that put the tensors' bytes in
+ * place themselves (a checkpoint's snapshot copies the training state straight into its files) and
+ * then write it whole with anvil_write_new_file_direct: bytes is aligned and padded as that wants.
+ * Start from {0}; a layout reuses the buffer when it is large enough. */
+typedef struct {
+    unsigned char *bytes; /* the whole file: the header, then the tensors' data */
+    size_t len, cap;
+    uint64_t *offsets; /* tensor i's data starts at bytes + offsets[i] */
+    int noffsets;
+} anvil_st_image;
+
+/* Lays out tensors (their data pointers are not used) and metadata, checked as anvil_st_write
+ * checks them, and writes the header; name labels the messages. */
+int anvil_st_image_layout(anvil_st_image *img, const char *name, const anvil_st_tensor *tensors, int n,
+                          const char *const *meta_kv, int n_meta_pairs);
+void anvil_st_image_free(anvil_st_image *img);
+
 #endif

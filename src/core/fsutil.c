@@ -113,11 +113,48 @@ int anvil_write_file_atomic(const char *path, const void *data, size_t len) {
     return anvil_atomic_commit(&a);
 }
 
-int anvil_write_new_file(const char *path, const void *data, size_t len) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+/* Direct writes go in pieces of this size: large enough that the per-call overhead is nothing, small
+ * enough that the device queue stays busy without the kernel pinning gigabytes at once. */
+#define DIRECT_PIECE ((size_t)64 << 20)
+
+/* O_DIRECT writes of the padded buffer while the file system takes them; done gets how far they went. */
+static int write_direct(int fd, const char *p, size_t padded, size_t *done) {
+    while (*done < padded) {
+        size_t n = padded - *done < DIRECT_PIECE ? padded - *done : DIRECT_PIECE;
+        ssize_t put = write(fd, p + *done, n);
+        if (put < 0 && errno == EINTR) continue;
+        if (put < 0) return errno == EINVAL ? 0 : -1;
+        *done += (size_t)put;
+        if ((size_t)put % ANVIL_DIRECT_ALIGN) return 0; /* a short write leaves the rest misaligned */
+    }
+    return 0;
+}
+
+static int write_new(const char *path, const void *data, size_t len, int direct) {
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+    int fd = direct ? open(path, flags | O_DIRECT, 0644) : -1;
+    if (fd < 0 && direct && errno != EINVAL) return anvil_fail("%s: cannot create: %s", path, strerror(errno));
+    if (fd < 0) {
+        direct = 0;
+        fd = open(path, flags, 0644);
+    }
     if (fd < 0) return anvil_fail("%s: cannot create: %s", path, strerror(errno));
     const char *what = "write";
-    int ok = anvil_write_all(fd, data, len, path) == 0;
+    size_t done = 0;
+    int ok = 1;
+    if (direct) {
+        size_t padded = (len + ANVIL_DIRECT_ALIGN - 1) / ANVIL_DIRECT_ALIGN * ANVIL_DIRECT_ALIGN;
+        ok = write_direct(fd, data, padded, &done) == 0;
+        if (ok && done < len && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT)) {
+            ok = 0;
+            what = "fcntl";
+        }
+        if (ok && done > len && ftruncate(fd, (off_t)len)) {
+            ok = 0;
+            what = "ftruncate";
+        }
+    }
+    if (ok && done < len) ok = anvil_write_all(fd, (const char *)data + done, len - done, path) == 0;
     if (ok && !(ok = fsync(fd) == 0)) what = "fsync";
     int err = errno;
     if (close(fd) && ok) {
@@ -130,6 +167,12 @@ int anvil_write_new_file(const char *path, const void *data, size_t len) {
         return anvil_fail("%s: %s failed: %s", path, what, strerror(err));
     }
     return 0;
+}
+
+int anvil_write_new_file(const char *path, const void *data, size_t len) { return write_new(path, data, len, 0); }
+
+int anvil_write_new_file_direct(const char *path, const void *data, size_t len) {
+    return write_new(path, data, len, 1);
 }
 
 int anvil_read_fd(int fd, const char *name, char **data, size_t *len) {

@@ -42,6 +42,16 @@ int anvil_write_file_atomic(const char *path, const void *data, size_t len);
  * fsyncs and publishes as a whole. */
 int anvil_write_new_file(const char *path, const void *data, size_t len);
 
+/* What anvil_write_new_file_direct needs of its buffer: its start aligned to this, and readable up
+ * to len rounded up to a multiple of it (the bytes past len are written, then cut off). */
+#define ANVIL_DIRECT_ALIGN 4096
+/* anvil_write_new_file for large buffers, past the page cache (O_DIRECT): copying gigabytes into
+ * the page cache costs seconds of CPU, which a background writer takes from training, and the
+ * pages pushed out are someone else's. Where the file system refuses O_DIRECT (tmpfs on older
+ * kernels, or a write it cannot take directly, such as from a misaligned buffer or one cut short by
+ * a file size limit), it writes the rest through the page cache. */
+int anvil_write_new_file_direct(const char *path, const void *data, size_t len);
+
 /* mkdir that accepts an existing folder and makes a new one durable (its parent is fsync'ed);
  * the parent must exist. */
 int anvil_mkdir(const char *dir);

@@ -69,11 +69,10 @@ struct anvil_checkpointer {
     int ncosts;
     /* the sharded checkpoint in flight */
     int sharded;
-    anvil_checkpointer_shard shard; /* its slices point into shard_copy once copied */
+    anvil_checkpointer_shard shard; /* its slices, valid until the snapshot is taken */
     anvil_ckpt_slice *slices;
     int slices_cap;
-    float *shard_copy;
-    size_t shard_copy_cap;
+    anvil_ckpt_shard_snapshot *shard_snap; /* reused from one checkpoint to the next */
     char tmp[4096];          /* the temporary folder rank 0 opened */
     int open;                /* shard states not yet exchanged to the end */
     shard_report mine;
@@ -114,37 +113,6 @@ static void set_shard_state(anvil_checkpointer *cp, shard_state s) {
     pthread_mutex_unlock(&cp->mu);
 }
 
-/* Copies the shard's slices (moments, and weights at stage 3) into
- * shard_copy and points the slices there. */
-static int copy_shard(anvil_checkpointer *cp) {
-    anvil_checkpointer_shard *sh = &cp->shard;
-    int kinds = sh->nslices > 0 && sh->slices[0].p ? 3 : 2;
-    size_t need = 0;
-    for (int i = 0; i < sh->nslices; i++) need += sh->slices[i].len * (size_t)kinds;
-    if (need > cp->shard_copy_cap) {
-        free(cp->shard_copy);
-        cp->shard_copy_cap = 0;
-        if (!(cp->shard_copy = malloc(need * sizeof(float))))
-            return anvil_fail("checkpoint: out of memory for a copy of shard %d of %d", sh->g, sh->k);
-        cp->shard_copy_cap = need;
-    }
-    float *at = cp->shard_copy;
-    for (int i = 0; i < sh->nslices; i++) {
-        anvil_ckpt_slice *s = &cp->slices[i];
-        const float *src[3] = {s->m, s->v, s->p};
-        float *dst[3];
-        for (int j = 0; j < kinds; j++, at += s->len) {
-            memcpy(at, src[j], s->len * sizeof(float));
-            dst[j] = at;
-        }
-        s->m = dst[0];
-        s->v = dst[1];
-        if (kinds == 3) s->p = dst[2];
-    }
-    sh->slices = cp->slices;
-    return 0;
-}
-
 /* The snapshot: the whole state where this rank writes it (replicated
  * runs, and rank 0 of sharded ones), and the shard's slices. */
 static void take(anvil_checkpointer *cp) {
@@ -154,7 +122,11 @@ static void take(anvil_checkpointer *cp) {
         cp->snap = snap;
         if (!snap) rc = -1;
     }
-    if (!rc && cp->sharded && cp->shard.writer) rc = copy_shard(cp);
+    if (!rc && cp->sharded && cp->shard.writer) {
+        anvil_checkpointer_shard *sh = &cp->shard;
+        cp->shard_snap = anvil_ckpt_shard_take(cp->shard_snap, sh->g, sh->k, cp->st.model, sh->slices, sh->nslices);
+        if (!cp->shard_snap) rc = -1;
+    }
     if (rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
     pthread_mutex_lock(&cp->mu);
     cp->take_rc = rc;
@@ -170,8 +142,7 @@ static void write_shard(anvil_checkpointer *cp) {
         return;
     }
     anvil_ckpt_file f = {0};
-    int rc = cp->take_rc ? -1 : anvil_ckpt_write_shard(cp->tmp, cp->shard.g, cp->shard.k, cp->st.model,
-                                                         cp->shard.slices, cp->shard.nslices, &f);
+    int rc = cp->take_rc ? -1 : anvil_ckpt_shard_write(cp->shard_snap, cp->tmp, &f);
     if (rc && !cp->take_rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
     if (rc) snprintf(cp->shard_err, sizeof cp->shard_err, "%s", cp->write_err);
     cp->mine.bytes = (int64_t)f.bytes;
@@ -486,7 +457,7 @@ int anvil_checkpointer_free(anvil_checkpointer *cp) {
     int failed = cp->failed;
     anvil_ckpt_snapshot_free(cp->snap);
     free(cp->slices);
-    free(cp->shard_copy);
+    anvil_ckpt_shard_free(cp->shard_snap);
     free(cp->reports);
     pthread_mutex_destroy(&cp->mu);
     pthread_cond_destroy(&cp->cv);
