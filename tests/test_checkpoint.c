@@ -137,6 +137,44 @@ static void test_crc(void) {
     CHECK(anvil_crc32c(0, "123456789", 9) == 0xE3069283u);
     CHECK(anvil_crc32c(anvil_crc32c(0, "1234", 4), "56789", 5) == 0xE3069283u);
     CHECK(anvil_crc32c(0, "", 0) == 0);
+    /* Pieces combined give the whole's CRC, at every split of a buffer (and 1 MiB pieces of a larger one). */
+    unsigned char buf[300];
+    for (int i = 0; i < 300; i++) buf[i] = (unsigned char)(i * 37 + 11);
+    uint32_t whole = anvil_crc32c(0, buf, sizeof buf);
+    int all = 1;
+    for (size_t cut = 0; cut <= sizeof buf; cut++)
+        all &= anvil_crc32c_combine(anvil_crc32c(0, buf, cut), anvil_crc32c(0, buf + cut, sizeof buf - cut),
+                                    sizeof buf - cut) == whole;
+    CHECK(all);
+    size_t big = (3u << 20) + 5;
+    unsigned char *b = malloc(big);
+    for (size_t i = 0; i < big; i++) b[i] = (unsigned char)(i * 2654435761u >> 13);
+    uint32_t c = anvil_crc32c(0, b, 1u << 20);
+    for (size_t at = 1u << 20; at < big; at += 1u << 20) {
+        size_t n = big - at < (1u << 20) ? big - at : 1u << 20;
+        c = anvil_crc32c_combine(c, anvil_crc32c(0, b + at, n), n);
+    }
+    CHECK(c == anvil_crc32c(0, b, big));
+    /* Bit by bit, the definition, against the library's lanes on 200000 bytes (several 48 KiB blocks and a tail). */
+    uint32_t ref = 0xFFFFFFFFu;
+    for (size_t i = 0; i < 200000; i++) {
+        ref ^= b[i];
+        for (int k = 0; k < 8; k++) ref = ref & 1 ? (ref >> 1) ^ 0x82F63B78u : ref >> 1;
+    }
+    CHECK(~ref == anvil_crc32c(0, b, 200000));
+    /* The copying CRC: the same CRC and an exact copy, at odd lengths and offsets, continuing a CRC. */
+    unsigned char *d = malloc(200016);
+    int same = 1;
+    for (size_t len = 0; len < 200000; len = len * 3 + 7)
+        for (size_t off = 0; off < 12; off += 5) {
+            memset(d, 0xAA, 200016);
+            uint32_t want = anvil_crc32c(ref, b + off, len);
+            same &= anvil_crc32c_copy(ref, d + off, b + off, len) == want && !memcmp(d + off, b + off, len) &&
+                    d[off + len] == 0xAA && (off == 0 || d[off - 1] == 0xAA);
+        }
+    CHECK(same);
+    free(d);
+    free(b);
 }
 
 static void test_round_trip(void) {

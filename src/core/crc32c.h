@@ -9,6 +9,12 @@
 
 /* Continues from crc (0 to start): crc32c(crc32c(0, a), b) == crc32c(0, a + b). */
 uint32_t anvil_crc32c(uint32_t crc, const void *data, size_t n);
+/* Copies n bytes from src to dst (which must not overlap) and continues crc over them, in one pass
+ * that leaves dst out of the cache: for snapshots of large buffers. */
+uint32_t anvil_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n);
+/* The CRC-32C of a + b from crc_a = crc32c(0, a), crc_b = crc32c(0, b) and b's length, so that
+ * pieces checksummed apart (on several threads) give the whole's. */
+uint32_t anvil_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 /* Reads the whole file: its size and CRC-32C. -1 after anvil_fail naming the path. */
 int anvil_crc32c_file(const char *path, uint64_t *bytes, uint32_t *crc);
 
