@@ -85,6 +85,8 @@ check ref mics3_tcp 4 --mca-tcp --batch 2 --zero 3 --shard-group-size 2
   --ckpt-every 10 --out "$tmp/w4" > /dev/null 2> "$tmp/w4.log" || bad "4-rank run with checkpoints"
 ls "$tmp/w4/ckpt/step_00000010/shard_1_of_2.safetensors" > /dev/null 2>&1 && "$anvil" ckpt verify "$tmp/w4/ckpt/step_00000010" > /dev/null &&
   ok "ZeRO-3 checkpoint: one shard file per shard, verified" || bad "no verified shard files in $tmp/w4/ckpt/step_00000010"
+out=$(python3 "$here/tools/ckpt_costs.py" "$tmp/w4" "$tmp/w4.log" --background 1 --sync 1) &&
+  ok "ZeRO-3 checkpoint costs (rank 0): $out" || bad "ZeRO-3 checkpoint costs: $out"
 resumed() {
   local name=$1 ref=$2 ckpt=$3 rtol=$4 ntol=$5 wtol=$6 n=$7
   shift 7

@@ -3,7 +3,9 @@
 # at a checkpoint boundary) and continued with --resume auto gives the same
 # loss at every step and the same final weights as a run never interrupted;
 # SIGTERM finishes the step, checkpoints and exits 75, and that resume is
-# bit-exact too; so is the resume of a run with shuffled data.
+# bit-exact too; so is the resume of a run with shuffled data. Every
+# checkpoint reports its cost to training in the log and metrics.jsonl, and
+# the figures add up (tools/ckpt_costs.py).
 . "$(dirname "$0")/tools/cli_common.sh"
 
 bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { missing "bible-kjv is not installed"; finish; }
@@ -12,7 +14,10 @@ steps=300
 args=(--data "$tmp/data" --preset tiny --batch 8 --seq 64 --lr 3e-3 --lr-warmup 10 --steps $steps --no-progress
       --sample-every -1 --seed 9 --threads 2 --ckpt-every 7 --keep-last 2)
 
-"$anvil" train "${args[@]}" --out "$tmp/ref" > /dev/null 2>&1 || bad "reference run failed"
+"$anvil" train "${args[@]}" --out "$tmp/ref" > /dev/null 2> "$tmp/ref.log" || bad "reference run failed"
+# Steps 7, 14, ..., 294 in the background, 300 (the last) synchronously.
+out=$(python3 "$(dirname "$0")/tools/ckpt_costs.py" "$tmp/ref" "$tmp/ref.log" --background 42 --sync 1) &&
+  ok "checkpoint costs: $out" || bad "checkpoint costs: $out"
 
 # Loss of every step, keeping the last record of a step that ran twice.
 losses() {

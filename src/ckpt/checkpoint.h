@@ -31,8 +31,10 @@
  * Asynchronous saving: anvil_ckpt_snapshot_take copies parameters and
  * moments into in-memory images of their files, owned by the snapshot;
  * anvil_ckpt_snapshot_write then writes the images past the page cache
- * (anvil_write_new_file_direct) and checksums them, from any thread. Thread safety: take reads the model and optimizer, so call it on
- * the training thread between steps. A snapshot is immutable after take:
+ * (anvil_write_new_file_direct), from any thread. take copies on every
+ * OpenMP thread and checksums each piece as it copies it. Thread safety: take
+ * reads the model and optimizer, so call it on the training thread between
+ * steps. A snapshot is immutable after take:
  * write may run on a background thread while training continues. Error
  * messages are per thread (core/error.h), so the writing thread must read
  * anvil_errmsg() itself. At most one write per run folder at a time (two

@@ -26,6 +26,7 @@ struct anvil_ckpt_snapshot {
     size_t nparams;
     size_t offsets[ANVIL_GPT2_NPARAM + 1];
     anvil_st_image weights, moments;
+    uint32_t weights_crc, moments_crc; /* their files' CRC32C */
     anvil_adamw_config acfg;
     int t;
     anvil_loader_state loader;

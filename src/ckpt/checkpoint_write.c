@@ -50,11 +50,58 @@ static void fill_table(tensor_table *tt, const anvil_gpt2_config *c, const size_
     }
 }
 
-/* Lays out img for tensors and copies their bytes in from the backend. */
+/* The snapshot is copied and checksummed in pieces of this size, spread over the threads; the
+ * pieces' CRCs are then combined in order. */
+#define SNAPSHOT_PIECE ((size_t)1 << 20)
+
+/* Fills the image bytes [lo, hi) (the header is there already; the rest is the tensors' bytes) and
+ * returns their CRC-32C. */
+static uint32_t fill_piece(anvil_st_image *img, const anvil_kernels *k, const anvil_st_tensor *t, int n, size_t lo,
+                           size_t hi) {
+    uint32_t crc = 0;
+    size_t at = lo;
+    if (n == 0 || at < img->offsets[0]) {
+        size_t header_end = n ? img->offsets[0] : img->len;
+        at = header_end < hi ? header_end : hi;
+        crc = anvil_crc32c(crc, img->bytes + lo, at - lo);
+    }
+    int a = 0, b = n; /* the first tensor that ends after at */
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (img->offsets[mid] + t[mid].nbytes <= at) a = mid + 1;
+        else b = mid;
+    }
+    for (int i = a; i < n && at < hi; i++) {
+        size_t to = img->offsets[i] + t[i].nbytes < hi ? img->offsets[i] + t[i].nbytes : hi;
+        if (to > at)
+            crc = k->download_crc32c(img->bytes + at, (const char *)t[i].data + (at - img->offsets[i]), to - at, crc);
+        at = to > at ? to : at;
+    }
+    return crc;
+}
+
+/* Lays out img for tensors, copies their bytes in from the backend and checksums the whole file into
+ * *crc, in one pass over memory. The training thread takes snapshots, with every OpenMP thread: the
+ * copy and the checksum are the only CPU work a checkpoint asks of a busy machine, and spread over
+ * the training threads they take the shortest time without a third thread preempting one of them
+ * (the rest of each step's threads would wait for it at their next barrier). */
 static int image_take(anvil_st_image *img, const char *name, const anvil_kernels *k, const anvil_st_tensor *t, int n,
-                      const char *const *meta, int nmeta) {
+                      const char *const *meta, int nmeta, uint32_t *crc) {
     if (anvil_st_image_layout(img, name, t, n, meta, nmeta)) return -1;
-    for (int i = 0; i < n; i++) k->download(img->bytes + img->offsets[i], t[i].data, t[i].nbytes);
+    size_t npieces = (img->len + SNAPSHOT_PIECE - 1) / SNAPSHOT_PIECE;
+    uint32_t *crcs = malloc(npieces * sizeof *crcs);
+    if (!crcs) return anvil_fail("%s: out of memory", name);
+#pragma omp parallel for schedule(static)
+    for (size_t p = 0; p < npieces; p++) {
+        size_t lo = p * SNAPSHOT_PIECE, hi = lo + SNAPSHOT_PIECE < img->len ? lo + SNAPSHOT_PIECE : img->len;
+        crcs[p] = fill_piece(img, k, t, n, lo, hi);
+    }
+    *crc = crcs[0];
+    for (size_t p = 1; p < npieces; p++) {
+        size_t len = p + 1 < npieces ? SNAPSHOT_PIECE : img->len - p * SNAPSHOT_PIECE;
+        *crc = anvil_crc32c_combine(*crc, crcs[p], len);
+    }
+    free(crcs);
     return 0;
 }
 
@@ -70,7 +117,8 @@ static int take_weights(anvil_ckpt_snapshot *s, const anvil_gpt2 *model) {
     /* The model file's metadata, so anvil_model_load (and `anvil sample`) read this file directly. */
     const char *meta[] = {"format", "anvil-gpt2", "n_layer",    vals[0], "n_head",     vals[1],
                           "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4]};
-    return image_take(&s->weights, "model.safetensors", model->k, tt.t, ANVIL_GPT2_NPARAM, meta, 6);
+    return image_take(&s->weights, "model.safetensors", model->k, tt.t, ANVIL_GPT2_NPARAM, meta, 6,
+                      &s->weights_crc);
 }
 
 static int take_moments(anvil_ckpt_snapshot *s, const anvil_gpt2 *model, const anvil_adamw *opt) {
@@ -83,7 +131,8 @@ static int take_moments(anvil_ckpt_snapshot *s, const anvil_gpt2 *model, const a
     char t[24];
     snprintf(t, sizeof t, "%d", opt->t);
     const char *meta[] = {"format", "anvil-adamw", "t", t};
-    return image_take(&s->moments, "optim.safetensors", model->k, all, 2 * ANVIL_GPT2_NPARAM, meta, 2);
+    return image_take(&s->moments, "optim.safetensors", model->k, all, 2 * ANVIL_GPT2_NPARAM, meta, 2,
+                      &s->moments_crc);
 }
 
 /* ---- snapshots ---- */
@@ -181,7 +230,7 @@ static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp, const anvil_c
             return -1;
         snprintf(files[n].name, sizeof files[n].name, "%s", names[i]);
         files[n].bytes = img->len;
-        files[n].crc32c = anvil_crc32c(0, img->bytes, img->len);
+        files[n].crc32c = i == 0 ? s->weights_crc : s->moments_crc;
         n++;
     }
     for (int i = 0; i < nshards; i++) files[n++] = shards[i];
@@ -269,6 +318,7 @@ void anvil_ckpt_shard_name(int g, int k, char *out, size_t cap) {
 struct anvil_ckpt_shard_snapshot {
     int g, k;
     anvil_st_image file;
+    uint32_t crc32c;
 };
 
 void anvil_ckpt_shard_free(anvil_ckpt_shard_snapshot *s) {
@@ -309,7 +359,7 @@ anvil_ckpt_shard_snapshot *anvil_ckpt_shard_take(anvil_ckpt_shard_snapshot *reus
     snprintf(gs, sizeof gs, "%d", g);
     snprintf(ks, sizeof ks, "%d", k);
     const char *meta[] = {"format", "anvil-shard", "shard", gs, "of", ks};
-    if (!rc) rc = image_take(&s->file, name, model->k, t, n * kinds, meta, 3);
+    if (!rc) rc = image_take(&s->file, name, model->k, t, n * kinds, meta, 3, &s->crc32c);
     free(t);
     free(names);
     if (rc) {
@@ -327,7 +377,7 @@ int anvil_ckpt_shard_write(const anvil_ckpt_shard_snapshot *s, const char *tmp, 
     if (ckpt_join(path, sizeof path, tmp, out->name) || anvil_write_new_file_direct(path, s->file.bytes, s->file.len))
         return -1;
     out->bytes = s->file.len;
-    out->crc32c = anvil_crc32c(0, s->file.bytes, s->file.len);
+    out->crc32c = s->crc32c;
     return 0;
 }
 

@@ -28,6 +28,8 @@ typedef struct anvil_kernels {
     void (*zero)(void *p, size_t bytes);
     void (*upload)(void *dst, const void *src, size_t bytes);   /* host -> backend */
     void (*download)(void *dst, const void *src, size_t bytes); /* backend -> host */
+    /* download, continuing the CRC-32C crc over the bytes (core/crc32c.h), for checkpoint snapshots */
+    uint32_t (*download_crc32c)(void *dst, const void *src, size_t bytes, uint32_t crc);
 
     /* out[N,C] = wte[tokens] + wpe[position] for B sequences of T tokens. */
     void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,

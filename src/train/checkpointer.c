@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 
 /* The undisturbed steps a checkpoint's cost is measured against: the most recent ones, enough for
  * a steady median, few enough to follow a machine whose load changes. */
-#define BASE_STEPS 32
+#define BASE_STEPS 16
 #define MAX_REPORTS 4
 
 /* Where a rank's shard file stands, as the ranks exchange it. */
@@ -28,15 +29,21 @@ typedef struct {
     int64_t crc32c;
 } shard_report;
 
-/* An asynchronous checkpoint has two phases on the writer thread: the
- * snapshot copy, which must finish before the next optimizer update changes
- * weights or moments, and the write, which may take as long as it likes.
- * The next step's forward and backward only read the weights, so the copy
- * overlaps them, and the training thread waits only if the copy is not done
- * by the time it wants to update (anvil_checkpointer_before_update).
- * A sharded checkpoint's write has a third phase on rank 0: it waits until
- * the ranks' exchange says every shard file is written (commit 1) or one
- * failed (commit -1), then finishes the folder or removes it. */
+/* An asynchronous checkpoint has two phases: the snapshot, which the training
+ * thread takes in the save call with every OpenMP thread (a copy of the
+ * weights and moments into images of their files, checksummed as they are
+ * copied), and the write, which a writer thread does while training goes on.
+ * The writer only hands the images to the disk past the page cache, so it
+ * needs almost no CPU. A sharded checkpoint's write has a third phase on
+ * rank 0: it waits until the ranks' exchange says every shard file is written
+ * (commit 1) or one failed (commit -1), then finishes the folder or removes
+ * it.
+ *
+ * Measured on 2 busy cores (bench/RESULTS.md): copying in a third thread
+ * while the next step computes preempts a training thread and holds the
+ * other at its next barrier; copying into the page cache cost seconds of CPU;
+ * a fork()ed child's copy-on-write image costs a page fault per 4 KiB page
+ * the next update writes, and Open MPI does not support fork(). */
 struct anvil_checkpointer {
     anvil_checkpointer_config cfg;
     int rank, world;
@@ -47,18 +54,17 @@ struct anvil_checkpointer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int writing;  /* a writer thread exists and has not been joined */
-    int writing_async; /* write_main runs on its own thread */
-    int copied;   /* the writer's snapshot is complete */
     int take_rc;  /* the snapshot's result */
     int write_rc; /* the writer's result */
     char write_err[1024];
     char path[4096];
     int64_t step;
-    double last_save_time, stall_ms, take_ms, write_ms;
+    double last_save_time, write_ms, writer_cpu_ms;
     int done; /* the writer thread has finished */
     int failed;
     /* the true cost of the checkpoint in flight (anvil_checkpointer_report) */
-    double call_ms;  /* the training thread's time in its save call, and waiting for it at the next */
+    double call_ms;   /* the training thread's time in the save call */
+    double waited_ms; /* ... and waiting for the write at a later save call (or free) */
     double steps_ms; /* the steps it overlapped, summed */
     int nsteps;
     double base[BASE_STEPS]; /* the latest undisturbed steps, a ring */
@@ -128,11 +134,7 @@ static void take(anvil_checkpointer *cp) {
         if (!cp->shard_snap) rc = -1;
     }
     if (rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
-    pthread_mutex_lock(&cp->mu);
     cp->take_rc = rc;
-    cp->copied = 1;
-    pthread_cond_broadcast(&cp->cv);
-    pthread_mutex_unlock(&cp->mu);
 }
 
 /* The shard's writer writes its file into rank 0's temporary folder. */
@@ -174,21 +176,24 @@ static void finish(anvil_checkpointer *cp) {
     cp->write_rc = rc;
 }
 
-/* Snapshot, write, prune. Error text is copied out: messages are per thread.
- * In the background, once the snapshot (which the next update waits for) is
- * taken, the writer drops to the lowest CPU priority: on a machine whose
- * cores all train, it should use the time the training threads leave idle,
- * not preempt one of them and stall the others at the next barrier. */
+static double thread_cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Write and prune, in the background. Error text is copied out: messages are
+ * per thread. The writer runs at the lowest CPU priority: its little CPU
+ * work (system calls, the manifest, pruning) should wait for time the
+ * training threads leave idle rather than preempt one of them. */
 static void *write_main(void *arg) {
     anvil_checkpointer *cp = arg;
-    double t0 = anvil_now();
-    take(cp);
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-    double t1 = anvil_now();
+    double t0 = anvil_now(), cpu0 = thread_cpu_ms();
     if (cp->sharded) write_shard(cp);
     if (!cp->sharded || cp->rank == 0) finish(cp);
-    cp->take_ms = (t1 - t0) * 1e3;
-    cp->write_ms = (anvil_now() - t1) * 1e3;
+    cp->write_ms = (anvil_now() - t0) * 1e3;
+    cp->writer_cpu_ms = thread_cpu_ms() - cpu0;
     pthread_mutex_lock(&cp->mu);
     cp->done = 1;
     pthread_mutex_unlock(&cp->mu);
@@ -251,29 +256,42 @@ static double base_median(const anvil_checkpointer *cp) {
 
 /* The cost of the checkpoint just completed: logged, and queued for the caller's metrics. */
 static void report(anvil_checkpointer *cp, int background) {
-    anvil_checkpointer_report r = {cp->step, background, background ? cp->take_ms + cp->write_ms : cp->call_ms,
-                                   cp->call_ms, cp->nsteps, base_median(cp), 0, -1};
+    anvil_checkpointer_report r = {.step = cp->step,
+                                   .background = background,
+                                   .write_ms = cp->call_ms,
+                                   .call_ms = cp->call_ms,
+                                   .waited_ms = cp->waited_ms,
+                                   .cost_ms = cp->call_ms,
+                                   .cost_steps = cp->nsteps,
+                                   .base_ms = base_median(cp),
+                                   .sync_ms = cp->call_ms,
+                                   .sync_step = cp->step};
     if (!background) {
-        cp->sync_ms = r.sync_ms = cp->call_ms;
-        cp->sync_step = r.sync_step = cp->step;
+        cp->sync_ms = cp->call_ms;
+        cp->sync_step = cp->step;
         fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms (synchronous: training waited for all of it)\n",
                 cp->path, r.write_ms);
     } else {
-        r.cost_ms = isnan(r.base_ms) ? NAN : cp->call_ms + cp->steps_ms - cp->nsteps * r.base_ms;
-        r.sync_ms = cp->sync_step >= 0 ? cp->sync_ms : r.write_ms;
+        r.write_ms = cp->write_ms;
+        r.writer_cpu_ms = cp->writer_cpu_ms;
+        r.cost_ms = isnan(r.base_ms) ? NAN : cp->call_ms + cp->waited_ms + cp->steps_ms - cp->nsteps * r.base_ms;
+        r.sync_ms = cp->sync_step >= 0 ? cp->sync_ms : cp->call_ms + cp->write_ms;
         r.sync_step = cp->sync_step;
         char sync[96];
         if (r.sync_step >= 0)
             snprintf(sync, sizeof sync, "%.0f ms, measured at step %lld", r.sync_ms, (long long)r.sync_step);
         else
-            snprintf(sync, sizeof sync, "estimated as this one's snapshot and write, %.0f ms", r.sync_ms);
+            snprintf(sync, sizeof sync, "%.0f ms, estimated as this one's snapshot plus write", r.sync_ms);
+        fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms in the background (writer CPU %.0f ms); ", cp->path,
+                r.write_ms, r.writer_cpu_ms);
+        char waited[64] = "";
+        if (r.waited_ms > 0.5) snprintf(waited, sizeof waited, ", %.0f ms waiting for the write", r.waited_ms);
         if (isnan(r.cost_ms))
-            fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms in the background; cost to training unknown: no "
-                    "undisturbed step was timed before it\n", cp->path, r.write_ms);
+            fprintf(cp->cfg.log, "cost to training unknown: no undisturbed step was timed before it\n");
         else
-            fprintf(cp->cfg.log, "checkpoint %s written in %.0f ms in the background; cost to training %+.0f ms over "
-                    "%d steps (median undisturbed step %.0f ms), %.1f%% of a synchronous save (%s)\n", cp->path,
-                    r.write_ms, r.cost_ms, r.cost_steps, r.base_ms, 100.0 * r.cost_ms / r.sync_ms, sync);
+            fprintf(cp->cfg.log, "cost to training %+.0f ms over %d steps (%.0f ms snapshot%s; median undisturbed step "
+                    "%.0f ms), %.1f%% of a synchronous save (%s)\n", r.cost_ms, r.cost_steps, r.call_ms, waited,
+                    r.base_ms, 100.0 * r.cost_ms / r.sync_ms, sync);
     }
     if (cp->ncosts == MAX_REPORTS) memmove(cp->costs, cp->costs + 1, (MAX_REPORTS - 1) * sizeof *cp->costs);
     else cp->ncosts++;
@@ -286,7 +304,7 @@ static int wait_writer(anvil_checkpointer *cp, double since) {
     if (!cp->writing) return 0;
     pthread_join(cp->writer, NULL);
     cp->writing = 0;
-    cp->call_ms += (anvil_now() - since) * 1e3;
+    cp->waited_ms = (anvil_now() - since) * 1e3;
     if (cp->sharded && cp->rank != 0) return 0;
     if (cp->write_rc) {
         cp->failed = 1;
@@ -373,49 +391,37 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
     }
     cp->step = st->step;
     cp->sharded = shard != NULL;
-    cp->copied = 0;
     cp->take_rc = cp->write_rc = 0;
     cp->commit = 0;
     cp->done = 0;
-    cp->steps_ms = 0;
+    cp->steps_ms = cp->waited_ms = 0;
     cp->nsteps = 0;
     cp->mine = (shard_report){SHARD_PENDING, 0, 0};
     cp->shard_err[0] = '\0';
     cp->last_save_time = called;
-    cp->writing_async = cp->cfg.async && !force_sync;
-    if (cp->writing_async && pthread_create(&cp->writer, NULL, write_main, cp) == 0) {
-        cp->writing = 1;
-        cp->open = cp->sharded;
-        cp->stall_ms = cp->call_ms = (anvil_now() - t0) * 1e3;
-        return 0;
+    if (cp->cfg.async && !force_sync) {
+        take(cp);
+        /* A replicated snapshot that failed fails now; a shard's reaches every rank through the exchange. */
+        if (cp->take_rc && !cp->sharded) {
+            cp->failed = 1;
+            fprintf(cp->cfg.log, "checkpoint step %lld failed: %s\n", (long long)cp->step, cp->write_err);
+            return anvil_fail("%s", cp->write_err);
+        }
+        if (pthread_create(&cp->writer, NULL, write_main, cp) == 0) {
+            cp->writing = 1;
+            cp->open = cp->sharded;
+            cp->call_ms = (anvil_now() - t0) * 1e3;
+            return 0;
+        }
     }
-    cp->writing_async = 0;
     rc = save_now(cp);
-    cp->stall_ms = cp->call_ms = (anvil_now() - t0) * 1e3;
+    cp->call_ms = (anvil_now() - t0) * 1e3;
     if (!rc && (!cp->sharded || cp->rank == 0)) report(cp, 0);
     return rc;
 }
 
 int anvil_checkpointer_before_update(anvil_checkpointer *cp) {
-    if (!cp) return 0;
-    if (cp->writing) {
-        double t0 = anvil_now();
-        pthread_mutex_lock(&cp->mu);
-        int was_copied = cp->copied;
-        while (!cp->copied) pthread_cond_wait(&cp->cv, &cp->mu);
-        pthread_mutex_unlock(&cp->mu);
-        if (was_copied != 2) { /* not reported yet */
-            cp->stall_ms += (anvil_now() - t0) * 1e3;
-            cp->copied = 2;
-            if (cp->take_rc && !cp->sharded) return wait_writer(cp, anvil_now());
-            if (!cp->take_rc)
-                fprintf(cp->cfg.log,
-                        "checkpoint step %lld: snapshot taken during the next step, which waited %.1f ms for it; "
-                        "writing in the background (its cost to training follows once written)\n",
-                        (long long)cp->step, cp->stall_ms);
-        }
-    }
-    return cp->open && exchange(cp, 0) < 0 ? -1 : 0;
+    return cp && cp->open && exchange(cp, 0) < 0 ? -1 : 0;
 }
 
 int anvil_checkpointer_step_done(anvil_checkpointer *cp, double step_ms, int base) {

@@ -1,9 +1,8 @@
 /* The checkpoint policy of a training run and its one route to disk: when
  * to save (every N steps and/or every M minutes of wall time), saving in the
- * background, and retention, the same for replicated and sharded runs. A
- * writer thread copies the weights and moments and does the I/O while
- * training goes on; the training thread waits only when its next optimizer
- * update would overtake the copy.
+ * background, retention, and the true cost of each checkpoint to training,
+ * the same for replicated and sharded runs. The training thread copies the
+ * weights and moments; a writer thread does the I/O while training goes on.
  *
  * A sharded run (ZeRO) saves on every rank together: rank 0 opens the
  * temporary folder, the first replica of each shard writes its shard file
@@ -31,7 +30,7 @@ typedef struct {
 } anvil_checkpointer_config;
 
 /* This rank's part of a sharded checkpoint: shard g of k, its slices (copied
- * by the writer, so they need to stay valid only until the next update). */
+ * in the save call, so they need to stay valid only during it). */
 typedef struct {
     int g, k;
     int writer; /* 1 on the first replica of the shard, the rank that writes it */
@@ -42,21 +41,24 @@ typedef struct {
 typedef struct anvil_checkpointer anvil_checkpointer;
 
 /* What a checkpoint cost the training, known once its write completes. The cost is the time the
- * training thread spent in the save call, plus, over every step from the save until the write was
- * found finished (cost_steps of them), the step's time above base_ms, the median of the recent
- * steps that no checkpoint overlapped (a signed sum: a step can come out faster than the median).
- * A synchronous save costs exactly its own time. */
+ * training thread spent in the save call (the snapshot, and for a synchronous save everything) and
+ * waiting for the write at a later one, plus, over every step from the save until the write was found finished (cost_steps of them), the
+ * step's time above base_ms, the median of the recent steps that no checkpoint overlapped (a signed
+ * sum: a step can come out faster than the median). A synchronous save costs exactly its own time. */
 typedef struct {
     int64_t step;
-    int background;     /* 1: written by the writer thread while training went on */
-    double write_ms;    /* synchronous: the whole save; background: the writer's snapshot and write */
-    double cost_ms;     /* NAN when no undisturbed step was timed yet to compare with */
+    int background;       /* 1: written by the writer thread while training went on */
+    double write_ms;      /* synchronous: the whole save; background: the writer's part */
+    double writer_cpu_ms; /* the CPU time the writer thread used (0 when synchronous) */
+    double call_ms;       /* the training thread's time in the save call: background, the snapshot */
+    double waited_ms;     /* background: the time it waited for the write at a later save call */
+    double cost_ms;       /* NAN when no undisturbed step was timed yet to compare with */
     int cost_steps;
-    double base_ms;     /* NAN when none */
-    double sync_ms;     /* what a synchronous save of this checkpoint takes: */
-    int64_t sync_step;  /* -1: estimated, as this checkpoint's snapshot plus write time on the writer
-                         * thread (high when the writer competed with training for the cores);
-                         * otherwise measured, by the synchronous save of that step in this run */
+    double base_ms;       /* NAN when none */
+    double sync_ms;       /* what a synchronous save of this checkpoint takes: */
+    int64_t sync_step;    /* -1: estimated, as this checkpoint's save call plus its background write (high
+                           * when the writer waited for the cores); otherwise measured, by the synchronous
+                           * save of that step in this run (the latest) */
 } anvil_checkpointer_report;
 
 /* One per rank of the run. */
@@ -70,17 +72,16 @@ int anvil_checkpointer_free(anvil_checkpointer *cp);
 int anvil_checkpointer_due(const anvil_checkpointer *cp, int64_t step);
 /* Saves st. Replicated runs (shard NULL): rank 0's state is everyone's, and other ranks return 0
  * at once. Sharded runs: every rank calls it (collective), with its shard; st matters on rank 0.
- * Asynchronously (the default), a writer thread copies the weights and moments while the next
- * step's forward and backward run, then writes; force_sync does everything now (for the last
- * checkpoint and on a stop signal). A failed background write is reported on the log and makes
- * the next call (and free) return -1. */
+ * Call it on the training thread, between steps: it copies the weights and moments with the
+ * OpenMP threads. Asynchronously (the default), a writer thread then writes them while training
+ * goes on; force_sync writes now too (for the last checkpoint and on a stop signal). A failed
+ * background write is reported on the log and makes the step_done that finds it (or the next call,
+ * or free) return -1. */
 int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, const anvil_checkpointer_shard *shard,
                             int force_sync);
-/* Must be called on every rank, at the same point of every step, before anything changes the
- * weights or optimizer state (the AdamW update): waits until the writer's snapshot is complete,
- * counting the wait as stall, and logs the stall; while a sharded checkpoint is open, exchanges
- * the ranks' shard states (collective) and has rank 0 commit it once every shard is written.
- * -1 on every rank when a shard failed. */
+/* Must be called on every rank, at the same point of every step (before the update): while a
+ * sharded checkpoint is open, exchanges the ranks' shard states (collective) and has rank 0 commit
+ * it once every shard is written. -1 on every rank when a shard failed. */
 int anvil_checkpointer_before_update(anvil_checkpointer *cp);
 /* Must be called on every rank after every step, with the step's time (base: 1 when the step may
  * serve as an undisturbed baseline, 0 for warmup steps): counts the step against the checkpoint

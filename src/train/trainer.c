@@ -531,11 +531,12 @@ static int ckpt_metrics(anvil_run *r) {
     anvil_checkpointer_report rep;
     while (anvil_checkpointer_next_report(r->ckpt, &rep)) {
         if (!r->metrics) continue;
-        const char *keys[] = {"step",    "background", "write_ms", "cost_ms",  "cost_steps",
-                              "base_ms", "sync_ms",    "sync_step", "cost_pct"};
-        double vals[] = {(double)rep.step, rep.background, rep.write_ms, rep.cost_ms, rep.cost_steps,
-                         rep.base_ms, rep.sync_ms, (double)rep.sync_step, 100.0 * rep.cost_ms / rep.sync_ms};
-        if (anvil_metrics_write(r->metrics, "ckpt", keys, vals, 9)) return -1;
+        const char *keys[] = {"step",       "background", "write_ms", "writer_cpu_ms", "call_ms",  "waited_ms",
+                              "cost_ms",    "cost_steps", "base_ms",  "sync_ms",       "sync_step", "cost_pct"};
+        double vals[] = {(double)rep.step, rep.background, rep.write_ms, rep.writer_cpu_ms, rep.call_ms,
+                         rep.waited_ms, rep.cost_ms, rep.cost_steps, rep.base_ms, rep.sync_ms, (double)rep.sync_step,
+                         100.0 * rep.cost_ms / rep.sync_ms};
+        if (anvil_metrics_write(r->metrics, "ckpt", keys, vals, 12)) return -1;
     }
     return 0;
 }

@@ -11,6 +11,7 @@
  * bf16 ones (vdpbf16ps, AMX). */
 #define COMMON_ENTRIES                                                                                                \
     .alloc = cpu_alloc, .free = free, .zero = cpu_zero, .upload = cpu_memcpy, .download = cpu_memcpy,                 \
+    .download_crc32c = cpu_copy_crc32c,                                                                               \
     .encoder_forward = cpu_encoder_forward, .encoder_backward = cpu_encoder_backward,                                 \
     .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,                         \
     .attention_forward = cpu_attention_forward, .attention_backward = cpu_attention_backward,                         \

@@ -24,6 +24,7 @@ extern const anvil_kernels cpu_table_generic, cpu_table_avx2, cpu_table_avx512, 
 void *cpu_alloc(size_t bytes);
 void cpu_zero(void *p, size_t bytes);
 void cpu_memcpy(void *dst, const void *src, size_t bytes);
+uint32_t cpu_copy_crc32c(void *dst, const void *src, size_t bytes, uint32_t crc);
 
 #ifdef ANVIL_CPU_ISA
 #define CPU_CAT2(a, b) a##_##b

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/crc32c.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
@@ -28,6 +29,9 @@ void *cpu_alloc(size_t bytes) {
 
 void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 void cpu_memcpy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+uint32_t cpu_copy_crc32c(void *dst, const void *src, size_t bytes, uint32_t crc) {
+    return anvil_crc32c_copy(crc, dst, src, bytes);
+}
 
 static const anvil_kernels *const tables[ANVIL_ISA_COUNT] = {&cpu_table_generic, &cpu_table_avx2, &cpu_table_avx512};
 
