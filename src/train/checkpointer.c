@@ -411,6 +411,9 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
             cp->writing = 1;
             cp->open = cp->sharded;
             cp->call_ms = (anvil_now() - t0) * 1e3;
+            if (!cp->sharded || cp->rank == 0)
+                fprintf(cp->cfg.log, "checkpoint step %lld: snapshot taken in %.0f ms, writing in the background\n",
+                        (long long)cp->step, cp->call_ms);
             return 0;
         }
     }
