@@ -287,6 +287,9 @@ spec() { # a spec of alice's: `spec '"channels": {...}, ...'`
 }
 expect 403 "an ungranted role" "$alice" POST /v1/jobs "$(spec '"role": "all"')"
 expect 403 "a user without a role" "$bob" POST /v1/jobs "$(spec '"max_retries": 0')"
+admin role grant team admin > /dev/null || bad "role grant team admin"
+expect 400 "several roles, none named" "$admin_token" POST /v1/jobs "$(spec '"max_retries": 0')"
+grep -q "name one of: all, team" "$tmp/answer" || bad "the 400 does not name the roles: $(cat "$tmp/answer")"
 expect 403 "a channel outside the prefixes" "$alice" POST /v1/jobs "$(spec "\"channels\": {\"t\": \"$tmp/secret\"}")"
 expect 403 "a '..' escape" "$alice" POST /v1/jobs "$(spec "\"channels\": {\"t\": \"$tmp/inputs/a/../ab\"}")"
 grep -q "resolved: $tmp/inputs/ab" "$tmp/answer" || bad "the '..' refusal does not name the resolved path"
