@@ -14,7 +14,13 @@
 #     resubmission with --resume auto continues from it;
 #   - a SIGSTOPped rank: HangDetected, SIGKILL after the grace, a retry, Completed;
 #   - kill -9 of the daemon mid-job and a restart: the job is still tracked,
-#     re-attached (no new attempt) and Completed.
+#     re-attached (no new attempt) and Completed;
+#   - principals: a state without users refused, --init once, 401 for a
+#     missing, malformed, wrong or revoked token, 403 for a user on admin
+#     endpoints, an ungranted role, paths outside the role ('..', a symbolic
+#     link, /a vs /ab), too many processes, a reserved variable; another
+#     user's job is 404; a job's environment is the role's, not the daemon's;
+#     the audit trail holds all of it and refuses UPDATE and DELETE.
 . "$(dirname "$0")/tools/cli_common.sh"
 command -v mpirun > /dev/null || { echo "SKIP: mpirun is not installed"; exit 77; }
 command -v curl > /dev/null || { echo "SKIP: curl is not installed"; exit 77; }
@@ -24,9 +30,25 @@ state=$tmp/state
 bible -f "gen1:1-gen10:26" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
 
+# ---- principals: no users, then --init ----
+"$anvil" serve --state "$state" --port 0 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && grep -q "has no users: run 'anvil serve --init" "$tmp/err" && ok "a state without users is refused" ||
+  bad "serve without users: exit $rc: $(cat "$tmp/err")"
+"$anvil" serve --init --state "$state" > "$tmp/token" 2> "$tmp/err" || bad "serve --init: $(cat "$tmp/err")"
+[ "$(wc -l < "$tmp/token")" = 1 ] && grep -Eq '^anv_[0-9a-f]{16}_[0-9a-f]{64}$' "$tmp/token" &&
+  ok "serve --init printed one token" || bad "serve --init printed: $(cat "$tmp/token")"
+"$anvil" serve --init --state "$state" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc = 4 ] && [ ! -s "$tmp/out" ] && grep -q "has users already" "$tmp/err" && ok "a second --init is refused" ||
+  bad "second --init: exit $rc: $(cat "$tmp/out" "$tmp/err")"
+admin_token=$(cat "$tmp/token")
+export ANVIL_TOKEN=$admin_token
+
 start_daemon() {
   rm -f "$state/serve.port"
-  "$anvil" serve --state "$state" --port 0 --stop-grace 3 >> "$tmp/serve.log" 2>&1 &
+  # DAEMON_SECRET must not reach the jobs: only the role's environment does.
+  DAEMON_SECRET=leaked "$anvil" serve --state "$state" --port 0 --stop-grace 3 >> "$tmp/serve.log" 2>&1 &
   daemon=$!
   for _ in $(seq 100); do [ -s "$state/serve.port" ] && break; sleep 0.05; done
   port=$(cat "$state/serve.port" 2> /dev/null) ||
@@ -34,6 +56,9 @@ start_daemon() {
 }
 start_daemon
 job() { timeout 120 "$anvil" job --state "$state" "$@"; }
+admin() { timeout 60 "$anvil" "$1" --state "$state" "${@:2}"; }
+admin role add all --input-prefix "$tmp" --output-prefix "$tmp" --max-procs 4 --max-runtime-s 0 > /dev/null &&
+  admin role grant all admin > /dev/null || bad "the admin's role"
 # A field of a job's JSON (describe --json), e.g. `field 3 status`.
 field() {
   job --json describe "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)$(printf '["%s"]' "${@:2}"))"
@@ -59,7 +84,10 @@ train=(train --data "$tmp/data" --preset tiny --batch 4 --seq 32 --no-progress -
        --threads 1 --ckpt-every 25 --keep-last 2)
 
 # ---- bad input: 4xx, one line, nothing stored ----
-post() { curl -s -o "$tmp/answer" -w '%{http_code}' -X POST "http://127.0.0.1:$port/v1/jobs" --data-binary "$1"; }
+post() {
+  curl -s -o "$tmp/answer" -w '%{http_code}' -H "Authorization: Bearer $ANVIL_TOKEN" -X POST \
+    "http://127.0.0.1:$port/v1/jobs" --data-binary "$1"
+}
 expect_refusal() { # code, what, body
   local got
   got=$(post "$3")
@@ -74,11 +102,12 @@ expect_refusal 400 "max_retries: must be >= 0" '{"name": "x", "command": ["train
 expect_refusal 400 "hang_timeout_s: must be >= 0" '{"name": "x", "command": ["train"], "hang_timeout_s": -5}'
 expect_refusal 400 "resources: unknown field 'gpus'" '{"name": "x", "command": ["train"], "resources": {"gpus": 1}}'
 expect_refusal 400 "command: --out is not allowed" '{"name": "x", "command": ["train", "--out", "/tmp/x"]}'
-expect_refusal 400 "channels.train: /nonexistent" \
-  '{"name": "x", "command": ["train"], "channels": {"train": "/nonexistent"}}'
+expect_refusal 400 "channels.train: $tmp/nonexistent" \
+  "{\"name\": \"x\", \"command\": [\"train\"], \"channels\": {\"train\": \"$tmp/nonexistent\"}}"
 head -c 70000 /dev/zero | tr '\0' ' ' > "$tmp/big.json"
 expect_refusal 413 "larger than 65536 bytes" "@$tmp/big.json"
-code=$(curl -s -o "$tmp/answer" -w '%{http_code}' "http://127.0.0.1:$port/v1/jobs/99")
+code=$(curl -s -o "$tmp/answer" -w '%{http_code}' -H "Authorization: Bearer $ANVIL_TOKEN" \
+  "http://127.0.0.1:$port/v1/jobs/99")
 [ "$code" = 404 ] && ok "unknown job: 404 $(cat "$tmp/answer")" || bad "unknown job: $code"
 echo '{"name": "x", "command": ["serve"]}' > "$tmp/bad.json"
 job submit "$tmp/bad.json" 2> "$tmp/err"
@@ -199,6 +228,167 @@ failed=$(job --json list --status Failed |
   python3 -c "import json,sys; print([j['id'] for j in json.load(sys.stdin)['jobs']])")
 [ "$failed" = "[2, 4]" ] &&
   ok "list --status Failed" || bad "list --status Failed: $(job --json list --status Failed)"
+
+# ---- principals: tokens, admin endpoints, roles and paths, the audit trail ----
+# An API call with token $1 (- for none): `call TOKEN METHOD PATH [BODY]` prints the HTTP status,
+# the answer is in $tmp/answer.
+call() {
+  local auth=()
+  [ "$1" != - ] && auth=(-H "Authorization: Bearer $1")
+  curl -s -o "$tmp/answer" -w '%{http_code}' "${auth[@]}" -X "$2" "http://127.0.0.1:$port$3" ${4:+--data-binary "$4"}
+}
+# `expect CODE WHAT TOKEN METHOD PATH [BODY]`: the call is answered CODE with a one-line error.
+expect() {
+  local got
+  got=$(call "${@:3}")
+  if [ "$got" = "$1" ] && [ "$(wc -l < "$tmp/answer")" = 1 ] && grep -q '"error":' "$tmp/answer"; then
+    ok "$2: $got $(cat "$tmp/answer")"
+  else bad "$2: expected $1, got $got: $(cat "$tmp/answer")"; fi
+}
+njobs_before=$(njobs)
+wrong=${admin_token%?}$([ "${admin_token: -1}" = 0 ] && echo 1 || echo 0)
+expect 401 "no token" - GET /v1/jobs
+expect 401 "a malformed token" not-a-token GET /v1/health
+expect 401 "a wrong secret" "$wrong" GET /v1/jobs
+expect 401 "a wrong secret on a change" "$wrong" POST /v1/users '{"name": "mallory", "admin": true}'
+grep -q 'WWW-Authenticate: Bearer' <(curl -s -i "http://127.0.0.1:$port/v1/health") &&
+  ok "401 says WWW-Authenticate: Bearer" || bad "no WWW-Authenticate on a 401"
+alice=$(admin user add alice 2> /dev/null) && bob=$(admin user add bob 2> /dev/null) || bad "user add"
+extra=$(admin token add alice 2> /dev/null) || bad "token add"
+admin token revoke "$(echo "$extra" | cut -c5-20)" | grep -q "revoked token" || bad "token revoke"
+expect 401 "a revoked token" "$extra" GET /v1/jobs
+expect 409 "revoking the last admin token" "$admin_token" POST "/v1/tokens/$(echo "$admin_token" | cut -c5-20)/revoke"
+expect 403 "a user adds a user" "$alice" POST /v1/users '{"name": "mallory", "admin": true}'
+expect 403 "a user makes a token" "$alice" POST /v1/tokens '{"user": "bob"}'
+expect 403 "a user revokes a token" "$alice" POST "/v1/tokens/$(echo "$admin_token" | cut -c5-20)/revoke"
+expect 403 "a user adds a role" "$alice" POST /v1/roles \
+  '{"name": "mine", "input_prefixes": ["/"], "output_prefixes": ["/"], "max_procs": 64, "max_runtime_s": 0}'
+expect 403 "a user grants a role" "$alice" POST /v1/roles/all/grant '{"user": "alice"}'
+expect 403 "a user lists users" "$alice" GET /v1/users
+expect 403 "a user reads the audit trail" "$alice" GET /v1/audit
+ANVIL_TOKEN=$alice timeout 60 "$anvil" job --state "$state" audit > /dev/null 2> "$tmp/err"
+[ $? = 4 ] && ! grep -q "$alice" "$tmp/err" && ok "anvil job audit as a user: exit 4, the token not printed" ||
+  bad "job audit as a user: $(cat "$tmp/err")"
+expect 400 "a role with an unknown field" "$admin_token" POST /v1/roles \
+  '{"name": "x", "input_prefixes": ["/"], "output_prefixes": ["/"], "max_procs": 1, "max_runtime_s": 0, "gpus": 1}'
+expect 400 "a role with a negative limit" "$admin_token" POST /v1/roles \
+  '{"name": "x", "input_prefixes": ["/"], "output_prefixes": ["/"], "max_procs": 1, "max_runtime_s": -1}'
+expect 400 "a role with a relative prefix" "$admin_token" POST /v1/roles \
+  '{"name": "x", "input_prefixes": ["data"], "output_prefixes": ["/"], "max_procs": 1, "max_runtime_s": 0}'
+
+# alice may read $tmp/inputs/a and the corpus, write $tmp/alice; $tmp/inputs/a/escape leads out.
+mkdir -p "$tmp/inputs/a/set" "$tmp/inputs/ab" "$tmp/secret" "$tmp/alice"
+ln -s "$tmp/secret" "$tmp/inputs/a/escape"
+admin role add team --input-prefix "$tmp/inputs/a" --input-prefix "$tmp/data" --output-prefix "$tmp/alice" \
+  --max-procs 2 --max-runtime-s 600 --env ROLE_MARK=blue > /dev/null && admin role grant team alice > /dev/null ||
+  bad "role add, grant"
+spec() { # a spec of alice's: `spec '"channels": {...}, ...'`
+  echo "{\"name\": \"a\", \"command\": [\"train\", \"--data\", \"$tmp/data\", \"--preset\", \"tiny\"], $1}"
+}
+expect 403 "an ungranted role" "$alice" POST /v1/jobs "$(spec '"role": "all"')"
+expect 403 "a user without a role" "$bob" POST /v1/jobs "$(spec '"max_retries": 0')"
+admin role grant team admin > /dev/null || bad "role grant team admin"
+expect 400 "several roles, none named" "$admin_token" POST /v1/jobs "$(spec '"max_retries": 0')"
+grep -q "name one of: all, team" "$tmp/answer" || bad "the 400 does not name the roles: $(cat "$tmp/answer")"
+expect 403 "a channel outside the prefixes" "$alice" POST /v1/jobs "$(spec "\"channels\": {\"t\": \"$tmp/secret\"}")"
+expect 403 "a '..' escape" "$alice" POST /v1/jobs "$(spec "\"channels\": {\"t\": \"$tmp/inputs/a/../ab\"}")"
+grep -q "resolved: $tmp/inputs/ab" "$tmp/answer" || bad "the '..' refusal does not name the resolved path"
+expect 403 "a symbolic link out of the prefix" "$alice" POST /v1/jobs \
+  "$(spec "\"channels\": {\"t\": \"$tmp/inputs/a/escape\"}")"
+# Lexically inside (/a/ab), but the kernel takes '..' from the link's target: $tmp/ab.
+expect 403 "a symbolic link, then '..'" "$alice" POST /v1/jobs \
+  "$(spec "\"channels\": {\"t\": \"$tmp/inputs/a/escape/../ab\"}")"
+expect 403 "the prefix /a does not admit /ab" "$alice" POST /v1/jobs \
+  "$(spec "\"channels\": {\"t\": \"$tmp/inputs/ab\"}")"
+expect 403 "an output outside the prefixes" "$alice" POST /v1/jobs "$(spec "\"output\": \"$tmp/alice/../ref\"")"
+expect 403 "a command path outside the prefixes" "$alice" POST /v1/jobs \
+  "{\"name\": \"a\", \"command\": [\"train\", \"--data\", \"$tmp/inputs/a/escape/x\"]}"
+expect 403 "too many processes" "$alice" POST /v1/jobs "$(spec '"resources": {"procs_per_host": 3}')"
+expect 403 "a runtime over the role's" "$alice" POST /v1/jobs "$(spec '"max_runtime_s": 601')"
+expect 403 "a reserved variable" "$alice" POST /v1/jobs "$(spec '"env": {"LD_PRELOAD": "/tmp/x.so"}')"
+expect 400 "an unknown query parameter" "$alice" GET "/v1/jobs?owner=bob"
+[ "$(njobs)" = "$njobs_before" ] && ok "no refused request stored a job" || bad "refused requests stored jobs"
+
+# Accepted: paths inside the prefixes (/a admits /a/set, named through a '..' that stays inside);
+# the job's environment is the role's.
+python3 - "$tmp" "$asan_off" "${train[@]}" --steps 100000 > "$tmp/alice.json" << 'PY'
+import json, sys
+tmp, asan = sys.argv[1], sys.argv[2]
+print(json.dumps({"name": "alices", "command": sys.argv[3:], "output": tmp + "/alice/run",
+                  "channels": {"set": tmp + "/inputs/a/set/../set"},
+                  "env": {"USER_MARK": "green", "ASAN_OPTIONS": asan}}))
+PY
+ANVIL_TOKEN=$alice job submit "$tmp/alice.json" > "$tmp/out" 2> "$tmp/err" || bad "alice's submit: $(cat "$tmp/err")"
+mine=$(grep -o 'job [0-9]*' "$tmp/out" | cut -d' ' -f2)
+ANVIL_TOKEN=$alice job --json describe "$mine" > "$tmp/mine.json"
+python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['spec']; print(s['max_runtime_s'], s['channels']['set'])" \
+  "$tmp/mine.json" > "$tmp/out"
+[ "$(cat "$tmp/out")" = "600 $tmp/inputs/a/set" ] &&
+  ok "accepted under the role: max_runtime_s the role's 600 s, the channel stored resolved" ||
+  bad "alice's job: $(cat "$tmp/out")"
+wrapper=
+for _ in $(seq 600); do
+  wrapper=$(pgrep -f "job-run --exit-file $state/jobs/$mine/" | head -n 1)
+  [ -n "$wrapper" ] && break
+  sleep 0.1
+done
+tr '\0' '\n' < "/proc/$wrapper/environ" > "$tmp/environ" 2> /dev/null
+if grep -qx ROLE_MARK=blue "$tmp/environ" && grep -qx USER_MARK=green "$tmp/environ" &&
+   grep -qx "ANVIL_JOB_ID=$mine" "$tmp/environ" && grep -q '^PATH=' "$tmp/environ" &&
+   ! grep -q DAEMON_SECRET "$tmp/environ" && ! grep -q '^ANVIL_TOKEN=' "$tmp/environ"; then
+  ok "the job's environment: the role's and the spec's variables, not the daemon's others"
+else bad "the job's environment: $(sort "$tmp/environ" | tr '\n' ' ')"; fi
+expect 404 "another user's job (describe)" "$bob" GET "/v1/jobs/$mine"
+expect 404 "another user's job (stop)" "$bob" POST "/v1/jobs/$mine/stop"
+expect 404 "another user's job (logs)" "$bob" GET "/v1/jobs/$mine/logs"
+[ "$(ANVIL_TOKEN=$bob job --json list | python3 -c "import json,sys; print(len(json.load(sys.stdin)['jobs']))")" = 0 ] &&
+  ok "a user lists only their own jobs" || bad "bob sees jobs"
+[ "$(call "$admin_token" GET "/v1/jobs/$mine")" = 200 ] && ok "an admin sees every job" || bad "admin describe"
+ANVIL_TOKEN=$alice job stop "$mine" > /dev/null && ANVIL_TOKEN=$alice job wait "$mine" > /dev/null
+[ $? = 3 ] && [ "$(field "$mine" status)" = Stopped ] && ok "alice stops her job" || bad "alice's stop: $(history "$mine")"
+
+# The audit trail: every refusal and change above, with who and which token.
+admin_id=$(echo "$admin_token" | cut -c5-20) alice_id=$(echo "$alice" | cut -c5-20)
+job --json audit --limit 1000 > "$tmp/audit.json"
+python3 - "$tmp/audit.json" "$alice_id" "$admin_id" "$mine" > "$tmp/out" << 'PY'
+import collections, json, sys
+rows = json.load(open(sys.argv[1]))["audit"]
+alice_id, admin_id, mine = sys.argv[2], sys.argv[3], sys.argv[4]
+count = collections.Counter((r["user"], r["action"], r["result"]) for r in rows)
+checks = {
+    "401s with no user": count[("", "auth", 401)] >= 5,
+    "alice's refused submits": count[("alice", "job.submit", 403)] == 11,
+    "alice's 403s on admin endpoints": sum(count[("alice", a, 403)] for a in
+        ("user.add", "token.add", "token.revoke", "role.add", "role.grant", "user.list", "audit.list")) == 8,
+    "bob's 404s": count[("bob", "job.get", 404)] == 1 and count[("bob", "job.stop", 404)] == 1,
+    "alice's submit and stop": any(r["action"] == "job.submit" and r["result"] == 201 and r["target"] == "job " + mine
+                                   and r["token_id"] == alice_id for r in rows)
+                               and count[("alice", "job.stop", 202)] == 1,
+    "the admin's changes": count[("admin", "user.add", 201)] == 2 and count[("admin", "token.revoke", 200)] == 1
+                           and count[("admin", "token.revoke", 409)] == 1
+                           and all(r["token_id"] == admin_id for r in rows if r["user"] == "admin"
+                                   and r["action"] != "serve.init"),
+    "the escape named": any("resolved: " in r["detail"] for r in rows if r["user"] == "alice"),
+    "no token in the trail": not any(len(v) > 40 and v.startswith("anv_") for r in rows for v in r.values()
+                                     if isinstance(v, str)),
+}
+for name, good in checks.items():
+    print(("ok " if good else "BAD ") + name)
+PY
+grep -q BAD "$tmp/out" && bad "audit trail: $(grep BAD "$tmp/out" | tr '\n' ' ')" ||
+  ok "the audit trail holds every refusal and change ($(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['audit']))" "$tmp/audit.json") entries)"
+python3 - "$state/state.db" > "$tmp/out" 2>&1 << 'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for sql in ("UPDATE audit SET result = 200", "DELETE FROM audit"):
+    try:
+        db.execute(sql)
+        print("allowed: " + sql)
+    except sqlite3.DatabaseError as e:
+        print("refused: " + str(e))
+PY
+[ "$(grep -c 'refused: the audit trail is append-only' "$tmp/out")" = 2 ] &&
+  ok "the audit table refuses UPDATE and DELETE" || bad "audit table: $(cat "$tmp/out")"
 kill $daemon
 wait $daemon
 [ $? = 0 ] && ok "SIGTERM: the daemon exits 0" || bad "the daemon did not exit cleanly: $(tail -n 2 "$tmp/serve.log")"

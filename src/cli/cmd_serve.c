@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,14 +17,20 @@
 #include "core/exit.h"
 #include "core/fsutil.h"
 #include "job/api.h"
+#include "job/auth.h"
 #include "job/store.h"
 #include "job/supervisor.h"
 
 static const char *usage =
     "usage: anvil serve [--state DIR] [--port P] [--stop-grace S]\n"
+    "       anvil serve --init [--state DIR]\n"
     "\n"
     "Runs the job service: an HTTP/JSON API on 127.0.0.1 (see README: 'The job service') and a\n"
     "supervisor that runs each job through `anvil launch`, retries it, stops it at its limits.\n"
+    "Every request needs an API token; a state folder without users is refused.\n"
+    "  --init            make the state folder's first user, 'admin', and print its token on\n"
+    "                    stdout, once (only its hash is kept), then exit; refused (exit 4) when\n"
+    "                    the folder has users already\n"
     "  --state DIR       state folder: state.db (SQLite), serve.pid, serve.port, jobs/, runs/\n"
     "                    (default ~/.local/share/anvil)\n"
     "  --port P          TCP port on 127.0.0.1 (default 7878; 0 picks a free one); the port in use is\n"
@@ -56,15 +63,36 @@ static int write_number(const char *dir, const char *name, long v) {
     return anvil_write_file_atomic(path, text, (size_t)n);
 }
 
+/* --init: the first admin and its token, printed alone on stdout. */
+static int init_state(anvil_store *st, const char *dir) {
+    char token[ANVIL_TOKEN_SIZE];
+    int rc = anvil_auth_init(st, "admin", token);
+    if (rc < 0) return cli_fail("serve");
+    if (rc > 0) {
+        fprintf(stderr, "anvil serve: error: %s has users already; --init only starts a new state folder (an admin "
+                        "makes more tokens: anvil token add USER)\n", dir);
+        return ANVIL_EXIT_REFUSED;
+    }
+    printf("%s\n", token);
+    fflush(stdout);
+    fprintf(stderr, "anvil serve: created user admin (admin) in %s; its token (ID %.*s) is printed above, this once: "
+                    "keep it, e.g. in ~/.config/anvil/token (mode 600)\n", dir, ANVIL_TOKEN_ID_LEN, token + 4);
+    memset(token, 0, sizeof token);
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *state_arg = NULL;
     int port = 7878;
     double grace = 120;
+    bool init = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage, stdout);
             return 0;
+        } else if (!strcmp(a, "--init")) {
+            init = true;
         } else if (!strcmp(a, "--state")) {
             if (!(state_arg = arg_value("serve", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--port")) {
@@ -100,6 +128,19 @@ int cmd_serve(int argc, char **argv) {
     }
     snprintf(path, sizeof path, "%s/state.db", real);
     anvil_store *st = anvil_store_open(path);
+    if (st && init) {
+        int rc = init_state(st, real);
+        anvil_store_close(st);
+        close(lock);
+        return rc;
+    }
+    int users = 0;
+    if (st && !anvil_auth_user_count(st, &users) && !users) {
+        anvil_fail("%s has no users: run 'anvil serve --init --state %s' first (it prints the first admin's token)",
+                   real, real);
+        anvil_store_close(st);
+        st = NULL;
+    }
     char runs[PATH_MAX + 8];
     snprintf(runs, sizeof runs, "%s/runs", real);
     anvil_supervisor *sup = st ? anvil_supervisor_new(st, real, self, grace) : NULL;

@@ -23,7 +23,10 @@ static const struct {
     {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged"},
     {"health", cmd_health, "check each rank's GEMM and memory and the all-reduce between them"},
     {"serve", cmd_serve, "run the job service: HTTP API, job statuses, retries, limits"},
-    {"job", cmd_job, "submit, list, describe, follow, stop and wait for service jobs"},
+    {"job", cmd_job, "submit, list, describe, follow, stop and wait for service jobs; the audit trail"},
+    {"user", cmd_user, "add and list the job service's users (admins)"},
+    {"token", cmd_token, "make and revoke the job service's API tokens (admins)"},
+    {"role", cmd_role, "add, grant and list the job service's roles"},
     {"job-run", cmd_job_run, "(internal) the wrapper anvil serve runs each job attempt through"},
 };
 

@@ -1,80 +1,116 @@
 #include "job/api.h"
 
-#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "job/api_internal.h"
+#include "job/policy.h"
 #include "job/spec.h"
 
 #define MAX_LOG_CHUNK (1 << 20)
 
-struct anvil_api {
-    struct MHD_Daemon *d;
-    anvil_store *st;
-    anvil_supervisor *sup;
-    char *runs_dir;
-};
-
-/* A request's body, gathered across calls; too_big once it passes the cap (the rest is dropped). */
-typedef struct {
-    char *data;
-    size_t len;
-    bool too_big;
-} body;
-
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned code, char *text, size_t len, const char *type) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", type);
-    enum MHD_Result rc = MHD_queue_response(c, code, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned code, cJSON *j) {
+int api_reply_json(anvil_api_call *c, unsigned code, cJSON *j) {
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
-    if (!text) return MHD_NO;
-    size_t len = strlen(text);
-    char *withnl = realloc(text, len + 2);
+    size_t len = text ? strlen(text) : 0;
+    char *withnl = text ? realloc(text, len + 2) : NULL;
     if (!withnl) {
         free(text);
-        return MHD_NO;
+        c->rs->status = 500;
+        c->rs->body = NULL;
+        c->rs->len = 0;
+        return -1;
     }
     withnl[len] = '\n';
     withnl[len + 1] = 0;
-    return send_text(c, code, withnl, len + 1, "application/json");
+    c->rs->status = code;
+    c->rs->body = withnl;
+    c->rs->len = len + 1;
+    c->rs->text = false;
+    return code < 400 ? 0 : -1;
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned code, const char *fmt, ...)
-    ANVIL_PRINTF(3, 4);
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned code, const char *fmt, ...) {
-    char line[1024];
+int api_reply_error(anvil_api_call *c, unsigned code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    vsnprintf(c->error, sizeof c->error, fmt, ap);
     va_end(ap);
-    line[strcspn(line, "\r\n")] = 0;
+    c->error[strcspn(c->error, "\r\n")] = 0;
     cJSON *j = cJSON_CreateObject();
-    if (j && !cJSON_AddStringToObject(j, "error", line)) {
+    if (j && !cJSON_AddStringToObject(j, "error", c->error)) {
         cJSON_Delete(j);
         j = NULL;
     }
-    return send_json(c, code, j);
+    api_reply_json(c, code, j);
+    return -1;
+}
+
+anvil_audit_entry api_audit(anvil_api_call *c, int result, const char *detail) {
+    c->audited = true;
+    return (anvil_audit_entry){.user = c->who.user,
+                               .token_id = c->who.token_id,
+                               .action = c->action,
+                               .target = c->target,
+                               .result = result,
+                               .detail = detail};
+}
+
+bool api_need_admin(anvil_api_call *c) {
+    if (c->who.admin) return true;
+    api_reply_error(c, 403, "%s: only admins may do this (%s is not one)", c->action, c->who.user);
+    return false;
+}
+
+const char *api_arg(const anvil_api_call *c, const char *key) {
+    for (int i = 0; i < c->rq->nargs; i++)
+        if (!strcmp(c->rq->args[i].key, key)) return c->rq->args[i].value;
+    return NULL;
+}
+
+bool api_known_args(anvil_api_call *c, const char *const *names) {
+    for (int i = 0; i < c->rq->nargs; i++) {
+        const char *k = c->rq->args[i].key;
+        bool known = false;
+        for (const char *const *n = names; *n && !known; n++) known = !strcmp(k, *n);
+        for (int j = 0; j < i && known; j++) known = strcmp(k, c->rq->args[j].key) != 0;
+        if (!known) {
+            api_reply_error(c, 400, "query parameter '%.60s': unknown, or given twice", k);
+            return false;
+        }
+    }
+    return true;
+}
+
+cJSON *api_body_object(anvil_api_call *c, const char *what, const char *const *names) {
+    if (c->rq->body_too_big) {
+        api_reply_error(c, 413, "%s: larger than %d bytes", what, ANVIL_JOB_SPEC_MAX_BYTES);
+        return NULL;
+    }
+    cJSON *o = anvil_json_parse_object(c->rq->body ? c->rq->body : "", c->rq->body_len, what);
+    if (!o) {
+        api_reply_error(c, 400, "%s", anvil_errmsg());
+        return NULL;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o) {
+        bool known = false;
+        for (const char *const *n = names; *n && !known; n++) known = !strcmp(e->string, *n);
+        for (const cJSON *f = o->child; f != e && known; f = f->next) known = strcmp(f->string, e->string) != 0;
+        if (!known) {
+            api_reply_error(c, 400, "%s: field '%.100s': unknown, or given twice", what, e->string);
+            cJSON_Delete(o);
+            return NULL;
+        }
+    }
+    return o;
 }
 
 static cJSON *job_json(anvil_store *st, const anvil_job *j, bool full) {
@@ -82,6 +118,8 @@ static cJSON *job_json(anvil_store *st, const anvil_job *j, bool full) {
     if (!o) return NULL;
     cJSON_AddNumberToObject(o, "id", (double)j->id);
     cJSON_AddStringToObject(o, "name", j->name);
+    cJSON_AddStringToObject(o, "owner", j->owner);
+    cJSON_AddStringToObject(o, "role", j->role);
     cJSON_AddStringToObject(o, "status", anvil_job_status_name(j->status));
     cJSON_AddStringToObject(o, "secondary_status", j->secondary);
     cJSON_AddStringToObject(o, "failure_reason", j->failure_reason);
@@ -114,77 +152,132 @@ static cJSON *job_json(anvil_store *st, const anvil_job *j, bool full) {
     return o;
 }
 
-static enum MHD_Result send_job(struct MHD_Connection *c, anvil_api *api, unsigned code, anvil_job *j, bool full) {
-    cJSON *o = job_json(api->st, j, full);
+static int reply_job(anvil_api_call *c, unsigned code, anvil_job *j, bool full) {
+    cJSON *o = job_json(c->env->st, j, full);
     anvil_job_free(j);
-    return o ? send_json(c, code, o) : send_error(c, 500, "%s", anvil_errmsg());
+    return o ? api_reply_json(c, code, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
 }
 
-/* A spec that parses and whose paths make sense here: channels exist, the output is no other
- * running job's. */
-static enum MHD_Result submit(struct MHD_Connection *c, anvil_api *api, const body *b) {
-    if (b->too_big) return send_error(c, 413, "spec: larger than %d bytes", ANVIL_JOB_SPEC_MAX_BYTES);
-    anvil_job_spec s;
-    if (anvil_job_spec_parse(b->data ? b->data : "", b->len, &s)) return send_error(c, 400, "%s", anvil_errmsg());
-    unsigned code = 0;
-    char why[1200] = "";
-    for (int i = 0; i < s.nchannels && !code; i++) {
+static bool visible(const anvil_api_call *c, const anvil_job *j) {
+    return c->who.admin || !strcmp(j->owner, c->who.user);
+}
+
+/* The role a spec runs under: the one it names, if granted to the caller, else the caller's only
+ * one. 0 with *role filled and spec->role set; else answered. */
+static int spec_role(anvil_api_call *c, anvil_job_spec *s, anvil_role *role) {
+    if (!s->role) {
+        char *names;
+        int n;
+        if (anvil_auth_user_roles(c->env->st, c->who.user, &names, &n)) {
+            api_reply_error(c, 500, "%s", anvil_errmsg());
+            return -1;
+        }
+        if (n != 1) {
+            if (n) api_reply_error(c, 400, "spec: role: missing; %s has several, name one of: %s", c->who.user, names);
+            else
+                api_reply_error(c, 403, "spec: %s has no role to run jobs under (an admin grants one: anvil role grant "
+                                        "ROLE %s)", c->who.user, c->who.user);
+            free(names);
+            return -1;
+        }
+        s->role = names;
+    }
+    int rc = anvil_auth_get_role(c->env->st, s->role, c->who.user, role);
+    if (rc == 1) api_reply_error(c, 403, "spec: role: %s is not granted to %s", s->role, c->who.user);
+    else if (rc) api_reply_error(c, 500, "%s", anvil_errmsg());
+    return rc ? -1 : 0;
+}
+
+/* Refuses a spec whose channels are missing or whose output another unfinished job writes to. */
+static int spec_conflicts(anvil_api_call *c, const anvil_job_spec *s) {
+    for (int i = 0; i < s->nchannels; i++) {
         struct stat sb;
-        if (stat(s.channels[i].value, &sb)) {
-            code = 400;
-            snprintf(why, sizeof why, "spec: channels.%s: %s: %s", s.channels[i].key, s.channels[i].value,
-                     strerror(errno));
+        if (stat(s->channels[i].value, &sb)) {
+            api_reply_error(c, 400, "spec: channels.%s: %s: %s", s->channels[i].key, s->channels[i].value,
+                            strerror(errno));
+            return -1;
         }
     }
+    if (!s->output) return 0;
     anvil_job *active = NULL;
     int nactive = 0;
     unsigned mask = 1u << ANVIL_JOB_PENDING | 1u << ANVIL_JOB_STARTING | 1u << ANVIL_JOB_RUNNING |
                     1u << ANVIL_JOB_STOPPING;
-    if (!code && s.output && anvil_store_list(api->st, mask, &active, &nactive)) {
-        code = 500;
-        snprintf(why, sizeof why, "%s", anvil_errmsg());
+    if (anvil_store_list(c->env->st, mask, &active, &nactive)) {
+        api_reply_error(c, 500, "%s", anvil_errmsg());
+        return -1;
     }
-    for (int i = 0; i < nactive && !code; i++)
-        if (!strcmp(active[i].run_dir, s.output)) {
-            code = 409;
-            snprintf(why, sizeof why, "spec: output: %s is the run folder of job %lld, which has not ended", s.output,
-                     (long long)active[i].id);
+    int rc = 0;
+    for (int i = 0; i < nactive && !rc; i++)
+        if (!strcmp(active[i].run_dir, s->output)) {
+            api_reply_error(c, 409, "spec: output: %s is the run folder of job %lld, which has not ended", s->output,
+                            (long long)active[i].id);
+            rc = -1;
         }
     anvil_job_list_free(active, nactive);
-    cJSON *canon = code ? NULL : anvil_job_spec_to_json(&s);
+    return rc;
+}
+
+static int submit(anvil_api_call *c) {
+    c->mutating = true;
+    if (c->rq->body_too_big) return api_reply_error(c, 413, "spec: larger than %d bytes", ANVIL_JOB_SPEC_MAX_BYTES);
+    anvil_job_spec s;
+    if (anvil_job_spec_parse(c->rq->body ? c->rq->body : "", c->rq->body_len, &s))
+        return api_reply_error(c, 400, "%s", anvil_errmsg());
+    anvil_role role = {0};
+    char why[2048];
+    int rc = spec_role(c, &s, &role);
+    if (!rc && (rc = anvil_policy_check(&role, &s, why, sizeof why)))
+        api_reply_error(c, rc > 0 ? 403 : 500, "%s%s", rc > 0 ? "spec: " : "", rc > 0 ? why : anvil_errmsg());
+    if (!rc) rc = spec_conflicts(c, &s);
+    cJSON *canon = rc ? NULL : anvil_job_spec_to_json(&s);
     char *text = canon ? cJSON_PrintUnformatted(canon) : NULL;
     cJSON_Delete(canon);
     int64_t id = 0;
-    if (!code && (!text || anvil_store_submit(api->st, s.name, text, s.output, api->runs_dir, &id))) {
-        code = 500;
-        snprintf(why, sizeof why, "%s", text ? anvil_errmsg() : "out of memory");
+    if (!rc && !text) {
+        rc = -1;
+        api_reply_error(c, 500, "out of memory");
+    }
+    if (!rc) {
+        char detail[300];
+        snprintf(detail, sizeof detail, "name %s, role %s, procs %d", s.name, s.role, s.hosts * s.procs_per_host);
+        anvil_job_new j = {.name = s.name, .spec = text, .run_dir = s.output, .owner = c->who.user, .role = s.role};
+        anvil_audit_entry e = api_audit(c, 201, detail);
+        if ((rc = anvil_store_submit(c->env->st, &j, c->env->runs_dir, &e, &id))) {
+            c->audited = false;
+            api_reply_error(c, 500, "%s", anvil_errmsg());
+        }
     }
     free(text);
     anvil_job_spec_free(&s);
-    if (code) return send_error(c, code, "%s", why);
+    anvil_role_free(&role);
+    if (rc) return -1;
     anvil_job j;
-    if (anvil_store_get(api->st, id, &j)) return send_error(c, 500, "%s", anvil_errmsg());
-    return send_job(c, api, 201, &j, false);
+    return anvil_store_get(c->env->st, id, &j) ? api_reply_error(c, 500, "%s", anvil_errmsg())
+                                               : reply_job(c, 201, &j, false);
 }
 
-static enum MHD_Result list(struct MHD_Connection *c, anvil_api *api) {
-    const char *want = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
+static int list(anvil_api_call *c) {
+    static const char *const known[] = {"status", NULL};
+    if (!api_known_args(c, known)) return -1;
+    const char *want = api_arg(c, "status");
     unsigned mask = ~0u;
     if (want) {
         int s = anvil_job_status_parse(want);
-        if (s < 0) return send_error(c, 400, "unknown status '%.60s'", want);
+        if (s < 0) return api_reply_error(c, 400, "unknown status '%.60s'", want);
         mask = 1u << s;
     }
     anvil_job *jobs;
     int n;
-    if (anvil_store_list(api->st, mask, &jobs, &n)) return send_error(c, 500, "%s", anvil_errmsg());
+    if (anvil_store_list(c->env->st, mask, &jobs, &n)) return api_reply_error(c, 500, "%s", anvil_errmsg());
     cJSON *o = cJSON_CreateObject(), *arr = o ? cJSON_AddArrayToObject(o, "jobs") : NULL;
     for (int i = 0; arr && i < n; i++) {
-        cJSON *j = job_json(api->st, &jobs[i], false);
+        if (!visible(c, &jobs[i])) continue;
+        cJSON *j = job_json(c->env->st, &jobs[i], false);
         if (j) cJSON_AddItemToArray(arr, j);
     }
     anvil_job_list_free(jobs, n);
-    return send_json(c, 200, o);
+    return api_reply_json(c, 200, o);
 }
 
 static bool parse_count(const char *s, long max, long *out) {
@@ -196,138 +289,127 @@ static bool parse_count(const char *s, long max, long *out) {
     return true;
 }
 
-static enum MHD_Result logs(struct MHD_Connection *c, const char *run_dir) {
-    const char *rank = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "rank");
-    const char *off = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "offset");
+static int logs(anvil_api_call *c, const char *run_dir) {
+    static const char *const known[] = {"rank", "offset", NULL};
+    if (!api_known_args(c, known)) return -1;
+    const char *rank = api_arg(c, "rank"), *off = api_arg(c, "offset");
     long r = -1, offset = 0;
-    if (rank && !parse_count(rank, 1 << 20, &r)) return send_error(c, 400, "rank: not a rank number");
-    if (off && !parse_count(off, LONG_MAX, &offset)) return send_error(c, 400, "offset: not a byte offset");
+    if (rank && !parse_count(rank, 1 << 20, &r)) return api_reply_error(c, 400, "rank: not a rank number");
+    if (off && !parse_count(off, LONG_MAX, &offset)) return api_reply_error(c, 400, "offset: not a byte offset");
     char path[PATH_MAX];
     if (r >= 0) snprintf(path, sizeof path, "%s/logs/rank_%ld.log", run_dir, r);
     else snprintf(path, sizeof path, "%s/logs/launcher.log", run_dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     /* No log yet is an empty log: the job may not have started. */
-    if (fd < 0 && errno != ENOENT) return send_error(c, 500, "%s: %s", path, strerror(errno));
+    if (fd < 0 && errno != ENOENT) return api_reply_error(c, 500, "%s: %s", path, strerror(errno));
     char *buf = malloc(MAX_LOG_CHUNK);
     ssize_t got = 0;
     if (buf && fd >= 0) got = pread(fd, buf, MAX_LOG_CHUNK, (off_t)offset);
     if (fd >= 0) close(fd);
     if (!buf || got < 0) {
         free(buf);
-        return send_error(c, 500, "%s: cannot read", path);
+        return api_reply_error(c, 500, "%s: cannot read", path);
     }
-    return send_text(c, 200, buf, (size_t)got, "text/plain; charset=utf-8");
+    c->rs->status = 200;
+    c->rs->body = buf;
+    c->rs->len = (size_t)got;
+    c->rs->text = true;
+    return 0;
 }
 
-static enum MHD_Result route(struct MHD_Connection *c, anvil_api *api, const char *url, const char *method,
-                             const body *b) {
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-    if (!strcmp(url, "/v1/health")) {
-        if (!get) return send_error(c, 405, "use GET");
-        cJSON *o = cJSON_CreateObject();
-        if (o) cJSON_AddStringToObject(o, "status", "ok"), cJSON_AddNumberToObject(o, "pid", getpid());
-        return send_json(c, 200, o);
-    }
-    if (!strcmp(url, "/v1/jobs")) {
-        if (post) return submit(c, api, b);
-        return get ? list(c, api) : send_error(c, 405, "use GET or POST");
-    }
-    if (strncmp(url, "/v1/jobs/", 9)) return send_error(c, 404, "no such endpoint: %.200s", url);
+/* /v1/jobs/ID[/stop|/logs]. */
+static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
     char *end;
     errno = 0;
-    long long id = strtoll(url + 9, &end, 10);
-    if (end == url + 9 || errno || id <= 0 || (*end && strcmp(end, "/stop") && strcmp(end, "/logs")))
-        return send_error(c, 404, "no such endpoint: %.200s", url);
+    long long id = strtoll(rest, &end, 10);
+    if (!isdigit((unsigned char)rest[0]) || errno || id <= 0 || (*end && strcmp(end, "/stop") && strcmp(end, "/logs"))) {
+        c->action = "request";
+        return api_reply_error(c, 404, "no such endpoint: %.200s", c->rq->path);
+    }
     bool stop = !strcmp(end, "/stop");
-    if (stop ? !post : !get) return send_error(c, 405, "use %s", stop ? "POST" : "GET");
+    c->action = stop ? "job.stop" : *end ? "job.logs" : "job.get";
+    c->mutating = stop;
+    snprintf(c->target, sizeof c->target, "job %lld", id);
+    if (stop ? !post : !get) return api_reply_error(c, 405, "use %s", stop ? "POST" : "GET");
+    static const char *const none[] = {NULL};
+    if (strcmp(end, "/logs") && !api_known_args(c, none)) return -1;
     anvil_job j;
-    int rc = stop ? anvil_supervisor_stop(api->sup, id, &j) : anvil_store_get(api->st, id, &j);
-    if (rc < 0) return send_error(c, 500, "%s", anvil_errmsg());
-    if (rc == 1) return send_error(c, 404, "no job %lld", id);
-    if (rc == 2) {
-        enum MHD_Result r =
-            send_error(c, 409, "job %lld has already ended: %s", id, anvil_job_status_name(j.status));
+    int rc = anvil_store_get(c->env->st, id, &j);
+    if (rc < 0) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    if (!rc && !visible(c, &j)) {
         anvil_job_free(&j);
-        return r;
+        rc = 1;
     }
-    if (stop || !*end) return send_job(c, api, stop ? 202 : 200, &j, !stop);
-    enum MHD_Result r = logs(c, j.run_dir);
+    if (rc == 1) return api_reply_error(c, 404, "no job %lld", id);
+    if (!stop && !*end) return reply_job(c, 200, &j, true);
+    if (!stop) {
+        rc = logs(c, j.run_dir);
+        anvil_job_free(&j);
+        return rc;
+    }
     anvil_job_free(&j);
-    return r;
-}
-
-static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                              const char *version, const char *upload, size_t *upload_size, void **state) {
-    (void)version;
-    body *b = *state;
-    if (!b) {
-        if (!(b = calloc(1, sizeof *b))) return MHD_NO;
-        *state = b;
-        /* A declared length past the cap is refused before the body is read. */
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > ANVIL_JOB_SPEC_MAX_BYTES) b->too_big = true;
-        return MHD_YES;
+    anvil_audit_entry e = api_audit(c, 202, "stop requested");
+    rc = anvil_supervisor_stop(c->env->sup, id, &e, &j);
+    if (rc) c->audited = false;
+    if (rc == 1) return api_reply_error(c, 404, "no job %lld", id);
+    if (rc < 0) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    if (rc == 2) {
+        api_reply_error(c, 409, "job %lld has already ended: %s", id, anvil_job_status_name(j.status));
+        anvil_job_free(&j);
+        return -1;
     }
-    if (*upload_size) {
-        if (!b->too_big && b->len + *upload_size <= ANVIL_JOB_SPEC_MAX_BYTES) {
-            char *grown = realloc(b->data, b->len + *upload_size + 1);
-            if (!grown) return MHD_NO;
-            memcpy(grown + b->len, upload, *upload_size);
-            b->data = grown;
-            b->len += *upload_size;
-        } else {
-            b->too_big = true;
-        }
-        *upload_size = 0;
-        return MHD_YES;
+    return reply_job(c, 202, &j, false);
+}
+
+static int health(anvil_api_call *c) {
+    static const char *const none[] = {NULL};
+    if (!api_known_args(c, none)) return -1;
+    cJSON *o = cJSON_CreateObject();
+    if (o) {
+        cJSON_AddStringToObject(o, "status", "ok");
+        cJSON_AddNumberToObject(o, "pid", getpid());
+        cJSON_AddStringToObject(o, "user", c->who.user);
+        cJSON_AddBoolToObject(o, "admin", c->who.admin);
     }
-    return route(c, cls, url, method, b);
+    return api_reply_json(c, 200, o);
 }
 
-static void completed(void *cls, struct MHD_Connection *c, void **state, enum MHD_RequestTerminationCode why) {
-    (void)cls;
-    (void)c;
-    (void)why;
-    body *b = *state;
-    if (b) free(b->data);
-    free(b);
-    *state = NULL;
-}
-
-anvil_api *anvil_api_start(anvil_store *st, anvil_supervisor *sup, const char *runs_dir, int port) {
-    anvil_api *api = calloc(1, sizeof *api);
-    if (!api || !(api->runs_dir = strdup(runs_dir))) {
-        free(api);
-        anvil_fail("out of memory");
-        return NULL;
+static int route(anvil_api_call *c) {
+    const char *path = c->rq->path, *m = c->rq->method;
+    bool get = !strcmp(m, "GET"), post = !strcmp(m, "POST");
+    if (!strcmp(path, "/v1/health")) {
+        c->action = "health";
+        return get ? health(c) : api_reply_error(c, 405, "use GET");
     }
-    api->st = st;
-    api->sup = sup;
-    struct sockaddr_in addr = {0};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    api->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, (uint16_t)port, NULL, NULL, handle,
-                              api, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
-                              completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_CONNECTION_LIMIT, 256u,
-                              MHD_OPTION_END);
-    if (!api->d) {
-        anvil_fail("cannot listen on 127.0.0.1:%d: %s", port, errno ? strerror(errno) : "libmicrohttpd failed");
-        free(api->runs_dir);
-        free(api);
-        return NULL;
+    if (!strcmp(path, "/v1/jobs")) {
+        c->action = post ? "job.submit" : "job.list";
+        if (post) return submit(c);
+        return get ? list(c) : api_reply_error(c, 405, "use GET or POST");
     }
-    return api;
+    if (!strncmp(path, "/v1/jobs/", 9)) return one_job(c, path + 9, get, post);
+    int rc;
+    if (api_route_admin(c, path, &rc)) return rc;
+    c->action = "request";
+    return api_reply_error(c, 404, "no such endpoint: %.200s", path);
 }
 
-int anvil_api_port(const anvil_api *api) {
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(api->d, MHD_DAEMON_INFO_BIND_PORT);
-    return info ? info->port : -1;
-}
-
-void anvil_api_stop(anvil_api *api) {
-    if (!api) return;
-    MHD_stop_daemon(api->d);
-    free(api->runs_dir);
-    free(api);
+void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anvil_api_response *rs) {
+    anvil_api_call c = {.env = env, .rq = rq, .rs = rs, .action = "request"};
+    memset(rs, 0, sizeof *rs);
+    snprintf(c.target, sizeof c.target, "%.150s", rq->path);
+    char why[256];
+    int rc = anvil_auth_check(env->st, rq->authorization, &c.who, why, sizeof why);
+    if (rc) {
+        c.action = "auth";
+        if (rc > 0) api_reply_error(&c, 401, "unauthorized: a valid 'Authorization: Bearer <token>' is required");
+        else api_reply_error(&c, 500, "%s", anvil_errmsg());
+        snprintf(c.error, sizeof c.error, "%s %.150s: %s", rq->method, rq->path, rc > 0 ? why : anvil_errmsg());
+    } else {
+        route(&c);
+    }
+    /* Changes are recorded with their change; refusals and failed changes here, on their own. */
+    if (!c.audited && (c.mutating || rs->status >= 400)) {
+        anvil_audit_entry e = api_audit(&c, (int)rs->status, rs->status < 400 ? "" : c.error);
+        if (anvil_audit_add(env->st, &e)) fprintf(stderr, "anvil serve: warning: audit: %s\n", anvil_errmsg());
+    }
 }

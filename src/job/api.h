@@ -1,26 +1,75 @@
 /* The job service's HTTP/JSON API on 127.0.0.1 (libmicrohttpd, one thread).
  *
- *   GET  /v1/health                          {"status": "ok", "pid": P}
- *   POST /v1/jobs                            a spec (job/spec.h) -> 201 and the job
+ * Every request carries `Authorization: Bearer <token>` (job/auth.h). Without a valid token the
+ * answer is 401 and nothing else happens. Users see and act on their own jobs only (another's is
+ * answered 404, as if it did not exist); admins on every job, and they alone manage users, tokens,
+ * roles and read the audit trail (others get 403).
+ *
+ *   GET  /v1/health                          {"status": "ok", "pid": P, "user": U, "admin": B}
+ *   POST /v1/jobs                            a spec (job/spec.h), checked against its role
+ *                                            (job/policy.h) -> 201 and the job
  *   GET  /v1/jobs[?status=S]                 {"jobs": [...]}, by id
  *   GET  /v1/jobs/ID                         the job with its spec and history
  *   POST /v1/jobs/ID/stop                    202 and the job (409 when it had already ended)
  *   GET  /v1/jobs/ID/logs[?rank=R][&offset=N] text from byte N of the launcher's log (all ranks,
  *                                            prefixed) or of rank R's; at most 1 MiB per answer
+ *   POST /v1/users {"name": N[, "admin": B]} 201 {"user", "token_id", "token", "admin"}     (admin)
+ *   GET  /v1/users                           {"users": [...]} with roles and token IDs      (admin)
+ *   POST /v1/tokens {"user": U}              201 {"user", "token_id", "token"}               (admin)
+ *   POST /v1/tokens/ID/revoke                200 {"token_id", "user", "revoked": true}       (admin)
+ *   POST /v1/roles                           a role (job/policy.h) -> 201 and the role      (admin)
+ *   GET  /v1/roles                           {"roles": [...]}: all for admins, else the caller's
+ *   POST /v1/roles/NAME/grant {"user": U}    200 {"role", "user"}                            (admin)
+ *   GET  /v1/audit[?user=U][&limit=N]        {"audit": [...]}: the last N entries (100)      (admin)
  *
- * A refused request gets a 4xx and {"error": "one line"}, and changes nothing: malformed or oversized
- * bodies (ANVIL_JOB_SPEC_MAX_BYTES), unknown fields, bad values, unknown jobs or paths. Principals,
- * tokens and roles will be checked here, before any handler runs. */
+ * A refused request gets a 4xx and {"error": "one line"}, and changes nothing: malformed or
+ * oversized bodies (ANVIL_JOB_SPEC_MAX_BYTES), unknown fields or query parameters, bad values,
+ * paths outside the role, unknown jobs or paths. Every change, and every refusal, is recorded in
+ * the audit trail (job/audit.h). */
 #ifndef ANVIL_JOB_API_H
 #define ANVIL_JOB_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "job/store.h"
 #include "job/supervisor.h"
 
+typedef struct {
+    const char *key, *value; /* decoded; value NULL when the parameter has no '=' */
+} anvil_api_arg;
+
+/* One request, as the HTTP layer hands it over. */
+typedef struct {
+    const char *method, *path; /* path: without the query */
+    const anvil_api_arg *args; /* the query's parameters */
+    int nargs;
+    const char *authorization; /* the Authorization header; NULL when absent */
+    const char *body;
+    size_t body_len;
+    bool body_too_big; /* the body passed ANVIL_JOB_SPEC_MAX_BYTES and was dropped */
+} anvil_api_request;
+
+typedef struct {
+    unsigned status;
+    char *body; /* malloc'd; NULL only when out of memory (status 500) */
+    size_t len;
+    bool text; /* text/plain (logs), else application/json */
+} anvil_api_response;
+
+typedef struct {
+    anvil_store *st;
+    anvil_supervisor *sup;
+    const char *runs_dir; /* where jobs without an output get their run folder */
+} anvil_api_env;
+
+/* Answers one request: no socket, so that tests and the fuzzer can call it. */
+void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anvil_api_response *rs);
+
 typedef struct anvil_api anvil_api;
 
-/* Listens on 127.0.0.1:port (0: a free port, see anvil_api_port); jobs without an output get their
- * run folder under runs_dir. NULL after anvil_fail. */
+/* Listens on 127.0.0.1:port (0: a free port, see anvil_api_port) and answers through
+ * anvil_api_handle. NULL after anvil_fail. */
 anvil_api *anvil_api_start(anvil_store *st, anvil_supervisor *sup, const char *runs_dir, int port);
 int anvil_api_port(const anvil_api *api);
 void anvil_api_stop(anvil_api *api);

@@ -19,33 +19,41 @@
 static const char *const runnable[] = {"train", "prep", "tokenizer", "sample", "ckpt",
                                        "export", "import", "info", "health"};
 
-static int take_string(const cJSON *v, const char *field, size_t max, char **out) {
-    if (!cJSON_IsString(v)) return anvil_fail("spec: %s: must be a string", field);
+int anvil_json_string(const cJSON *v, const char *what, const char *field, size_t max, char **out) {
+    if (!cJSON_IsString(v)) return anvil_fail("%s: %s: must be a string", what, field);
     size_t n = strlen(v->valuestring);
-    if (n > max) return anvil_fail("spec: %s: longer than %zu bytes", field, max);
+    if (n > max) return anvil_fail("%s: %s: longer than %zu bytes", what, field, max);
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)v->valuestring[i] < 0x20)
-            return anvil_fail("spec: %s: control characters are not allowed", field);
-    if (!(*out = strdup(v->valuestring))) return anvil_fail("spec: out of memory");
+            return anvil_fail("%s: %s: control characters are not allowed", what, field);
+    if (!(*out = strdup(v->valuestring))) return anvil_fail("%s: out of memory", what);
     return 0;
 }
 
-static int take_number(const cJSON *v, const char *field, double hi, bool integral, double *out) {
-    if (!cJSON_IsNumber(v)) return anvil_fail("spec: %s: must be a number", field);
+int anvil_json_number(const cJSON *v, const char *what, const char *field, double hi, bool integral, double *out) {
+    if (!cJSON_IsNumber(v)) return anvil_fail("%s: %s: must be a number", what, field);
     double d = v->valuedouble;
-    if (!isfinite(d) || d < 0) return anvil_fail("spec: %s: must be >= 0 (got %g)", field, d);
-    if (d > hi) return anvil_fail("spec: %s: must be <= %g (got %g)", field, hi, d);
-    if (integral && d != floor(d)) return anvil_fail("spec: %s: must be an integer (got %g)", field, d);
+    if (!isfinite(d) || d < 0) return anvil_fail("%s: %s: must be >= 0 (got %g)", what, field, d);
+    if (d > hi) return anvil_fail("%s: %s: must be <= %g (got %g)", what, field, hi, d);
+    if (integral && d != floor(d)) return anvil_fail("%s: %s: must be an integer (got %g)", what, field, d);
     *out = d;
     return 0;
 }
 
-static int take_int(const cJSON *v, const char *field, int lo, int hi, int *out) {
-    double d;
-    if (take_number(v, field, hi, true, &d)) return -1;
-    if (d < lo) return anvil_fail("spec: %s: must be >= %d (got %g)", field, lo, d);
+int anvil_json_int(const cJSON *v, const char *what, const char *field, int lo, int hi, int *out) {
+    double d = 0;
+    if (anvil_json_number(v, what, field, hi, true, &d)) return -1;
+    if (d < lo) return anvil_fail("%s: %s: must be >= %d (got %g)", what, field, lo, d);
     *out = (int)d;
     return 0;
+}
+
+bool anvil_job_name_valid(const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (!n || n > max) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i])) return false;
+    return true;
 }
 
 static bool is_name(const char *s, size_t max, bool env) {
@@ -59,7 +67,7 @@ static bool is_name(const char *s, size_t max, bool env) {
     return true;
 }
 
-static void free_kv(anvil_job_kv *kv, int n) {
+void anvil_job_kv_free(anvil_job_kv *kv, int n) {
     for (int i = 0; i < n; i++) {
         free(kv[i].key);
         free(kv[i].value);
@@ -70,12 +78,13 @@ static void free_kv(anvil_job_kv *kv, int n) {
 enum map_kind { MAP_CHANNELS, MAP_ENV, MAP_TAGS };
 
 /* An object of strings: channels (lowercase names to absolute paths), env (variable names) or tags. */
-static int take_map(const cJSON *v, const char *field, enum map_kind kind, anvil_job_kv **out, int *nout) {
-    if (!cJSON_IsObject(v)) return anvil_fail("spec: %s: must be an object of strings", field);
+static int take_map(const cJSON *v, const char *what, const char *field, enum map_kind kind, anvil_job_kv **out,
+                    int *nout) {
+    if (!cJSON_IsObject(v)) return anvil_fail("%s: %s: must be an object of strings", what, field);
     int n = cJSON_GetArraySize(v);
-    if (n > MAX_ENTRIES) return anvil_fail("spec: %s: more than %d entries", field, MAX_ENTRIES);
+    if (n > MAX_ENTRIES) return anvil_fail("%s: %s: more than %d entries", what, field, MAX_ENTRIES);
     anvil_job_kv *kv = calloc((size_t)n + 1, sizeof *kv);
-    if (!kv) return anvil_fail("spec: out of memory");
+    if (!kv) return anvil_fail("%s: out of memory", what);
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, v) {
@@ -84,24 +93,24 @@ static int take_map(const cJSON *v, const char *field, enum map_kind kind, anvil
         snprintf(label, sizeof label, "%s.%.100s", field, k);
         bool name_ok = kind == MAP_TAGS ? (k[0] && strlen(k) <= 128) : is_name(k, 64, kind == MAP_ENV);
         if (!name_ok) {
-            free_kv(kv, i);
-            return anvil_fail("spec: %s: '%.100s' is not a valid name%s", field, k,
+            anvil_job_kv_free(kv, i);
+            return anvil_fail("%s: %s: '%.100s' is not a valid name%s", what, field, k,
                               kind == MAP_CHANNELS ? " (lowercase letters, digits, '_')"
                               : kind == MAP_ENV    ? " (letters, digits, '_', not starting with a digit)"
                                                    : " (1 to 128 bytes)");
         }
         for (int j = 0; j < i; j++)
             if (!strcmp(kv[j].key, k)) {
-                free_kv(kv, i);
-                return anvil_fail("spec: %s: given twice", label);
+                anvil_job_kv_free(kv, i);
+                return anvil_fail("%s: %s: given twice", what, label);
             }
-        int rc = take_string(e, label, MAX_TEXT, &kv[i].value);
-        if (!rc && !(kv[i].key = strdup(k))) rc = anvil_fail("spec: out of memory");
+        int rc = anvil_json_string(e, what, label, MAX_TEXT, &kv[i].value);
+        if (!rc && !(kv[i].key = strdup(k))) rc = anvil_fail("%s: out of memory", what);
         if (!rc && kind == MAP_CHANNELS && kv[i].value[0] != '/')
-            rc = anvil_fail("spec: %s: must be an absolute path", label);
+            rc = anvil_fail("%s: %s: must be an absolute path", what, label);
         i++;
         if (rc) {
-            free_kv(kv, i);
+            anvil_job_kv_free(kv, i);
             return -1;
         }
     }
@@ -119,7 +128,7 @@ static int take_command(const cJSON *v, anvil_job_spec *s) {
     cJSON_ArrayForEach(e, v) {
         char label[32];
         snprintf(label, sizeof label, "command[%d]", s->argc);
-        if (take_string(e, label, MAX_TEXT, &s->argv[s->argc])) return -1;
+        if (anvil_json_string(e, "spec", label, MAX_TEXT, &s->argv[s->argc])) return -1;
         s->argc++;
         if (!strcmp(s->argv[s->argc - 1], "--out"))
             return anvil_fail("spec: command: --out is not allowed: the run folder is the spec's output");
@@ -135,11 +144,11 @@ static int take_resources(const cJSON *v, anvil_job_spec *s) {
     cJSON_ArrayForEach(e, v) {
         int rc;
         if (!strcmp(e->string, "hosts")) {
-            rc = take_int(e, "resources.hosts", 1, 1024, &s->hosts);
+            rc = anvil_json_int(e, "spec", "resources.hosts", 1, 1024, &s->hosts);
             if (!rc && s->hosts != 1)
                 rc = anvil_fail("spec: resources.hosts: the local backend runs jobs on 1 host (got %d)", s->hosts);
         } else if (!strcmp(e->string, "procs_per_host")) {
-            rc = take_int(e, "resources.procs_per_host", 1, 1024, &s->procs_per_host);
+            rc = anvil_json_int(e, "spec", "resources.procs_per_host", 1, 1024, &s->procs_per_host);
         } else {
             rc = anvil_fail("spec: resources: unknown field '%.100s'", e->string);
         }
@@ -149,57 +158,81 @@ static int take_resources(const cJSON *v, anvil_job_spec *s) {
 }
 
 static const char *const fields[] = {"name", "command", "channels", "output", "resources", "max_runtime_s",
-                                     "max_retries", "hang_timeout_s", "env", "tags"};
+                                     "max_retries", "hang_timeout_s", "env", "tags", "role"};
 #define NFIELDS (sizeof fields / sizeof *fields)
 
 static int take_field(const cJSON *e, size_t f, anvil_job_spec *s) {
     switch (f) {
     case 0:
-        if (take_string(e, "name", 100, &s->name)) return -1;
-        for (const char *p = s->name; *p; p++)
-            if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
-                return anvil_fail("spec: name: only letters, digits, '.', '_' and '-' are allowed");
-        return s->name[0] ? 0 : anvil_fail("spec: name: must not be empty");
+        if (anvil_json_string(e, "spec", "name", 100, &s->name)) return -1;
+        if (!s->name[0]) return anvil_fail("spec: name: must not be empty");
+        return anvil_job_name_valid(s->name, 100)
+                   ? 0
+                   : anvil_fail("spec: name: only letters, digits, '.', '_' and '-' are allowed");
     case 1:
         return take_command(e, s);
     case 2:
-        return take_map(e, "channels", MAP_CHANNELS, &s->channels, &s->nchannels);
+        return take_map(e, "spec", "channels", MAP_CHANNELS, &s->channels, &s->nchannels);
     case 3:
-        if (take_string(e, "output", MAX_TEXT, &s->output)) return -1;
+        if (anvil_json_string(e, "spec", "output", MAX_TEXT, &s->output)) return -1;
         return s->output[0] == '/' ? 0 : anvil_fail("spec: output: must be an absolute path");
     case 4:
         return take_resources(e, s);
     case 5:
-        return take_number(e, "max_runtime_s", MAX_LIMIT, false, &s->max_runtime_s);
+        return anvil_json_number(e, "spec", "max_runtime_s", MAX_LIMIT, false, &s->max_runtime_s);
     case 6:
-        return take_int(e, "max_retries", 0, 100, &s->max_retries);
+        return anvil_json_int(e, "spec", "max_retries", 0, 100, &s->max_retries);
     case 7:
-        return take_number(e, "hang_timeout_s", MAX_LIMIT, false, &s->hang_timeout_s);
+        return anvil_json_number(e, "spec", "hang_timeout_s", MAX_LIMIT, false, &s->hang_timeout_s);
     case 8:
-        return take_map(e, "env", MAP_ENV, &s->env, &s->nenv);
+        return anvil_json_env(e, "spec", "env", &s->env, &s->nenv);
+    case 9:
+        return take_map(e, "spec", "tags", MAP_TAGS, &s->tags, &s->ntags);
     default:
-        return take_map(e, "tags", MAP_TAGS, &s->tags, &s->ntags);
+        if (anvil_json_string(e, "spec", "role", 64, &s->role)) return -1;
+        return anvil_job_name_valid(s->role, 64)
+                   ? 0
+                   : anvil_fail("spec: role: 1 to 64 letters, digits, '.', '_' or '-'");
     }
+}
+
+int anvil_json_env(const cJSON *v, const char *what, const char *field, anvil_job_kv **out, int *n) {
+    return take_map(v, what, field, MAP_ENV, out, n);
+}
+
+cJSON *anvil_json_parse_object(const char *text, size_t len, const char *what) {
+    if (len > ANVIL_JOB_SPEC_MAX_BYTES) {
+        anvil_fail("%s: larger than %d bytes", what, ANVIL_JOB_SPEC_MAX_BYTES);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+        size_t at = end && end >= text ? (size_t)(end - text) : 0;
+        anvil_fail("%s: malformed JSON near byte %zu", what, at);
+        return NULL;
+    }
+    size_t used = (size_t)(end - text);
+    while (used < len && isspace((unsigned char)text[used])) used++;
+    int rc = 0;
+    if (used < len) rc = anvil_fail("%s: unexpected text after the JSON object at byte %zu", what, used);
+    else if (!cJSON_IsObject(root)) rc = anvil_fail("%s: must be a JSON object", what);
+    if (rc) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
 }
 
 int anvil_job_spec_parse(const char *text, size_t len, anvil_job_spec *s) {
     memset(s, 0, sizeof *s);
     s->hosts = s->procs_per_host = 1;
-    if (len > ANVIL_JOB_SPEC_MAX_BYTES) return anvil_fail("spec: larger than %d bytes", ANVIL_JOB_SPEC_MAX_BYTES);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
-    if (!root) {
-        size_t at = end && end >= text ? (size_t)(end - text) : 0;
-        return anvil_fail("spec: malformed JSON near byte %zu", at);
-    }
-    size_t used = (size_t)(end - text);
-    while (used < len && isspace((unsigned char)text[used])) used++;
+    cJSON *root = anvil_json_parse_object(text, len, "spec");
+    if (!root) return -1;
     int rc = 0;
-    if (used < len) rc = anvil_fail("spec: unexpected text after the JSON object at byte %zu", used);
-    else if (!cJSON_IsObject(root)) rc = anvil_fail("spec: must be a JSON object");
     bool seen[NFIELDS] = {false};
     const cJSON *e;
-    if (!rc) cJSON_ArrayForEach(e, root) {
+    cJSON_ArrayForEach(e, root) {
         size_t f = 0;
         while (f < NFIELDS && strcmp(e->string, fields[f])) f++;
         if (f == NFIELDS) rc = anvil_fail("spec: unknown field '%.100s'", e->string);
@@ -237,6 +270,7 @@ cJSON *anvil_job_spec_to_json(const anvil_job_spec *s) {
         cJSON_AddItemToObject(o, "command", cmd);
         cJSON_AddItemToObject(o, "channels", ch);
         if (s->output) cJSON_AddStringToObject(o, "output", s->output);
+        if (s->role) cJSON_AddStringToObject(o, "role", s->role);
         cJSON_AddItemToObject(o, "resources", res);
         cJSON_AddNumberToObject(o, "max_runtime_s", s->max_runtime_s);
         cJSON_AddNumberToObject(o, "max_retries", s->max_retries);
@@ -258,9 +292,10 @@ void anvil_job_spec_free(anvil_job_spec *s) {
     free(s->name);
     for (int i = 0; i < s->argc; i++) free(s->argv[i]);
     free(s->argv);
-    free_kv(s->channels, s->nchannels);
+    anvil_job_kv_free(s->channels, s->nchannels);
     free(s->output);
-    free_kv(s->env, s->nenv);
-    free_kv(s->tags, s->ntags);
+    free(s->role);
+    anvil_job_kv_free(s->env, s->nenv);
+    anvil_job_kv_free(s->tags, s->ntags);
     memset(s, 0, sizeof *s);
 }

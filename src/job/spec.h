@@ -8,15 +8,16 @@
  *    "channels": {"train": "/d"}, "output": "/runs/small",
  *    "resources": {"hosts": 1, "procs_per_host": 2},
  *    "max_runtime_s": 3600, "max_retries": 3, "hang_timeout_s": 600,
- *    "env": {"OMP_NUM_THREADS": "2"}, "tags": {"team": "nlp"}} */
+ *    "env": {"OMP_NUM_THREADS": "2"}, "tags": {"team": "nlp"}, "role": "nlp"} */
 #ifndef ANVIL_JOB_SPEC_H
 #define ANVIL_JOB_SPEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <cjson/cJSON.h>
 
-/* The largest spec accepted, in bytes: the API's body cap. */
+/* The largest spec accepted, in bytes: the API's cap on every request body. */
 #define ANVIL_JOB_SPEC_MAX_BYTES 65536
 
 typedef struct {
@@ -40,9 +41,9 @@ typedef struct {
     anvil_job_kv *env;
     int ntags;
     anvil_job_kv *tags;
-    /* Roles (allowed input and output prefixes, process and runtime limits, the environment a job
-     * may see) come with principals and tokens; a role field will be checked here, and the role's
-     * limits by the API before a spec is accepted. */
+    /* The role the job runs under (job/policy.h), which bounds its paths, processes, runtime and
+     * environment; NULL: the submitter's only role, chosen by the API, which stores it. */
+    char *role;
 } anvil_job_spec;
 
 /* Parses and checks a spec of len bytes (not NUL-terminated); -1 with a one-line message naming the
@@ -51,5 +52,21 @@ int anvil_job_spec_parse(const char *text, size_t len, anvil_job_spec *spec);
 /* The spec as JSON, every field present (defaults filled in); NULL when out of memory. */
 cJSON *anvil_job_spec_to_json(const anvil_job_spec *spec);
 void anvil_job_spec_free(anvil_job_spec *spec);
+void anvil_job_kv_free(anvil_job_kv *kv, int n);
+
+/* The spec's checks, shared with the other JSON bodies of the API (roles, users): each fails with
+ * "<what>: <field>: <reason>" in one line. */
+
+/* The JSON object in len bytes (at most ANVIL_JOB_SPEC_MAX_BYTES, nothing but space after it). */
+cJSON *anvil_json_parse_object(const char *text, size_t len, const char *what);
+/* A string of at most max bytes without control characters, malloc'd into *out. */
+int anvil_json_string(const cJSON *v, const char *what, const char *field, size_t max, char **out);
+/* A finite number in [0, hi] (an integer when integral). */
+int anvil_json_number(const cJSON *v, const char *what, const char *field, double hi, bool integral, double *out);
+int anvil_json_int(const cJSON *v, const char *what, const char *field, int lo, int hi, int *out);
+/* An object of strings keyed by environment variable names, as the spec's env. */
+int anvil_json_env(const cJSON *v, const char *what, const char *field, anvil_job_kv **out, int *n);
+/* 1 to max letters, digits, '.', '_' and '-': job, user and role names. */
+bool anvil_job_name_valid(const char *s, size_t max);
 
 #endif

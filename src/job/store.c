@@ -2,16 +2,14 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/error.h"
-
-struct anvil_store {
-    sqlite3 *db;
-    pthread_mutex_t lock;
-};
+#include "job/audit.h"
+#include "job/store_internal.h"
 
 static const char *const status_names[ANVIL_JOB_NSTATUS] = {"Pending", "Starting", "Running", "Stopping",
                                                             "Completed", "Failed", "Stopped"};
@@ -39,17 +37,48 @@ static const char schema[] =
     " status TEXT NOT NULL, secondary TEXT NOT NULL DEFAULT '', failure_reason TEXT NOT NULL DEFAULT '',"
     " attempt INTEGER NOT NULL DEFAULT 0, pid INTEGER NOT NULL DEFAULT 0, exit_code INTEGER NOT NULL DEFAULT -1,"
     " stop TEXT NOT NULL DEFAULT '', stop_deadline REAL NOT NULL DEFAULT 0, submitted_at REAL NOT NULL,"
-    " started_at REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0);"
+    " started_at REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0, owner TEXT NOT NULL DEFAULT '',"
+    " role TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS history ("
     " job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, at REAL NOT NULL, status TEXT NOT NULL,"
     " secondary TEXT NOT NULL, message TEXT NOT NULL, PRIMARY KEY (job_id, seq));"
-    "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);";
+    "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);"
+    "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, admin INTEGER NOT NULL, created_at REAL NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS tokens (id TEXT PRIMARY KEY, user TEXT NOT NULL REFERENCES users(name),"
+    " hash BLOB NOT NULL, created_at REAL NOT NULL, revoked_at REAL NOT NULL DEFAULT 0);"
+    "CREATE TABLE IF NOT EXISTS roles (name TEXT PRIMARY KEY, policy TEXT NOT NULL, created_at REAL NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS grants (role TEXT NOT NULL REFERENCES roles(name),"
+    " user TEXT NOT NULL REFERENCES users(name), granted_at REAL NOT NULL, PRIMARY KEY (role, user));"
+    "CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, user TEXT NOT NULL,"
+    " token_id TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, result INTEGER NOT NULL,"
+    " detail TEXT NOT NULL);"
+    "CREATE TRIGGER IF NOT EXISTS audit_append_only_update BEFORE UPDATE ON audit"
+    " BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;"
+    "CREATE TRIGGER IF NOT EXISTS audit_append_only_delete BEFORE DELETE ON audit"
+    " BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;";
 
-static int db_fail(anvil_store *st, const char *what) {
+/* A state folder from before users and roles has jobs without an owner: they get the columns, with
+ * no owner (visible to admins only). */
+static int add_owner_columns(anvil_store *st) {
+    sqlite3_stmt *s = NULL;
+    bool has_owner = false;
+    int rc = sqlite3_prepare_v2(st->db, "SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'owner'", -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        has_owner = rc == SQLITE_ROW;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return anvil_store_db_fail(st, "jobs");
+    if (has_owner) return 0;
+    return anvil_store_exec(st, "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+                                "ALTER TABLE jobs ADD COLUMN role TEXT NOT NULL DEFAULT '';");
+}
+
+int anvil_store_db_fail(anvil_store *st, const char *what) {
     return anvil_fail("state database: %s: %s", what, sqlite3_errmsg(st->db));
 }
 
-static int exec(anvil_store *st, const char *sql) {
+int anvil_store_exec(anvil_store *st, const char *sql) {
     char *err = NULL;
     if (sqlite3_exec(st->db, sql, NULL, NULL, &err) == SQLITE_OK) return 0;
     anvil_fail("state database: %s", err ? err : sqlite3_errmsg(st->db));
@@ -72,8 +101,9 @@ anvil_store *anvil_store_open(const char *path) {
     }
     /* FULL: a transaction is on disk when its commit returns, also in WAL mode. */
     sqlite3_busy_timeout(st->db, 5000);
-    if (exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;") ||
-        exec(st, "BEGIN IMMEDIATE") || exec(st, schema) || exec(st, "COMMIT")) {
+    if (anvil_store_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;") ||
+        anvil_store_exec(st, "BEGIN IMMEDIATE") || anvil_store_exec(st, schema) || add_owner_columns(st) ||
+        anvil_store_exec(st, "COMMIT")) {
         anvil_store_close(st);
         return NULL;
     }
@@ -87,24 +117,24 @@ void anvil_store_close(anvil_store *st) {
     free(st);
 }
 
-static char *dup_text(sqlite3_stmt *s, int col) {
+char *anvil_store_column_text(sqlite3_stmt *s, int col) {
     const unsigned char *t = sqlite3_column_text(s, col);
     return strdup(t ? (const char *)t : "");
 }
 
 #define JOB_COLUMNS                                                                                             \
     "id, name, spec, run_dir, status, secondary, failure_reason, attempt, pid, exit_code, stop, stop_deadline," \
-    " submitted_at, started_at, ended_at"
+    " submitted_at, started_at, ended_at, owner, role"
 
 static int read_job(sqlite3_stmt *s, anvil_job *j) {
     memset(j, 0, sizeof *j);
     j->id = sqlite3_column_int64(s, 0);
-    j->name = dup_text(s, 1);
-    j->spec = dup_text(s, 2);
-    j->run_dir = dup_text(s, 3);
+    j->name = anvil_store_column_text(s, 1);
+    j->spec = anvil_store_column_text(s, 2);
+    j->run_dir = anvil_store_column_text(s, 3);
     int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 4));
-    j->secondary = dup_text(s, 5);
-    j->failure_reason = dup_text(s, 6);
+    j->secondary = anvil_store_column_text(s, 5);
+    j->failure_reason = anvil_store_column_text(s, 6);
     j->attempt = sqlite3_column_int(s, 7);
     j->pid = sqlite3_column_int(s, 8);
     j->exit_code = sqlite3_column_int(s, 9);
@@ -115,7 +145,9 @@ static int read_job(sqlite3_stmt *s, anvil_job *j) {
     j->submitted_at = sqlite3_column_double(s, 12);
     j->started_at = sqlite3_column_double(s, 13);
     j->ended_at = sqlite3_column_double(s, 14);
-    if (!j->name || !j->spec || !j->run_dir || !j->secondary || !j->failure_reason) {
+    j->owner = anvil_store_column_text(s, 15);
+    j->role = anvil_store_column_text(s, 16);
+    if (!j->name || !j->spec || !j->run_dir || !j->secondary || !j->failure_reason || !j->owner || !j->role) {
         anvil_job_free(j);
         return anvil_fail("state database: out of memory");
     }
@@ -143,54 +175,51 @@ static int add_event(anvil_store *st, int64_t id, double at, const char *status,
         rc = sqlite3_step(s);
     }
     sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? 0 : db_fail(st, "history");
+    return rc == SQLITE_DONE ? 0 : anvil_store_db_fail(st, "history");
 }
 
-/* Runs body inside BEGIN IMMEDIATE ... COMMIT under the lock, rolling back when it fails. */
-#define IN_TRANSACTION(st, rc, body)                                                        \
-    do {                                                                                    \
-        pthread_mutex_lock(&(st)->lock);                                                    \
-        rc = exec(st, "BEGIN IMMEDIATE");                                                   \
-        if (!rc) {                                                                          \
-            body;                                                                           \
-            if (!rc) rc = exec(st, "COMMIT");                                               \
-            if (rc) sqlite3_exec((st)->db, "ROLLBACK", NULL, NULL, NULL);                   \
-        }                                                                                   \
-        pthread_mutex_unlock(&(st)->lock);                                                  \
-    } while (0)
-
-static int insert_job(anvil_store *st, const char *name, const char *spec, const char *run_dir,
-                      const char *default_runs, int64_t *id) {
+static int insert_job(anvil_store *st, const anvil_job_new *job, const char *default_runs,
+                      const anvil_audit_entry *audit, int64_t *id) {
     sqlite3_stmt *s = NULL;
     double now = anvil_store_now();
-    int rc = sqlite3_prepare_v2(
-        st->db, "INSERT INTO jobs (name, spec, run_dir, status, submitted_at) VALUES (?1, ?2, ?3, ?4, ?5)", -1, &s,
-        NULL);
+    const char *run_dir = job->run_dir;
+    int rc = sqlite3_prepare_v2(st->db,
+                                "INSERT INTO jobs (name, spec, run_dir, status, submitted_at, owner, role)"
+                                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                                -1, &s, NULL);
     if (rc == SQLITE_OK) {
-        sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, spec, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 1, job->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, job->spec, -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 3, run_dir ? run_dir : "", -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 4, status_names[ANVIL_JOB_PENDING], -1, SQLITE_STATIC);
         sqlite3_bind_double(s, 5, now);
+        sqlite3_bind_text(s, 6, job->owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 7, job->role, -1, SQLITE_STATIC);
         rc = sqlite3_step(s);
     }
     sqlite3_finalize(s);
-    if (rc != SQLITE_DONE) return db_fail(st, "insert");
+    if (rc != SQLITE_DONE) return anvil_store_db_fail(st, "insert");
     *id = sqlite3_last_insert_rowid(st->db);
     if (!run_dir) {
         char *sql = sqlite3_mprintf("UPDATE jobs SET run_dir = '%q/%lld' WHERE id = %lld", default_runs,
                                     (long long)*id, (long long)*id);
-        rc = sql ? exec(st, sql) : anvil_fail("state database: out of memory");
+        rc = sql ? anvil_store_exec(st, sql) : anvil_fail("state database: out of memory");
         sqlite3_free(sql);
         if (rc) return -1;
     }
-    return add_event(st, *id, now, status_names[ANVIL_JOB_PENDING], "", "submitted");
+    if (add_event(st, *id, now, status_names[ANVIL_JOB_PENDING], "", "submitted")) return -1;
+    if (!audit) return 0;
+    anvil_audit_entry e = *audit;
+    char target[32];
+    snprintf(target, sizeof target, "job %lld", (long long)*id);
+    e.target = target;
+    return anvil_audit_insert(st, &e);
 }
 
-int anvil_store_submit(anvil_store *st, const char *name, const char *spec, const char *run_dir,
-                       const char *default_runs, int64_t *id) {
+int anvil_store_submit(anvil_store *st, const anvil_job_new *job, const char *default_runs,
+                       const anvil_audit_entry *audit, int64_t *id) {
     int rc;
-    IN_TRANSACTION(st, rc, rc = insert_job(st, name, spec, run_dir, default_runs, id));
+    IN_TRANSACTION(st, rc, rc = insert_job(st, job, default_runs, audit, id));
     return rc;
 }
 
@@ -202,7 +231,7 @@ int anvil_store_get(anvil_store *st, int64_t id, anvil_job *job) {
         sqlite3_bind_int64(s, 1, id);
         rc = sqlite3_step(s);
     }
-    int out = rc == SQLITE_ROW ? read_job(s, job) : rc == SQLITE_DONE ? 1 : db_fail(st, "get");
+    int out = rc == SQLITE_ROW ? read_job(s, job) : rc == SQLITE_DONE ? 1 : anvil_store_db_fail(st, "get");
     sqlite3_finalize(s);
     pthread_mutex_unlock(&st->lock);
     return out;
@@ -215,7 +244,7 @@ int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n) {
     int cap = 0, rc = 0;
     pthread_mutex_lock(&st->lock);
     if (sqlite3_prepare_v2(st->db, "SELECT " JOB_COLUMNS " FROM jobs ORDER BY id", -1, &s, NULL) != SQLITE_OK)
-        rc = db_fail(st, "list");
+        rc = anvil_store_db_fail(st, "list");
     int step;
     while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
         int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 4));
@@ -231,7 +260,7 @@ int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n) {
         if (read_job(s, &(*jobs)[*n])) rc = -1;
         else (*n)++;
     }
-    if (!rc && step != SQLITE_DONE) rc = db_fail(st, "list");
+    if (!rc && step != SQLITE_DONE) rc = anvil_store_db_fail(st, "list");
     sqlite3_finalize(s);
     pthread_mutex_unlock(&st->lock);
     if (rc) {
@@ -255,7 +284,7 @@ static int update_job(anvil_store *st, const anvil_job *j, const char *message) 
     }
     sqlite3_finalize(s);
     if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? anvil_fail("job %lld: no such job", (long long)j->id)
-                                                   : db_fail(st, "update");
+                                                   : anvil_store_db_fail(st, "update");
     rc = sqlite3_prepare_v2(st->db,
                             "UPDATE jobs SET status = ?2, secondary = ?3, failure_reason = ?4, attempt = ?5, pid = ?6,"
                             " exit_code = ?7, stop = ?8, stop_deadline = ?9, started_at = ?10, ended_at = ?11"
@@ -276,13 +305,22 @@ static int update_job(anvil_store *st, const anvil_job *j, const char *message) 
         rc = sqlite3_step(s);
     }
     sqlite3_finalize(s);
-    if (rc != SQLITE_DONE) return db_fail(st, "update");
+    if (rc != SQLITE_DONE) return anvil_store_db_fail(st, "update");
     return changed ? add_event(st, j->id, anvil_store_now(), status_names[j->status], j->secondary, message) : 0;
 }
 
 int anvil_store_update(anvil_store *st, const anvil_job *job, const char *message) {
+    return anvil_store_update_audited(st, job, message, NULL);
+}
+
+static int update_audited(anvil_store *st, const anvil_job *job, const char *message, const anvil_audit_entry *audit) {
+    return update_job(st, job, message) ? -1 : anvil_audit_insert(st, audit);
+}
+
+int anvil_store_update_audited(anvil_store *st, const anvil_job *job, const char *message,
+                               const anvil_audit_entry *audit) {
     int rc;
-    IN_TRANSACTION(st, rc, rc = update_job(st, job, message));
+    IN_TRANSACTION(st, rc, rc = update_audited(st, job, message, audit));
     return rc;
 }
 
@@ -294,7 +332,7 @@ int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, i
     pthread_mutex_lock(&st->lock);
     if (sqlite3_prepare_v2(st->db, "SELECT at, status, secondary, message FROM history WHERE job_id = ?1 ORDER BY seq",
                            -1, &s, NULL) != SQLITE_OK)
-        rc = db_fail(st, "history");
+        rc = anvil_store_db_fail(st, "history");
     else sqlite3_bind_int64(s, 1, id);
     while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
         if (*n == cap) {
@@ -309,11 +347,11 @@ int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, i
         int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 1));
         e->at = sqlite3_column_double(s, 0);
         e->status = status < 0 ? ANVIL_JOB_PENDING : (anvil_job_status)status;
-        e->secondary = dup_text(s, 2);
-        e->message = dup_text(s, 3);
+        e->secondary = anvil_store_column_text(s, 2);
+        e->message = anvil_store_column_text(s, 3);
         if (!e->secondary || !e->message) rc = anvil_fail("state database: out of memory");
     }
-    if (!rc && step != SQLITE_DONE) rc = db_fail(st, "history");
+    if (!rc && step != SQLITE_DONE) rc = anvil_store_db_fail(st, "history");
     sqlite3_finalize(s);
     pthread_mutex_unlock(&st->lock);
     if (rc) {
@@ -330,6 +368,8 @@ void anvil_job_free(anvil_job *j) {
     free(j->run_dir);
     free(j->secondary);
     free(j->failure_reason);
+    free(j->owner);
+    free(j->role);
     memset(j, 0, sizeof *j);
 }
 

@@ -50,6 +50,8 @@ typedef struct {
     anvil_job_stop stop;
     double stop_deadline; /* when the stop turns into SIGKILL; 0 until the stop signal is sent */
     double submitted_at, started_at, ended_at; /* seconds since the epoch; started_at: the current attempt */
+    char *owner; /* the user who submitted it; "" for jobs from before users */
+    char *role;  /* the role it runs under; "" likewise */
 } anvil_job;
 
 typedef struct {
@@ -59,6 +61,8 @@ typedef struct {
 } anvil_job_event;
 
 typedef struct anvil_store anvil_store;
+/* job/audit.h: what a change records in the audit trail, in the change's transaction. */
+typedef struct anvil_audit_entry anvil_audit_entry;
 
 /* Opens (creating) the database at path; NULL after anvil_fail. */
 anvil_store *anvil_store_open(const char *path);
@@ -67,10 +71,16 @@ void anvil_store_close(anvil_store *st);
 /* Seconds since the epoch: the clock of every timestamp in the store. */
 double anvil_store_now(void);
 
-/* Adds a Pending job with its first history entry; its run folder is run_dir, or
- * default_runs/<id> when run_dir is NULL. */
-int anvil_store_submit(anvil_store *st, const char *name, const char *spec, const char *run_dir,
-                       const char *default_runs, int64_t *id);
+typedef struct {
+    const char *name, *spec; /* spec: canonical JSON */
+    const char *run_dir;     /* NULL: default_runs/<id> */
+    const char *owner, *role;
+} anvil_job_new;
+
+/* Adds a Pending job with its first history entry and the audit entry (NULL: none), whose target
+ * becomes the new job's ID. */
+int anvil_store_submit(anvil_store *st, const anvil_job_new *job, const char *default_runs,
+                       const anvil_audit_entry *audit, int64_t *id);
 /* 0 and *job filled, 1 when there is no such job, -1 on error. */
 int anvil_store_get(anvil_store *st, int64_t id, anvil_job *job);
 /* The jobs whose status is in the mask (bit 1 << status), by id. */
@@ -78,6 +88,9 @@ int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n);
 /* Writes every mutable field of job; when its status or secondary status differ from the stored
  * ones, also appends a history entry carrying message (NULL: ""). One transaction. */
 int anvil_store_update(anvil_store *st, const anvil_job *job, const char *message);
+/* anvil_store_update, appending the audit entry (NULL: none) in the same transaction. */
+int anvil_store_update_audited(anvil_store *st, const anvil_job *job, const char *message,
+                               const anvil_audit_entry *audit);
 int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, int *n);
 
 void anvil_job_free(anvil_job *job);

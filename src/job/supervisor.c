@@ -18,6 +18,8 @@
 #include "core/error.h"
 #include "core/exit.h"
 #include "core/fsutil.h"
+#include "job/audit.h"
+#include "job/policy.h"
 #include "job/spec.h"
 
 extern char **environ;
@@ -194,13 +196,14 @@ static void build_cmdline(const anvil_supervisor *sup, const anvil_job *j, const
         push(&c->argv, &c->argc, "--resume", &c->oom);
         push(&c->argv, &c->argc, "auto", &c->oom);
     }
-    /* The daemon's environment, then the spec's (which wins), the channels and the job's id. */
+    /* What the job inherits of the daemon's environment, then the spec's (which wins, and holds the
+     * role's variables), the channels and the job's id. */
     for (char **e = environ; *e; e++) {
-        bool overridden = false;
+        bool dropped = !anvil_job_env_inherited(*e);
         size_t klen = strcspn(*e, "=");
-        for (int i = 0; i < s->nenv && !overridden; i++)
-            overridden = strlen(s->env[i].key) == klen && !strncmp(*e, s->env[i].key, klen);
-        if (!overridden) push(&c->envp, &c->envc, *e, &c->oom);
+        for (int i = 0; i < s->nenv && !dropped; i++)
+            dropped = strlen(s->env[i].key) == klen && !strncmp(*e, s->env[i].key, klen);
+        if (!dropped) push(&c->envp, &c->envc, *e, &c->oom);
     }
     for (int i = 0; i < s->nenv; i++) pushf(&c->envp, &c->envc, &c->oom, "%s=%s", s->env[i].key, s->env[i].value);
     for (int i = 0; i < s->nchannels; i++) {
@@ -414,7 +417,7 @@ int anvil_supervisor_tick(anvil_supervisor *sup) {
     return rc;
 }
 
-int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, anvil_job *j) {
+int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, const anvil_audit_entry *audit, anvil_job *j) {
     pthread_mutex_lock(&sup->lock);
     int rc = anvil_store_get(sup->st, id, j);
     if (!rc && anvil_job_status_final(j->status)) rc = 2;
@@ -427,8 +430,10 @@ int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, anvil_job *j) {
             j->stop = ANVIL_STOP_REQUESTED;
             j->status = ANVIL_JOB_STOPPING;
         }
-        rc = set_text(&j->secondary, "") ? anvil_store_update(sup->st, j, "stop requested")
+        rc = set_text(&j->secondary, "") ? anvil_store_update_audited(sup->st, j, "stop requested", audit)
                                          : anvil_fail("out of memory");
+    } else if (!rc) {
+        rc = anvil_audit_add(sup->st, audit);
     }
     pthread_mutex_unlock(&sup->lock);
     return rc;

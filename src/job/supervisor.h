@@ -38,8 +38,9 @@ void anvil_supervisor_free(anvil_supervisor *sup);
 int anvil_supervisor_tick(anvil_supervisor *sup);
 
 /* A stop request: a job not started yet is Stopped at once, a running one goes to Stopping (the
- * next tick signals it). 0 with *job its new state, 1 when there is no such job, 2 when it had
- * already ended (*job as it is), -1 on error. */
-int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, anvil_job *job);
+ * next tick signals it), with the audit entry (NULL: none) in the same transaction. 0 with *job its
+ * new state, 1 when there is no such job, 2 when it had already ended (*job as it is; the entry is
+ * not recorded), -1 on error. */
+int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, const anvil_audit_entry *audit, anvil_job *job);
 
 #endif

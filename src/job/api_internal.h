@@ -1,0 +1,47 @@
+/* What the API's handlers share (api.c: the dispatcher and the jobs; api_admin.c: users, tokens,
+ * roles and the audit trail). */
+#ifndef ANVIL_JOB_API_INTERNAL_H
+#define ANVIL_JOB_API_INTERNAL_H
+
+#include <stdbool.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/error.h"
+#include "job/api.h"
+#include "job/audit.h"
+#include "job/auth.h"
+
+/* One request being answered. */
+typedef struct {
+    const anvil_api_env *env;
+    const anvil_api_request *rq;
+    anvil_api_response *rs;
+    anvil_principal who;
+    const char *action; /* the audit trail's name for what was asked */
+    char target[160];
+    bool mutating; /* recorded in the audit trail whatever the answer */
+    bool audited;  /* recorded already, in the change's transaction */
+    char error[1024];
+} anvil_api_call;
+
+/* Answers with j (taken over; NULL: 500 out of memory). 0, or -1 for a code >= 400. */
+int api_reply_json(anvil_api_call *c, unsigned code, cJSON *j);
+/* Answers {"error": "<one line>"}; returns -1. */
+int api_reply_error(anvil_api_call *c, unsigned code, const char *fmt, ...) ANVIL_PRINTF(3, 4);
+/* The audit entry of this call with result and detail; marks the call recorded. */
+anvil_audit_entry api_audit(anvil_api_call *c, int result, const char *detail);
+/* False after answering 403 when the caller is not an admin. */
+bool api_need_admin(anvil_api_call *c);
+/* False after answering 400 when the query has a parameter not in names (NULL-terminated). */
+bool api_known_args(anvil_api_call *c, const char *const *names);
+/* The query parameter key's value, NULL when absent. */
+const char *api_arg(const anvil_api_call *c, const char *key);
+/* The body as a JSON object whose fields are all in names (NULL-terminated); NULL after answering
+ * 413 or 400. */
+cJSON *api_body_object(anvil_api_call *c, const char *what, const char *const *names);
+
+/* api_admin.c's routes: true with *rc the handler's result when path is one of theirs. */
+bool api_route_admin(anvil_api_call *c, const char *path, int *rc);
+
+#endif

@@ -1,0 +1,37 @@
+/* The state database's insides, shared by the files of src/job that keep tables in it (store.c:
+ * jobs and history; auth.c: users, tokens, roles; audit.c: the audit trail), so that a change
+ * and its audit record are one transaction. */
+#ifndef ANVIL_JOB_STORE_INTERNAL_H
+#define ANVIL_JOB_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "job/store.h"
+
+struct anvil_store {
+    sqlite3 *db;
+    pthread_mutex_t lock;
+};
+
+/* Runs sql (statements without results); -1 with the database's message. */
+int anvil_store_exec(anvil_store *st, const char *sql);
+/* Fails with "state database: what: <the database's last message>"; returns -1. */
+int anvil_store_db_fail(anvil_store *st, const char *what);
+/* A malloc'd copy of a text column ("" for NULL). */
+char *anvil_store_column_text(sqlite3_stmt *s, int col);
+
+/* Runs body inside BEGIN IMMEDIATE ... COMMIT under the lock, rolling back when it fails. */
+#define IN_TRANSACTION(st, rc, body)                                                        \
+    do {                                                                                    \
+        pthread_mutex_lock(&(st)->lock);                                                    \
+        rc = anvil_store_exec(st, "BEGIN IMMEDIATE");                                       \
+        if (!rc) {                                                                          \
+            body;                                                                           \
+            if (!rc) rc = anvil_store_exec(st, "COMMIT");                                   \
+            if (rc) sqlite3_exec((st)->db, "ROLLBACK", NULL, NULL, NULL);                   \
+        }                                                                                   \
+        pthread_mutex_unlock(&(st)->lock);                                                  \
+    } while (0)
+
+#endif

@@ -1,0 +1,162 @@
+/* libFuzzer entry point for the job service's request handling (anvil_api_handle: authentication,
+ * routing, the bodies of every endpoint, the role checks of a spec), without a socket. Each run
+ * gets a fresh in-memory state: users admin and alice (role "r", granted), a revoked token, one
+ * job of alice's. The input is
+ *   METHOD PATH[?QUERY]\n   where @A, @U, @R in PATH stand for the admin's, alice's and the
+ *                           revoked token's IDs
+ *   WHO\n                   A: the admin's token, U: alice's, R: the revoked one, -: no header,
+ *                           anything else: the Authorization header as is
+ *   BODY
+ * Whatever it is, the answer must be a known status with a body (one line of JSON, an object with
+ * a one-line "error" for a 4xx); anything but the two valid tokens gets 401; a 4xx changes no
+ * state; and the audit trail grows by exactly one entry for each refusal or change.
+ * Built and run by tests/fuzz/CMakeLists.txt (ANVIL_FUZZ) and scripts/fuzz.sh. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "job/api.h"
+#include "job/auth.h"
+#include "job/store_internal.h"
+
+#define MAX_ARGS 64
+
+/* The state's digest: every table but the audit trail, and the audit trail's length apart. */
+static char *digest(anvil_store *st, long *audit_rows) {
+    sqlite3_stmt *s = NULL;
+    const char *sql = "SELECT (SELECT group_concat(id || status || secondary || stop, ';') FROM jobs) || '|' ||"
+                      " (SELECT COUNT(*) FROM history) || '|' || (SELECT group_concat(name || admin, ';') FROM users)"
+                      " || '|' || (SELECT group_concat(id || user || revoked_at, ';') FROM tokens) || '|' ||"
+                      " (SELECT group_concat(name || policy, ';') FROM roles) || '|' ||"
+                      " (SELECT group_concat(role || user, ';') FROM grants), (SELECT COUNT(*) FROM audit)";
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK || sqlite3_step(s) != SQLITE_ROW) __builtin_trap();
+    char *d = strdup((const char *)sqlite3_column_text(s, 0));
+    *audit_rows = sqlite3_column_int64(s, 1);
+    sqlite3_finalize(s);
+    if (!d) __builtin_trap();
+    return d;
+}
+
+typedef struct {
+    anvil_store *st;
+    anvil_supervisor *sup;
+    char admin[ANVIL_TOKEN_SIZE], alice[ANVIL_TOKEN_SIZE], revoked[ANVIL_TOKEN_SIZE];
+} fixture;
+
+static void setup(fixture *f) {
+    static const char role[] = "{\"name\": \"r\", \"input_prefixes\": [\"/tmp\", \"/usr/share\"],"
+                               " \"output_prefixes\": [\"/tmp/anvil-fuzz\"], \"max_procs\": 4, \"max_runtime_s\": 100,"
+                               " \"env\": {\"ROLE\": \"r\"}}";
+    static const char spec[] = "{\"name\":\"j\",\"command\":[\"train\"],\"role\":\"r\"}";
+    anvil_audit_entry e = {.user = "admin", .action = "setup", .result = 201};
+    anvil_role r;
+    int64_t id;
+    anvil_job_new job = {.name = "j", .spec = spec, .owner = "alice", .role = "r"};
+    if (!(f->st = anvil_store_open(":memory:")) || anvil_auth_init(f->st, "admin", f->admin) ||
+        anvil_auth_add_user(f->st, "alice", false, &e, f->alice) ||
+        anvil_auth_add_token(f->st, "alice", &e, f->revoked) || anvil_role_parse(role, strlen(role), &r) ||
+        anvil_auth_add_role(f->st, &r, &e) || anvil_auth_grant(f->st, "r", "alice", &e) ||
+        anvil_store_submit(f->st, &job, "/tmp/anvil-fuzz/runs", &e, &id) ||
+        !(f->sup = anvil_supervisor_new(f->st, "/tmp/anvil-fuzz", "/bin/false", 1)))
+        __builtin_trap();
+    anvil_role_free(&r);
+    char rid[ANVIL_TOKEN_ID_LEN + 1], *user = NULL;
+    memcpy(rid, f->revoked + 4, ANVIL_TOKEN_ID_LEN);
+    rid[ANVIL_TOKEN_ID_LEN] = 0;
+    if (anvil_auth_revoke(f->st, rid, &e, &user)) __builtin_trap();
+    free(user);
+}
+
+/* path with @A, @U, @R replaced by the tokens' IDs, malloc'd. */
+static char *expand(const fixture *f, const char *path) {
+    char *out = malloc(strlen(path) * ANVIL_TOKEN_ID_LEN + 1), *o = out;
+    if (!out) __builtin_trap();
+    for (const char *p = path; *p; p++) {
+        const char *tok = p[0] == '@' ? p[1] == 'A' ? f->admin : p[1] == 'U' ? f->alice : p[1] == 'R' ? f->revoked : NULL
+                                      : NULL;
+        if (tok) {
+            memcpy(o, tok + 4, ANVIL_TOKEN_ID_LEN);
+            o += ANVIL_TOKEN_ID_LEN;
+            p++;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char *text = malloc(size + 1);
+    if (!text) return 0;
+    memcpy(text, data, size);
+    text[size] = 0;
+    char *line1 = text, *nl1 = memchr(text, '\n', size);
+    char *line2 = nl1 ? nl1 + 1 : NULL, *nl2 = line2 ? memchr(line2, '\n', size - (size_t)(line2 - text)) : NULL;
+    char *sp = strchr(line1, ' ');
+    if (!nl1 || !nl2 || !sp || sp > nl1 || memchr(text, 0, (size_t)(nl2 - text))) {
+        free(text);
+        return 0;
+    }
+    *nl1 = *nl2 = *sp = 0;
+    fixture f;
+    setup(&f);
+    char *path = expand(&f, sp + 1), *query = strchr(path, '?');
+    anvil_api_arg args[MAX_ARGS];
+    int nargs = 0;
+    if (query) {
+        *query++ = 0;
+        for (char *kv = strtok(query, "&"); kv && nargs < MAX_ARGS; kv = strtok(NULL, "&")) {
+            char *eq = strchr(kv, '=');
+            if (eq) *eq = 0;
+            args[nargs++] = (anvil_api_arg){kv, eq ? eq + 1 : NULL};
+        }
+    }
+    char header[ANVIL_TOKEN_SIZE + 8];
+    const char *auth = line2;
+    bool valid = false;
+    if (!strcmp(line2, "-")) {
+        auth = NULL;
+    } else if (strlen(line2) == 1 && strchr("AUR", line2[0])) {
+        valid = line2[0] != 'R';
+        snprintf(header, sizeof header, "Bearer %s", line2[0] == 'A' ? f.admin : line2[0] == 'U' ? f.alice : f.revoked);
+        auth = header;
+    }
+    const char *body = nl2 + 1;
+    size_t body_len = size - (size_t)(body - text);
+    anvil_api_request rq = {.method = line1, .path = path, .args = args, .nargs = nargs, .authorization = auth,
+                            .body = body, .body_len = body_len, .body_too_big = body_len > ANVIL_JOB_SPEC_MAX_BYTES};
+    anvil_api_env env = {.st = f.st, .sup = f.sup, .runs_dir = "/tmp/anvil-fuzz/runs"};
+    long audit_before, audit_after;
+    char *before = digest(f.st, &audit_before);
+    anvil_api_response rs;
+    anvil_api_handle(&env, &rq, &rs);
+    char *after = digest(f.st, &audit_after);
+    static const unsigned known[] = {200, 201, 202, 400, 401, 403, 404, 405, 409, 413};
+    bool known_status = false;
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) known_status |= rs.status == known[i];
+    if (!known_status || !rs.body) __builtin_trap();
+    if (!valid && rs.status != 401) __builtin_trap();
+    if (rs.status >= 400 && strcmp(before, after)) __builtin_trap();
+    bool mutating = strcmp(line1, "GET") != 0;
+    if (audit_after - audit_before != (rs.status >= 400 || (mutating && rs.status < 300) ? 1 : 0)) __builtin_trap();
+    if (!rs.text) {
+        if (rs.len < 2 || rs.body[rs.len - 1] != '\n' || memchr(rs.body, '\n', rs.len - 1)) __builtin_trap();
+        cJSON *j = cJSON_ParseWithLength(rs.body, rs.len);
+        const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+        if (!cJSON_IsObject(j) || (rs.status >= 400) != cJSON_IsString(err)) __builtin_trap();
+        cJSON_Delete(j);
+    }
+    free(rs.body);
+    free(before);
+    free(after);
+    free(path);
+    free(text);
+    anvil_supervisor_free(f.sup);
+    anvil_store_close(f.st);
+    return 0;
+}
