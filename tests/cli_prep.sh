@@ -102,6 +102,23 @@ printf '{"text":"one"}\nnot json\n{"other":1}\n{"text":"two"}\n' > "$WORK/j.json
     grep -q '2 documents' "$WORK/jlog" && grep -q "j.jsonl:2: not valid JSON" "$WORK/jerr" &&
     grep -q 'j.jsonl:3: no string field "text"' "$WORK/jerr" && ok || bad "jsonl prep: $(cat "$WORK/jlog" "$WORK/jerr")"
 
+# JSON lines on 2 workers give the shards of 1: 60000 lines, 2 windows of 16
+# chunks encoded at once (scripts/tsan.sh runs this under ThreadSanitizer).
+"$PY" - "$WORK/many.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(60000):
+        f.write(json.dumps({"id": i, "text": "line %d: " % i + "in the beginning was the word " * (i % 7 + 1)}) + "\n")
+EOF
+for w in 1 2; do
+    "$ANVIL" prep --out "$WORK/jw$w" --jsonl-field text --workers $w --val-fraction 0.1 --shard-tokens 200000 \
+        "$WORK/many.jsonl" > "$WORK/jwlog" 2>&1 || bad "jsonl prep with $w workers: $(cat "$WORK/jwlog")"
+done
+grep -q '60000 documents' "$WORK/jwlog" && ok || bad "jsonl prep on 2 workers: $(cat "$WORK/jwlog")"
+same=1
+for f in "$WORK/jw1"/*; do cmp -s "$f" "$WORK/jw2/$(basename "$f")" || same=0; done
+[ "$same" = 1 ] && [ "$(ls "$WORK/jw1" | wc -l)" -gt 10 ] && ok || bad "jsonl: 1 and 2 workers differ"
+
 # Compressed inputs give the same shards as the plain file.
 gzip -c "$WORK/a.txt" > "$WORK/a.txt.gz"
 zstd -q -c "$WORK/a.txt" > "$WORK/a.txt.zst"

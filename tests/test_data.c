@@ -571,6 +571,29 @@ static void test_prep_jsonl(void) {
     CHECK(same);
     free(got);
 
+    /* 2000 lines in chunks of a few lines: 1 and 2 workers (parsing at once, a window of 16 chunks
+     * after another: scripts/tsan.sh runs this under ThreadSanitizer) give the same shard. */
+    char many[300];
+    snprintf(many, sizeof many, "%s/jl/many.jsonl", tmp);
+    f = fopen(many, "wb");
+    for (int i = 0; i < 2000; i++) fprintf(f, "{\"text\": \"document %d, \\\"quoted\\\"\", \"n\": %d}\n", i, i);
+    fclose(f);
+    const char *many_files[] = {many};
+    anvil_prep_opts om = {.out_dir = out, .inputs = many_files, .ninputs = 1, .val_fraction = 0,
+                          .shard_tokens = 1 << 20, .jsonl_field = "text", .chunk_bytes = 64};
+    unsigned char *by[2] = {NULL, NULL};
+    size_t bylen[2] = {0, 0};
+    for (int w = 1; w <= 2; w++) {
+        snprintf(out, sizeof out, "%s/jl/many%d", tmp, w);
+        om.workers = w;
+        CHECK(anvil_prep_run(&om, &st) == 0 && st.train_docs == 2000);
+        snprintf(shard, sizeof shard, "%s/train_000000.bin", out);
+        by[w - 1] = read_all(shard, &bylen[w - 1]);
+    }
+    CHECK(by[0] && by[1] && bylen[0] == bylen[1] && bylen[0] > 1024 + 2 * 2000 * 20 && !memcmp(by[0], by[1], bylen[0]));
+    free(by[0]);
+    free(by[1]);
+
     o.strict = 1;
     o.workers = 1;
     snprintf(out, sizeof out, "%s/jl/strict", tmp);

@@ -13,6 +13,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/json.h"
 #include "data/bytetok.h"
 #include "data/prep_internal.h"
 
@@ -236,7 +237,7 @@ int prep_load_previous(run *r, int *all_done) {
         prep_note(o, "cannot read %s (%s); starting over", path, anvil_errmsg());
         return 0;
     }
-    cJSON *old = cJSON_ParseWithLength(text, len);
+    cJSON *old = anvil_json_parse(text, len, NULL);
     free(text);
     const char *why = old ? fingerprint_diff(r, old) : "not valid JSON";
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(old, "shards");
@@ -311,7 +312,7 @@ static cJSON *load_manifest(const char *dir, char *path, size_t cap) {
         return NULL;
     }
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    cJSON *root = anvil_json_parse(text, len, &end);
     if (!root) anvil_fail("manifest %s: not valid JSON near byte %td", path, end ? end - text : (ptrdiff_t)0);
     free(text);
     return root;
