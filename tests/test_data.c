@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+#include <zstd.h>
+
 #include "core/error.h"
 #include "data/bytetok.h"
 #include "data/loader.h"
@@ -644,6 +647,84 @@ static void test_prep_jsonl(void) {
     CHECK(stat(shard, &sb) != 0);
 }
 
+/* .gz and .zst inputs are decompressed as they are read, a few bytes at a time or 4 MiB, across
+ * gzip members and zstd frames: the shards of the plain text. Empty and cut short ones too. */
+static void test_prep_compressed(void) {
+    mkdir(tpath("z"), 0755);
+    char text[16384];
+    size_t tl = 0;
+    for (int i = 0; i < 200; i++) tl += (size_t)snprintf(text + tl, sizeof text - tl, "document %d of the streams@@", i);
+    char plain[300], gz[300], zst[300];
+    snprintf(plain, sizeof plain, "%s/z/in.txt", tmp);
+    snprintf(gz, sizeof gz, "%s/z/in.txt.gz", tmp);
+    snprintf(zst, sizeof zst, "%s/z/in.txt.zst", tmp);
+    write_text(plain, text);
+    for (int m = 0; m < 2; m++) { /* two gzip members, each half the text */
+        gzFile g = gzopen(gz, m ? "ab" : "wb");
+        CHECK(g && gzwrite(g, text + m * (tl / 2), (unsigned)(m ? tl - tl / 2 : tl / 2)) > 0);
+        gzclose(g);
+    }
+    size_t cap = ZSTD_compressBound(tl), zl = 0;
+    unsigned char *z = malloc(2 * cap);
+    for (int m = 0; m < 2; m++) { /* two zstd frames */
+        size_t r = ZSTD_compress(z + zl, 2 * cap - zl, text + m * (tl / 2), m ? tl - tl / 2 : tl / 2, 3);
+        CHECK(!ZSTD_isError(r));
+        zl += r;
+    }
+    FILE *f = fopen(zst, "wb");
+    fwrite(z, 1, zl, f);
+    fclose(f);
+
+    const char *in[1];
+    char out[300];
+    anvil_prep_opts o = {.out_dir = out, .inputs = in, .ninputs = 1, .val_fraction = 0, .delimiter = "@@",
+                         .delimiter_len = 2, .shard_tokens = 1 << 20, .chunk_bytes = 500};
+    anvil_prep_stats st;
+    unsigned char *ref = NULL;
+    size_t ref_len = 0;
+    const char *names[] = {plain, gz, zst};
+    for (int k = 0; k < 3; k++)
+        for (size_t rb = 0; rb <= 7; rb += 7) {
+            in[0] = names[k];
+            o.read_bytes = rb;
+            snprintf(out, sizeof out, "%s/z/out%d_%zu", tmp, k, rb);
+            CHECK(anvil_prep_run(&o, &st) == 0 && st.train_docs == 200 && st.bytes_in == (int64_t)tl);
+            char shard[400];
+            snprintf(shard, sizeof shard, "%s/train_000000.bin", out);
+            size_t len = 0;
+            unsigned char *b = read_all(shard, &len);
+            if (!ref) {
+                ref = b;
+                ref_len = len;
+                continue;
+            }
+            if (!(b && len == ref_len && !memcmp(b, ref, len)))
+                t_fail(__FILE__, __LINE__, "%s read %zu bytes at a time differs from the plain text", names[k], rb);
+            free(b);
+        }
+    free(ref);
+
+    /* Cut short inside the second frame, read 7 bytes at a time: an error naming the offset. */
+    f = fopen(zst, "wb");
+    fwrite(z, 1, zl - 5, f);
+    fclose(f);
+    in[0] = zst;
+    o.read_bytes = 7;
+    snprintf(out, sizeof out, "%s/z/cut", tmp);
+    CHECK(anvil_prep_run(&o, &st) == -1 && contains(anvil_errmsg(), "in.txt.zst: zstd data truncated at compressed byte"));
+    free(z);
+    /* Empty compressed files hold no documents. */
+    f = fopen(zst, "wb");
+    fclose(f);
+    gzFile g = gzopen(gz, "wb");
+    gzclose(g);
+    const char *empties[] = {gz, zst};
+    o.inputs = empties;
+    o.ninputs = 2;
+    snprintf(out, sizeof out, "%s/z/empty", tmp);
+    CHECK(anvil_prep_run(&o, &st) == -1 && contains(anvil_errmsg(), "no documents"));
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)flag;
@@ -669,6 +750,7 @@ int main(void) {
     test_prep();
     test_prep_bpe();
     test_prep_jsonl();
+    test_prep_compressed();
     nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return t_done("test_data");
 }

@@ -17,7 +17,7 @@ static const char usage_text[] =
     "DIR/train_NNNNNN.bin, DIR/val_NNNNNN.bin and DIR/manifest.json. Each\n"
     "document starts with the end-of-text token; a document goes to val when\n"
     "the FNV-1a hash of its bytes says so, so the split is the same on every run.\n"
-    "Files ending in .gz or .zst are decompressed.\n"
+    "Files ending in .gz or .zst are decompressed as they are read.\n"
     "\n"
     "Shards are written as they fill, and manifest.json (with each shard's size\n"
     "and CRC32C) after each one. Run again with the same inputs and options, an\n"

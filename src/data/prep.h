@@ -13,16 +13,16 @@
  * never moves text between train and val.
  *
  * Input and output are streamed. Each input is read in turn, front to back
- * (regular files in large reads), and cut into chunks of whole documents as
- * it is; each split's tokens fill train_000000.bin, ... (and val_...) of
- * exactly shard_tokens tokens, the last one smaller, and each shard is
- * written (atomically) as soon as it is full. Memory stays at about workers
- * x 8 chunks of work, the longest document (at most max_doc_bytes) and one
- * write buffer per split, whatever the corpus size. Standard input and pipes
- * are read into memory whole first (a re-run needs their checksum before it
- * reads anything), and so are .gz and .zst files, decompressed. A file that
- * changes or is cut short while prep reads it is an error naming it and the
- * offset.
+ * (regular files in large reads, .gz and .zst files decompressed as they are
+ * read), and cut into chunks of whole documents as it is; each split's
+ * tokens fill train_000000.bin, ... (and val_...) of exactly shard_tokens
+ * tokens, the last one smaller, and each shard is written (atomically) as
+ * soon as it is full. Memory stays at about workers x 8 chunks of work, the
+ * longest document (at most max_doc_bytes, which also bounds what a
+ * decompression bomb can take) and one write buffer per split, whatever the
+ * corpus size. Standard input and pipes are read into memory whole first: a
+ * re-run needs their checksum before it reads anything. A file that changes
+ * or is cut short while prep reads it is an error naming it and the offset.
  *
  * manifest.json is rewritten atomically after every finished shard. Beside
  * the vocabulary it records the tokenizer (size, CRC32C), the options, each

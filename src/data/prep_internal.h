@@ -24,12 +24,12 @@ void prep_note(const anvil_prep_opts *o, const char *fmt, ...) ANVIL_PRINTF(2, 3
 
 /* ---- inputs (sources.c) ---- */
 
-enum { SRC_PLAIN, SRC_WHOLE };
+enum { SRC_PLAIN, SRC_GZ, SRC_ZST, SRC_WHOLE };
 
 /* One input, read front to back: a regular file in large reads (pread, so
- * a file cut short while prep reads it is an error, not a fault), or one in
- * memory whole from the start: a pipe or standard input, or a decompressed
- * .gz or .zst file. */
+ * a file cut short while prep reads it is an error, not a fault), a .gz or
+ * .zst file decompressed as it is read, or a pipe or standard input, read
+ * whole when the run starts. */
 typedef struct {
     const char *path; /* as given; "-" is standard input */
     const char *name; /* for messages: path, or "<stdin>" */
@@ -43,13 +43,19 @@ typedef struct {
     uint64_t bytes; /* read (decompressed) so far: all of them once read to the end */
     /* while it is being read */
     int fd;
+    void *gz; /* gzFile */
+    void *zd; /* ZSTD_DCtx */
+    unsigned char *zin;
+    size_t zin_cap, zin_len, zin_pos, zret;
+    int zin_eof;
+    uint64_t in_at; /* compressed bytes decoded, for messages */
     unsigned char *whole; /* SRC_WHOLE: everything it gave */
     size_t whole_len;
 } source;
 
 /* Looks at path before anything is written (a missing file fails the run
- * at once): a file's size and mtime, and for a pipe or a compressed file
- * everything it gives; 0, or -1 after anvil_fail. */
+ * at once): a file's size and mtime, or everything a pipe gives; 0, or -1
+ * after anvil_fail. */
 int prep_open_source(const char *path, source *s);
 /* Starts reading s from its beginning; a file must be as it was when opened. */
 int prep_start_source(source *s);

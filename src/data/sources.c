@@ -1,7 +1,6 @@
-/* prep's inputs, read front to back: regular files as streams of large
- * reads, pipes and standard input (read whole at the start) and gzip and
- * zstd files (decompressed into memory at the start); and the documents in
- * what has been read. */
+/* prep's inputs, read front to back as streams: regular files in large
+ * reads, gzip and zstd files decompressed piece by piece, pipes and standard
+ * input (read whole at the start); and the documents in what has been read. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -41,83 +40,6 @@ static int read_pipe(int fd, source *s) {
     return 0;
 }
 
-static int grow(unsigned char **buf, size_t *cap, size_t len, const char *name) {
-    if (len < *cap) return 0;
-    size_t ncap = *cap ? *cap * 2 : 1 << 20;
-    unsigned char *nb = realloc(*buf, ncap);
-    if (!nb) return anvil_fail("input %s: out of memory after %zu decompressed bytes", name, len);
-    *buf = nb;
-    *cap = ncap;
-    return 0;
-}
-
-/* Hands a decompressed buffer to the source, or drops it when decompression failed. */
-static int keep_decompressed(source *s, unsigned char *buf, size_t len, int rc) {
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    s->kind = SRC_WHOLE;
-    s->whole = buf;
-    s->whole_len = len;
-    return 0;
-}
-
-/* gzread also passes through a file that is not gzip at all; concatenated
- * members are read in sequence. */
-static int load_gz(const char *path, source *s) {
-    gzFile g = gzopen(path, "rb");
-    if (!g) return anvil_fail("input %s: cannot open: %s", path, strerror(errno ? errno : ENOMEM));
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if ((rc = grow(&buf, &cap, len, path))) break;
-        size_t want = cap - len < (1u << 30) ? cap - len : (1u << 30);
-        int got = gzread(g, buf + len, (unsigned)want);
-        int zerr = Z_OK;
-        const char *msg = got <= 0 ? gzerror(g, &zerr) : NULL;
-        /* A truncated stream ends with 0 bytes and Z_BUF_ERROR, not -1. */
-        if (got < 0 || zerr != Z_OK) {
-            rc = anvil_fail("input %s: gzip error after %zu decompressed bytes: %s", path, len,
-                            zerr == Z_ERRNO ? strerror(errno) : msg);
-            break;
-        }
-        if (got == 0) break;
-        len += (size_t)got;
-    }
-    gzclose(g);
-    return keep_decompressed(s, buf, len, rc);
-}
-
-static int load_zst(const char *path, source *s) {
-    char *raw;
-    size_t raw_len;
-    if (anvil_read_file(path, &raw, &raw_len)) return anvil_fail("input %s", anvil_errmsg());
-    ZSTD_DCtx *dc = ZSTD_createDCtx();
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0, ret = 0;
-    int rc = 0;
-    ZSTD_inBuffer in = {raw, raw_len, 0};
-    if (!dc) rc = anvil_fail("input %s: out of memory for zstd", path);
-    while (!rc && (in.pos < in.size || ret != 0)) {
-        if ((rc = grow(&buf, &cap, len, path))) break;
-        ZSTD_outBuffer out = {buf, cap, len};
-        size_t before = in.pos;
-        ret = ZSTD_decompressStream(dc, &out, &in);
-        if (ZSTD_isError(ret)) {
-            rc = anvil_fail("input %s: zstd error at compressed byte %zu: %s", path, in.pos, ZSTD_getErrorName(ret));
-            break;
-        }
-        if (in.pos == before && out.pos == len && in.pos == in.size)
-            rc = anvil_fail("input %s: zstd data truncated at compressed byte %zu", path, in.pos);
-        len = out.pos;
-    }
-    ZSTD_freeDCtx(dc);
-    free(raw);
-    return keep_decompressed(s, buf, len, rc);
-}
-
 int prep_open_source(const char *path, source *s) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
@@ -134,7 +56,7 @@ int prep_open_source(const char *path, source *s) {
         rc = anvil_fail("input %s: is a folder, not a file", path);
     } else if (ends_with(path, ".gz") || ends_with(path, ".zst")) {
         set_stat(s, &st);
-        rc = ends_with(path, ".gz") ? load_gz(path, s) : load_zst(path, s);
+        s->kind = ends_with(path, ".gz") ? SRC_GZ : SRC_ZST;
     } else if (S_ISREG(st.st_mode)) {
         set_stat(s, &st);
         s->kind = SRC_PLAIN;
@@ -148,6 +70,8 @@ int prep_open_source(const char *path, source *s) {
 
 int prep_start_source(source *s) {
     s->bytes = 0;
+    s->in_at = 0;
+    s->zret = 0;
     if (s->kind == SRC_WHOLE) return 0;
     s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
     if (s->fd < 0) return anvil_fail("input %s: cannot open: %s", s->name, strerror(errno));
@@ -158,7 +82,25 @@ int prep_start_source(source *s) {
     if ((int64_t)st.st_size != s->file_size || (int64_t)st.st_mtim.tv_sec != s->mtime_s ||
         (int64_t)st.st_mtim.tv_nsec != s->mtime_ns)
         return anvil_fail("input %s: changed while prep ran (size or mtime differs from when it started)", s->name);
-    posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    if (s->kind == SRC_PLAIN) {
+        posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        return 0;
+    }
+    if (s->kind == SRC_GZ) {
+        /* gzdopen takes over the descriptor. gzread also passes through a file that is not gzip
+         * at all; concatenated members are read in sequence. */
+        s->gz = gzdopen(s->fd, "rb");
+        if (!s->gz) return anvil_fail("input %s: cannot open: %s", s->name, strerror(errno ? errno : ENOMEM));
+        s->fd = -1;
+        gzbuffer(s->gz, 1 << 17); /* fewer, larger reads of the compressed file than zlib's 8 KiB */
+        return 0;
+    }
+    s->zin_cap = ZSTD_DStreamInSize();
+    s->zin = malloc(s->zin_cap);
+    s->zd = ZSTD_createDCtx();
+    if (!s->zin || !s->zd) return anvil_fail("input %s: out of memory for zstd", s->name);
+    s->zin_len = s->zin_pos = 0;
+    s->zin_eof = 0;
     return 0;
 }
 
@@ -179,22 +121,75 @@ static int64_t read_plain(source *s, unsigned char *buf, size_t cap) {
     return (int64_t)got;
 }
 
+static int64_t read_gz(source *s, unsigned char *buf, size_t cap) {
+    unsigned want = cap < (1u << 30) ? (unsigned)cap : (1u << 30);
+    int got = gzread(s->gz, buf, want);
+    int zerr = Z_OK;
+    const char *msg = got <= 0 ? gzerror(s->gz, &zerr) : NULL;
+    /* A truncated stream ends with 0 bytes and Z_BUF_ERROR, not -1. */
+    if (got < 0 || zerr != Z_OK)
+        return anvil_fail("input %s: gzip error after %llu decompressed bytes: %s", s->name,
+                          (unsigned long long)s->bytes, zerr == Z_ERRNO ? strerror(errno) : msg);
+    return got;
+}
+
+static int64_t read_zst(source *s, unsigned char *buf, size_t cap) {
+    ZSTD_outBuffer out = {buf, cap, 0};
+    while (out.pos < out.size) {
+        if (s->zin_pos == s->zin_len && !s->zin_eof) {
+            ssize_t n = read(s->fd, s->zin, s->zin_cap);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0)
+                return anvil_fail("input %s: read failed at compressed byte %llu: %s", s->name,
+                                  (unsigned long long)s->in_at, strerror(errno));
+            s->zin_len = (size_t)n;
+            s->zin_pos = 0;
+            s->zin_eof = n == 0;
+        }
+        /* Every frame read is complete (an empty file has none); the decoder is not asked again,
+         * which it would answer as if a new frame were starting. */
+        if (s->zin_pos == s->zin_len && s->zin_eof && s->zret == 0) break;
+        ZSTD_inBuffer in = {s->zin, s->zin_len, s->zin_pos};
+        size_t before = out.pos;
+        size_t ret = ZSTD_decompressStream(s->zd, &out, &in);
+        s->in_at += in.pos - s->zin_pos;
+        s->zin_pos = in.pos;
+        if (ZSTD_isError(ret))
+            return anvil_fail("input %s: zstd error at compressed byte %llu: %s", s->name,
+                              (unsigned long long)s->in_at, ZSTD_getErrorName(ret));
+        s->zret = ret;
+        if (s->zin_pos == s->zin_len && s->zin_eof && out.pos == before && ret != 0)
+            return anvil_fail("input %s: zstd data truncated at compressed byte %llu", s->name,
+                              (unsigned long long)s->in_at);
+    }
+    return (int64_t)out.pos;
+}
+
 int64_t prep_read_source(source *s, unsigned char *buf, size_t cap) {
     int64_t got;
-    if (s->kind == SRC_PLAIN) {
-        got = read_plain(s, buf, cap);
-    } else {
+    switch (s->kind) {
+    case SRC_PLAIN: got = read_plain(s, buf, cap); break;
+    case SRC_GZ: got = read_gz(s, buf, cap); break;
+    case SRC_ZST: got = read_zst(s, buf, cap); break;
+    default: {
         size_t left = s->whole_len - (size_t)s->bytes;
         got = (int64_t)(cap < left ? cap : left);
         memcpy(buf, s->whole + s->bytes, (size_t)got);
+    }
     }
     if (got > 0) s->bytes += (uint64_t)got;
     return got;
 }
 
 void prep_stop_source(source *s) {
+    if (s->gz) gzclose(s->gz);
     if (s->fd >= 0) close(s->fd);
+    ZSTD_freeDCtx(s->zd);
+    free(s->zin);
+    s->gz = NULL;
     s->fd = -1;
+    s->zd = NULL;
+    s->zin = NULL;
 }
 
 void prep_free_source(source *s) {
