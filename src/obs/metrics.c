@@ -5,12 +5,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
 
 struct anvil_metrics {
     int fd;
+    char *path;
 };
 
 anvil_metrics *anvil_metrics_open(const char *path) {
@@ -20,19 +22,44 @@ anvil_metrics *anvil_metrics_open(const char *path) {
         return NULL;
     }
     anvil_metrics *m = malloc(sizeof *m);
-    if (!m) {
+    char *name = strdup(path);
+    if (!m || !name) {
         close(fd);
+        free(m);
+        free(name);
         anvil_fail("%s: out of memory", path);
         return NULL;
     }
     m->fd = fd;
+    m->path = name;
     return m;
 }
 
 void anvil_metrics_close(anvil_metrics *m) {
     if (!m) return;
     close(m->fd);
+    free(m->path);
     free(m);
+}
+
+/* One record. A full disk can take part of it; that part is cut off again, so that the file
+ * holds whole lines only. */
+static int write_record(anvil_metrics *m, const char *line, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t put = write(m->fd, line + done, n - done);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) {
+            int err = put < 0 ? errno : EIO;
+            struct stat st;
+            if (done && fstat(m->fd, &st) == 0 && ftruncate(m->fd, st.st_size - (off_t)done) != 0)
+                return anvil_fail("%s: write failed: %s, and part of a record is left at its end", m->path,
+                                  strerror(err));
+            return anvil_fail("%s: write failed: %s", m->path, strerror(err));
+        }
+        done += (size_t)put;
+    }
+    return 0;
 }
 
 int anvil_metrics_write(anvil_metrics *m, const char *kind, const char *const *keys, const double *values,
@@ -45,10 +72,9 @@ int anvil_metrics_write(anvil_metrics *m, const char *kind, const char *const *k
         else if (v == floor(v) && fabs(v) < 1e15) n += snprintf(line + n, sizeof line - n, ",\"%s\":%.0f", keys[i], v);
         else n += snprintf(line + n, sizeof line - n, ",\"%s\":%.9g", keys[i], v);
     }
-    if (n >= (int)sizeof line - 2) return anvil_fail("metrics: record too long");
+    if (n >= (int)sizeof line - 2) return anvil_fail("%s: record too long", m->path);
     n += snprintf(line + n, sizeof line - n, "}\n");
-    if (write(m->fd, line, (size_t)n) != n) return anvil_fail("metrics: write failed: %s", strerror(errno));
-    return 0;
+    return write_record(m, line, (size_t)n);
 }
 
 static void fmt_hms(char *out, size_t cap, double s) {

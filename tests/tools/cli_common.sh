@@ -1,11 +1,13 @@
 # Sourced by the tests/cli_*.sh scripts (which get the anvil binary as $1):
 # the binary, a scratch folder removed at exit (after killing any process
-# still running from it), the ok/bad reporting, what to do when a reference
-# is missing, and the exit status.
+# still running from it, and running the script's at_exit, which may undo
+# what the script set up there), the ok/bad reporting, what to do when a
+# reference is missing, and the exit status.
 set -u
 anvil=$1
 tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2> /dev/null; pkill -KILL -f "$tmp/" 2> /dev/null; rm -rf "$tmp"' EXIT
+at_exit() { :; }
+trap 'kill -9 $(jobs -p) 2> /dev/null; pkill -KILL -f "$tmp/" 2> /dev/null; at_exit; rm -rf "$tmp"' EXIT
 fails=0
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
