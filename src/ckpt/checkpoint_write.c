@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,28 @@ anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const 
 
 /* ---- writing ---- */
 
+/* For tests only (tests/cli_ckpt_kill.sh): with ANVIL_TEST_KILL_IN_CKPT_WRITE=STEP:N this process
+ * raises SIGKILL right after its Nth file written into step STEP's temporary folder (in the order
+ * model, moments, shard, manifest), so that a test kills a run at a chosen point inside a
+ * checkpoint. One thread writes a checkpoint's files, and the next checkpoint's writer starts
+ * after it is joined. */
+static void test_kill_point(const char *tmp) {
+    static char folder[PATH_MAX];
+    static int written;
+    const char *v = getenv("ANVIL_TEST_KILL_IN_CKPT_WRITE"), *leaf = strrchr(tmp, '/');
+    long long step;
+    int n;
+    char want[64];
+    if (!v || sscanf(v, "%lld:%d", &step, &n) != 2) return;
+    snprintf(want, sizeof want, "step_%08lld.", step);
+    if (strncmp(leaf ? leaf + 1 : tmp, want, strlen(want))) return;
+    if (strcmp(folder, tmp)) {
+        snprintf(folder, sizeof folder, "%s", tmp);
+        written = 0;
+    }
+    if (++written == n) raise(SIGKILL);
+}
+
 /* Fills the temporary folder: the snapshot's tensor files, then the manifest
  * with their checksums and the shard files'. */
 static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp, const anvil_ckpt_file *shards, int nshards) {
@@ -229,6 +252,7 @@ static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp, const anvil_c
         char path[PATH_MAX];
         if (ckpt_join(path, sizeof path, tmp, names[i]) || anvil_write_new_file_direct(path, img->bytes, img->len))
             return -1;
+        test_kill_point(tmp);
         snprintf(files[n].name, sizeof files[n].name, "%s", names[i]);
         files[n].bytes = img->len;
         files[n].crc32c = i == 0 ? s->weights_crc : s->moments_crc;
@@ -241,6 +265,7 @@ static int fill_tmp(const anvil_ckpt_snapshot *s, const char *tmp, const anvil_c
     int rc = ckpt_join(path, sizeof path, tmp, "manifest.json");
     if (!rc) rc = anvil_write_new_file(path, text, strlen(text));
     cJSON_free(text);
+    if (!rc) test_kill_point(tmp);
     return rc ? rc : anvil_fsync_dir(tmp);
 }
 
@@ -377,6 +402,7 @@ int anvil_ckpt_shard_write(const anvil_ckpt_shard_snapshot *s, const char *tmp, 
     anvil_ckpt_shard_name(s->g, s->k, out->name, sizeof out->name);
     if (ckpt_join(path, sizeof path, tmp, out->name) || anvil_write_new_file_direct(path, s->file.bytes, s->file.len))
         return -1;
+    test_kill_point(tmp);
     out->bytes = s->file.len;
     out->crc32c = s->crc32c;
     return 0;
