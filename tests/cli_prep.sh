@@ -102,6 +102,23 @@ printf '{"text":"one"}\nnot json\n{"other":1}\n{"text":"two"}\n' > "$WORK/j.json
     grep -q '2 documents' "$WORK/jlog" && grep -q "j.jsonl:2: not valid JSON" "$WORK/jerr" &&
     grep -q 'j.jsonl:3: no string field "text"' "$WORK/jerr" && ok || bad "jsonl prep: $(cat "$WORK/jlog" "$WORK/jerr")"
 
+# JSON lines on 2 workers give the shards of 1: 60000 lines, 2 windows of 16
+# chunks encoded at once (scripts/tsan.sh runs this under ThreadSanitizer).
+"$PY" - "$WORK/many.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(60000):
+        f.write(json.dumps({"id": i, "text": "line %d: " % i + "in the beginning was the word " * (i % 7 + 1)}) + "\n")
+EOF
+for w in 1 2; do
+    "$ANVIL" prep --out "$WORK/jw$w" --jsonl-field text --workers $w --val-fraction 0.1 --shard-tokens 200000 \
+        "$WORK/many.jsonl" > "$WORK/jwlog" 2>&1 || bad "jsonl prep with $w workers: $(cat "$WORK/jwlog")"
+done
+grep -q '60000 documents' "$WORK/jwlog" && ok || bad "jsonl prep on 2 workers: $(cat "$WORK/jwlog")"
+same=1
+for f in "$WORK/jw1"/*; do cmp -s "$f" "$WORK/jw2/$(basename "$f")" || same=0; done
+[ "$same" = 1 ] && [ "$(ls "$WORK/jw1" | wc -l)" -gt 10 ] && ok || bad "jsonl: 1 and 2 workers differ"
+
 # Compressed inputs give the same shards as the plain file.
 gzip -c "$WORK/a.txt" > "$WORK/a.txt.gz"
 zstd -q -c "$WORK/a.txt" > "$WORK/a.txt.zst"
@@ -221,6 +238,44 @@ else
     rprep "$WORK/r3" 2 > /dev/null 2> "$WORK/rerr" || bad "run after a kill failed: $(cat "$WORK/rerr")"
     grep -q 'kept 1 shard' "$WORK/rerr" && ok || bad "the run after a kill does not keep the first shard: $(cat "$WORK/rerr")"
     same_as_ref "$WORK/r3" && ok || bad "the run after a kill differs from an uninterrupted one"
+
+    # An input cut short while prep reads it (4 MiB at a time): strace stops
+    # prep with SIGSTOP right after its first read of the file, the file is
+    # truncated, and prep continues into the missing bytes. And an input
+    # that changes before prep gets to it. One line each, naming the file and
+    # the offset; the mapped reads of old ended in SIGBUS instead.
+    stopped_prep() { # file-to-watch action prep-args...
+        local watch=$1 action=$2 log="$WORK/stop.strace" pid
+        shift 2
+        rm -f "$log"
+        # (LeakSanitizer cannot run under ptrace.)
+        env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" \
+            strace -f -qq -o "$log" -P "$watch" -e trace=pread64 -e inject=pread64:signal=STOP:when=1 \
+            "$ANVIL" prep "$@" > /dev/null 2> "$WORK/stop.err" &
+        local job=$!
+        for _ in $(seq 600); do grep -q 'stopped by SIGSTOP' "$log" 2> /dev/null && break; sleep 0.1; done
+        pid=$(sed -n 's/^\([0-9]*\) --- stopped by SIGSTOP.*/\1/p' "$log")
+        $action
+        kill -CONT "$pid"
+        wait $job
+    }
+    head -c 6000000 /dev/zero | tr '\0' 'x' | fold -w 99 > "$WORK/long.txt"
+    cut_long() { truncate -s 5000000 "$WORK/long.txt"; }
+    stopped_prep "$WORK/long.txt" cut_long --out "$WORK/cut" --delimiter '\n' "$WORK/long.txt"
+    code=$?
+    if [ $code = 1 ] && [ "$(wc -l < "$WORK/stop.err")" = 1 ] &&
+        grep -q "input $WORK/long.txt: ends at byte 5000000, but had 6060606 bytes when prep started" "$WORK/stop.err"; then
+        ok
+    else
+        bad "an input truncated while read: exit $code, $(cat "$WORK/stop.err")"
+    fi
+    printf 'one document\n' > "$WORK/first.txt"
+    cp "$WORK/a.txt" "$WORK/second.txt"
+    cut_second() { truncate -s 100 "$WORK/second.txt"; }
+    stopped_prep "$WORK/first.txt" cut_second --out "$WORK/cut2" --delimiter '\n' "$WORK/first.txt" "$WORK/second.txt"
+    code=$?
+    [ $code = 1 ] && grep -q "input $WORK/second.txt: changed while prep ran" "$WORK/stop.err" && ok ||
+        bad "an input changed before prep read it: exit $code, $(cat "$WORK/stop.err")"
 fi
 
 # (c) A finished shard that no longer matches its checksum is written again,
@@ -301,6 +356,11 @@ expect_error 2 "bad escape" --out "$WORK/e" --delimiter '\q' "$WORK/a.txt"
 expect_error 2 "unknown option '--bogus'" --out "$WORK/e" --bogus "$WORK/a.txt"
 expect_error 1 "$WORK/missing.txt" --out "$WORK/e" "$WORK/a.txt" "$WORK/missing.txt"
 expect_error 1 "no documents" --out "$WORK/e" "$WORK/empty.txt"
+expect_error 1 "input $WORK/a.txt: the document at byte 0 is longer than --max-doc-bytes (1000 bytes)" \
+    --out "$WORK/e" --max-doc-bytes 1000 "$WORK/a.txt"
+expect_error 1 "j.jsonl:1: the line is longer than --max-doc-bytes (10 bytes)" --out "$WORK/e" --jsonl-field text \
+    --max-doc-bytes 10 "$WORK/j.jsonl"
+expect_error 2 "max-doc-bytes" --out "$WORK/e" --max-doc-bytes 0 "$WORK/a.txt"
 [ ! -e "$WORK/e" ] && ok || bad "a failed run created its output folder"
 
 echo "cli_prep: $pass checks passed"

@@ -471,6 +471,29 @@ static void test_prep_bpe(void) {
     int vocab = 0, eot = 0;
     CHECK(anvil_data_manifest_vocab(out, &vocab, &eot) == 0 && vocab == 50257 && eot == 50256);
 
+    /* Read 5 bytes at a time, so that documents and the 2-byte delimiter end in every place of a
+     * read: the same shard. */
+    size_t all_len = 0, r5_len = 0;
+    unsigned char *all = read_all(path, &all_len), *r5;
+    snprintf(out, sizeof out, "%s/bpe/r5", tmp);
+    o.read_bytes = 5;
+    CHECK(anvil_prep_run(&o, &st) == 0 && st.train_docs == 200);
+    o.read_bytes = 0;
+    snprintf(path, sizeof path, "%s/train_000000.bin", out);
+    r5 = read_all(path, &r5_len);
+    CHECK(all && r5 && all_len == r5_len && !memcmp(all, r5, all_len));
+    free(all);
+    free(r5);
+    /* A document longer than max_doc_bytes fails the run naming where it starts (documents 0-9
+     * have at most 49 bytes, document 10 has 50 and starts at byte 502), however it is read. */
+    snprintf(out, sizeof out, "%s/bpe/cap", tmp);
+    o.max_doc_bytes = 49;
+    for (size_t rb = 0; rb <= 7; rb += 7) {
+        o.read_bytes = rb;
+        CHECK(anvil_prep_run(&o, &st) == -1 && contains(anvil_errmsg(), "the document at byte 502 is longer than"));
+    }
+    o.read_bytes = o.max_doc_bytes = 0;
+
     /* 1, 2 and 3 workers over many small chunks, both splits, several shards. */
     o.val_fraction = 0.3;
     o.shard_tokens = 700;
@@ -570,6 +593,46 @@ static void test_prep_jsonl(void) {
         same = got[k] == (expect[k] == '\x01' ? ANVIL_BYTETOK_EOT : (unsigned char)expect[k]);
     CHECK(same);
     free(got);
+
+    /* 2000 lines in chunks of a few lines: 1 and 2 workers (parsing at once, a window of 16 chunks
+     * after another: scripts/tsan.sh runs this under ThreadSanitizer) give the same shard. */
+    char many[300];
+    snprintf(many, sizeof many, "%s/jl/many.jsonl", tmp);
+    f = fopen(many, "wb");
+    for (int i = 0; i < 2000; i++) fprintf(f, "{\"text\": \"document %d, \\\"quoted\\\"\", \"n\": %d}\n", i, i);
+    fclose(f);
+    const char *many_files[] = {many};
+    anvil_prep_opts om = {.out_dir = out, .inputs = many_files, .ninputs = 1, .val_fraction = 0,
+                          .shard_tokens = 1 << 20, .jsonl_field = "text", .chunk_bytes = 64};
+    unsigned char *by[2] = {NULL, NULL};
+    size_t bylen[2] = {0, 0};
+    for (int w = 1; w <= 2; w++) {
+        snprintf(out, sizeof out, "%s/jl/many%d", tmp, w);
+        om.workers = w;
+        CHECK(anvil_prep_run(&om, &st) == 0 && st.train_docs == 2000);
+        snprintf(shard, sizeof shard, "%s/train_000000.bin", out);
+        by[w - 1] = read_all(shard, &bylen[w - 1]);
+    }
+    CHECK(by[0] && by[1] && bylen[0] == bylen[1] && bylen[0] > 1024 + 2 * 2000 * 20 && !memcmp(by[0], by[1], bylen[0]));
+
+    /* Read 7 bytes at a time, so that lines end in every place of a read: the same shard. */
+    snprintf(out, sizeof out, "%s/jl/many_r7", tmp);
+    om.read_bytes = 7;
+    CHECK(anvil_prep_run(&om, &st) == 0 && st.train_docs == 2000);
+    snprintf(shard, sizeof shard, "%s/train_000000.bin", out);
+    size_t r7len = 0;
+    unsigned char *r7 = read_all(shard, &r7len);
+    CHECK(r7 && r7len == bylen[0] && !memcmp(r7, by[0], r7len));
+    free(r7);
+    free(by[0]);
+    free(by[1]);
+    /* A line longer than max_doc_bytes is an error naming its number, however it is read: lines
+     * 1-10 have 42 bytes, line 11 has 44. */
+    snprintf(out, sizeof out, "%s/jl/many_cap", tmp);
+    om.max_doc_bytes = 43;
+    CHECK(anvil_prep_run(&om, &st) == -1 && contains(anvil_errmsg(), "many.jsonl:11: the line is longer than"));
+    om.read_bytes = 0;
+    CHECK(anvil_prep_run(&om, &st) == -1 && contains(anvil_errmsg(), "many.jsonl:11: the line is longer than"));
 
     o.strict = 1;
     o.workers = 1;

@@ -16,6 +16,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/json.h"
 
 #define MANIFEST_MAX_BYTES (16u << 20)
 #define JSON_MAX_INT 9007199254740992.0 /* 2^53: beyond it a JSON number is not an exact integer */
@@ -61,7 +62,7 @@ char *ckpt_build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file *f
          cJSON_AddNumberToObject(o, "block_size", s->cfg.block_size) &&
          cJSON_AddNumberToObject(o, "vocab_size", s->cfg.vocab_size);
     ok = ok && cJSON_AddStringToObject(root, "tokenizer", s->tokenizer);
-    cJSON *tc = ok ? cJSON_Parse(s->train_config) : NULL;
+    cJSON *tc = ok ? anvil_json_parse_str(s->train_config) : NULL;
     ok = ok && tc && cJSON_AddItemToObject(root, "train_config", tc);
     ok = ok && (o = cJSON_AddObjectToObject(root, "loader"));
     ok = ok && add_raw_i64(o, "shard", s->loader.shard) && add_raw_i64(o, "position", s->loader.position) &&
@@ -317,7 +318,7 @@ int anvil_ckpt_manifest_parse(const char *text, size_t len, const char *name, an
                               name, want, got);
         }
     }
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = anvil_json_parse(text, len, NULL);
     if (!root) return anvil_fail("%s: not valid JSON (truncated or corrupt?)", name);
     int rc = parse_root(root, name, crc_value, out);
     cJSON_Delete(root);

@@ -20,6 +20,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/json.h"
 
 /* ---- tensor tables: the model-file layout, shared by weights and moments ---- */
 
@@ -150,7 +151,7 @@ int64_t anvil_ckpt_snapshot_step(const anvil_ckpt_snapshot *s) { return s->step;
 
 static char *compact_config(const char *json) {
     if (!json) json = "{}";
-    cJSON *j = cJSON_Parse(json);
+    cJSON *j = anvil_json_parse_str(json);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
         anvil_fail("checkpoint: the training configuration is not a JSON object");

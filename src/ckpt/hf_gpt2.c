@@ -13,6 +13,7 @@
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/json.h"
 
 /* One Hugging Face tensor per anvil tensor (per layer for stacked ones). */
 typedef struct {
@@ -218,7 +219,7 @@ static int read_config(const char *path, anvil_gpt2_config *c) {
         free(buf);
         return anvil_fail("%s: unreadable or larger than 1 MiB", path);
     }
-    cJSON *r = cJSON_ParseWithLength(buf, n);
+    cJSON *r = anvil_json_parse(buf, n, NULL);
     free(buf);
     if (!cJSON_IsObject(r)) {
         cJSON_Delete(r);

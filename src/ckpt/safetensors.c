@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -252,7 +253,7 @@ static anvil_st_file *parse(const char *file, const char *hdr, uint64_t hlen, vo
     f->data = data;
 
     const char *end = NULL;
-    f->root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, 0);
+    f->root = anvil_json_parse(hdr, (size_t)hlen, &end);
     if (!f->root) {
         size_t at = end && end >= hdr && end <= hdr + hlen ? (size_t)(end - hdr) : 0;
         anvil_fail("%s: header is not valid JSON (near header byte %zu)", file, at);

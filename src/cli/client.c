@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/exit.h"
 #include "core/fsutil.h"
+#include "core/json.h"
 
 static size_t collect(char *p, size_t size, size_t n, void *cls) {
     client_buffer *b = cls;
@@ -64,7 +65,7 @@ int client_http(const client *cl, const char *method, const char *path, const ch
 }
 
 int client_refused(const client *cl, long code, const char *answer) {
-    cJSON *j = cJSON_Parse(answer);
+    cJSON *j = anvil_json_parse_str(answer);
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
     fprintf(stderr, "anvil %s: error: %s (HTTP %ld)\n", cl->cmd, cJSON_IsString(e) ? e->valuestring : "bad answer",
             code);
@@ -80,7 +81,7 @@ int client_call(const client *cl, const char *method, const char *path, const ch
         free(b.data);
         return cli_fail(cl->cmd);
     }
-    cJSON *j = code < 400 ? cJSON_Parse(b.data) : NULL;
+    cJSON *j = code < 400 ? anvil_json_parse_str(b.data) : NULL;
     int rc = j ? 0 : client_refused(cl, code, b.data);
     free(b.data);
     *answer = j;

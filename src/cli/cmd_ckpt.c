@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json.h"
 
 static const char *usage = "usage: anvil ckpt inspect DIR\n"
                            "       anvil ckpt verify DIR\n"
@@ -24,7 +25,7 @@ static const char *usage = "usage: anvil ckpt inspect DIR\n"
 static int inspect(const char *dir) {
     anvil_ckpt_manifest m;
     if (anvil_ckpt_read_manifest(dir, &m)) return cli_fail("ckpt");
-    cJSON *tc = cJSON_Parse(m.train_config);
+    cJSON *tc = anvil_json_parse_str(m.train_config);
     char *tct = tc ? cJSON_Print(tc) : NULL;
     printf("checkpoint   %s\n", dir);
     printf("version      %d\n", m.version);

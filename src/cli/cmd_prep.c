@@ -38,6 +38,8 @@ static const char usage_text[] =
     "                       document (a bad line is skipped with a note naming it)\n"
     "  --strict             with --jsonl-field: a bad line is an error instead\n"
     "  --workers N          encoding threads (default 1); the output is the same for any N\n"
+    "  --max-doc-bytes N    the longest document (or JSON line) allowed, held in memory\n"
+    "                       whole; a longer one is an error (default 67108864, 64 MiB)\n"
     "  --help               show this help\n";
 
 static int hexval(char c) {
@@ -117,6 +119,10 @@ int cmd_prep(int argc, char **argv) {
             if (arg_i64(cmd, a, v, 1, INT32_MAX, &o.shard_tokens)) rc = ANVIL_EXIT_USAGE;
         } else if (!strcmp(a, "--workers")) {
             if (arg_int(cmd, a, v, 1, 1024, &o.workers)) rc = ANVIL_EXIT_USAGE;
+        } else if (!strcmp(a, "--max-doc-bytes")) {
+            int64_t n;
+            if (arg_i64(cmd, a, v, 1, INT64_MAX / 2, &n)) rc = ANVIL_EXIT_USAGE;
+            else o.max_doc_bytes = (size_t)n;
         } else if (!strcmp(a, "--tokenizer")) {
             if (!*v) rc = cli_usage_error(cmd, "--tokenizer needs a .tiktoken file");
             else o.tokenizer_file = v;

@@ -24,10 +24,11 @@ static int append(chunk *c, int s, const int32_t *t, size_t n) {
     return 0;
 }
 
-source prep_chunk_view(const source *src, const chunk *c) {
-    source v = src[c->src];
-    v.data += c->start;
-    v.len = c->end - c->start;
+span prep_chunk_view(const span *buf, const chunk *c) {
+    span v = *buf;
+    v.data += c->start - buf->base;
+    v.len = (size_t)(c->end - c->start);
+    v.end = 1;
     return v;
 }
 
@@ -70,12 +71,12 @@ static int encode_doc(const anvil_prep_opts *o, const anvil_tok *tk, worker *w, 
     return append(c, s, &eot, 1) || append(c, s, w->ids, (size_t)n) ? -1 : 0;
 }
 
-void prep_encode_chunk(const anvil_prep_opts *o, const source *src, const anvil_tok *tk, worker *w, chunk *c) {
-    source v = prep_chunk_view(src, c);
+void prep_encode_chunk(const anvil_prep_opts *o, const span *buf, const anvil_tok *tk, worker *w, chunk *c) {
+    span v = prep_chunk_view(buf, c);
     size_t off = 0, len;
     const unsigned char *doc;
     int64_t line = c->first_line;
-    while (prep_next_unit(&v, o, &off, &doc, &len, &line)) {
+    while (prep_next_unit(&v, o, &off, &doc, &len, &line) == PREP_UNIT) {
         const char *why = "out of memory";
         int rc = 0;
         if (o->jsonl_field) {
@@ -95,8 +96,8 @@ void prep_encode_chunk(const anvil_prep_opts *o, const source *src, const anvil_
             if (o->jsonl_field)
                 snprintf(msg, sizeof msg, "%s:%lld: cannot encode the document: %s", v.name, (long long)line, why);
             else
-                snprintf(msg, sizeof msg, "%s: cannot encode the document at byte %zu: %s", v.name,
-                         c->start + (size_t)(doc - v.data), why);
+                snprintf(msg, sizeof msg, "%s: cannot encode the document at byte %llu: %s", v.name,
+                         (unsigned long long)(c->start + (uint64_t)(doc - v.data)), why);
             c->err = strdup(msg);
             if (!c->err) c->err = oom_msg;
             return;
@@ -104,39 +105,41 @@ void prep_encode_chunk(const anvil_prep_opts *o, const source *src, const anvil_
     }
 }
 
-int prep_make_chunks(const anvil_prep_opts *o, const source *src, int nsrc, size_t unit, chunk **out, size_t *nout) {
-    chunk *cs = NULL;
-    size_t n = 0, cap = 0;
-    for (int i = 0; i < nsrc; i++) {
-        size_t off = 0, start = 0, len;
-        const unsigned char *doc;
-        int64_t line = 0, start_line = 0;
-        while (off < src[i].len) {
-            int more = prep_next_unit(&src[i], o, &off, &doc, &len, &line);
-            if (more && off - start < unit && off < src[i].len) continue;
-            if (!more && off == start) break;
-            if (n == cap) {
-                cap = cap ? cap * 2 : 64;
-                chunk *nc = realloc(cs, cap * sizeof *nc);
-                if (!nc) {
-                    free(cs);
-                    return anvil_fail("prep: out of memory after %zu chunks", n);
-                }
-                cs = nc;
+int prep_cut_chunk(const anvil_prep_opts *o, const span *v, size_t unit, cutter *cut, chunk *c) {
+    for (;;) {
+        if (!cut->unit_ended) {
+            size_t off = (size_t)(cut->off - v->base), len;
+            const unsigned char *doc;
+            int got = prep_next_unit(v, o, &off, &doc, &len, &cut->line);
+            cut->off = v->base + off;
+            if (got == PREP_MORE) return PREP_MORE;
+            if (got == PREP_TOO_LONG) {
+                if (o->jsonl_field)
+                    return anvil_fail("%s:%lld: the line is longer than --max-doc-bytes (%zu bytes)", v->name,
+                                      (long long)cut->line + 1, o->max_doc_bytes);
+                return anvil_fail("input %s: the document at byte %llu is longer than --max-doc-bytes (%zu bytes)%s",
+                                  v->name, (unsigned long long)cut->off, o->max_doc_bytes,
+                                  o->delimiter ? "" : "; without --delimiter each input is one document");
             }
-            memset(&cs[n], 0, sizeof cs[n]);
-            cs[n].src = i;
-            cs[n].start = start;
-            cs[n].end = off;
-            cs[n].first_line = start_line;
-            n++;
-            start = off;
-            start_line = line;
+            if (got == PREP_END) {
+                if (cut->off == cut->start) return 0;
+                break;
+            }
+            cut->unit_ended = 1;
         }
+        /* A chunk also ends with its source, which may take another read to tell. */
+        int at_end = cut->off == v->base + v->len;
+        if (at_end && !v->end) return PREP_MORE;
+        cut->unit_ended = 0;
+        if (cut->off - cut->start >= unit || at_end) break;
     }
-    *out = cs;
-    *nout = n;
-    return 0;
+    memset(c, 0, sizeof *c);
+    c->start = cut->start;
+    c->end = cut->off;
+    c->first_line = cut->start_line;
+    cut->start = cut->off;
+    cut->start_line = cut->line;
+    return 1;
 }
 
 void prep_release_chunk(chunk *c) {

@@ -3,6 +3,8 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
+#include "core/json.h"
+
 size_t anvil_jsonl_next_line(const unsigned char *data, size_t len, size_t *off, size_t *line_len) {
     size_t start = *off;
     const unsigned char *nl = memchr(data + start, '\n', len - start);
@@ -30,10 +32,10 @@ int anvil_jsonl_field(const unsigned char *line, size_t len, const char *field, 
     *doc_len = 0;
     if (len && line[len - 1] == '\r') len--;
     if (!len) return ANVIL_JSONL_BLANK;
-    /* cJSON's parser is reentrant apart from a global error position that
-     * nothing here reads, so worker threads may call this at once. */
+    /* Workers parse one line at a time each, under core/json.h's lock
+     * (bench/RESULTS.md, "JSON lines": it costs less than a parser without one). */
     const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts((const char *)line, len, &end, 0);
+    cJSON *j = anvil_json_parse((const char *)line, len, &end);
     if (!j) return ANVIL_JSONL_BAD_JSON;
     /* Text after the value ("{...} junk", two objects on a line) would
      * otherwise be dropped without a word. */

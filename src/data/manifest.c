@@ -13,6 +13,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/json.h"
 #include "data/bytetok.h"
 #include "data/prep_internal.h"
 
@@ -23,8 +24,7 @@ static cJSON *sources_json(const run *r, int with_docs) {
     for (int i = 0; a && i < r->nsrc; i++) {
         const source *s = &r->src[i];
         cJSON *e = cJSON_CreateObject();
-        int ok = e && cJSON_AddStringToObject(e, "path", s->name) &&
-                 cJSON_AddNumberToObject(e, "bytes", (double)s->len) && cJSON_AddItemToArray(a, e);
+        int ok = e && cJSON_AddStringToObject(e, "path", s->name) && cJSON_AddItemToArray(a, e);
         if (!ok) {
             cJSON_Delete(e);
             cJSON_Delete(a);
@@ -40,7 +40,10 @@ static cJSON *sources_json(const run *r, int with_docs) {
             prep_crc_hex(s->crc, hex);
             ok = cJSON_AddStringToObject(e, "crc32c", hex) != NULL;
         }
-        if (ok && with_docs) ok = cJSON_AddNumberToObject(e, "documents", (double)s->docs) != NULL;
+        /* Known once the input has been read to its end (decompressed, for .gz and .zst). */
+        if (ok && with_docs)
+            ok = cJSON_AddNumberToObject(e, "bytes", (double)s->bytes) &&
+                 cJSON_AddNumberToObject(e, "documents", (double)s->docs);
         if (!ok) {
             cJSON_Delete(a);
             return NULL;
@@ -157,7 +160,7 @@ static int same_keys(const cJSON *a, const cJSON *b, const char *const *keys) {
 /* What differs between the earlier run's manifest and this run, or NULL. */
 static const char *fingerprint_diff(const run *r, const cJSON *old) {
     static const char *const tok_keys[] = {"pattern", "size", "crc32c", NULL};
-    static const char *const src_keys[] = {"path", "size", "mtime", "crc32c", "bytes", NULL};
+    static const char *const src_keys[] = {"path", "size", "mtime", "crc32c", NULL};
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(old, "tokenizer");
     if (!t || cJSON_IsObject(t) != cJSON_IsObject(r->tokenizer) ||
         (cJSON_IsObject(t) ? !same_keys(t, r->tokenizer, tok_keys) : !cJSON_Compare(t, r->tokenizer, 1)))
@@ -184,25 +187,24 @@ static int get_i64(const cJSON *obj, const char *key, int64_t lo, int64_t hi, in
 }
 
 /* Checks one shard entry of the earlier manifest and the file it names;
- * NULL when it can be kept as the next shard of its split. */
+ * NULL when it can be kept as the next shard of its split. Where it says
+ * the next shard starts (*at, *input, *offset) is checked once this run
+ * gets there: the inputs are cut into chunks as they are read. */
 static const char *check_old_shard(const run *r, const cJSON *e, int s, int64_t *tokens, int64_t *at, int64_t *skip,
-                                   char *why, size_t cap) {
+                                   const char **input, int64_t *offset, char *why, size_t cap) {
     const split_out *so = &r->so[s];
     char want[64], path[4096];
     snprintf(want, sizeof want, "%s_%06lld.bin", prep_split_name[s], (long long)so->next_shard);
     const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "file"));
     const char *hex = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "crc32c"));
     const cJSON *next = cJSON_GetObjectItemCaseSensitive(e, "next");
-    int64_t bytes, offset;
+    int64_t bytes;
     if (!file || strcmp(file, want)) return "is out of sequence";
+    *input = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(next, "input"));
     if (!get_i64(e, "tokens", 1, r->o->shard_tokens, tokens) || !get_i64(e, "bytes", 0, INT64_MAX, &bytes) || !hex ||
-        strlen(hex) != 8 || !get_i64(next, "chunk", 0, (int64_t)r->nchunks - 1, at) ||
-        !get_i64(next, "tokens", 0, INT64_MAX, skip) || !get_i64(next, "offset", 0, INT64_MAX, &offset))
+        strlen(hex) != 8 || !get_i64(next, "chunk", 0, INT64_MAX, at) || !get_i64(next, "tokens", 0, INT64_MAX, skip) ||
+        !get_i64(next, "offset", 0, INT64_MAX, offset) || !*input)
         return "has a missing or malformed field";
-    const chunk *c = &r->cs[*at];
-    const char *input = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(next, "input"));
-    if (!input || strcmp(input, r->src[c->src].name) || (size_t)offset != c->start)
-        return "names a resume point that is not where this run's work is cut";
     snprintf(path, sizeof path, "%s/%s", r->o->out_dir, file);
     uint64_t got_bytes;
     uint32_t crc;
@@ -236,7 +238,7 @@ int prep_load_previous(run *r, int *all_done) {
         prep_note(o, "cannot read %s (%s); starting over", path, anvil_errmsg());
         return 0;
     }
-    cJSON *old = cJSON_ParseWithLength(text, len);
+    cJSON *old = anvil_json_parse(text, len, NULL);
     free(text);
     const char *why = old ? fingerprint_diff(r, old) : "not valid JSON";
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(old, "shards");
@@ -253,9 +255,10 @@ int prep_load_previous(run *r, int *all_done) {
         const char *split = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "split"));
         int s = split && !strcmp(split, "val") ? VAL : split && !strcmp(split, "train") ? TRAIN : -1;
         if (s < 0 || dropped[s]) continue;
-        int64_t tokens, at, skip;
+        int64_t tokens, at, skip, offset;
+        const char *input;
         char buf[512];
-        const char *bad = check_old_shard(r, e, s, &tokens, &at, &skip, buf, sizeof buf);
+        const char *bad = check_old_shard(r, e, s, &tokens, &at, &skip, &input, &offset, buf, sizeof buf);
         if (bad) {
             const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "file"));
             prep_note(o, "%s/%s %s; writing it and the %s shards after it again", o->out_dir, file ? file : "(a shard)",
@@ -270,10 +273,16 @@ int prep_load_previous(run *r, int *all_done) {
             return anvil_fail("prep: out of memory");
         }
         split_out *so = &r->so[s];
+        free(so->from_input);
+        if (!(so->from_input = strdup(input))) {
+            cJSON_Delete(old);
+            return anvil_fail("prep: out of memory");
+        }
         so->next_shard++;
         so->tokens += tokens;
         so->from_chunk = at;
         so->skip = skip;
+        so->from_offset = (uint64_t)offset;
         r->kept++;
     }
     int complete = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(old, "complete"));
@@ -311,7 +320,7 @@ static cJSON *load_manifest(const char *dir, char *path, size_t cap) {
         return NULL;
     }
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    cJSON *root = anvil_json_parse(text, len, &end);
     if (!root) anvil_fail("manifest %s: not valid JSON near byte %td", path, end ? end - text : (ptrdiff_t)0);
     free(text);
     return root;

@@ -1,6 +1,7 @@
-/* prep's run: the inputs loaded and cut into chunks, a window of chunks
- * encoded at a time by worker threads, their tokens emitted in input order
- * into the shards of each split, and the folder tidied at the end. */
+/* prep's run: each input read in turn and cut into chunks as it is read, a
+ * window of chunks encoded at a time by worker threads, their tokens
+ * emitted in input order into the shards of each split, and the folder
+ * tidied at the end. */
 #include "data/prep.h"
 
 #include <cjson/cJSON.h>
@@ -55,6 +56,12 @@ void prep_note(const anvil_prep_opts *o, const char *fmt, ...) {
 /* Chunks encoded at once per worker: enough that chunks of unequal cost even
  * out under dynamic scheduling, few enough to bound the tokens in memory. */
 #define CHUNKS_PER_WORKER 8
+/* Input is read in pieces of this size (and documents may take more). */
+#define READ_BYTES ((size_t)4 << 20)
+/* The longest document (or JSON line) when the options name none: longer
+ * ones are almost always a missing or wrong delimiter, or a decompression
+ * bomb, and each is held in memory whole. */
+#define MAX_DOC_BYTES ((size_t)64 << 20)
 
 /* ---- output ---- */
 
@@ -70,7 +77,6 @@ static int finish_shard(run *r, int s) {
     if (anvil_crc32c_file(so->path, &bytes, &crc)) return -1;
     char hex[9];
     prep_crc_hex(crc, hex);
-    const chunk *c = &r->cs[so->chunk];
     cJSON *e = cJSON_CreateObject(), *next = cJSON_CreateObject();
     int ok = e && next && cJSON_AddStringToObject(e, "file", strrchr(so->path, '/') + 1) &&
              cJSON_AddStringToObject(e, "split", prep_split_name[s]) &&
@@ -78,8 +84,8 @@ static int finish_shard(run *r, int s) {
              cJSON_AddNumberToObject(e, "bytes", (double)bytes) && cJSON_AddStringToObject(e, "crc32c", hex) &&
              cJSON_AddNumberToObject(next, "chunk", (double)so->chunk) &&
              cJSON_AddNumberToObject(next, "tokens", (double)so->in_chunk) &&
-             cJSON_AddStringToObject(next, "input", r->src[c->src].name) &&
-             cJSON_AddNumberToObject(next, "offset", (double)c->start);
+             cJSON_AddStringToObject(next, "input", r->src[so->chunk_src].name) &&
+             cJSON_AddNumberToObject(next, "offset", (double)so->chunk_start);
     if (ok) {
         ok = cJSON_AddItemToObject(e, "next", next);
         if (ok) next = NULL;
@@ -127,25 +133,27 @@ static int emit(run *r, int s, const int32_t *tok, int64_t n) {
     return 0;
 }
 
-/* Emits chunk i's tokens. Byte-level chunks of plain text hold no tokens:
- * they are cheap to make again here from the text. */
-static int emit_chunk(run *r, size_t i, int stored, int32_t *tok) {
+/* Emits chunk c's tokens (buf holds its text). Byte-level chunks of plain
+ * text hold no tokens: they are cheap to make again here from the text. */
+static int emit_chunk(run *r, const span *buf, const chunk *c, int stored, int32_t *tok) {
     const anvil_prep_opts *o = r->o;
-    chunk *c = &r->cs[i];
+    int64_t i = c->index;
     int rc = 0;
     for (int s = 0; s < NSPLITS; s++) {
-        r->so[s].chunk = (int64_t)i;
+        r->so[s].chunk = i;
         r->so[s].in_chunk = 0;
+        r->so[s].chunk_src = c->src;
+        r->so[s].chunk_start = c->start;
     }
     if (stored) {
         for (int s = 0; !rc && s < NSPLITS; s++) rc = emit(r, s, c->tok[s], c->ntok[s]);
-    } else if ((int64_t)i >= r->so[TRAIN].from_chunk || (int64_t)i >= r->so[VAL].from_chunk) {
-        source v = prep_chunk_view(r->src, c);
+    } else if (i >= r->so[TRAIN].from_chunk || i >= r->so[VAL].from_chunk) {
+        span v = prep_chunk_view(buf, c);
         size_t off = 0, len;
         const unsigned char *doc;
-        while (!rc && prep_next_doc(&v, o, &off, &doc, &len)) {
+        while (!rc && prep_next_doc(&v, o, &off, &doc, &len) == PREP_UNIT) {
             int s = anvil_prep_is_val(anvil_fnv1a64(doc, len), o->val_fraction) ? VAL : TRAIN;
-            if ((int64_t)i < r->so[s].from_chunk) continue;
+            if (i < r->so[s].from_chunk) continue;
             int32_t eot = ANVIL_BYTETOK_EOT;
             rc = emit(r, s, &eot, 1);
             for (size_t k = 0; !rc && k < len; k += CHUNK) {
@@ -156,11 +164,142 @@ static int emit_chunk(run *r, size_t i, int stored, int32_t *tok) {
         }
     }
     for (int s = 0; !rc && s < NSPLITS; s++)
-        if ((int64_t)i == r->so[s].from_chunk && r->so[s].skip > 0)
-            rc = anvil_fail("%s/manifest.json: the %s split resumes %lld tokens past the end of its chunk %zu; "
+        if (i == r->so[s].from_chunk && r->so[s].skip > 0)
+            rc = anvil_fail("%s/manifest.json: the %s split resumes %lld tokens past the end of its chunk %lld; "
                             "delete the manifest to start over",
-                            o->out_dir, prep_split_name[s], (long long)r->so[s].skip, i);
+                            o->out_dir, prep_split_name[s], (long long)r->so[s].skip, (long long)i);
     return rc;
+}
+
+/* The earlier run's resume point of each split, once this run has cut the chunk it names: its
+ * input and offset must be where this run's chunk starts. */
+static int check_resume_point(const run *r, const chunk *c) {
+    for (int s = 0; s < NSPLITS; s++) {
+        const split_out *so = &r->so[s];
+        if (!so->from_input || c->index != so->from_chunk) continue;
+        if (strcmp(so->from_input, r->src[c->src].name) || so->from_offset != c->start)
+            return anvil_fail("%s/manifest.json: the %s split resumes at chunk %lld, byte %llu of %s, but this run's "
+                              "chunk %lld starts at byte %llu of %s; delete the manifest to start over",
+                              r->o->out_dir, prep_split_name[s], (long long)so->from_chunk,
+                              (unsigned long long)so->from_offset, so->from_input, (long long)c->index,
+                              (unsigned long long)c->start, r->src[c->src].name);
+    }
+    return 0;
+}
+
+/* Encodes a window of chunks of one source in parallel (buf holds their text), then emits them
+ * in order, reporting bad JSON lines and failures in order. */
+static int run_window(run *r, const span *buf, chunk *cs, size_t n, worker *ws, int nw, int stored, int32_t *tok,
+                      anvil_prep_stats *stats) {
+    const anvil_prep_opts *o = r->o;
+    source *src = r->src;
+    for (size_t i = 0; i < n; i++)
+        for (int s = 0; s < NSPLITS; s++) cs[i].store[s] = stored && cs[i].index >= r->so[s].from_chunk;
+#pragma omp parallel for num_threads(nw) schedule(dynamic, 1)
+    for (size_t i = 0; i < n; i++) prep_encode_chunk(o, buf, r->tk, &ws[omp_get_thread_num()], &cs[i]);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n; i++) {
+        chunk *c = &cs[i];
+        if (c->err) rc = anvil_fail("%s", c->err);
+        for (size_t k = 0; !rc && k < c->nbad; k++) {
+            char msg[1024];
+            long long line = (long long)(c->bad[k] / 3);
+            if (c->bad[k] % 3 == 1)
+                snprintf(msg, sizeof msg, "%s:%lld: no string field \"%s\"", src[c->src].name, line, o->jsonl_field);
+            else if (c->bad[k] % 3 == 2)
+                snprintf(msg, sizeof msg, "%s:%lld: a string holds \\u0000, which would cut the text short",
+                         src[c->src].name, line);
+            else
+                snprintf(msg, sizeof msg, "%s:%lld: not valid JSON", src[c->src].name, line);
+            if (o->strict) rc = anvil_fail("%s (--strict)", msg);
+            else prep_note(o, "skipping %s", msg);
+            stats->bad_lines++;
+        }
+        for (int s = 0; s < NSPLITS; s++) {
+            src[c->src].docs += c->docs[s];
+            r->docs[s] += c->docs[s];
+            r->text_bytes[s] += c->text_bytes[s];
+        }
+        if (!rc) rc = emit_chunk(r, buf, c, stored, tok);
+    }
+    for (size_t i = 0; i < n; i++) prep_release_chunk(&cs[i]);
+    return rc;
+}
+
+/* The text of one input being read: its bytes [base, base + len). */
+typedef struct {
+    unsigned char *data;
+    size_t len, cap;
+    uint64_t base;
+    int end; /* the input ends at base + len */
+} text_buf;
+
+static int read_more(source *s, text_buf *b, size_t piece) {
+    if (b->cap - b->len < piece) {
+        size_t cap = b->cap * 2 > b->len + piece ? b->cap * 2 : b->len + piece;
+        unsigned char *nd = realloc(b->data, cap);
+        if (!nd) return anvil_fail("input %s: out of memory for %zu bytes of text", s->name, cap);
+        b->data = nd;
+        b->cap = cap;
+    }
+    int64_t got = prep_read_source(s, b->data + b->len, piece);
+    if (got < 0) return -1;
+    b->len += (size_t)got;
+    b->end = got == 0;
+    return 0;
+}
+
+/* Reads source i to its end, a window of chunks at a time; *next is the index of its first chunk
+ * in the run, and is left at the one after its last. */
+static int run_source(run *r, int i, text_buf *b, chunk *win, size_t window, worker *ws, int nw, int stored,
+                      int32_t *tok, int64_t *next, anvil_prep_stats *stats) {
+    source *s = &r->src[i];
+    if (prep_start_source(s)) return -1;
+    b->len = 0;
+    b->base = 0;
+    b->end = 0;
+    cutter cut = {0};
+    /* A window holds a few chunks per worker, and about as many bytes. */
+    uint64_t window_bytes = (uint64_t)window * r->unit;
+    int rc = 0, done = 0;
+    while (!rc && !done) {
+        size_t n = 0;
+        while (!rc && n < window && (n == 0 || cut.start - win[0].start < window_bytes)) {
+            span v = {s->name, b->data, b->len, b->base, b->end};
+            int got = prep_cut_chunk(r->o, &v, r->unit, &cut, &win[n]);
+            if (got == PREP_MORE) {
+                rc = read_more(s, b, r->o->read_bytes ? r->o->read_bytes : READ_BYTES);
+            } else if (got < 0) {
+                rc = -1;
+            } else if (got == 0) {
+                done = 1;
+                break;
+            } else {
+                win[n].src = i;
+                win[n].index = *next + (int64_t)n;
+                rc = check_resume_point(r, &win[n]);
+                n++;
+            }
+        }
+        span v = {s->name, b->data, b->len, b->base, b->end};
+        if (!rc && n) rc = run_window(r, &v, win, n, ws, nw, stored, tok, stats);
+        *next += (int64_t)n;
+        /* The text before the next chunk is done with. */
+        size_t drop = (size_t)(cut.start - b->base);
+        if (drop) memmove(b->data, b->data + drop, b->len - drop);
+        b->len -= drop;
+        b->base = cut.start;
+    }
+    prep_stop_source(s);
+    if (rc) return rc;
+    if (!s->bytes) {
+        prep_note(r->o, "skipping empty input %s", s->name);
+        stats->skipped_inputs++;
+    } else {
+        stats->sources++;
+        stats->bytes_in += (int64_t)s->bytes;
+    }
+    return 0;
 }
 
 /* Parses "<split>_NNNNNN.bin" (exactly six digits); -1 when name is not a shard of split. */
@@ -238,6 +377,9 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
     if (o->delimiter && !o->delimiter_len) return anvil_fail("--delimiter: must not be empty");
     if (o->delimiter && o->jsonl_field) return anvil_fail("--delimiter and --jsonl-field cannot be combined");
     if (o->ninputs < 1) return anvil_fail("prep: no input files");
+    anvil_prep_opts oo = *o;
+    if (!oo.max_doc_bytes) oo.max_doc_bytes = MAX_DOC_BYTES;
+    o = &oo;
 
     run r;
     memset(&r, 0, sizeof r);
@@ -263,71 +405,39 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
     r.shards[VAL] = cJSON_CreateArray();
     int nw = o->workers > 1 ? o->workers : 1;
     worker *ws = calloc((size_t)nw, sizeof *ws);
-    int rc = 0, nloaded = 0;
+    int rc = 0, nopen = 0;
     if (!src || !tok || !r.shards[TRAIN] || !r.shards[VAL] || !ws) rc = anvil_fail("prep: out of memory");
     for (int t = 0; !rc && tk && t < nw; t++)
         if (!(ws[t].st = anvil_tok_state_new(tk))) rc = anvil_fail("prep: out of memory for tokenizer state");
 
-    /* Load every input before writing anything, so a missing file fails the
-     * run without touching the output folder. */
+    /* Look at every input before writing anything, so a missing file fails
+     * the run without touching the output folder. */
     for (int i = 0; !rc && i < o->ninputs; i++) {
-        rc = prep_load_source(o->inputs[i], &src[i]);
-        if (rc) break;
-        nloaded++;
-        if (!src[i].len) {
-            prep_note(o, "skipping empty input %s", src[i].name);
-            stats->skipped_inputs++;
-        } else {
-            stats->sources++;
-            stats->bytes_in += (int64_t)src[i].len;
-        }
+        rc = prep_open_source(o->inputs[i], &src[i]);
+        if (!rc) nopen++;
     }
     r.src = src;
-    r.nsrc = nloaded;
+    r.nsrc = nopen;
 
     int all_done = 0;
-    if (!rc) rc = prep_make_chunks(o, src, nloaded, r.unit, &r.cs, &r.nchunks);
     if (!rc) rc = prep_build_fingerprint(&r);
     if (!rc) rc = prep_load_previous(&r, &all_done);
 
     /* Every chunk is read, if only to count its documents; tokens are kept
-     * from where each split's kept shards end. A window of chunks is encoded
-     * in parallel, then emitted in order. */
+     * from where each split's kept shards end. */
     int stored = tk || o->jsonl_field;
     size_t window = (size_t)nw * CHUNKS_PER_WORKER;
-    for (size_t w0 = 0; !rc && w0 < r.nchunks; w0 += window) {
-        size_t w1 = w0 + window < r.nchunks ? w0 + window : r.nchunks;
-        for (size_t i = w0; i < w1; i++)
-            for (int s = 0; s < NSPLITS; s++) r.cs[i].store[s] = stored && (int64_t)i >= r.so[s].from_chunk;
-#pragma omp parallel for num_threads(nw) schedule(dynamic, 1)
-        for (size_t i = w0; i < w1; i++) prep_encode_chunk(o, src, tk, &ws[omp_get_thread_num()], &r.cs[i]);
-        for (size_t i = w0; !rc && i < w1; i++) {
-            chunk *c = &r.cs[i];
-            if (c->err) rc = anvil_fail("%s", c->err);
-            for (size_t k = 0; !rc && k < c->nbad; k++) {
-                char msg[1024];
-                long long line = (long long)(c->bad[k] / 3);
-                if (c->bad[k] % 3 == 1)
-                    snprintf(msg, sizeof msg, "%s:%lld: no string field \"%s\"", src[c->src].name, line,
-                             o->jsonl_field);
-                else if (c->bad[k] % 3 == 2)
-                    snprintf(msg, sizeof msg, "%s:%lld: a string holds \\u0000, which would cut the text short",
-                             src[c->src].name, line);
-                else
-                    snprintf(msg, sizeof msg, "%s:%lld: not valid JSON", src[c->src].name, line);
-                if (o->strict) rc = anvil_fail("%s (--strict)", msg);
-                else prep_note(o, "skipping %s", msg);
-                stats->bad_lines++;
-            }
-            for (int s = 0; s < NSPLITS; s++) {
-                src[c->src].docs += c->docs[s];
-                r.docs[s] += c->docs[s];
-                r.text_bytes[s] += c->text_bytes[s];
-            }
-            if (!rc) rc = emit_chunk(&r, i, stored, tok);
-        }
-        for (size_t i = w0; i < w1; i++) prep_release_chunk(&r.cs[i]);
-    }
+    chunk *win = calloc(window, sizeof *win);
+    text_buf buf = {0};
+    int64_t nchunks = 0;
+    if (!rc && !win) rc = anvil_fail("prep: out of memory");
+    for (int i = 0; !rc && i < nopen; i++)
+        rc = run_source(&r, i, &buf, win, window, ws, nw, stored, tok, &nchunks, stats);
+    for (int s = 0; !rc && s < NSPLITS; s++)
+        if (r.so[s].from_input && r.so[s].from_chunk >= nchunks)
+            rc = anvil_fail("%s/manifest.json: the %s split resumes at chunk %lld, but the inputs make %lld; delete "
+                            "the manifest to start over",
+                            o->out_dir, prep_split_name[s], (long long)r.so[s].from_chunk, (long long)nchunks);
     if (!rc && r.docs[TRAIN] + r.docs[VAL] == 0) rc = anvil_fail("prep: the input holds no documents");
     for (int s = 0; !rc && s < NSPLITS; s++)
         if (r.so[s].w) rc = finish_shard(&r, s);
@@ -354,9 +464,11 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
         free(ws[t].ids);
     }
     free(ws);
-    for (int i = 0; i < nloaded; i++) prep_free_source(&src[i]);
-    for (size_t i = 0; i < r.nchunks; i++) prep_release_chunk(&r.cs[i]);
-    free(r.cs);
+    for (int i = 0; i < nopen; i++) prep_free_source(&src[i]);
+    for (size_t i = 0; win && i < window; i++) prep_release_chunk(&win[i]);
+    free(win);
+    free(buf.data);
+    for (int s = 0; s < NSPLITS; s++) free(r.so[s].from_input);
     free(src);
     free(tok);
     cJSON_Delete(r.shards[TRAIN]);

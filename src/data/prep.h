@@ -12,12 +12,17 @@
  * bytes, so a re-run, a re-ordering of the inputs or a duplicated document
  * never moves text between train and val.
  *
- * Output is streamed: each split's tokens fill train_000000.bin, ... (and
- * val_...) of exactly shard_tokens tokens, the last one smaller, and each
- * shard is written (atomically) as soon as it is full, so memory stays at
- * about workers x 8 chunks of work plus one write buffer per split, whatever
- * the corpus size. Regular files are mapped; standard input, pipes and .gz /
- * .zst inputs are read (decompressed) into memory whole.
+ * Input and output are streamed. Each input is read in turn, front to back
+ * (regular files in large reads), and cut into chunks of whole documents as
+ * it is; each split's tokens fill train_000000.bin, ... (and val_...) of
+ * exactly shard_tokens tokens, the last one smaller, and each shard is
+ * written (atomically) as soon as it is full. Memory stays at about workers
+ * x 8 chunks of work, the longest document (at most max_doc_bytes) and one
+ * write buffer per split, whatever the corpus size. Standard input and pipes
+ * are read into memory whole first (a re-run needs their checksum before it
+ * reads anything), and so are .gz and .zst files, decompressed. A file that
+ * changes or is cut short while prep reads it is an error naming it and the
+ * offset.
  *
  * manifest.json is rewritten atomically after every finished shard. Beside
  * the vocabulary it records the tokenizer (size, CRC32C), the options, each
@@ -64,6 +69,12 @@ typedef struct {
     const char *jsonl_field;
     int strict;
     size_t chunk_bytes; /* text per unit of work; 0: 256 KiB (tests use less) */
+    size_t read_bytes;  /* input read at a time; 0: 4 MiB (tests use less) */
+    /* The longest document (or JSON line) allowed, in bytes; 0: 64 MiB. Each
+     * is held in memory whole, so this bounds what a file without its
+     * delimiter, or a decompression bomb, can take: a longer one fails the
+     * run naming the input and where the document starts. */
+    size_t max_doc_bytes;
     /* Told about things worth a line to the user (a skipped empty input, an
      * empty split, a removed stale shard); may be NULL. */
     void (*note)(void *ctx, const char *msg);

@@ -24,29 +24,64 @@ void prep_note(const anvil_prep_opts *o, const char *fmt, ...) ANVIL_PRINTF(2, 3
 
 /* ---- inputs (sources.c) ---- */
 
-/* One input, whole in memory: mapped (a regular file), read (standard
- * input, a pipe) or decompressed (.gz, .zst). */
+enum { SRC_PLAIN, SRC_WHOLE };
+
+/* One input, read front to back: a regular file in large reads (pread, so
+ * a file cut short while prep reads it is an error, not a fault), or one in
+ * memory whole from the start: a pipe or standard input, or a decompressed
+ * .gz or .zst file. */
 typedef struct {
-    const char *name;
-    const unsigned char *data;
-    size_t len;
-    int mapped;
+    const char *path; /* as given; "-" is standard input */
+    const char *name; /* for messages: path, or "<stdin>" */
+    int kind;         /* SRC_* */
     int64_t docs;
     /* What a re-run compares: a file's size and mtime, or for a pipe (which
      * has neither) the CRC32C of what it gave. */
     int is_file;
     int64_t file_size, mtime_s, mtime_ns;
     uint32_t crc;
+    uint64_t bytes; /* read (decompressed) so far: all of them once read to the end */
+    /* while it is being read */
+    int fd;
+    unsigned char *whole; /* SRC_WHOLE: everything it gave */
+    size_t whole_len;
 } source;
 
-/* Loads path ("-" is standard input) into s; 0, or -1 after anvil_fail. */
-int prep_load_source(const char *path, source *s);
+/* Looks at path before anything is written (a missing file fails the run
+ * at once): a file's size and mtime, and for a pipe or a compressed file
+ * everything it gives; 0, or -1 after anvil_fail. */
+int prep_open_source(const char *path, source *s);
+/* Starts reading s from its beginning; a file must be as it was when opened. */
+int prep_start_source(source *s);
+/* Reads up to cap more bytes of s into buf: how many (fewer only at its
+ * end), 0 at its end, or -1 after anvil_fail naming the input and offset. */
+int64_t prep_read_source(source *s, unsigned char *buf, size_t cap);
+/* Closes what prep_start_source opened. */
+void prep_stop_source(source *s);
 void prep_free_source(source *s);
-/* Yields the next non-empty document of s from *off on; 0 at the end. */
-int prep_next_doc(const source *s, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len);
+
+/* A stretch of one input in memory: its bytes [base, base + len); end: the
+ * input ends at base + len. */
+typedef struct {
+    const char *name;
+    const unsigned char *data;
+    size_t len;
+    uint64_t base;
+    int end;
+} span;
+
+/* What looking for the next document in a span finds. */
+enum {
+    PREP_END,     /* the input holds no more */
+    PREP_UNIT,    /* a document (a line, for JSON lines) */
+    PREP_MORE,    /* the span ends before the next document does: read more */
+    PREP_TOO_LONG /* the next document is longer than max_doc_bytes; *off is where it starts */
+};
+/* Yields the next non-empty document of v from *off (an offset into v) on. */
+int prep_next_doc(const span *v, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len);
 /* Like prep_next_doc, but a JSON-lines input yields every line (blank ones
  * too, without its newline) and counts them in *line. */
-int prep_next_unit(const source *s, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len,
+int prep_next_unit(const span *v, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len,
                    int64_t *line);
 
 /* ---- chunks of work (encode.c) ---- */
@@ -54,7 +89,8 @@ int prep_next_unit(const source *s, const anvil_prep_opts *o, size_t *off, const
 /* A run of whole documents of one source, encoded by one worker. */
 typedef struct {
     int src;
-    size_t start, end;
+    int64_t index;       /* in the run, counting every input's chunks */
+    uint64_t start, end; /* offsets in the source */
     int64_t first_line; /* JSONL: the number of the line before the chunk */
     int store[NSPLITS]; /* keep the split's tokens (else only count documents) */
     int64_t docs[NSPLITS], ntok[NSPLITS], text_bytes[NSPLITS];
@@ -72,17 +108,26 @@ typedef struct {
     anvil_tok_state *st;
 } worker;
 
-/* Cuts every source into chunks of about `unit` bytes at document
- * boundaries, scanning as prep_next_doc does so that the documents are
- * exactly those of a single pass. */
-int prep_make_chunks(const anvil_prep_opts *o, const source *src, int nsrc, size_t unit, chunk **out, size_t *nout);
-/* The view of a source that a chunk covers, so prep_next_doc walks only it. */
-source prep_chunk_view(const source *src, const chunk *c);
+/* Where cutting a source into chunks stands, in the source's offsets. */
+typedef struct {
+    uint64_t off, start; /* scanned up to; where the next chunk starts */
+    int64_t line, start_line;
+    int unit_ended; /* a document ends at off: whether the chunk ends too is not decided yet */
+} cutter;
+
+/* Cuts the next chunk of about `unit` bytes of whole documents from v,
+ * which holds the source from cut->start on, so that the chunks are the
+ * same however the source is read: 1 with *c set (all but src and index),
+ * 0 when the source has no more, PREP_MORE when v ends before the chunk
+ * does, or -1 after anvil_fail (a document longer than max_doc_bytes). */
+int prep_cut_chunk(const anvil_prep_opts *o, const span *v, size_t unit, cutter *cut, chunk *c);
+/* The part of buf (which holds c's text) that chunk c covers. */
+span prep_chunk_view(const span *buf, const chunk *c);
 /* Counts c's documents per split and encodes those of the splits c->store
  * asks for (tk NULL: bytes); a JSON line that is not JSON or lacks the field
  * goes to c->bad, and a failure is left in c->err. Chunks are independent,
  * so workers encode them in parallel. */
-void prep_encode_chunk(const anvil_prep_opts *o, const source *src, const anvil_tok *tk, worker *w, chunk *c);
+void prep_encode_chunk(const anvil_prep_opts *o, const span *buf, const anvil_tok *tk, worker *w, chunk *c);
 /* Frees what encoding put into c (its tokens, bad lines and error). */
 void prep_release_chunk(chunk *c);
 
@@ -93,7 +138,13 @@ typedef struct {
     /* Where this run starts writing the split: chunks before from_chunk, and
      * the first `skip` tokens of from_chunk, are in shards already kept. */
     int64_t from_chunk, skip;
+    /* Where the earlier run's manifest says from_chunk starts, checked when
+     * this run gets there (NULL: no shard of the split was kept). */
+    char *from_input;
+    uint64_t from_offset;
     int64_t chunk, in_chunk; /* the chunk being emitted and its tokens of this split so far */
+    int chunk_src;           /* ... its source, and where it starts there */
+    uint64_t chunk_start;
     int64_t next_shard;      /* index of the open (or next) shard */
     int64_t tokens;          /* in the finished shards */
     int64_t open_tokens;     /* in the open shard */
@@ -107,10 +158,9 @@ typedef struct {
     const anvil_tok *tk;
     const char *tok_data; /* the rank file's bytes */
     size_t tok_len;
-    const source *src;
+    source *src;
     int nsrc;
-    chunk *cs;
-    size_t nchunks, unit;
+    size_t unit;
     int version;
     split_out so[NSPLITS];
     cJSON *tokenizer, *options; /* as the manifest records them, for a re-run to compare */

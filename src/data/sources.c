@@ -1,10 +1,11 @@
-/* prep's inputs: files (mapped), pipes and standard input (read whole),
- * gzip and zstd files (decompressed into memory), and the documents in them. */
+/* prep's inputs, read front to back: regular files as streams of large
+ * reads, pipes and standard input (read whole at the start) and gzip and
+ * zstd files (decompressed into memory at the start); and the documents in
+ * what has been read. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -15,18 +16,29 @@
 #include "core/fsutil.h"
 #include "data/prep_internal.h"
 
-static int read_fd_all(int fd, const char *name, source *s) {
-    char *buf;
-    size_t len;
-    if (anvil_read_fd(fd, name, &buf, &len)) return -1;
-    s->data = (const unsigned char *)buf;
-    s->len = len;
-    return 0;
-}
-
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static void set_stat(source *s, const struct stat *st) {
+    s->is_file = 1;
+    s->file_size = (int64_t)st->st_size;
+    s->mtime_s = (int64_t)st->st_mtim.tv_sec;
+    s->mtime_ns = (int64_t)st->st_mtim.tv_nsec;
+}
+
+/* A pipe gives its bytes once, and a re-run compares their checksum before it reads anything
+ * else, so it is read whole now. */
+static int read_pipe(int fd, source *s) {
+    char *buf;
+    size_t len;
+    if (anvil_read_fd(fd, s->name, &buf, &len)) return -1;
+    s->kind = SRC_WHOLE;
+    s->whole = (unsigned char *)buf;
+    s->whole_len = len;
+    s->crc = anvil_crc32c(0, buf, len);
+    return 0;
 }
 
 static int grow(unsigned char **buf, size_t *cap, size_t len, const char *name) {
@@ -45,8 +57,9 @@ static int keep_decompressed(source *s, unsigned char *buf, size_t len, int rc) 
         free(buf);
         return rc;
     }
-    s->data = buf;
-    s->len = len;
+    s->kind = SRC_WHOLE;
+    s->whole = buf;
+    s->whole_len = len;
     return 0;
 }
 
@@ -78,18 +91,14 @@ static int load_gz(const char *path, source *s) {
 }
 
 static int load_zst(const char *path, source *s) {
-    source raw;
-    memset(&raw, 0, sizeof raw);
-    raw.name = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return anvil_fail("input %s: cannot open: %s", path, strerror(errno));
-    int rc = read_fd_all(fd, path, &raw);
-    close(fd);
-    if (rc) return rc;
+    char *raw;
+    size_t raw_len;
+    if (anvil_read_file(path, &raw, &raw_len)) return anvil_fail("input %s", anvil_errmsg());
     ZSTD_DCtx *dc = ZSTD_createDCtx();
     unsigned char *buf = NULL;
     size_t len = 0, cap = 0, ret = 0;
-    ZSTD_inBuffer in = {raw.data, raw.len, 0};
+    int rc = 0;
+    ZSTD_inBuffer in = {raw, raw_len, 0};
     if (!dc) rc = anvil_fail("input %s: out of memory for zstd", path);
     while (!rc && (in.pos < in.size || ret != 0)) {
         if ((rc = grow(&buf, &cap, len, path))) break;
@@ -105,93 +114,129 @@ static int load_zst(const char *path, source *s) {
         len = out.pos;
     }
     ZSTD_freeDCtx(dc);
-    free((void *)raw.data);
+    free(raw);
     return keep_decompressed(s, buf, len, rc);
 }
 
-/* Regular files are mapped rather than read, so a corpus larger than memory
- * only costs page cache. */
-static void set_stat(source *s, const struct stat *st) {
-    s->is_file = 1;
-    s->file_size = (int64_t)st->st_size;
-    s->mtime_s = (int64_t)st->st_mtim.tv_sec;
-    s->mtime_ns = (int64_t)st->st_mtim.tv_nsec;
-}
-
-int prep_load_source(const char *path, source *s) {
+int prep_open_source(const char *path, source *s) {
     memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->path = path;
     s->name = strcmp(path, "-") ? path : "<stdin>";
-    if (!strcmp(path, "-")) {
-        if (read_fd_all(0, s->name, s)) return -1;
-        s->crc = anvil_crc32c(0, s->data, s->len);
-        return 0;
-    }
-    /* Compressed inputs are decompressed into memory whole. */
-    if (ends_with(path, ".gz") || ends_with(path, ".zst")) {
-        struct stat st;
-        if (stat(path, &st) != 0) return anvil_fail("input %s: cannot open: %s", path, strerror(errno));
-        set_stat(s, &st);
-        return ends_with(path, ".gz") ? load_gz(path, s) : load_zst(path, s);
-    }
+    if (!strcmp(path, "-")) return read_pipe(0, s);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return anvil_fail("input %s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return anvil_fail("input %s: cannot stat: %s", path, strerror(e));
-    }
     int rc = 0;
-    if (S_ISDIR(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        rc = anvil_fail("input %s: cannot stat: %s", path, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
         rc = anvil_fail("input %s: is a folder, not a file", path);
+    } else if (ends_with(path, ".gz") || ends_with(path, ".zst")) {
+        set_stat(s, &st);
+        rc = ends_with(path, ".gz") ? load_gz(path, s) : load_zst(path, s);
     } else if (S_ISREG(st.st_mode)) {
         set_stat(s, &st);
-        if (st.st_size > 0) {
-            void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-            if (p == MAP_FAILED) {
-                rc = anvil_fail("input %s: cannot map: %s", path, strerror(errno));
-            } else {
-                madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
-                s->data = p;
-                s->len = (size_t)st.st_size;
-                s->mapped = 1;
-            }
-        }
+        s->kind = SRC_PLAIN;
     } else {
-        rc = read_fd_all(fd, path, s); /* a pipe or device: /dev/stdin, <(...) */
-        if (!rc) s->crc = anvil_crc32c(0, s->data, s->len);
+        rc = read_pipe(fd, s); /* a pipe or device: /dev/stdin, <(...) */
     }
+    /* Opened again when its turn comes, so that a run over many files holds one at a time. */
     close(fd);
     return rc;
 }
 
-void prep_free_source(source *s) {
-    if (s->mapped) munmap((void *)s->data, s->len);
-    else free((void *)s->data);
+int prep_start_source(source *s) {
+    s->bytes = 0;
+    if (s->kind == SRC_WHOLE) return 0;
+    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) return anvil_fail("input %s: cannot open: %s", s->name, strerror(errno));
+    struct stat st;
+    if (fstat(s->fd, &st) != 0) return anvil_fail("input %s: cannot stat: %s", s->name, strerror(errno));
+    /* The manifest records the size and mtime seen at the start, and the resume points of other
+     * inputs' shards depend on this one's content. */
+    if ((int64_t)st.st_size != s->file_size || (int64_t)st.st_mtim.tv_sec != s->mtime_s ||
+        (int64_t)st.st_mtim.tv_nsec != s->mtime_ns)
+        return anvil_fail("input %s: changed while prep ran (size or mtime differs from when it started)", s->name);
+    posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    return 0;
 }
 
-int prep_next_doc(const source *s, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len) {
-    while (*off < s->len) {
-        const unsigned char *start = s->data + *off;
-        size_t rest = s->len - *off;
+static int64_t read_plain(source *s, unsigned char *buf, size_t cap) {
+    size_t left = (size_t)((uint64_t)s->file_size - s->bytes), want = cap < left ? cap : left, got = 0;
+    while (got < want) {
+        ssize_t n = pread(s->fd, buf + got, want - got, (off_t)(s->bytes + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+            return anvil_fail("input %s: read failed at byte %llu: %s", s->name,
+                              (unsigned long long)(s->bytes + got), strerror(errno));
+        if (n == 0)
+            return anvil_fail("input %s: ends at byte %llu, but had %lld bytes when prep started (truncated while "
+                              "being read?)",
+                              s->name, (unsigned long long)(s->bytes + got), (long long)s->file_size);
+        got += (size_t)n;
+    }
+    return (int64_t)got;
+}
+
+int64_t prep_read_source(source *s, unsigned char *buf, size_t cap) {
+    int64_t got;
+    if (s->kind == SRC_PLAIN) {
+        got = read_plain(s, buf, cap);
+    } else {
+        size_t left = s->whole_len - (size_t)s->bytes;
+        got = (int64_t)(cap < left ? cap : left);
+        memcpy(buf, s->whole + s->bytes, (size_t)got);
+    }
+    if (got > 0) s->bytes += (uint64_t)got;
+    return got;
+}
+
+void prep_stop_source(source *s) {
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+}
+
+void prep_free_source(source *s) {
+    prep_stop_source(s);
+    free(s->whole);
+    s->whole = NULL;
+}
+
+/* Whether the document at off, which v ends before its end, is longer than o allows whatever
+ * follows: its bytes so far, less a delimiter's start that v may have cut short. */
+static int over_cap(const span *v, const anvil_prep_opts *o, size_t off, size_t delim_len) {
+    size_t have = v->len - off, cut = delim_len ? delim_len - 1 : 0;
+    return have > cut && have - cut > o->max_doc_bytes;
+}
+
+int prep_next_doc(const span *v, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len) {
+    while (*off < v->len) {
+        const unsigned char *start = v->data + *off;
+        size_t rest = v->len - *off;
         const unsigned char *hit = o->delimiter ? memmem(start, rest, o->delimiter, o->delimiter_len) : NULL;
+        if (!hit && !v->end) return over_cap(v, o, *off, o->delimiter_len) ? PREP_TOO_LONG : PREP_MORE;
         size_t n = hit ? (size_t)(hit - start) : rest;
+        if (n > o->max_doc_bytes) return PREP_TOO_LONG;
         *off += n + (hit ? o->delimiter_len : 0);
         if (n) {
             *doc = start;
             *len = n;
-            return 1;
+            return PREP_UNIT;
         }
     }
-    return 0;
+    return v->end ? PREP_END : PREP_MORE;
 }
 
-int prep_next_unit(const source *s, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len,
+int prep_next_unit(const span *v, const anvil_prep_opts *o, size_t *off, const unsigned char **doc, size_t *len,
                    int64_t *line) {
-    if (!o->jsonl_field) return prep_next_doc(s, o, off, doc, len);
-    if (*off >= s->len) return 0;
-    size_t at = anvil_jsonl_next_line(s->data, s->len, off, len);
+    if (!o->jsonl_field) return prep_next_doc(v, o, off, doc, len);
+    if (*off >= v->len) return v->end ? PREP_END : PREP_MORE;
+    const unsigned char *nl = memchr(v->data + *off, '\n', v->len - *off);
+    if (!nl && !v->end) return over_cap(v, o, *off, 1) ? PREP_TOO_LONG : PREP_MORE;
+    if ((size_t)((nl ? nl : v->data + v->len) - (v->data + *off)) > o->max_doc_bytes) return PREP_TOO_LONG;
+    size_t at = anvil_jsonl_next_line(v->data, v->len, off, len);
     (*line)++;
-    *doc = s->data + at;
-    return 1;
+    *doc = v->data + at;
+    return PREP_UNIT;
 }

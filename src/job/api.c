@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "job/api_internal.h"
 #include "job/policy.h"
 #include "job/spec.h"
@@ -129,7 +130,7 @@ static cJSON *job_json(const anvil_api_env *env, const anvil_job *j, bool full) 
     cJSON_AddNumberToObject(o, "submitted_at", j->submitted_at);
     cJSON_AddNumberToObject(o, "started_at", j->started_at);
     cJSON_AddNumberToObject(o, "ended_at", j->ended_at);
-    cJSON *spec = cJSON_Parse(j->spec);
+    cJSON *spec = anvil_json_parse_str(j->spec);
     if (spec) cJSON_AddItemToObject(o, "spec", spec);
     if (!full) return o;
     cJSON *backend = anvil_supervisor_describe(env->sup, j);

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "job/store_internal.h"
 
 #define HASH_BYTES 32
@@ -407,7 +408,7 @@ cJSON *anvil_auth_roles_json(anvil_store *st, const char *user) {
     int step = SQLITE_ERROR;
     if (s && user) sqlite3_bind_text(s, 1, user, -1, SQLITE_STATIC);
     while (s && (step = sqlite3_step(s)) == SQLITE_ROW) {
-        cJSON *r = cJSON_Parse((const char *)sqlite3_column_text(s, 1));
+        cJSON *r = anvil_json_parse_str((const char *)sqlite3_column_text(s, 1));
         cJSON *users = column_array(st, "SELECT user FROM grants WHERE role = ?1 ORDER BY user",
                                     (const char *)sqlite3_column_text(s, 0));
         if (!r || !users || !cJSON_AddItemToArray(arr, r)) {

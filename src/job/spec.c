@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/json.h"
 
 #define MAX_ARGS 256
 #define MAX_ENTRIES 256
@@ -206,7 +207,7 @@ cJSON *anvil_json_parse_object(const char *text, size_t len, const char *what) {
         return NULL;
     }
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    cJSON *root = anvil_json_parse(text, len, &end);
     if (!root) {
         size_t at = end && end >= text ? (size_t)(end - text) : 0;
         anvil_fail("%s: malformed JSON near byte %zu", what, at);

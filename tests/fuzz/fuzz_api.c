@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "job/api.h"
 #include "job/auth.h"
 #include "job/backend.h"
@@ -149,7 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (audit_after - audit_before != (rs.status >= 400 || (mutating && rs.status < 300) ? 1 : 0)) __builtin_trap();
     if (!rs.text) {
         if (rs.len < 2 || rs.body[rs.len - 1] != '\n' || memchr(rs.body, '\n', rs.len - 1)) __builtin_trap();
-        cJSON *j = cJSON_ParseWithLength(rs.body, rs.len);
+        cJSON *j = anvil_json_parse(rs.body, rs.len, NULL);
         const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
         if (!cJSON_IsObject(j) || (rs.status >= 400) != cJSON_IsString(err)) __builtin_trap();
         cJSON_Delete(j);
