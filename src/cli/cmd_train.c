@@ -51,6 +51,10 @@ static const char *usage =
     "  --sample-every N        steps between samples (default: only at the end; -1 never)\n"
     "  --sample-tokens N       tokens per sample (default 128)\n"
     "  --out DIR               run folder: metrics.jsonl, model.safetensors, ckpt/\n"
+    "  --metrics-port P        serve Prometheus metrics at http://127.0.0.1:P/metrics from rank 0 while\n"
+    "                          training (0: a free port, written to DIR/metrics.port): loss, throughput,\n"
+    "                          MFU against the measured FMA peak, step times, and every rank's step time,\n"
+    "                          communication wait, memory, CPU, disk, network and open files\n"
     "checkpoints (in DIR/ckpt, one folder per step, written in the background):\n"
     "  --ckpt-every N          every N steps\n"
     "  --ckpt-minutes M        every M minutes of wall time\n"
@@ -161,6 +165,7 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(o, "--zero")) bad = arg_int(cmd, o, v, 0, 3, &c.zero_stage);
         else if (!strcmp(o, "--shard-group-size")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.shard_group_size);
         else if (!strcmp(o, "--collective-timeout")) bad = arg_double(cmd, o, v, &coll_timeout);
+        else if (!strcmp(o, "--metrics-port")) bad = arg_int(cmd, o, v, 0, 65535, &c.metrics_port);
         else return cli_usage_error(cmd, "unknown option '%s'", o);
         if (bad) return 2;
     }

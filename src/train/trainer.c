@@ -23,6 +23,7 @@
 #include "sample/sampler.h"
 #include "tok/tokenizer.h"
 #include "train/checkpointer.h"
+#include "train/telemetry.h"
 
 void anvil_train_defaults(anvil_train_config *c) {
     memset(c, 0, sizeof *c);
@@ -39,6 +40,7 @@ void anvil_train_defaults(anvil_train_config *c) {
     c->log_every = 10;
     c->keep_last = 3;
     c->timing_warmup = 1;
+    c->metrics_port = -1;
     c->log = stderr;
 }
 
@@ -202,6 +204,7 @@ typedef struct {
     anvil_loader *train, *val;
     anvil_metrics *metrics;
     anvil_checkpointer *ckpt;
+    anvil_telemetry *tel;
     int32_t *x, *y;
     double *step_ms; /* per step, for the medians */
     int timed;
@@ -432,6 +435,14 @@ static int open_parallel(anvil_run *r) {
     return 0;
 }
 
+static int open_telemetry(anvil_run *r) {
+    const anvil_train_config *c = r->c;
+    int bf16 = c->matmul_dtype == ANVIL_MATMUL_BF16;
+    anvil_telemetry_config tc = {c->metrics_port, c->out_dir, c->log, r->k->name, bf16 ? "bf16" : "fp32", bf16,
+                                 c->steps};
+    return (r->tel = anvil_telemetry_open(&tc)) ? 0 : -1;
+}
+
 static void catch_stop_signals(anvil_run *r) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -475,7 +486,7 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
     anvil_rng_seed(&r->data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->rank * 0x9e3779b97f4a7c15ULL));
     if (c->resume && resume_from(r)) return -1;
-    if (open_parallel(r)) return -1;
+    if (open_parallel(r) || open_telemetry(r)) return -1;
     r->t_start = anvil_now();
     return 0;
 }
@@ -556,6 +567,12 @@ static int record_step(anvil_run *r, int step) {
         if (anvil_metrics_write(r->metrics, "train", keys, vals, 7)) return -1;
     }
     if (anvil_checkpointer_step_done(r->ckpt, dt * 1e3, r->timed > c->timing_warmup) || ckpt_metrics(r)) return -1;
+    anvil_dp_info info = {0};
+    if (r->dp) anvil_dp_get_info(r->dp, &info);
+    anvil_telemetry_step ts = {step + 1,          r->loss,           r->lr,           r->norm,
+                               dt,                r->tokens_per_step, r->flops_per_step, r->tokens_seen,
+                               info.comm_wait_s};
+    if (anvil_telemetry_step_done(r->tel, &ts)) return -1;
     if (c->progress) {
         char detail[160];
         snprintf(detail, sizeof detail, "loss %.4f | %.0f tok/s | %.1f GFLOP/s |", r->loss, tok_s, gflops);
@@ -575,6 +592,7 @@ static int validate_and_sample(anvil_run *r, int step, int last) {
         float vl;
         if (validate(c, &r->model, r->val, r->x, r->y, &vl)) return -1;
         r->res->val_loss = vl;
+        anvil_telemetry_validated(r->tel, step + 1, vl);
         if (c->progress) anvil_progress_end(c->log);
         fprintf(c->log, "step %d: val loss %.4f\n", step + 1, vl);
         if (r->metrics) {
@@ -668,6 +686,7 @@ static int run_finish(anvil_run *r) {
 /* Frees everything and returns rc, or -1 when a checkpoint write failed. */
 static int run_close(anvil_run *r, int rc) {
     if (anvil_checkpointer_free(r->ckpt) && rc != -1) rc = -1;
+    if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
     anvil_dp_free(r->dp);
     if (r->signals_set) {
         sigaction(SIGTERM, &r->old_term, NULL);

@@ -50,6 +50,7 @@ typedef struct {
     int log_every;       /* log-line period when not on a terminal */
     int timing_warmup;   /* first steps left out of the timing medians */
     int progress;        /* 1: progress bar on log; 0: log lines */
+    int metrics_port;    /* serve Prometheus metrics on 127.0.0.1:port from rank 0 (0: a free port; -1: none) */
     FILE *log;           /* human-readable output */
 } anvil_train_config;
 

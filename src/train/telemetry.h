@@ -1,0 +1,48 @@
+/* A run seen from outside while it trains: the Prometheus page rank 0 serves
+ * on /metrics, with every rank's figures gathered to it after each step.
+ *
+ * Every rank calls the same functions in the same order (the gather is a
+ * collective); only rank 0 serves. The gather is submitted after a step and
+ * waited for after the next one, so it overlaps training and the page lags
+ * the ranks' figures by one step. */
+#ifndef ANVIL_TRAIN_TELEMETRY_H
+#define ANVIL_TRAIN_TELEMETRY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct anvil_telemetry anvil_telemetry;
+
+typedef struct {
+    int metrics_port;     /* -1: no /metrics page; 0: a free port */
+    const char *out_dir;  /* rank 0 writes the port in use to out_dir/metrics.port (NULL: nowhere) */
+    FILE *log;
+    const char *kernels;  /* labels of anvil_train_info */
+    const char *dtype;
+    int bf16;             /* the peak that MFU divides by is the bf16 one */
+    int steps;            /* the run's last step */
+} anvil_telemetry_config;
+
+/* The step that just ended, as this rank saw it. */
+typedef struct {
+    int step;                /* 1-based */
+    double loss, lr, grad_norm;
+    double step_s;           /* this rank's time for the step */
+    double tokens_per_step, flops_per_step; /* over all ranks */
+    int64_t tokens_seen;
+    double comm_wait_s;      /* cumulative wait for communication that did not overlap (0: none) */
+} anvil_telemetry_step;
+
+/* NULL after anvil_fail. With a metrics port this measures the CPU's FMA peak (a quarter second
+ * on every rank) for MFU and starts the server on rank 0. */
+anvil_telemetry *anvil_telemetry_open(const anvil_telemetry_config *c);
+/* After each step, on every rank: 0, or -1 after anvil_fail (the gather failed). */
+int anvil_telemetry_step_done(anvil_telemetry *t, const anvil_telemetry_step *s);
+/* A validation's loss, on every rank alike. */
+void anvil_telemetry_validated(anvil_telemetry *t, int step, double val_loss);
+/* Waits for the last gather, stops the server and frees t (NULL is fine); -1 after anvil_fail when
+ * the gather failed. After a failed run (failed) it does not wait, since a failed rank may never
+ * join the gather: the gather's buffers are then left to the process's exit. */
+int anvil_telemetry_close(anvil_telemetry *t, int failed);
+
+#endif
