@@ -8,7 +8,12 @@
 #     second; anvil_train_loss queried back through /api/v1/query equals
 #     the loss metrics.jsonl holds for the step anvil_train_step says, in
 #     the same scrape;
-#   - a port already taken is refused with one line naming it.
+#   - a port already taken is refused with one line naming it;
+#   - --metric NAME=REGEX: the number its group captures from each log line
+#     is in metrics.jsonl (kind log, equal to the loss the step line printed)
+#     and on the page for every rank; a regex that does not compile is
+#     refused with PCRE2's offset, one without exactly one group, a bad or
+#     repeated name too (exit 2).
 . "$(dirname "$0")/tools/cli_common.sh"
 export OMP_NUM_THREADS=1
 for p in promtool prometheus curl; do
@@ -26,7 +31,7 @@ wait_page() {
   done
   return 1
 }
-families=(anvil_train_info anvil_train_step anvil_train_loss anvil_train_learning_rate anvil_train_grad_norm
+families=(anvil_log_lossx anvil_train_info anvil_train_step anvil_train_loss anvil_train_learning_rate anvil_train_grad_norm
           anvil_train_tokens_total anvil_train_tokens_per_second anvil_train_mfu_ratio anvil_train_step_seconds
           anvil_rank_comm_wait_ratio anvil_rank_resident_memory_bytes anvil_rank_resident_memory_peak_bytes
           anvil_rank_cpu_seconds_total anvil_rank_cpu_utilization_ratio anvil_rank_disk_read_bytes_total
@@ -60,7 +65,8 @@ EOF
 # ---- one rank, scraped by Prometheus ----
 run=$tmp/run
 "$anvil" train --synthetic --preset tiny --batch 4 --seq 64 --steps 100000 --no-progress --sample-every -1 \
-  --threads 1 --metrics-port 0 --out "$run" > /dev/null 2> "$tmp/train.log" &
+  --threads 1 --metrics-port 0 --out "$run" --log-every 3 --metric 'lossx=\| loss ([0-9.]+) \|' \
+  > /dev/null 2> "$tmp/train.log" &
 trainer=$!
 if wait_page "$run" 0; then
   check_page "one rank" 1
@@ -126,16 +132,47 @@ EOF
   kill $prom
   wait $prom 2> /dev/null
 fi
+# Every log record is the loss its step's line printed (4 decimals), at steps 1, 3, 6, ...
+if out=$(python3 - "$run/metrics.jsonl" << 'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+loss = {r["step"]: r["loss"] for r in recs if r["kind"] == "train"}
+logs = [r for r in recs if r["kind"] == "log"]
+assert len(logs) >= 3, f"{len(logs)} log records"
+for r in logs:
+    assert r["step"] == 1 or r["step"] % 3 == 0, f"a log record at step {r['step']}"
+    assert f"{loss[r['step']]:.4f}" == f"{r['lossx']:.4f}", f"step {r['step']}: lossx {r['lossx']}, loss {loss[r['step']]}"
+print(f"{len(logs)} log records, each the step line's loss")
+EOF
+); then ok "--metric into metrics.jsonl: $out"; else bad "--metric into metrics.jsonl: $out"; fi
+
+usage_error() {
+  local what=$1 want=$2 err rc
+  shift 2
+  err=$("$anvil" train --synthetic --steps 1 "$@" 2>&1 > /dev/null)
+  rc=$?
+  [ $rc = 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && printf '%s\n' "$err" | grep -qF "$want" &&
+    ok "$what: $err" || bad "$what: exit $rc: $err"
+}
+usage_error "a regex that does not compile" "missing closing parenthesis at offset 13" --metric 'x=loss ([0-9.]+'
+usage_error "a regex without a group" "has 0 capture groups" --metric 'x=loss [0-9.]+'
+usage_error "a regex with two groups" "has 2 capture groups" --metric 'x=(loss) ([0-9.]+)'
+usage_error "a bad name" "metric 'a-b'" --metric 'a-b=([0-9]+)'
+usage_error "a name twice" "'x' is defined twice" --metric 'x=(1)' --metric 'x=(2)'
 
 # ---- two ranks: every rank's series on rank 0's page ----
 if command -v mpirun > /dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" "$anvil" launch -n 2 -- train --synthetic --preset tiny \
     --batch 4 --seq 64 --steps 100000 --no-progress --sample-every -1 --metrics-port 0 --out "$tmp/run2" \
+    --log-every 1 --metric 'lossx=\| loss ([0-9.]+) \|' \
     > /dev/null 2> "$tmp/launch.log" &
   launcher=$!
   if wait_page "$tmp/run2" 1; then
     check_page "two ranks" 2
+    # Rank 1 logs nowhere, but its lines are matched all the same.
+    grep -q '^anvil_log_lossx{rank="1"}' "$tmp/page" && ok "two ranks: rank 1's log metric is on the page" ||
+      bad "two ranks: no anvil_log_lossx for rank 1"
   else
     bad "two ranks: no page with rank 1's series: $(tail -n 2 "$tmp/launch.log")"
   fi

@@ -1,7 +1,9 @@
 /* src/obs: the Prometheus page builder (escaping, value spelling, histogram
- * buckets cumulative), and the /proc figures against what the test itself
- * did: descriptors it opened, bytes it wrote and synced, CPU it burnt. The
- * page's format is checked by promtool in tests/cli_metrics.sh. */
+ * buckets cumulative); the /proc figures against what the test itself did:
+ * descriptors it opened, bytes it wrote and synced, CPU it burnt; log
+ * metrics: definitions refused with PCRE2's offset, numbers captured, lines
+ * split at newlines and carriage returns through the tap, control sequences
+ * removed. The page's format is checked by promtool in tests/cli_metrics.sh. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/error.h"
+#include "obs/logmetric.h"
 #include "obs/prom.h"
 #include "obs/sysstat.h"
 #include "testutil.h"
@@ -95,10 +99,83 @@ static void test_sysstat(void) {
     for (int i = 0; i < 3; i++) close(fds[i]);
 }
 
+static void test_logmetric_defs(void) {
+    char name[ANVIL_LOGMETRIC_NAME_MAX + 1];
+    const char *re;
+    CHECK(anvil_logmetric_parse("loss=loss ([0-9.]+)", name, sizeof name, &re) == 0 && !strcmp(name, "loss") &&
+          !strcmp(re, "loss ([0-9.]+)"));
+    /* "tok/s (\\d+" (10 bytes) is unterminated: PCRE2 reports the end of the pattern, offset 10. */
+    CHECK(anvil_logmetric_parse("t=tok/s (\\d+", name, sizeof name, &re) != 0 &&
+          strstr(anvil_errmsg(), "missing closing parenthesis at offset 10"));
+    CHECK(anvil_logmetric_check("t", "loss [0-9]+") != 0 && strstr(anvil_errmsg(), "0 capture groups"));
+    CHECK(anvil_logmetric_check("t", "(a)|(b)") != 0 && strstr(anvil_errmsg(), "2 capture groups"));
+    CHECK(anvil_logmetric_check("t", "(?:a)(?<n>b)") == 0);
+    CHECK(anvil_logmetric_check("a-b", "(1)") != 0 && strstr(anvil_errmsg(), "metric 'a-b'"));
+    CHECK(anvil_logmetric_check("kind", "(1)") != 0 && strstr(anvil_errmsg(), "reserved"));
+    CHECK(anvil_logmetric_parse("noequals", name, sizeof name, &re) != 0);
+    char longdef[200];
+    memset(longdef, 'n', 100);
+    snprintf(longdef + 100, sizeof longdef - 100, "=(1)");
+    CHECK(anvil_logmetric_parse(longdef, name, sizeof name, &re) != 0 && strstr(anvil_errmsg(), "longer than 64"));
+    const char *names[] = {"a", "b", "a"}, *res[] = {"(1)", "(2)", "(3)"};
+    CHECK(anvil_logmetric_check_all(names, res, 2) == 0);
+    CHECK(anvil_logmetric_check_all(names, res, 3) != 0 && strstr(anvil_errmsg(), "'a' is defined twice"));
+}
+
+static void test_logmetric_feed(void) {
+    const char *names[] = {"loss", "word", "ms"};
+    const char *res[] = {"\\| loss ([0-9.]+)", "^say (\\S+)", "(\\d+) ms"};
+    anvil_logmetrics *lm = anvil_logmetrics_new(names, res, 3);
+    CHECK(lm && anvil_logmetrics_count(lm) == 3 && !strcmp(anvil_logmetrics_name(lm, 1), "word"));
+    if (!lm) return;
+    double v[3];
+    int up[3];
+    anvil_logmetrics_take(lm, v, up);
+    CHECK(isnan(v[0]) && isnan(v[1]) && isnan(v[2]) && !up[0] && !up[1] && !up[2]);
+    const char *l1 = "step 3/9 | loss 4.125 | 27 ms";
+    CHECK(anvil_logmetrics_feed(lm, l1, strlen(l1)) == 2);
+    CHECK(anvil_logmetrics_feed(lm, "say hello", 9) == 0); /* not a number: nothing */
+    CHECK(anvil_logmetrics_feed(lm, "say -2.5e3", 10) == 1);
+    anvil_logmetrics_take(lm, v, up);
+    CHECK(v[0] == 4.125 && v[1] == -2500 && v[2] == 27 && up[0] && up[1] && up[2]);
+    anvil_logmetrics_take(lm, v, up);
+    CHECK(v[0] == 4.125 && !up[0] && !up[1] && !up[2]);
+
+    /* Through the tap: the bytes reach the log unchanged; lines end at \n and \r; ESC [ K goes. */
+    char *logged = NULL;
+    size_t loggedn = 0;
+    FILE *under = open_memstream(&logged, &loggedn);
+    FILE *tap = anvil_logtap_open(under, lm);
+    CHECK(tap != NULL);
+    if (!tap) return;
+    const char *text = "| loss 1.5 | 3 ms\r\033[K| loss 2.5 | 4 ms\n| loss 3.5 | 5";
+    fputs(text, tap);
+    anvil_logmetrics_take(lm, v, up);
+    CHECK(v[0] == 2.5 && v[2] == 4);
+    fclose(tap);
+    anvil_logmetrics_take(lm, v, up);
+    CHECK(v[0] == 3.5 && up[0] && !up[2]);
+    fclose(under);
+    CHECK(loggedn == strlen(text) && !memcmp(logged, text, loggedn));
+    free(logged);
+    anvil_logmetrics_free(lm);
+
+    /* Nested quantifiers on a line that never matches: the match limit ends it with no value. */
+    const char *bn[] = {"x"}, *br[] = {"^((?:a+)+)b"};
+    anvil_logmetrics *bad = anvil_logmetrics_new(bn, br, 1);
+    char as[64];
+    memset(as, 'a', 40);
+    as[40] = 'c';
+    CHECK(bad && anvil_logmetrics_feed(bad, as, 41) == 0);
+    anvil_logmetrics_free(bad);
+}
+
 int main(void) {
     test_page();
     test_histogram();
     test_names();
     test_sysstat();
+    test_logmetric_defs();
+    test_logmetric_feed();
     return t_done("test_obs");
 }

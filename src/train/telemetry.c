@@ -12,10 +12,11 @@
 #include "dist/comm.h"
 #include "kernels/isa.h"
 #include "obs/httpd.h"
+#include "obs/logmetric.h"
 #include "obs/prom.h"
 #include "obs/sysstat.h"
 
-/* What each rank sends rank 0 after a step, in this order. */
+/* What each rank sends rank 0 after a step, in this order, then the value of each log metric. */
 enum {
     V_STEP_S,
     V_COMM_WAIT_RATIO,
@@ -39,9 +40,15 @@ enum {
 struct anvil_telemetry {
     anvil_telemetry_config c;
     int rank, world, serving;
+    int nv;            /* values per rank: V_COUNT and the log metrics */
+    anvil_logmetrics *lm;
+    FILE *tap;
+    anvil_metrics *jsonl;
+    double *lm_values;
+    int *lm_updated;
     double peak_flops; /* this rank's, FLOP/s */
-    double *mine;      /* V_COUNT, untouched while a gather is in flight */
-    double *all;       /* world x V_COUNT, the gather's result */
+    double *mine;      /* nv, untouched while a gather is in flight */
+    double *all;       /* world x nv, the gather's result */
     size_t *counts;
     anvil_req *pending;
     anvil_sysstat sys;
@@ -54,7 +61,7 @@ struct anvil_telemetry {
     anvil_telemetry_step last;
     double last_step_unix, val_loss;
     anvil_prom_histogram step_hist;
-    double *shown; /* world x V_COUNT */
+    double *shown; /* world x nv */
 };
 
 static double unix_now(void) {
@@ -110,9 +117,22 @@ static void gauge(anvil_prom *p, const char *name, const char *help, double v) {
 static double mfu(const anvil_telemetry *t) {
     double peak = 0;
     if (t->have_ranks)
-        for (int r = 0; r < t->world; r++) peak += t->shown[r * V_COUNT + V_PEAK_FLOPS];
+        for (int r = 0; r < t->world; r++) peak += t->shown[r * t->nv + V_PEAK_FLOPS];
     else peak = t->peak_flops * t->world;
     return peak > 0 ? t->last.flops_per_step / t->last.step_s / peak : NAN;
+}
+
+/* One sample per rank of value v; a rank without the figure (NAN: /proc did not give it, or the
+ * log never matched) has none. */
+static void per_rank(const anvil_telemetry *t, anvil_prom *p, const char *name, int v) {
+    for (int r = 0; r < t->world; r++) {
+        double x = t->shown[r * t->nv + v];
+        if (isnan(x)) continue;
+        char rank[16];
+        snprintf(rank, sizeof rank, "%d", r);
+        anvil_prom_label l = {"rank", rank};
+        anvil_prom_sample(p, name, &l, 1, x);
+    }
 }
 
 static void render(const anvil_telemetry *t, anvil_prom *p) {
@@ -149,14 +169,15 @@ static void render(const anvil_telemetry *t, anvil_prom *p) {
     for (size_t f = 0; f < sizeof rank_families / sizeof rank_families[0]; f++) {
         const rank_family *rf = &rank_families[f];
         anvil_prom_family(p, rf->name, rf->type, rf->help);
-        for (int r = 0; r < t->world; r++) {
-            double v = t->shown[r * V_COUNT + rf->v];
-            if (isnan(v)) continue; /* a figure /proc did not give */
-            char rank[16];
-            snprintf(rank, sizeof rank, "%d", r);
-            anvil_prom_label l = {"rank", rank};
-            anvil_prom_sample(p, rf->name, &l, 1, v);
-        }
+        per_rank(t, p, rf->name, rf->v);
+    }
+    for (int i = 0; i < t->c.nmetrics; i++) {
+        char name[ANVIL_LOGMETRIC_NAME_MAX + 16], help[ANVIL_LOGMETRIC_REGEX_MAX + 64];
+        snprintf(name, sizeof name, "anvil_log_%s", t->c.metric_names[i]);
+        snprintf(help, sizeof help, "The last number the trainer's log gave for --metric %s=%s", t->c.metric_names[i],
+                 t->c.metric_regexes[i]);
+        anvil_prom_family(p, name, ANVIL_PROM_GAUGE, help);
+        per_rank(t, p, name, V_COUNT + i);
     }
 }
 
@@ -199,11 +220,24 @@ static int take_gather(anvil_telemetry *t) {
     if (rc) return -1;
     if (t->serving) {
         pthread_mutex_lock(&t->mu);
-        memcpy(t->shown, t->all, sizeof(double) * (size_t)t->world * V_COUNT);
+        memcpy(t->shown, t->all, sizeof(double) * (size_t)t->world * t->nv);
         t->have_ranks = 1;
         pthread_mutex_unlock(&t->mu);
     }
     return 0;
+}
+
+/* The log metrics that changed in this step, as one record of metrics.jsonl (rank 0). */
+static int log_record(anvil_telemetry *t, int step) {
+    const char *keys[ANVIL_LOGMETRIC_MAX + 1] = {"step"};
+    double vals[ANVIL_LOGMETRIC_MAX + 1] = {step};
+    int n = 1;
+    for (int i = 0; i < t->c.nmetrics; i++)
+        if (t->lm_updated[i]) {
+            keys[n] = t->c.metric_names[i];
+            vals[n++] = t->lm_values[i];
+        }
+    return n > 1 && t->jsonl ? anvil_metrics_write(t->jsonl, "log", keys, vals, n) : 0;
 }
 
 static int send_mine(anvil_telemetry *t, const anvil_telemetry_step *s) {
@@ -223,8 +257,9 @@ static int send_mine(anvil_telemetry *t, const anvil_telemetry_step *s) {
     v[V_TX] = t->sys.net_tx_bytes;
     v[V_FDS] = t->sys.open_fds;
     v[V_PEAK_FLOPS] = t->peak_flops;
+    memcpy(v + V_COUNT, t->lm_values, sizeof(double) * (size_t)t->c.nmetrics);
     if (t->world == 1) {
-        memcpy(t->all, v, sizeof(double) * V_COUNT);
+        memcpy(t->all, v, sizeof(double) * t->nv);
         return 0;
     }
     t->pending = anvil_iallgather(anvil_dist_world(), v, t->all, t->counts, ANVIL_F64, "metrics of every rank");
@@ -242,45 +277,61 @@ anvil_telemetry *anvil_telemetry_open(const anvil_telemetry_config *c) {
     t->c = *c;
     t->rank = anvil_dist_rank();
     t->world = anvil_dist_world_size();
+    t->nv = V_COUNT + c->nmetrics;
     pthread_mutex_init(&t->mu, NULL);
-    if (c->metrics_port < 0) return t;
-    t->mine = calloc(V_COUNT, sizeof(double));
-    t->all = calloc((size_t)t->world * V_COUNT, sizeof(double));
-    t->shown = calloc((size_t)t->world * V_COUNT, sizeof(double));
-    t->counts = malloc((size_t)t->world * sizeof(size_t));
-    if (!t->mine || !t->all || !t->shown || !t->counts) {
+    t->lm_values = calloc((size_t)c->nmetrics + 1, sizeof(double));
+    t->lm_updated = calloc((size_t)c->nmetrics + 1, sizeof(int));
+    if (!t->lm_values || !t->lm_updated) {
         anvil_telemetry_close(t, 0);
         anvil_fail("train: out of memory");
         return NULL;
     }
-    for (int r = 0; r < t->world; r++) t->counts[r] = V_COUNT;
-    /* Steps from 1 ms to about 9 minutes, a factor of 2 apart. */
-    anvil_prom_histogram_exponential(&t->step_hist, 0.001, 2.0, 20);
-    if (t->rank == 0) {
-        t->serving = 1;
-        if (!(t->httpd = anvil_httpd_start("train: --metrics-port", c->metrics_port, serve, t))) {
-            anvil_telemetry_close(t, 0);
-            return NULL;
-        }
-    }
-    t->peak_flops = anvil_isa_peak_gflops(anvil_isa_active(), c->bf16, 0.25) * 1e9;
-    sample_sys(t);
-    if (t->rank != 0) return t;
-    int port = anvil_httpd_port(t->httpd);
-    fprintf(c->log, "metrics: http://127.0.0.1:%d/metrics\n", port);
-    if (c->out_dir) {
-        char path[4096], text[16];
-        snprintf(path, sizeof path, "%s/metrics.port", c->out_dir);
-        int n = snprintf(text, sizeof text, "%d\n", port);
-        if (anvil_write_file_atomic(path, text, (size_t)n)) {
-            anvil_telemetry_close(t, 0);
-            return NULL;
-        }
+    for (int i = 0; i < c->nmetrics; i++) t->lm_values[i] = NAN;
+    if (c->nmetrics && (!(t->lm = anvil_logmetrics_new(c->metric_names, c->metric_regexes, c->nmetrics)) ||
+                        !(t->tap = anvil_logtap_open(c->log, t->lm)))) {
+        anvil_telemetry_close(t, 0);
+        return NULL;
     }
     return t;
 }
 
+FILE *anvil_telemetry_log(anvil_telemetry *t) { return t->tap ? t->tap : t->c.log; }
+
+/* Rank 0's server, and the port it got into the run folder. */
+static int start_server(anvil_telemetry *t) {
+    t->serving = 1;
+    if (!(t->httpd = anvil_httpd_start("train: --metrics-port", t->c.metrics_port, serve, t))) return -1;
+    int port = anvil_httpd_port(t->httpd);
+    fprintf(anvil_telemetry_log(t), "metrics: http://127.0.0.1:%d/metrics\n", port);
+    if (!t->c.out_dir) return 0;
+    char path[4096], text[16];
+    snprintf(path, sizeof path, "%s/metrics.port", t->c.out_dir);
+    int n = snprintf(text, sizeof text, "%d\n", port);
+    return anvil_write_file_atomic(path, text, (size_t)n);
+}
+
+int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl) {
+    t->jsonl = jsonl;
+    if (t->c.metrics_port < 0) return 0;
+    t->mine = calloc((size_t)t->nv, sizeof(double));
+    t->all = calloc((size_t)t->world * t->nv, sizeof(double));
+    t->shown = calloc((size_t)t->world * t->nv, sizeof(double));
+    t->counts = malloc((size_t)t->world * sizeof(size_t));
+    if (!t->mine || !t->all || !t->shown || !t->counts) return anvil_fail("train: out of memory");
+    for (int r = 0; r < t->world; r++) t->counts[r] = (size_t)t->nv;
+    /* Steps from 1 ms to about 9 minutes, a factor of 2 apart. */
+    anvil_prom_histogram_exponential(&t->step_hist, 0.001, 2.0, 20);
+    if (t->rank == 0 && start_server(t)) return -1;
+    t->peak_flops = anvil_isa_peak_gflops(anvil_isa_active(), t->c.bf16, 0.25) * 1e9;
+    sample_sys(t);
+    return 0;
+}
+
 int anvil_telemetry_step_done(anvil_telemetry *t, const anvil_telemetry_step *s) {
+    if (t->lm) {
+        anvil_logmetrics_take(t->lm, t->lm_values, t->lm_updated);
+        if (log_record(t, s->step)) return -1;
+    }
     if (t->c.metrics_port < 0) return 0;
     if (take_gather(t) || send_mine(t, s)) return -1;
     if (!t->serving) return 0;
@@ -290,7 +341,7 @@ int anvil_telemetry_step_done(anvil_telemetry *t, const anvil_telemetry_step *s)
     t->have_step = 1;
     anvil_prom_histogram_observe(&t->step_hist, s->step_s);
     if (t->world == 1) {
-        memcpy(t->shown, t->all, sizeof(double) * V_COUNT);
+        memcpy(t->shown, t->all, sizeof(double) * t->nv);
         t->have_ranks = 1;
     }
     pthread_mutex_unlock(&t->mu);
@@ -310,6 +361,10 @@ int anvil_telemetry_close(anvil_telemetry *t, int failed) {
     if (!t) return 0;
     int rc = failed ? 0 : take_gather(t);
     anvil_httpd_stop(t->httpd);
+    if (t->tap) fclose(t->tap);
+    anvil_logmetrics_free(t->lm);
+    free(t->lm_values);
+    free(t->lm_updated);
     pthread_mutex_destroy(&t->mu);
     if (!t->pending) {
         free(t->mine);

@@ -1,15 +1,22 @@
 /* A run seen from outside while it trains: the Prometheus page rank 0 serves
- * on /metrics, with every rank's figures gathered to it after each step.
+ * on /metrics, with every rank's figures gathered to it after each step, and
+ * the metrics that --metric definitions pull out of the trainer's log.
  *
  * Every rank calls the same functions in the same order (the gather is a
  * collective); only rank 0 serves. The gather is submitted after a step and
  * waited for after the next one, so it overlaps training and the page lags
- * the ranks' figures by one step. */
+ * the ranks' figures by one step.
+ *
+ * The log lines matched are what the trainer writes to its log on each rank
+ * (step and validation lines, checkpoint messages, the progress bar's
+ * redraws), ranks other than 0 included, though theirs are not shown. */
 #ifndef ANVIL_TRAIN_TELEMETRY_H
 #define ANVIL_TRAIN_TELEMETRY_H
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "obs/metrics.h"
 
 typedef struct anvil_telemetry anvil_telemetry;
 
@@ -21,6 +28,9 @@ typedef struct {
     const char *dtype;
     int bf16;             /* the peak that MFU divides by is the bf16 one */
     int steps;            /* the run's last step */
+    /* Metrics pulled from the log: NAME and REGEX (obs/logmetric.h) of each. */
+    const char *const *metric_names, *const *metric_regexes;
+    int nmetrics;
 } anvil_telemetry_config;
 
 /* The step that just ended, as this rank saw it. */
@@ -33,16 +43,21 @@ typedef struct {
     double comm_wait_s;      /* cumulative wait for communication that did not overlap (0: none) */
 } anvil_telemetry_step;
 
-/* NULL after anvil_fail. With a metrics port this measures the CPU's FMA peak (a quarter second
- * on every rank) for MFU and starts the server on rank 0. */
+/* Compiles the metric definitions and taps the log; no I/O yet. NULL after anvil_fail. */
 anvil_telemetry *anvil_telemetry_open(const anvil_telemetry_config *c);
-/* After each step, on every rank: 0, or -1 after anvil_fail (the gather failed). */
+/* What the trainer should log to: c->log itself, or a tap on it that feeds the definitions. */
+FILE *anvil_telemetry_log(anvil_telemetry *t);
+/* With a metrics port: measures the CPU's FMA peak (a quarter second, every rank) for MFU, starts
+ * the server on rank 0 and writes the port file. jsonl (rank 0's metrics.jsonl, or NULL) receives
+ * the log metrics. 0, or -1 after anvil_fail. */
+int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl);
+/* After each step and everything it logged, on every rank: 0, or -1 after anvil_fail. */
 int anvil_telemetry_step_done(anvil_telemetry *t, const anvil_telemetry_step *s);
 /* A validation's loss, on every rank alike. */
 void anvil_telemetry_validated(anvil_telemetry *t, int step, double val_loss);
-/* Waits for the last gather, stops the server and frees t (NULL is fine); -1 after anvil_fail when
- * the gather failed. After a failed run (failed) it does not wait, since a failed rank may never
- * join the gather: the gather's buffers are then left to the process's exit. */
+/* Waits for the last gather, stops the server, closes the tap and frees t (NULL is fine); -1 after
+ * anvil_fail when the gather failed. After a failed run (failed) it does not wait, since a failed
+ * rank may never join the gather: the gather's buffers are then left to the process's exit. */
 int anvil_telemetry_close(anvil_telemetry *t, int failed);
 
 #endif

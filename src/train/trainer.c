@@ -191,7 +191,7 @@ _Static_assert(sizeof(step_agreement) == 3 * sizeof(double), "the agreement is a
 /* One training run, from open to close. */
 typedef struct {
     const anvil_train_config *c; /* the caller's, or quiet below */
-    anvil_train_config quiet;    /* ranks other than 0 log nowhere */
+    anvil_train_config quiet;    /* the caller's with another log: /dev/null (ranks other than 0), or a tap on it */
     FILE *devnull;
     anvil_train_result *res;
     int rank, world;
@@ -435,12 +435,20 @@ static int open_parallel(anvil_run *r) {
     return 0;
 }
 
+/* Telemetry, before anything is logged: with --metric definitions the run logs through its tap. */
 static int open_telemetry(anvil_run *r) {
     const anvil_train_config *c = r->c;
     int bf16 = c->matmul_dtype == ANVIL_MATMUL_BF16;
-    anvil_telemetry_config tc = {c->metrics_port, c->out_dir, c->log, r->k->name, bf16 ? "bf16" : "fp32", bf16,
-                                 c->steps};
-    return (r->tel = anvil_telemetry_open(&tc)) ? 0 : -1;
+    anvil_telemetry_config tc = {c->metrics_port, c->out_dir,  c->log,          r->k->name,       bf16 ? "bf16" : "fp32",
+                                 bf16,            c->steps,    c->metric_names, c->metric_regexes, c->nmetrics};
+    if (!(r->tel = anvil_telemetry_open(&tc))) return -1;
+    FILE *log = anvil_telemetry_log(r->tel);
+    if (log != c->log) {
+        if (r->c != &r->quiet) r->quiet = *c;
+        r->quiet.log = log;
+        r->c = &r->quiet;
+    }
+    return 0;
 }
 
 static void catch_stop_signals(anvil_run *r) {
@@ -472,7 +480,8 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     }
     memset(res, 0, sizeof *res);
     res->val_loss = NAN;
-    if (!(r->k = anvil_kernels_cpu_for(c->matmul_dtype))) return -1;
+    if (!(r->k = anvil_kernels_cpu_for(c->matmul_dtype)) || open_telemetry(r)) return -1;
+    c = r->c;
     catch_stop_signals(r);
     if (open_model(r) || open_data(r)) return -1;
     const anvil_gpt2_config *mc = &r->model.cfg;
@@ -486,7 +495,7 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
     anvil_rng_seed(&r->data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->rank * 0x9e3779b97f4a7c15ULL));
     if (c->resume && resume_from(r)) return -1;
-    if (open_parallel(r) || open_telemetry(r)) return -1;
+    if (open_parallel(r) || anvil_telemetry_start(r->tel, r->metrics)) return -1;
     r->t_start = anvil_now();
     return 0;
 }
@@ -567,12 +576,6 @@ static int record_step(anvil_run *r, int step) {
         if (anvil_metrics_write(r->metrics, "train", keys, vals, 7)) return -1;
     }
     if (anvil_checkpointer_step_done(r->ckpt, dt * 1e3, r->timed > c->timing_warmup) || ckpt_metrics(r)) return -1;
-    anvil_dp_info info = {0};
-    if (r->dp) anvil_dp_get_info(r->dp, &info);
-    anvil_telemetry_step ts = {step + 1,          r->loss,           r->lr,           r->norm,
-                               dt,                r->tokens_per_step, r->flops_per_step, r->tokens_seen,
-                               info.comm_wait_s};
-    if (anvil_telemetry_step_done(r->tel, &ts)) return -1;
     if (c->progress) {
         char detail[160];
         snprintf(detail, sizeof detail, "loss %.4f | %.0f tok/s | %.1f GFLOP/s |", r->loss, tok_s, gflops);
@@ -640,10 +643,20 @@ static int save_or_stop(anvil_run *r, int step, int last) {
     return ANVIL_TRAIN_STOPPED;
 }
 
+/* The step's figures to the telemetry, once everything the step logs is logged. */
+static int telemetry_step(anvil_run *r, int step) {
+    anvil_dp_info info = {0};
+    if (r->dp) anvil_dp_get_info(r->dp, &info);
+    anvil_telemetry_step ts = {step + 1, r->loss, r->lr, r->norm, r->dt, r->tokens_per_step, r->flops_per_step,
+                               r->tokens_seen, info.comm_wait_s};
+    return anvil_telemetry_step_done(r->tel, &ts);
+}
+
 static int run_after_step(anvil_run *r, int step) {
     int last = step + 1 == r->c->steps;
     if (record_step(r, step) || validate_and_sample(r, step, last)) return -1;
-    return save_or_stop(r, step, last);
+    int rc = save_or_stop(r, step, last);
+    return rc >= 0 && telemetry_step(r, step) ? -1 : rc;
 }
 
 /* ---- close ---- */
