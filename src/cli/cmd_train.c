@@ -61,6 +61,11 @@ static const char *usage =
     "                          logs (on every rank) that matches REGEX (PCRE2, exactly one capture group)\n"
     "                          sets NAME to the number captured: into metrics.jsonl ({\"kind\":\"log\"}),\n"
     "                          onto /metrics as anvil_log_NAME{rank}, and into 'anvil plot'\n"
+    "  --profile DIR           write where the time of a few steps goes to DIR/trace_rank<R>.json (Chrome\n"
+    "                          Trace Event Format: Perfetto, chrome://tracing; 'anvil profile summary'):\n"
+    "                          each op per layer, forward and backward, the optimizer, collectives with\n"
+    "                          their bytes, checkpoint snapshots and writes, data-loader waits\n"
+    "  --profile-steps A-B     the steps profiled (default 5-7, or the last ones of a shorter run)\n"
     "checkpoints (in DIR/ckpt, one folder per step, written in the background):\n"
     "  --ckpt-every N          every N steps\n"
     "  --ckpt-minutes M        every M minutes of wall time\n"
@@ -115,6 +120,7 @@ int cmd_train(int argc, char **argv) {
     int64_t seed = 1337;
     float min_lr = -1.0f;
     double coll_timeout = 600.0;
+    const char *profile_steps = NULL;
     char metric_names[ANVIL_LOGMETRIC_MAX][ANVIL_LOGMETRIC_NAME_MAX + 1];
     const char *metric_name_ptrs[ANVIL_LOGMETRIC_MAX], *metric_regexes[ANVIL_LOGMETRIC_MAX];
     for (int i = 1; i < argc; i++) {
@@ -174,6 +180,8 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(o, "--shard-group-size")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.shard_group_size);
         else if (!strcmp(o, "--collective-timeout")) bad = arg_double(cmd, o, v, &coll_timeout);
         else if (!strcmp(o, "--metrics-port")) bad = arg_int(cmd, o, v, 0, 65535, &c.metrics_port);
+        else if (!strcmp(o, "--profile")) c.profile_dir = v;
+        else if (!strcmp(o, "--profile-steps")) profile_steps = v;
         else if (!strcmp(o, "--metric")) {
             if (c.nmetrics == ANVIL_LOGMETRIC_MAX)
                 return cli_usage_error(cmd, "--metric: at most %d definitions", ANVIL_LOGMETRIC_MAX);
@@ -190,6 +198,15 @@ int cmd_train(int argc, char **argv) {
     c.metric_regexes = metric_regexes;
     if (anvil_logmetric_check_all(metric_name_ptrs, metric_regexes, c.nmetrics))
         return cli_usage_error(cmd, "--metric: %s", anvil_errmsg());
+    if (profile_steps) {
+        char end;
+        if (!c.profile_dir) return cli_usage_error(cmd, "--profile-steps needs --profile DIR");
+        if (sscanf(profile_steps, "%d-%d%c", &c.profile_first, &c.profile_last, &end) != 2)
+            return cli_usage_error(cmd, "--profile-steps must be A-B (e.g. 5-7), got '%s'", profile_steps);
+    } else if (c.profile_dir) {
+        c.profile_first = c.steps < 5 ? c.steps : 5;
+        c.profile_last = c.profile_first + 2 < c.steps ? c.profile_first + 2 : c.steps;
+    }
     if (anvil_gpt2_preset(preset, &c.model)) return cli_fail(cmd);
     char train_glob[4096], val_glob[4096];
     if (data) {

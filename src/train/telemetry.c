@@ -15,6 +15,7 @@
 #include "obs/logmetric.h"
 #include "obs/prom.h"
 #include "obs/sysstat.h"
+#include "obs/trace.h"
 
 /* What each rank sends rank 0 after a step, in this order, then the value of each log metric. */
 enum {
@@ -55,6 +56,8 @@ struct anvil_telemetry {
     double sys_at, cpu_util;
     double prev_comm_wait;
     anvil_httpd *httpd;
+    int profiling;  /* 1 recording, 2 stopped, waiting for the spans begun to end, 0 */
+    int steps_done; /* the last step done, 0 before the first */
     /* What the page shows (rank 0), under mu: the server's thread reads it. */
     pthread_mutex_t mu;
     int have_step, have_val, have_ranks;
@@ -327,7 +330,36 @@ int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl) {
     return 0;
 }
 
+int anvil_telemetry_step_begin(anvil_telemetry *t, int step) {
+    if (!t->c.profile_dir || step != t->c.profile_first) return 0;
+    if (anvil_mkdir_p(t->c.profile_dir)) return -1;
+    anvil_trace_thread_name("train");
+    anvil_trace_start();
+    t->profiling = 1;
+    return 0;
+}
+
+/* Writes this rank's file of the stopped profile. */
+static int write_profile(anvil_telemetry *t, int step) {
+    t->profiling = 0;
+    char path[4096], process[32];
+    snprintf(path, sizeof path, "%s/trace_rank%d.json", t->c.profile_dir, t->rank);
+    snprintf(process, sizeof process, "rank %d", t->rank);
+    long n = anvil_trace_write(path, t->rank, process);
+    if (n < 0) return -1;
+    fprintf(anvil_telemetry_log(t), "profile: steps %d-%d, %ld spans, in %s%s\n", t->c.profile_first, step, n, path,
+            t->world > 1 ? " (and one file per rank)" : "");
+    return 0;
+}
+
 int anvil_telemetry_step_done(anvil_telemetry *t, const anvil_telemetry_step *s) {
+    t->steps_done = s->step;
+    if (t->profiling == 1 && s->step == t->c.profile_last) {
+        anvil_trace_stop();
+        t->profiling = 2;
+    }
+    /* A checkpoint write that began in the profile may end a few steps later. */
+    if (t->profiling == 2 && anvil_trace_open_spans() == 0 && write_profile(t, t->c.profile_last)) return -1;
     if (t->lm) {
         anvil_logmetrics_take(t->lm, t->lm_values, t->lm_updated);
         if (log_record(t, s->step)) return -1;
@@ -360,6 +392,10 @@ void anvil_telemetry_validated(anvil_telemetry *t, int step, double val_loss) {
 int anvil_telemetry_close(anvil_telemetry *t, int failed) {
     if (!t) return 0;
     int rc = failed ? 0 : take_gather(t);
+    anvil_trace_stop();
+    if (t->profiling && !failed &&
+        write_profile(t, t->profiling == 2 ? t->c.profile_last : t->steps_done) && !rc)
+        rc = -1;
     anvil_httpd_stop(t->httpd);
     if (t->tap) fclose(t->tap);
     anvil_logmetrics_free(t->lm);

@@ -7,6 +7,9 @@
  * waited for after the next one, so it overlaps training and the page lags
  * the ranks' figures by one step.
  *
+ * The profile (obs/trace.h) is switched on for its steps and written after
+ * them, one file per rank.
+ *
  * The log lines matched are what the trainer writes to its log on each rank
  * (step and validation lines, checkpoint messages, the progress bar's
  * redraws), ranks other than 0 included, though theirs are not shown. */
@@ -31,6 +34,10 @@ typedef struct {
     /* Metrics pulled from the log: NAME and REGEX (obs/logmetric.h) of each. */
     const char *const *metric_names, *const *metric_regexes;
     int nmetrics;
+    /* A profile of steps profile_first..profile_last (1-based) into profile_dir/trace_rank<R>.json
+     * (NULL: none). */
+    const char *profile_dir;
+    int profile_first, profile_last;
 } anvil_telemetry_config;
 
 /* The step that just ended, as this rank saw it. */
@@ -51,7 +58,10 @@ FILE *anvil_telemetry_log(anvil_telemetry *t);
  * the server on rank 0 and writes the port file. jsonl (rank 0's metrics.jsonl, or NULL) receives
  * the log metrics. 0, or -1 after anvil_fail. */
 int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl);
-/* After each step and everything it logged, on every rank: 0, or -1 after anvil_fail. */
+/* Before each step (1-based): the profile starts at its first step. 0, or -1 after anvil_fail. */
+int anvil_telemetry_step_begin(anvil_telemetry *t, int step);
+/* After each step and everything it logged, on every rank; the profile is written after its last
+ * step (or at close, when the run ends inside it). 0, or -1 after anvil_fail. */
 int anvil_telemetry_step_done(anvil_telemetry *t, const anvil_telemetry_step *s);
 /* A validation's loss, on every rank alike. */
 void anvil_telemetry_validated(anvil_telemetry *t, int step, double val_loss);

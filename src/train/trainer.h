@@ -55,6 +55,10 @@ typedef struct {
      * kind "log" records, and onto the metrics page. */
     const char *const *metric_names, *const *metric_regexes;
     int nmetrics;
+    /* A profile of steps profile_first..profile_last (1-based) into profile_dir (NULL: none):
+     * Chrome Trace Event Format, one file per rank (obs/trace.h). */
+    const char *profile_dir;
+    int profile_first, profile_last;
     FILE *log;           /* human-readable output */
 } anvil_train_config;
 
