@@ -99,7 +99,7 @@ EOF
 # ---- two ranks: a file each, gradients' bytes ----
 if command -v mpirun > /dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  params=$(env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" "$anvil" launch -n 2 -- train "${common[@]}" \
+  params=$(env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" "$anvil" launch -n 2 --log-dir "$tmp/logs" -- train "${common[@]}" \
     --steps 6 --profile "$tmp/prof2" --profile-steps 4-5 --summary-json 2> "$tmp/launch.log" |
     sed -n 's/.*"params":\([0-9]*\).*/\1/p')
   if [ -n "$params" ] && out=$(python3 - "$tmp/prof2" "$params" << 'EOF'
