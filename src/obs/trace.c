@@ -1,6 +1,5 @@
 #include "obs/trace.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/json.h"
 
 atomic_int anvil_trace_on;
 atomic_long anvil_trace_open;
@@ -276,9 +276,9 @@ static long aggregate(const span *s, long n, row *rows) {
 }
 
 int anvil_trace_summary_text(const char *file, const char *text, size_t len, FILE *out, int top) {
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *at = NULL;
+    cJSON *root = anvil_json_parse(text, len, &at);
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
         return anvil_fail("%s: not JSON (at byte %ld)", file, at && at >= text ? (long)(at - text) : 0L);
     }
     const cJSON *evs = cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
