@@ -18,6 +18,7 @@
 #include "core/fsutil.h"
 #include "job/api.h"
 #include "job/auth.h"
+#include "job/backend.h"
 #include "job/store.h"
 #include "job/supervisor.h"
 
@@ -143,7 +144,8 @@ int cmd_serve(int argc, char **argv) {
     }
     char runs[PATH_MAX + 8];
     snprintf(runs, sizeof runs, "%s/runs", real);
-    anvil_supervisor *sup = st ? anvil_supervisor_new(st, real, self, grace) : NULL;
+    anvil_backend *backend = st ? anvil_backend_local_new(real, self) : NULL;
+    anvil_supervisor *sup = backend ? anvil_supervisor_new(st, backend, grace) : NULL;
     /* A client that disconnects mid-answer must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
     anvil_api *api = sup && !anvil_mkdir_p(runs) ? anvil_api_start(st, sup, runs, port) : NULL;
@@ -166,6 +168,7 @@ int cmd_serve(int argc, char **argv) {
     if (rc) cli_fail("serve");
     anvil_api_stop(api);
     anvil_supervisor_free(sup);
+    if (backend) backend->ops->free(backend);
     anvil_store_close(st);
     if (!rc) {
         snprintf(path, sizeof path, "%s/serve.port", real);

@@ -9,10 +9,12 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/exit.h"
 #include "data/prep.h"
 #include "dist/comm.h"
 #include "kernels/isa.h"
+#include "obs/logmetric.h"
 #include "tok/tokenizer.h"
 #include "train/trainer.h"
 
@@ -51,6 +53,19 @@ static const char *usage =
     "  --sample-every N        steps between samples (default: only at the end; -1 never)\n"
     "  --sample-tokens N       tokens per sample (default 128)\n"
     "  --out DIR               run folder: metrics.jsonl, model.safetensors, ckpt/\n"
+    "  --metrics-port P        serve Prometheus metrics at http://127.0.0.1:P/metrics from rank 0 while\n"
+    "                          training (0: a free port, written to DIR/metrics.port): loss, throughput,\n"
+    "                          MFU against the measured FMA peak, step times, and every rank's step time,\n"
+    "                          communication wait, memory, CPU, disk, network and open files\n"
+    "  --metric NAME=REGEX     a metric pulled from the log (repeatable, up to 32): each line the trainer\n"
+    "                          logs (on every rank) that matches REGEX (PCRE2, exactly one capture group)\n"
+    "                          sets NAME to the number captured: into metrics.jsonl ({\"kind\":\"log\"}),\n"
+    "                          onto /metrics as anvil_log_NAME{rank}, and into 'anvil plot'\n"
+    "  --profile DIR           write where the time of a few steps goes to DIR/trace_rank<R>.json (Chrome\n"
+    "                          Trace Event Format: Perfetto, chrome://tracing; 'anvil profile summary'):\n"
+    "                          each op per layer, forward and backward, the optimizer, collectives with\n"
+    "                          their bytes, checkpoint snapshots and writes, data-loader waits\n"
+    "  --profile-steps A-B     the steps profiled (default 5-7, or the last ones of a shorter run)\n"
     "checkpoints (in DIR/ckpt, one folder per step, written in the background):\n"
     "  --ckpt-every N          every N steps\n"
     "  --ckpt-minutes M        every M minutes of wall time\n"
@@ -105,6 +120,9 @@ int cmd_train(int argc, char **argv) {
     int64_t seed = 1337;
     float min_lr = -1.0f;
     double coll_timeout = 600.0;
+    const char *profile_steps = NULL;
+    char metric_names[ANVIL_LOGMETRIC_MAX][ANVIL_LOGMETRIC_NAME_MAX + 1];
+    const char *metric_name_ptrs[ANVIL_LOGMETRIC_MAX], *metric_regexes[ANVIL_LOGMETRIC_MAX];
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = NULL;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
@@ -161,10 +179,34 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(o, "--zero")) bad = arg_int(cmd, o, v, 0, 3, &c.zero_stage);
         else if (!strcmp(o, "--shard-group-size")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.shard_group_size);
         else if (!strcmp(o, "--collective-timeout")) bad = arg_double(cmd, o, v, &coll_timeout);
+        else if (!strcmp(o, "--metrics-port")) bad = arg_int(cmd, o, v, 0, 65535, &c.metrics_port);
+        else if (!strcmp(o, "--profile")) c.profile_dir = v;
+        else if (!strcmp(o, "--profile-steps")) profile_steps = v;
+        else if (!strcmp(o, "--metric")) {
+            if (c.nmetrics == ANVIL_LOGMETRIC_MAX)
+                return cli_usage_error(cmd, "--metric: at most %d definitions", ANVIL_LOGMETRIC_MAX);
+            if (anvil_logmetric_parse(v, metric_names[c.nmetrics], sizeof metric_names[0], &metric_regexes[c.nmetrics]))
+                return cli_usage_error(cmd, "--metric: %s", anvil_errmsg());
+            metric_name_ptrs[c.nmetrics] = metric_names[c.nmetrics];
+            c.nmetrics++;
+        }
         else return cli_usage_error(cmd, "unknown option '%s'", o);
         if (bad) return 2;
     }
 
+    c.metric_names = metric_name_ptrs;
+    c.metric_regexes = metric_regexes;
+    if (anvil_logmetric_check_all(metric_name_ptrs, metric_regexes, c.nmetrics))
+        return cli_usage_error(cmd, "--metric: %s", anvil_errmsg());
+    if (profile_steps) {
+        char end;
+        if (!c.profile_dir) return cli_usage_error(cmd, "--profile-steps needs --profile DIR");
+        if (sscanf(profile_steps, "%d-%d%c", &c.profile_first, &c.profile_last, &end) != 2)
+            return cli_usage_error(cmd, "--profile-steps must be A-B (e.g. 5-7), got '%s'", profile_steps);
+    } else if (c.profile_dir) {
+        c.profile_first = c.steps < 5 ? c.steps : 5;
+        c.profile_last = c.profile_first + 2 < c.steps ? c.profile_first + 2 : c.steps;
+    }
     if (anvil_gpt2_preset(preset, &c.model)) return cli_fail(cmd);
     char train_glob[4096], val_glob[4096];
     if (data) {

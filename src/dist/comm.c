@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "dist/dist_internal.h"
+#include "obs/trace.h"
 
 static struct {
     int up;
@@ -40,6 +41,32 @@ static const char *op_name(dist_op_kind k) {
     return names[k];
 }
 
+/* Bytes a collective moves through this rank: the buffer, or every block. */
+static double op_bytes(const struct anvil_req *r) {
+    size_t n = r->n;
+    if (r->kind == OP_REDUCE_SCATTER || r->kind == OP_ALLGATHER) {
+        n = 0;
+        for (int i = 0; i < r->g->size; i++) n += r->counts[i];
+    }
+    return r->kind == OP_BARRIER || r->kind == OP_SPLIT ? 0 : (double)(n * anvil_dtype_size(r->t));
+}
+
+/* The collective's span (cat: comm, or comm_wait for the caller's wait on it), when profiling. */
+static void trace_op(const struct anvil_req *r, double t0, const char *cat) {
+    if (t0 < 0) return;
+    char name[96];
+    snprintf(name, sizeof name, "%s%s '%s'", strcmp(cat, "comm") ? "wait " : "", op_name(r->kind), r->what);
+    anvil_trace_end(t0, cat, name, -1, op_bytes(r));
+}
+
+/* Runs a collective, traced. */
+static int run_op(struct anvil_req *r) {
+    double t0 = anvil_trace_begin();
+    int rc = D.be->run(r);
+    trace_op(r, t0, "comm");
+    return rc;
+}
+
 static int local_run(struct anvil_req *r) {
     size_t es = anvil_dtype_size(r->t);
     switch (r->kind) {
@@ -67,6 +94,7 @@ const dist_backend dist_local_backend = {"local", local_run, local_group_free};
 
 static void *comm_thread(void *arg) {
     (void)arg;
+    anvil_trace_thread_name("comm");
     pthread_mutex_lock(&D.mu);
     for (;;) {
         while (!D.head && !D.stop) pthread_cond_wait(&D.cv, &D.mu);
@@ -77,7 +105,7 @@ static void *comm_thread(void *arg) {
         D.running = r;
         D.running_since = anvil_now();
         pthread_mutex_unlock(&D.mu);
-        int rc = D.be->run(r);
+        int rc = run_op(r);
         pthread_mutex_lock(&D.mu);
         r->rc = rc;
         r->done = 1;
@@ -189,7 +217,7 @@ static anvil_req *submit(struct anvil_req *r) {
     if (!r) return NULL;
     if (!D.threaded) {
         r->seq = ++D.next_seq;
-        r->rc = D.be->run(r);
+        r->rc = run_op(r);
         r->done = 1;
         D.last_done = r->seq;
         return r;
@@ -214,9 +242,11 @@ static int copy_counts(struct anvil_req *r, const size_t *counts) {
 /* Waits for a request without freeing it: 0, or -1 after anvil_fail. */
 static int wait_done(struct anvil_req *r) {
     if (D.threaded) {
+        double t0 = anvil_trace_begin();
         pthread_mutex_lock(&D.mu);
         while (!r->done) pthread_cond_wait(&D.done_cv, &D.mu);
         pthread_mutex_unlock(&D.mu);
+        trace_op(r, t0, "comm_wait");
     }
     if (!r->rc) return 0;
     return anvil_fail("dist: %s '%s' in group '%s' failed on rank %d: %s", op_name(r->kind), r->what, r->g->name,

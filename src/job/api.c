@@ -114,7 +114,7 @@ cJSON *api_body_object(anvil_api_call *c, const char *what, const char *const *n
     return o;
 }
 
-static cJSON *job_json(anvil_store *st, const anvil_job *j, bool full) {
+static cJSON *job_json(const anvil_api_env *env, const anvil_job *j, bool full) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     cJSON_AddNumberToObject(o, "id", (double)j->id);
@@ -133,10 +133,12 @@ static cJSON *job_json(anvil_store *st, const anvil_job *j, bool full) {
     cJSON *spec = anvil_json_parse_str(j->spec);
     if (spec) cJSON_AddItemToObject(o, "spec", spec);
     if (!full) return o;
+    cJSON *backend = anvil_supervisor_describe(env->sup, j);
+    if (backend) cJSON_AddItemToObject(o, "backend", backend);
     anvil_job_event *ev;
     int n;
     cJSON *h = cJSON_AddArrayToObject(o, "history");
-    if (!h || anvil_store_history(st, j->id, &ev, &n)) {
+    if (!backend || !h || anvil_store_history(env->st, j->id, &ev, &n)) {
         cJSON_Delete(o);
         return NULL;
     }
@@ -154,7 +156,7 @@ static cJSON *job_json(anvil_store *st, const anvil_job *j, bool full) {
 }
 
 static int reply_job(anvil_api_call *c, unsigned code, anvil_job *j, bool full) {
-    cJSON *o = job_json(c->env->st, j, full);
+    cJSON *o = job_json(c->env, j, full);
     anvil_job_free(j);
     return o ? api_reply_json(c, code, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
 }
@@ -274,7 +276,7 @@ static int list(anvil_api_call *c) {
     cJSON *o = cJSON_CreateObject(), *arr = o ? cJSON_AddArrayToObject(o, "jobs") : NULL;
     for (int i = 0; arr && i < n; i++) {
         if (!visible(c, &jobs[i])) continue;
-        cJSON *j = job_json(c->env->st, &jobs[i], false);
+        cJSON *j = job_json(c->env, &jobs[i], false);
         if (j) cJSON_AddItemToArray(arr, j);
     }
     anvil_job_list_free(jobs, n);

@@ -35,10 +35,10 @@ static const char schema[] =
     "CREATE TABLE IF NOT EXISTS jobs ("
     " id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, spec TEXT NOT NULL, run_dir TEXT NOT NULL,"
     " status TEXT NOT NULL, secondary TEXT NOT NULL DEFAULT '', failure_reason TEXT NOT NULL DEFAULT '',"
-    " attempt INTEGER NOT NULL DEFAULT 0, pid INTEGER NOT NULL DEFAULT 0, exit_code INTEGER NOT NULL DEFAULT -1,"
+    " attempt INTEGER NOT NULL DEFAULT 0, handle TEXT NOT NULL DEFAULT '', exit_code INTEGER NOT NULL DEFAULT -1,"
     " stop TEXT NOT NULL DEFAULT '', stop_deadline REAL NOT NULL DEFAULT 0, submitted_at REAL NOT NULL,"
     " started_at REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0, owner TEXT NOT NULL DEFAULT '',"
-    " role TEXT NOT NULL DEFAULT '');"
+    " role TEXT NOT NULL DEFAULT '', backend TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS history ("
     " job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, at REAL NOT NULL, status TEXT NOT NULL,"
     " secondary TEXT NOT NULL, message TEXT NOT NULL, PRIMARY KEY (job_id, seq));"
@@ -57,21 +57,36 @@ static const char schema[] =
     "CREATE TRIGGER IF NOT EXISTS audit_append_only_delete BEFORE DELETE ON audit"
     " BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;";
 
-/* A state folder from before users and roles has jobs without an owner: they get the columns, with
- * no owner (visible to admins only). */
-static int add_owner_columns(anvil_store *st) {
+static int has_column(anvil_store *st, const char *table, const char *column, bool *has) {
     sqlite3_stmt *s = NULL;
-    bool has_owner = false;
-    int rc = sqlite3_prepare_v2(st->db, "SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'owner'", -1, &s, NULL);
+    int rc = sqlite3_prepare_v2(st->db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", -1, &s, NULL);
     if (rc == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, table, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, column, -1, SQLITE_STATIC);
         rc = sqlite3_step(s);
-        has_owner = rc == SQLITE_ROW;
+        *has = rc == SQLITE_ROW;
     }
     sqlite3_finalize(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return anvil_store_db_fail(st, "jobs");
-    if (has_owner) return 0;
-    return anvil_store_exec(st, "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
-                                "ALTER TABLE jobs ADD COLUMN role TEXT NOT NULL DEFAULT '';");
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : anvil_store_db_fail(st, table);
+}
+
+/* A state folder from an older daemon gets the columns added since, with their defaults: jobs from
+ * before users have no owner (visible to admins only); the pid of an attempt from before backends
+ * becomes its local backend's handle. */
+static int add_new_columns(anvil_store *st) {
+    static const char *const added[][2] = {
+        {"owner", "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''"},
+        {"role", "ALTER TABLE jobs ADD COLUMN role TEXT NOT NULL DEFAULT ''"},
+        {"backend", "ALTER TABLE jobs ADD COLUMN backend TEXT NOT NULL DEFAULT ''"},
+        {"handle", "ALTER TABLE jobs ADD COLUMN handle TEXT NOT NULL DEFAULT '';"
+                   "UPDATE jobs SET handle = CAST(pid AS TEXT), backend = 'local' WHERE pid != 0"},
+    };
+    for (size_t i = 0; i < sizeof added / sizeof *added; i++) {
+        bool has = false;
+        if (has_column(st, "jobs", added[i][0], &has)) return -1;
+        if (!has && anvil_store_exec(st, added[i][1])) return -1;
+    }
+    return 0;
 }
 
 int anvil_store_db_fail(anvil_store *st, const char *what) {
@@ -102,7 +117,7 @@ anvil_store *anvil_store_open(const char *path) {
     /* FULL: a transaction is on disk when its commit returns, also in WAL mode. */
     sqlite3_busy_timeout(st->db, 5000);
     if (anvil_store_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;") ||
-        anvil_store_exec(st, "BEGIN IMMEDIATE") || anvil_store_exec(st, schema) || add_owner_columns(st) ||
+        anvil_store_exec(st, "BEGIN IMMEDIATE") || anvil_store_exec(st, schema) || add_new_columns(st) ||
         anvil_store_exec(st, "COMMIT")) {
         anvil_store_close(st);
         return NULL;
@@ -123,8 +138,8 @@ char *anvil_store_column_text(sqlite3_stmt *s, int col) {
 }
 
 #define JOB_COLUMNS                                                                                             \
-    "id, name, spec, run_dir, status, secondary, failure_reason, attempt, pid, exit_code, stop, stop_deadline," \
-    " submitted_at, started_at, ended_at, owner, role"
+    "id, name, spec, run_dir, status, secondary, failure_reason, attempt, handle, exit_code, stop,"       \
+    " stop_deadline, submitted_at, started_at, ended_at, owner, role, backend"
 
 static int read_job(sqlite3_stmt *s, anvil_job *j) {
     memset(j, 0, sizeof *j);
@@ -136,7 +151,7 @@ static int read_job(sqlite3_stmt *s, anvil_job *j) {
     j->secondary = anvil_store_column_text(s, 5);
     j->failure_reason = anvil_store_column_text(s, 6);
     j->attempt = sqlite3_column_int(s, 7);
-    j->pid = sqlite3_column_int(s, 8);
+    j->handle = anvil_store_column_text(s, 8);
     j->exit_code = sqlite3_column_int(s, 9);
     const char *stop = (const char *)sqlite3_column_text(s, 10);
     for (size_t k = 0; stop && k < sizeof stop_names / sizeof *stop_names; k++)
@@ -147,7 +162,9 @@ static int read_job(sqlite3_stmt *s, anvil_job *j) {
     j->ended_at = sqlite3_column_double(s, 14);
     j->owner = anvil_store_column_text(s, 15);
     j->role = anvil_store_column_text(s, 16);
-    if (!j->name || !j->spec || !j->run_dir || !j->secondary || !j->failure_reason || !j->owner || !j->role) {
+    j->backend = anvil_store_column_text(s, 17);
+    if (!j->name || !j->spec || !j->run_dir || !j->secondary || !j->failure_reason || !j->owner || !j->role ||
+        !j->handle || !j->backend) {
         anvil_job_free(j);
         return anvil_fail("state database: out of memory");
     }
@@ -286,9 +303,9 @@ static int update_job(anvil_store *st, const anvil_job *j, const char *message) 
     if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? anvil_fail("job %lld: no such job", (long long)j->id)
                                                    : anvil_store_db_fail(st, "update");
     rc = sqlite3_prepare_v2(st->db,
-                            "UPDATE jobs SET status = ?2, secondary = ?3, failure_reason = ?4, attempt = ?5, pid = ?6,"
-                            " exit_code = ?7, stop = ?8, stop_deadline = ?9, started_at = ?10, ended_at = ?11"
-                            " WHERE id = ?1",
+                            "UPDATE jobs SET status = ?2, secondary = ?3, failure_reason = ?4, attempt = ?5, handle = ?6,"
+                            " exit_code = ?7, stop = ?8, stop_deadline = ?9, started_at = ?10, ended_at = ?11,"
+                            " backend = ?12 WHERE id = ?1",
                             -1, &s, NULL);
     if (rc == SQLITE_OK) {
         sqlite3_bind_int64(s, 1, j->id);
@@ -296,12 +313,13 @@ static int update_job(anvil_store *st, const anvil_job *j, const char *message) 
         sqlite3_bind_text(s, 3, j->secondary, -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 4, j->failure_reason, -1, SQLITE_STATIC);
         sqlite3_bind_int(s, 5, j->attempt);
-        sqlite3_bind_int(s, 6, j->pid);
+        sqlite3_bind_text(s, 6, j->handle, -1, SQLITE_STATIC);
         sqlite3_bind_int(s, 7, j->exit_code);
         sqlite3_bind_text(s, 8, stop_names[j->stop], -1, SQLITE_STATIC);
         sqlite3_bind_double(s, 9, j->stop_deadline);
         sqlite3_bind_double(s, 10, j->started_at);
         sqlite3_bind_double(s, 11, j->ended_at);
+        sqlite3_bind_text(s, 12, j->backend, -1, SQLITE_STATIC);
         rc = sqlite3_step(s);
     }
     sqlite3_finalize(s);
@@ -370,6 +388,8 @@ void anvil_job_free(anvil_job *j) {
     free(j->failure_reason);
     free(j->owner);
     free(j->role);
+    free(j->handle);
+    free(j->backend);
     memset(j, 0, sizeof *j);
 }
 

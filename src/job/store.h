@@ -45,7 +45,8 @@ typedef struct {
     char *secondary;      /* "Training", "Retrying (2/3)", ...; "" when none */
     char *failure_reason; /* one line; "" when none */
     int attempt;          /* attempts started so far */
-    int pid;              /* the running attempt's wrapper: its process group and session; 0 when none */
+    char *handle;         /* the running attempt's name in its backend (job/backend.h); "" when none */
+    char *backend;        /* the backend that runs (or last ran) it: "local"; "" before the first attempt */
     int exit_code;        /* the last attempt's, -1 when none */
     anvil_job_stop stop;
     double stop_deadline; /* when the stop turns into SIGKILL; 0 until the stop signal is sent */

@@ -1,23 +1,16 @@
 #include "job/supervisor.h"
 
 #include <ctype.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/exit.h"
-#include "core/fsutil.h"
 #include "job/audit.h"
 #include "job/policy.h"
 #include "job/spec.h"
@@ -26,20 +19,35 @@ extern char **environ;
 
 struct anvil_supervisor {
     anvil_store *st;
-    char *state_dir, *self;
+    anvil_backend *backend;
     double grace_s;
     /* Held through a tick and through a stop request, so neither overwrites the other's change. */
     pthread_mutex_t lock;
 };
 
-anvil_supervisor *anvil_supervisor_new(anvil_store *st, const char *state_dir, const char *self, double grace_s) {
+static const unsigned active_mask = 1u << ANVIL_JOB_PENDING | 1u << ANVIL_JOB_STARTING | 1u << ANVIL_JOB_RUNNING |
+                                    1u << ANVIL_JOB_STOPPING;
+
+anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, double grace_s) {
+    anvil_job *jobs;
+    int n;
+    if (anvil_store_list(st, active_mask, &jobs, &n)) return NULL;
+    const char *mine = backend->ops->name;
+    for (int i = 0; i < n; i++)
+        if (jobs[i].handle[0] && strcmp(jobs[i].backend, mine)) {
+            anvil_fail("job %lld has an attempt running on the %s backend; this daemon runs the %s backend",
+                       (long long)jobs[i].id, jobs[i].backend, mine);
+            anvil_job_list_free(jobs, n);
+            return NULL;
+        }
+    anvil_job_list_free(jobs, n);
     anvil_supervisor *sup = calloc(1, sizeof *sup);
-    if (!sup || !(sup->state_dir = strdup(state_dir)) || !(sup->self = strdup(self))) {
-        anvil_supervisor_free(sup);
+    if (!sup) {
         anvil_fail("supervisor: out of memory");
         return NULL;
     }
     sup->st = st;
+    sup->backend = backend;
     sup->grace_s = grace_s;
     pthread_mutex_init(&sup->lock, NULL);
     return sup;
@@ -47,9 +55,7 @@ anvil_supervisor *anvil_supervisor_new(anvil_store *st, const char *state_dir, c
 
 void anvil_supervisor_free(anvil_supervisor *sup) {
     if (!sup) return;
-    if (sup->self) pthread_mutex_destroy(&sup->lock);
-    free(sup->state_dir);
-    free(sup->self);
+    pthread_mutex_destroy(&sup->lock);
     free(sup);
 }
 
@@ -60,52 +66,6 @@ static bool set_text(char **field, const char *value) {
     free(*field);
     *field = copy;
     return true;
-}
-
-/* Signals every live process of session sid (sig 0: only counts them). Zombies do not count: after a
- * daemon restart nobody may be left to reap them. */
-static int session_signal(int sid, int sig) {
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t len = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (len <= 0) continue;
-        buf[len] = 0;
-        /* pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses. */
-        char *p = strrchr(buf, ')'), state;
-        int ppid, pgrp, session;
-        if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4) continue;
-        if (session != sid || state == 'Z' || state == 'X') continue;
-        n++;
-        if (sig) kill((pid_t)atoi(e->d_name), sig);
-    }
-    closedir(d);
-    return n;
-}
-
-static void exit_file(const anvil_supervisor *sup, const anvil_job *j, char *path, size_t cap) {
-    snprintf(path, cap, "%s/jobs/%lld/exit_%d", sup->state_dir, (long long)j->id, j->attempt);
-}
-
-/* The attempt's exit status from its exit file, or -1 when there is none (yet). */
-static int read_exit(const anvil_supervisor *sup, const anvil_job *j) {
-    char path[PATH_MAX], *text;
-    size_t len;
-    exit_file(sup, j, path, sizeof path);
-    if (anvil_read_file_max(path, 64, &text, &len)) return -1;
-    char *end;
-    long code = strtol(text, &end, 10);
-    bool ok = end != text && code >= 0 && code <= 255;
-    free(text);
-    return ok ? (int)code : -1;
 }
 
 /* Seconds since the epoch of the last step written by the current attempt, or 0 when none. */
@@ -140,8 +100,7 @@ static int save(anvil_supervisor *sup, const anvil_job *j, const char *message) 
     return anvil_store_update(sup->st, j, message);
 }
 
-/* The attempt's argv and environment, built before fork: the child may only call async-signal-safe
- * functions. */
+/* The attempt's command line and environment. */
 typedef struct {
     char **argv, **envp;
     int argc, envc;
@@ -179,15 +138,9 @@ static bool has_arg(const anvil_job_spec *s, const char *arg) {
     return false;
 }
 
-static void build_cmdline(const anvil_supervisor *sup, const anvil_job *j, const anvil_job_spec *s, cmdline *c) {
-    char exitf[PATH_MAX], procs[16], id[32];
-    exit_file(sup, j, exitf, sizeof exitf);
-    snprintf(procs, sizeof procs, "%d", s->procs_per_host * s->hosts);
+static void build_cmdline(const anvil_job *j, const anvil_job_spec *s, cmdline *c) {
+    char id[32];
     snprintf(id, sizeof id, "%lld", (long long)j->id);
-    const char *head[] = {"anvil", "job-run", "--exit-file", exitf, "--", "launch", "-n", procs, "--log-dir"};
-    for (size_t i = 0; i < sizeof head / sizeof *head; i++) push(&c->argv, &c->argc, head[i], &c->oom);
-    pushf(&c->argv, &c->argc, &c->oom, "%s/logs%s", j->run_dir, "");
-    push(&c->argv, &c->argc, "--", &c->oom);
     for (int i = 0; i < s->argc; i++) push(&c->argv, &c->argc, s->argv[i], &c->oom);
     push(&c->argv, &c->argc, "--out", &c->oom);
     push(&c->argv, &c->argc, j->run_dir, &c->oom);
@@ -217,60 +170,47 @@ static void build_cmdline(const anvil_supervisor *sup, const anvil_job *j, const
     pushf(&c->envp, &c->envc, &c->oom, "ANVIL_JOB_ID=%s%s", id, "");
 }
 
-/* Forks the attempt into its own session. The child waits until the store records its pid, so a
- * daemon killed in between leaves no attempt the store does not know of. */
+static anvil_attempt_ref attempt_of(const anvil_job *j) {
+    return (anvil_attempt_ref){.job_id = j->id, .attempt = j->attempt, .handle = j->handle};
+}
+
+typedef struct {
+    anvil_supervisor *sup;
+    anvil_job *job;
+} started;
+
+/* The backend's record callback: the attempt is Running under its handle before it runs anything. */
+static int record_start(void *ctx, const char *handle) {
+    started *s = ctx;
+    anvil_job *j = s->job;
+    if (!set_text(&j->handle, handle) || !set_text(&j->backend, s->sup->backend->ops->name) ||
+        !set_text(&j->secondary, "Launching"))
+        return anvil_fail("out of memory");
+    j->started_at = anvil_store_now();
+    j->status = ANVIL_JOB_RUNNING;
+    if (!save(s->sup, j, NULL)) return 0;
+    /* Not stored: the job is as before, and the tick that failed it must see no attempt. */
+    set_text(&j->handle, "");
+    j->status = ANVIL_JOB_STARTING;
+    return -1;
+}
+
 static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
     anvil_job_spec spec;
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
-    char dir[PATH_MAX], logs[PATH_MAX], log[PATH_MAX + 16];
-    snprintf(dir, sizeof dir, "%s/jobs/%lld", sup->state_dir, (long long)j->id);
-    snprintf(logs, sizeof logs, "%s/logs", j->run_dir);
-    snprintf(log, sizeof log, "%s/launcher.log", logs);
     cmdline c = {0};
-    build_cmdline(sup, j, &spec, &c);
-    anvil_job_spec_free(&spec);
-    int go[2] = {-1, -1}, rc = -1;
+    build_cmdline(j, &spec, &c);
+    int rc = -1;
     if (c.oom) {
         anvil_fail("out of memory");
-        goto done;
+    } else {
+        anvil_attempt_spec a = {.ref = attempt_of(j), .run_dir = j->run_dir, .hosts = spec.hosts,
+                                .procs_per_host = spec.procs_per_host, .argc = c.argc, .argv = c.argv,
+                                .envp = c.envp};
+        started ctx = {sup, j};
+        rc = sup->backend->ops->start(sup->backend, &a, record_start, &ctx);
     }
-    if (anvil_mkdir_p(dir) || anvil_mkdir_p(logs)) goto done;
-    if (pipe2(go, O_CLOEXEC)) {
-        anvil_fail("pipe: %s", strerror(errno));
-        goto done;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        anvil_fail("fork: %s", strerror(errno));
-        goto done;
-    }
-    if (pid == 0) {
-        close(go[1]);
-        setsid();
-        char byte;
-        if (read(go[0], &byte, 1) != 1) _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        int in = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (in < 0 || out < 0 || chdir(j->run_dir)) _exit(127);
-        dup2(in, STDIN_FILENO);
-        dup2(out, STDOUT_FILENO);
-        dup2(out, STDERR_FILENO);
-        execve(sup->self, c.argv, c.envp);
-        _exit(127);
-    }
-    close(go[0]);
-    go[0] = -1;
-    j->pid = (int)pid;
-    j->started_at = anvil_store_now();
-    j->status = ANVIL_JOB_RUNNING;
-    rc = set_text(&j->secondary, "Launching") ? save(sup, j, NULL) : anvil_fail("out of memory");
-    if (!rc && write(go[1], "g", 1) != 1) rc = anvil_fail("cannot start the attempt: %s", strerror(errno));
-done:
-    if (go[0] >= 0) close(go[0]);
-    if (go[1] >= 0) close(go[1]);
+    anvil_job_spec_free(&spec);
     free_strings(c.argv, c.argc);
     free_strings(c.envp, c.envc);
     return rc;
@@ -293,8 +233,8 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     if (j->stop == ANVIL_STOP_HANG)
         snprintf(why, sizeof why, "HangDetected: no progress in %s/metrics.jsonl within the hang timeout", j->run_dir);
     j->exit_code = code;
-    j->pid = 0;
     j->stop_deadline = 0;
+    if (!set_text(&j->handle, "")) return anvil_fail("out of memory");
     const char *secondary = "", *message = why;
     bool retry = false;
     char retrying[64];
@@ -343,8 +283,8 @@ static int begin_stop(anvil_supervisor *sup, anvil_job *j, anvil_job_stop why, c
     j->stop_deadline = anvil_store_now() + sup->grace_s;
     if (!set_text(&j->secondary, secondary)) return anvil_fail("out of memory");
     if (save(sup, j, message)) return -1;
-    kill(-j->pid, SIGTERM);
-    return 0;
+    anvil_attempt_ref a = attempt_of(j);
+    return sup->backend->ops->stop(sup->backend, &a);
 }
 
 static int advance(anvil_supervisor *sup, anvil_job *j) {
@@ -355,11 +295,10 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
         if (save(sup, j, "attempt 1")) return -1;
     }
     if (j->status == ANVIL_JOB_STARTING) return start_attempt(sup, j);
-    /* Running or Stopping: the session first, then the exit file, which the wrapper writes before it
-     * exits; the other order could take an attempt ending between the two looks for a lost one. */
-    bool alive = session_signal(j->pid, 0) > 0;
-    int code = read_exit(sup, j);
-    if (code >= 0 || !alive) return finish_attempt(sup, j, code);
+    anvil_attempt_ref a = attempt_of(j);
+    int code, state = sup->backend->ops->poll(sup->backend, &a, &code);
+    if (state < 0) return -1;
+    if (state != ANVIL_ATTEMPT_RUNNING) return finish_attempt(sup, j, state == ANVIL_ATTEMPT_EXITED ? code : -1);
     double now = anvil_store_now();
     anvil_job_spec spec;
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
@@ -369,11 +308,9 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
         if (j->stop_deadline == 0) {
             j->stop_deadline = now + sup->grace_s;
             if (save(sup, j, NULL)) return -1;
-            kill(-j->pid, SIGTERM);
-        } else if (now >= j->stop_deadline) {
-            session_signal(j->pid, SIGKILL);
+            return sup->backend->ops->stop(sup->backend, &a);
         }
-        return 0;
+        return now >= j->stop_deadline ? sup->backend->ops->kill(sup->backend, &a) : 0;
     }
     double progress = last_progress(j);
     char message[128];
@@ -393,18 +330,14 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
 }
 
 int anvil_supervisor_tick(anvil_supervisor *sup) {
-    while (waitpid(-1, NULL, WNOHANG) > 0) {
-    }
-    unsigned active = 1u << ANVIL_JOB_PENDING | 1u << ANVIL_JOB_STARTING | 1u << ANVIL_JOB_RUNNING |
-                      1u << ANVIL_JOB_STOPPING;
     pthread_mutex_lock(&sup->lock);
     anvil_job *jobs;
-    int n, rc = anvil_store_list(sup->st, active, &jobs, &n);
+    int n, rc = anvil_store_list(sup->st, active_mask, &jobs, &n);
     for (int i = 0; !rc && i < n; i++) {
         anvil_job *j = &jobs[i];
         /* An attempt that could not be started fails the job, with the reason; trouble with a running
          * one (the store, the file system) is left for the next tick. */
-        if (!advance(sup, j) || j->pid) continue;
+        if (!advance(sup, j) || j->handle[0]) continue;
         char why[512];
         snprintf(why, sizeof why, "the daemon could not start it: %s", anvil_errmsg());
         j->status = ANVIL_JOB_FAILED;
@@ -422,7 +355,7 @@ int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, const anvil_audit_e
     int rc = anvil_store_get(sup->st, id, j);
     if (!rc && anvil_job_status_final(j->status)) rc = 2;
     if (!rc && j->stop != ANVIL_STOP_REQUESTED) {
-        if (j->status == ANVIL_JOB_PENDING || (j->status == ANVIL_JOB_STARTING && !j->pid)) {
+        if (j->status == ANVIL_JOB_PENDING || (j->status == ANVIL_JOB_STARTING && !j->handle[0])) {
             j->status = ANVIL_JOB_STOPPED;
             j->ended_at = anvil_store_now();
         } else {
@@ -437,4 +370,20 @@ int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, const anvil_audit_e
     }
     pthread_mutex_unlock(&sup->lock);
     return rc;
+}
+
+cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *j) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddStringToObject(o, "name", j->backend[0] ? j->backend : sup->backend->ops->name)) {
+        cJSON_Delete(o);
+        anvil_fail("out of memory");
+        return NULL;
+    }
+    anvil_attempt_ref a = attempt_of(j);
+    if (j->handle[0] && !strcmp(j->backend, sup->backend->ops->name) &&
+        sup->backend->ops->describe(sup->backend, &a, o)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
 }

@@ -1,21 +1,16 @@
-/* The local backend: runs each job's attempts and moves the job through
- * its statuses.
+/* The supervisor: moves each job through its statuses, deciding what its attempts' ends mean,
+ * when to retry, stop or give up; a backend (job/backend.h) carries the attempts out.
  *
  *   Pending -> Starting -> Running -> Completed | Failed | Stopped
  *                 ^           |  \-> Stopping -> Stopped | (HangDetected) Starting
  *                 \-----------/  a retryable failure, attempts left: Starting "Retrying (k/n)"
  *
- * An attempt is `anvil job-run --exit-file F -- launch -n P --log-dir RUN/logs -- <command> --out RUN
- * [--resume auto]`, started in a session of its own (setsid), so the wrapper, the launcher, mpirun
- * and the ranks all carry the session id = the wrapper's pid, which the store keeps. The wrapper
- * ignores stop signals and writes the launcher's exit status into F atomically before it exits.
- * So the supervisor needs nothing in memory: an attempt has ended when F exists, or when no
- * process of its session is left (then it was lost, e.g. killed with the daemon down). A restarted
- * daemon therefore re-attaches to every job by the same rule.
+ * It keeps nothing in memory: each tick reads the jobs that have not ended from the store and asks
+ * the backend about their attempts by the handles stored, so a restarted daemon re-attaches to every
+ * job by the same rule.
  *
- * A stop signals the wrapper's process group (the wrapper and the launcher; mpirun and the ranks
- * have groups of their own): the launcher turns SIGTERM into the trainer's checkpoint-and-stop
- * (SIGUSR1). Past the grace period every process of the session gets SIGKILL.
+ * A stop (a request, max_runtime_s, a hang) is the backend's graceful stop, which gives the trainer
+ * its checkpoint-and-stop; the SIGKILL deadline is stored, and past it the backend kills the attempt.
  *
  * Progress is the mtime of RUN/metrics.jsonl, which rank 0 of `anvil train` appends to after every
  * step: no change for hang_timeout_s since the attempt started or the last step is a hang. */
@@ -24,13 +19,17 @@
 
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
+#include "job/backend.h"
 #include "job/store.h"
 
 typedef struct anvil_supervisor anvil_supervisor;
 
-/* state_dir holds jobs/<id>/ (the attempts' exit files); self is the anvil binary the attempts run;
- * grace_s the time between a stop signal and SIGKILL. NULL after anvil_fail. */
-anvil_supervisor *anvil_supervisor_new(anvil_store *st, const char *state_dir, const char *self, double grace_s);
+/* Runs attempts through backend (which stays the caller's); grace_s is the time between a stop
+ * signal and SIGKILL. Refused while the store has an attempt running on another backend. NULL after
+ * anvil_fail. */
+anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, double grace_s);
 void anvil_supervisor_free(anvil_supervisor *sup);
 
 /* Reaps finished children and advances every job that is not final: starts, notices ends, applies
@@ -42,5 +41,9 @@ int anvil_supervisor_tick(anvil_supervisor *sup);
  * new state, 1 when there is no such job, 2 when it had already ended (*job as it is; the entry is
  * not recorded), -1 on error. */
 int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, const anvil_audit_entry *audit, anvil_job *job);
+
+/* describe's "backend" object of job: the backend's name and, while an attempt runs, what the
+ * backend knows of it. NULL after anvil_fail. */
+cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *job);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "obs/trace.h"
 
 const char *const anvil_gpt2_param_names[ANVIL_GPT2_NPARAM] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -324,6 +325,7 @@ static int forward_body(anvil_gpt2 *m, int B, int T, anvil_gpt2_view *h) {
         float *atty = a->atty + l * NC, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
         float *fch = a->fch + l * 4 * NC, *out = a->resid + (l + 1) * NC;
         anvil_gpt2_view w;
+        double span = anvil_trace_layer_begin(l, "forward");
         if (get_params(m, 1 + l, &w)) return -1;
         k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, res, w.t[ANVIL_GPT2_LN1W],
                              w.t[ANVIL_GPT2_LN1B], N, C);
@@ -338,6 +340,7 @@ static int forward_body(anvil_gpt2 *m, int B, int T, anvil_gpt2_view *h) {
         k->copy(out, res2, NC);
         k->matmul_forward(out, a->gelu, w.t[ANVIL_GPT2_FCPROJW], w.t[ANVIL_GPT2_FCPROJB], N, 4 * C, C, 1);
         if (put_params(m, 1 + l)) return -1;
+        anvil_trace_layer_end(span);
     }
     k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * NC, h->t[ANVIL_GPT2_LNFW],
                          h->t[ANVIL_GPT2_LNFB], N, C);
@@ -434,6 +437,7 @@ int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int3
         float *atty = a->atty + l * NC, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
         float *fch = a->fch + l * 4 * NC;
         anvil_gpt2_view w, g;
+        double span = anvil_trace_layer_begin(l, "backward");
         if (get_params(m, 1 + l, &w) || get_grads(m, 1 + l, &g)) return -1;
         k->gelu_forward(a->gelu, fch, 4 * NC);
         k->matmul_backward(a->dfch, g.t[ANVIL_GPT2_FCPROJW], g.t[ANVIL_GPT2_FCPROJB], a->dres, a->gelu,
@@ -452,6 +456,7 @@ int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int3
         k->layernorm_backward(a->dres, g.t[ANVIL_GPT2_LN1W], g.t[ANVIL_GPT2_LN1B], a->dln, res, w.t[ANVIL_GPT2_LN1W],
                               a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
         if (put_grads(m, 1 + l) || put_params(m, 1 + l)) return -1;
+        anvil_trace_layer_end(span);
     }
     k->encoder_backward(hg.t[ANVIL_GPT2_WTE], hg.t[ANVIL_GPT2_WPE], a->dres, a->inputs, B, T, C);
     if (put_grads(m, 0) || put_params(m, 0)) return -1;

@@ -64,7 +64,7 @@ static int write_record(anvil_metrics *m, const char *line, size_t n) {
 
 int anvil_metrics_write(anvil_metrics *m, const char *kind, const char *const *keys, const double *values,
                         int nfields) {
-    char line[2048];
+    char line[4096]; /* room for a log record of every --metric with long names */
     int n = snprintf(line, sizeof line, "{\"kind\":\"%s\"", kind);
     for (int i = 0; i < nfields && n < (int)sizeof line; i++) {
         double v = values[i];

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "dist/comm.h"
 #include "obs/metrics.h"
+#include "obs/trace.h"
 
 /* The undisturbed steps a checkpoint's cost is measured against: the most recent ones, enough for
  * a steady median, few enough to follow a machine whose load changes. */
@@ -122,6 +123,7 @@ static void set_shard_state(anvil_checkpointer *cp, shard_state s) {
 /* The snapshot: the whole state where this rank writes it (replicated
  * runs, and rank 0 of sharded ones), and the shard's slices. */
 static void take(anvil_checkpointer *cp) {
+    double span = anvil_trace_begin();
     int rc = 0;
     if (!cp->sharded || cp->rank == 0) {
         anvil_ckpt_snapshot *snap = anvil_ckpt_snapshot_take(cp->snap, &cp->st);
@@ -135,6 +137,7 @@ static void take(anvil_checkpointer *cp) {
     }
     if (rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
     cp->take_rc = rc;
+    anvil_trace_end(span, "ckpt", "checkpoint snapshot", -1, -1);
 }
 
 /* The shard's writer writes its file into rank 0's temporary folder. */
@@ -189,9 +192,11 @@ static double thread_cpu_ms(void) {
 static void *write_main(void *arg) {
     anvil_checkpointer *cp = arg;
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-    double t0 = anvil_now(), cpu0 = thread_cpu_ms();
+    anvil_trace_thread_name("ckpt writer");
+    double t0 = anvil_now(), cpu0 = thread_cpu_ms(), span = anvil_trace_begin();
     if (cp->sharded) write_shard(cp);
     if (!cp->sharded || cp->rank == 0) finish(cp);
+    anvil_trace_end(span, "ckpt", "checkpoint write", -1, -1);
     cp->write_ms = (anvil_now() - t0) * 1e3;
     cp->writer_cpu_ms = thread_cpu_ms() - cpu0;
     pthread_mutex_lock(&cp->mu);
@@ -353,7 +358,7 @@ static int keep_shard(anvil_checkpointer *cp, const anvil_checkpointer_shard *sh
  * shard states, and rank 0 tells everyone whether it committed. */
 static int save_now(anvil_checkpointer *cp) {
     take(cp);
-    double t0 = anvil_now();
+    double t0 = anvil_now(), span = anvil_trace_begin();
     int rc = 0;
     if (cp->sharded) {
         write_shard(cp);
@@ -362,6 +367,7 @@ static int save_now(anvil_checkpointer *cp) {
     }
     if (!cp->sharded || cp->rank == 0) finish(cp);
     cp->write_ms = (anvil_now() - t0) * 1e3;
+    anvil_trace_end(span, "ckpt", "checkpoint write (synchronous)", -1, -1);
     if (!rc && cp->sharded) {
         int64_t result = cp->write_rc;
         if (anvil_broadcast(anvil_dist_world(), &result, 1, ANVIL_I64, 0, "checkpoint result")) return -1;

@@ -20,9 +20,12 @@
 #include "dist/dataparallel.h"
 #include "kernels/isa.h"
 #include "obs/metrics.h"
+#include "obs/trace.h"
 #include "sample/sampler.h"
 #include "tok/tokenizer.h"
 #include "train/checkpointer.h"
+#include "train/profile.h"
+#include "train/telemetry.h"
 
 void anvil_train_defaults(anvil_train_config *c) {
     memset(c, 0, sizeof *c);
@@ -39,6 +42,7 @@ void anvil_train_defaults(anvil_train_config *c) {
     c->log_every = 10;
     c->keep_last = 3;
     c->timing_warmup = 1;
+    c->metrics_port = -1;
     c->log = stderr;
 }
 
@@ -87,6 +91,12 @@ int anvil_train_check(const anvil_train_config *c) {
         return anvil_fail("train: checkpoints and --resume need a run folder (--out)");
     if (c->ckpt_every < 0 || c->ckpt_minutes < 0 || c->keep_last < 1 || c->keep_every < 0)
         return anvil_fail("train: checkpoint intervals must be >= 0 and --keep-last >= 1");
+    if (c->profile_dir && (c->profile_first < 1 || c->profile_last < c->profile_first))
+        return anvil_fail("train: --profile-steps must be A-B with 1 <= A <= B, got %d-%d", c->profile_first,
+                          c->profile_last);
+    if (c->profile_dir && c->profile_first > c->steps)
+        return anvil_fail("train: --profile-steps %d-%d: the run ends at step %d", c->profile_first, c->profile_last,
+                          c->steps);
     return 0;
 }
 
@@ -189,7 +199,7 @@ _Static_assert(sizeof(step_agreement) == 3 * sizeof(double), "the agreement is a
 /* One training run, from open to close. */
 typedef struct {
     const anvil_train_config *c; /* the caller's, or quiet below */
-    anvil_train_config quiet;    /* ranks other than 0 log nowhere */
+    anvil_train_config quiet;    /* the caller's with another log: /dev/null (ranks other than 0), or a tap on it */
     FILE *devnull;
     anvil_train_result *res;
     int rank, world;
@@ -202,6 +212,7 @@ typedef struct {
     anvil_loader *train, *val;
     anvil_metrics *metrics;
     anvil_checkpointer *ckpt;
+    anvil_telemetry *tel;
     int32_t *x, *y;
     double *step_ms; /* per step, for the medians */
     int timed;
@@ -432,6 +443,24 @@ static int open_parallel(anvil_run *r) {
     return 0;
 }
 
+/* Telemetry, before anything is logged: with --metric definitions the run logs through its tap. */
+static int open_telemetry(anvil_run *r) {
+    const anvil_train_config *c = r->c;
+    int bf16 = c->matmul_dtype == ANVIL_MATMUL_BF16;
+    anvil_telemetry_config tc = {c->metrics_port,  c->out_dir,      c->log,           r->k->name,
+                                 bf16 ? "bf16" : "fp32", bf16,     c->steps,         c->metric_names,
+                                 c->metric_regexes, c->nmetrics,   c->profile_dir,   c->profile_first,
+                                 c->profile_last};
+    if (!(r->tel = anvil_telemetry_open(&tc))) return -1;
+    FILE *log = anvil_telemetry_log(r->tel);
+    if (log != c->log) {
+        if (r->c != &r->quiet) r->quiet = *c;
+        r->quiet.log = log;
+        r->c = &r->quiet;
+    }
+    return 0;
+}
+
 static void catch_stop_signals(anvil_run *r) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -461,7 +490,9 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     }
     memset(res, 0, sizeof *res);
     res->val_loss = NAN;
-    if (!(r->k = anvil_kernels_cpu_for(c->matmul_dtype))) return -1;
+    if (!(r->k = anvil_kernels_cpu_for(c->matmul_dtype)) || open_telemetry(r)) return -1;
+    if (c->profile_dir) r->k = anvil_profiled_kernels(r->k);
+    c = r->c;
     catch_stop_signals(r);
     if (open_model(r) || open_data(r)) return -1;
     const anvil_gpt2_config *mc = &r->model.cfg;
@@ -475,7 +506,7 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
     anvil_rng_seed(&r->data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->rank * 0x9e3779b97f4a7c15ULL));
     if (c->resume && resume_from(r)) return -1;
-    if (open_parallel(r)) return -1;
+    if (open_parallel(r) || anvil_telemetry_start(r->tel, r->metrics)) return -1;
     r->t_start = anvil_now();
     return 0;
 }
@@ -487,7 +518,8 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
 static int run_step(anvil_run *r, int step) {
     const anvil_train_config *c = r->c;
     anvil_gpt2 *m = &r->model;
-    double t0 = anvil_now();
+    if (anvil_telemetry_step_begin(r->tel, step + 1)) return -1;
+    double t0 = anvil_now(), span = anvil_trace_begin() >= 0 ? t0 : -1;
     if (r->dp) {
         if (anvil_dp_begin_step(r->dp)) return -1;
     } else {
@@ -495,8 +527,10 @@ static int run_step(anvil_run *r, int step) {
     }
     double loss_sum = 0.0;
     for (int micro = 0; micro < r->accum; micro++) {
+        double wait = anvil_trace_begin();
         if (c->synthetic) fill_synthetic(&r->data_rng, r->x, r->y, r->bt, m->cfg.vocab_size);
         else if (anvil_loader_next(r->train, r->x, r->y)) return -1;
+        anvil_trace_end(wait, "data", c->synthetic ? "synthetic batch" : "loader wait", -1, -1);
         float l;
         if (r->dp) anvil_dp_set_last_micro(r->dp, micro == r->accum - 1);
         if (anvil_gpt2_forward_backward(m, r->x, r->y, c->B, c->T, 1.0f / ((float)r->accum * (float)r->world), &l))
@@ -514,13 +548,16 @@ static int run_step(anvil_run *r, int step) {
                           isnan(r->loss) ? "NaN" : "infinite");
     if (anvil_checkpointer_before_update(r->ckpt)) return -1;
     r->lr = anvil_lr_at(&r->sched, step);
+    double opt = anvil_trace_begin();
     if (r->sharded) {
         if (anvil_dp_step(r->dp, r->lr, c->grad_clip, &r->norm)) return -1;
     } else {
         double sumsq = anvil_adamw_grad_sumsq(r->opt, m->grads);
         r->norm = anvil_adamw_step(r->opt, m->params, m->grads, sumsq, c->grad_clip, r->lr);
     }
+    anvil_trace_end(opt, "optimizer", "optimizer", -1, -1);
     r->dt = anvil_now() - t0;
+    anvil_trace_record(span, t0 + r->dt, "step", "step", -1, -1);
     return 0;
 }
 
@@ -573,8 +610,11 @@ static int validate_and_sample(anvil_run *r, int step, int last) {
     const anvil_train_config *c = r->c;
     if (r->val && ((c->val_every && (step + 1) % c->val_every == 0) || last)) {
         float vl;
+        double span = anvil_trace_begin();
         if (validate(c, &r->model, r->val, r->x, r->y, &vl)) return -1;
+        anvil_trace_end(span, "validation", "validation", -1, -1);
         r->res->val_loss = vl;
+        anvil_telemetry_validated(r->tel, step + 1, vl);
         if (c->progress) anvil_progress_end(c->log);
         fprintf(c->log, "step %d: val loss %.4f\n", step + 1, vl);
         if (r->metrics) {
@@ -622,10 +662,20 @@ static int save_or_stop(anvil_run *r, int step, int last) {
     return ANVIL_TRAIN_STOPPED;
 }
 
+/* The step's figures to the telemetry, once everything the step logs is logged. */
+static int telemetry_step(anvil_run *r, int step) {
+    anvil_dp_info info = {0};
+    if (r->dp) anvil_dp_get_info(r->dp, &info);
+    anvil_telemetry_step ts = {step + 1, r->loss, r->lr, r->norm, r->dt, r->tokens_per_step, r->flops_per_step,
+                               r->tokens_seen, info.comm_wait_s};
+    return anvil_telemetry_step_done(r->tel, &ts);
+}
+
 static int run_after_step(anvil_run *r, int step) {
     int last = step + 1 == r->c->steps;
     if (record_step(r, step) || validate_and_sample(r, step, last)) return -1;
-    return save_or_stop(r, step, last);
+    int rc = save_or_stop(r, step, last);
+    return rc >= 0 && telemetry_step(r, step) ? -1 : rc;
 }
 
 /* ---- close ---- */
@@ -668,6 +718,7 @@ static int run_finish(anvil_run *r) {
 /* Frees everything and returns rc, or -1 when a checkpoint write failed. */
 static int run_close(anvil_run *r, int rc) {
     if (anvil_checkpointer_free(r->ckpt) && rc != -1) rc = -1;
+    if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
     anvil_dp_free(r->dp);
     if (r->signals_set) {
         sigaction(SIGTERM, &r->old_term, NULL);

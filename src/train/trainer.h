@@ -50,6 +50,15 @@ typedef struct {
     int log_every;       /* log-line period when not on a terminal */
     int timing_warmup;   /* first steps left out of the timing medians */
     int progress;        /* 1: progress bar on log; 0: log lines */
+    int metrics_port;    /* serve Prometheus metrics on 127.0.0.1:port from rank 0 (0: a free port; -1: none) */
+    /* Metrics pulled from the log by regular expressions (obs/logmetric.h): into metrics.jsonl as
+     * kind "log" records, and onto the metrics page. */
+    const char *const *metric_names, *const *metric_regexes;
+    int nmetrics;
+    /* A profile of steps profile_first..profile_last (1-based) into profile_dir (NULL: none):
+     * Chrome Trace Event Format, one file per rank (obs/trace.h). */
+    const char *profile_dir;
+    int profile_first, profile_last;
     FILE *log;           /* human-readable output */
 } anvil_train_config;
 

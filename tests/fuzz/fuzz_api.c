@@ -22,6 +22,7 @@
 #include "core/json.h"
 #include "job/api.h"
 #include "job/auth.h"
+#include "job/backend.h"
 #include "job/store_internal.h"
 
 #define MAX_ARGS 64
@@ -44,6 +45,7 @@ static char *digest(anvil_store *st, long *audit_rows) {
 
 typedef struct {
     anvil_store *st;
+    anvil_backend *backend;
     anvil_supervisor *sup;
     char admin[ANVIL_TOKEN_SIZE], alice[ANVIL_TOKEN_SIZE], revoked[ANVIL_TOKEN_SIZE];
 } fixture;
@@ -62,7 +64,8 @@ static void setup(fixture *f) {
         anvil_auth_add_token(f->st, "alice", &e, f->revoked) || anvil_role_parse(role, strlen(role), &r) ||
         anvil_auth_add_role(f->st, &r, &e) || anvil_auth_grant(f->st, "r", "alice", &e) ||
         anvil_store_submit(f->st, &job, "/tmp/anvil-fuzz/runs", &e, &id) ||
-        !(f->sup = anvil_supervisor_new(f->st, "/tmp/anvil-fuzz", "/bin/false", 1)))
+        !(f->backend = anvil_backend_local_new("/tmp/anvil-fuzz", "/bin/false")) ||
+        !(f->sup = anvil_supervisor_new(f->st, f->backend, 1)))
         __builtin_trap();
     anvil_role_free(&r);
     char rid[ANVIL_TOKEN_ID_LEN + 1], *user = NULL;
@@ -158,6 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(path);
     free(text);
     anvil_supervisor_free(f.sup);
+    f.backend->ops->free(f.backend);
     anvil_store_close(f.st);
     return 0;
 }

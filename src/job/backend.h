@@ -1,0 +1,79 @@
+/* The job service's backends: how an attempt is started, observed, signalled and found again.
+ *
+ * The supervisor (job/supervisor.h) decides: statuses, retries, limits, hangs, stops. A backend
+ * carries out: it starts an attempt of a job, says whether it still runs or how it ended, passes
+ * it the graceful stop or kills it, and describes it. It keeps nothing in memory that the store
+ * does not hold: start names the attempt by a handle (text), which the store keeps with the job
+ * before the attempt runs anything, and every other call works from (job, attempt, handle)
+ * alone, so a daemon started after the one that started the attempt finds it again.
+ *
+ * The local backend (backend_local.c) runs each attempt on this machine as
+ *   anvil job-run --exit-file STATE/jobs/<id>/exit_<attempt> --
+ *       launch -n P --log-dir RUN/logs -- <command>
+ * forked into a session of its own (setsid), its output appended to RUN/logs/launcher.log. The
+ * handle is the wrapper's pid, which is also the session's id and its process group's: the
+ * launcher, mpirun and the ranks all carry that session id. The wrapper ignores stop signals and
+ * writes the launcher's exit status into the exit file atomically before it exits, so the attempt
+ * has ended when that file exists, or when no live process of the session is left (then it was
+ * lost: killed along with everything, or ended while no daemon was there to reap it). */
+#ifndef ANVIL_JOB_BACKEND_H
+#define ANVIL_JOB_BACKEND_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+/* One attempt of a job, as the store knows it. */
+typedef struct {
+    int64_t job_id;
+    int attempt;        /* 1 for the first */
+    const char *handle; /* what start recorded; "" before */
+} anvil_attempt_ref;
+
+/* What an attempt runs. */
+typedef struct {
+    anvil_attempt_ref ref;
+    const char *run_dir; /* the job's run folder: the attempt's working folder, its logs in RUN/logs */
+    int hosts, procs_per_host;
+    int argc;
+    char *const *argv; /* the anvil subcommand with its options (--out RUN, --resume auto), NULL-ended */
+    char *const *envp; /* the whole environment of the attempt, NULL-ended */
+} anvil_attempt_spec;
+
+typedef enum {
+    ANVIL_ATTEMPT_RUNNING,
+    ANVIL_ATTEMPT_EXITED, /* with its exit status (128 + S for a signal S) */
+    ANVIL_ATTEMPT_LOST,   /* no exit status and nothing of it left */
+} anvil_attempt_state;
+
+/* Stores the handle of an attempt that exists but has not run anything yet: 0, or -1 after
+ * anvil_fail, and then start undoes the attempt. */
+typedef int (*anvil_attempt_record_fn)(void *ctx, const char *handle);
+
+typedef struct anvil_backend anvil_backend;
+
+typedef struct {
+    const char *name; /* "local": recorded with each job it runs */
+    /* Starts the attempt, calling record(ctx, handle) before letting it run. 0, or -1 after anvil_fail
+     * (record's own failure included) with nothing left running. */
+    int (*start)(anvil_backend *b, const anvil_attempt_spec *a, anvil_attempt_record_fn record, void *ctx);
+    /* An anvil_attempt_state, with *code set for EXITED; -1 after anvil_fail. */
+    int (*poll)(anvil_backend *b, const anvil_attempt_ref *a, int *code);
+    /* The graceful stop: the ranks get the trainer's checkpoint-and-stop (SIGUSR1). */
+    int (*stop)(anvil_backend *b, const anvil_attempt_ref *a);
+    /* Ends every process of the attempt at once. */
+    int (*kill)(anvil_backend *b, const anvil_attempt_ref *a);
+    /* Adds what the backend knows of a running attempt to o (describe's "backend" object). */
+    int (*describe)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
+    void (*free)(anvil_backend *b);
+} anvil_backend_ops;
+
+struct anvil_backend {
+    const anvil_backend_ops *ops;
+};
+
+/* The local backend: state_dir holds jobs/<id>/exit_<n>; self is the anvil binary the attempts run.
+ * NULL after anvil_fail. */
+anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
+
+#endif

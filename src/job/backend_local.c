@@ -1,0 +1,230 @@
+/* The local backend (job/backend.h): attempts as process sessions on this machine. */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/fsutil.h"
+#include "job/backend.h"
+
+typedef struct {
+    anvil_backend base;
+    char *state_dir, *self;
+} local_backend;
+
+static local_backend *local_of(anvil_backend *b) { return (local_backend *)b; }
+
+/* The session id a handle names, or 0 for a handle that is not one of ours. */
+static pid_t session_of(const anvil_attempt_ref *a) {
+    char *end;
+    long v = strtol(a->handle, &end, 10);
+    return end != a->handle && !*end && v > 1 && v <= INT_MAX ? (pid_t)v : 0;
+}
+
+/* Signals every live process of session sid (sig 0: only counts them). Zombies do not count: after a
+ * daemon restart nobody may be left to reap them. */
+static int session_signal(pid_t sid, int sig) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t len = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (len <= 0) continue;
+        buf[len] = 0;
+        /* pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses. */
+        char *p = strrchr(buf, ')'), state;
+        int ppid, pgrp, session;
+        if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4) continue;
+        if (session != sid || state == 'Z' || state == 'X') continue;
+        n++;
+        if (sig) kill((pid_t)atoi(e->d_name), sig);
+    }
+    closedir(d);
+    return n;
+}
+
+static void exit_file(const local_backend *lb, const anvil_attempt_ref *a, char *path, size_t cap) {
+    snprintf(path, cap, "%s/jobs/%lld/exit_%d", lb->state_dir, (long long)a->job_id, a->attempt);
+}
+
+/* The attempt's exit status from its exit file, or -1 when there is none (yet). */
+static int read_exit(const local_backend *lb, const anvil_attempt_ref *a) {
+    char path[PATH_MAX], *text;
+    size_t len;
+    exit_file(lb, a, path, sizeof path);
+    if (anvil_read_file_max(path, 64, &text, &len)) return -1;
+    char *end;
+    long code = strtol(text, &end, 10);
+    bool ok = end != text && code >= 0 && code <= 255;
+    free(text);
+    return ok ? (int)code : -1;
+}
+
+/* The wrapper's argv, built before fork: the child may only call async-signal-safe functions. */
+static char **wrapper_argv(const local_backend *lb, const anvil_attempt_spec *a) {
+    char exitf[PATH_MAX], procs[16], logs[PATH_MAX];
+    exit_file(lb, &a->ref, exitf, sizeof exitf);
+    snprintf(procs, sizeof procs, "%d", a->procs_per_host * a->hosts);
+    snprintf(logs, sizeof logs, "%s/logs", a->run_dir);
+    const char *head[] = {"anvil", "job-run", "--exit-file", exitf, "--", "launch", "-n", procs, "--log-dir", logs, "--"};
+    size_t nhead = sizeof head / sizeof *head, n = nhead + (size_t)a->argc;
+    char **v = calloc(n + 1, sizeof *v);
+    for (size_t i = 0; v && i < n; i++)
+        if (!(v[i] = strdup(i < nhead ? head[i] : a->argv[i - nhead]))) {
+            for (size_t k = 0; k < i; k++) free(v[k]);
+            free(v);
+            v = NULL;
+        }
+    return v;
+}
+
+static void free_argv(char **v) {
+    for (size_t i = 0; v && v[i]; i++) free(v[i]);
+    free(v);
+}
+
+/* Forks the attempt into its own session. The child waits on a pipe until the handle is recorded, so
+ * a daemon killed in between leaves no attempt the store does not know of. */
+static int local_start(anvil_backend *b, const anvil_attempt_spec *a, anvil_attempt_record_fn record, void *ctx) {
+    local_backend *lb = local_of(b);
+    char dir[PATH_MAX], logs[PATH_MAX], log[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/jobs/%lld", lb->state_dir, (long long)a->ref.job_id);
+    snprintf(logs, sizeof logs, "%s/logs", a->run_dir);
+    snprintf(log, sizeof log, "%s/launcher.log", logs);
+    char **argv = wrapper_argv(lb, a);
+    int go[2] = {-1, -1}, rc = -1;
+    if (!argv) {
+        anvil_fail("out of memory");
+        goto done;
+    }
+    if (anvil_mkdir_p(dir) || anvil_mkdir_p(logs)) goto done;
+    if (pipe2(go, O_CLOEXEC)) {
+        anvil_fail("pipe: %s", strerror(errno));
+        goto done;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        anvil_fail("fork: %s", strerror(errno));
+        goto done;
+    }
+    if (pid == 0) {
+        close(go[1]);
+        setsid();
+        char byte;
+        if (read(go[0], &byte, 1) != 1) _exit(127);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        int in = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (in < 0 || out < 0 || chdir(a->run_dir)) _exit(127);
+        dup2(in, STDIN_FILENO);
+        dup2(out, STDOUT_FILENO);
+        dup2(out, STDERR_FILENO);
+        execve(lb->self, argv, a->envp);
+        _exit(127);
+    }
+    close(go[0]);
+    go[0] = -1;
+    char handle[24];
+    snprintf(handle, sizeof handle, "%d", (int)pid);
+    rc = record(ctx, handle);
+    if (!rc && write(go[1], "g", 1) != 1) rc = anvil_fail("cannot start the attempt: %s", strerror(errno));
+    if (rc) {
+        /* The child sees the pipe close and exits before running anything. */
+        close(go[1]);
+        go[1] = -1;
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+done:
+    if (go[0] >= 0) close(go[0]);
+    if (go[1] >= 0) close(go[1]);
+    free_argv(argv);
+    return rc;
+}
+
+static int local_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
+    pid_t sid = session_of(a);
+    /* The wrapper is this daemon's child unless an earlier daemon started it: reaped here, by pid, so
+     * no other child of the daemon (a hook's command) is reaped by mistake. */
+    if (sid) waitpid(sid, NULL, WNOHANG);
+    /* The session first, then the exit file, which the wrapper writes before it exits; the other
+     * order could take an attempt ending between the two looks for a lost one. */
+    bool alive = sid && session_signal(sid, 0) > 0;
+    *code = read_exit(local_of(b), a);
+    if (*code >= 0) return ANVIL_ATTEMPT_EXITED;
+    return alive ? ANVIL_ATTEMPT_RUNNING : ANVIL_ATTEMPT_LOST;
+}
+
+/* SIGTERM to the wrapper's process group (the wrapper and the launcher; mpirun and the ranks have
+ * groups of their own): the wrapper ignores it and the launcher turns it into SIGUSR1 for the ranks. */
+static int local_stop(anvil_backend *b, const anvil_attempt_ref *a) {
+    (void)b;
+    pid_t sid = session_of(a);
+    if (sid && kill(-sid, SIGTERM) && errno != ESRCH)
+        return anvil_fail("job %lld: cannot signal process group %d: %s", (long long)a->job_id, (int)sid,
+                          strerror(errno));
+    return 0;
+}
+
+static int local_kill(anvil_backend *b, const anvil_attempt_ref *a) {
+    (void)b;
+    pid_t sid = session_of(a);
+    if (sid) session_signal(sid, SIGKILL);
+    return 0;
+}
+
+static int local_describe(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o) {
+    (void)b;
+    pid_t sid = session_of(a);
+    if (!sid) return 0;
+    if (!cJSON_AddNumberToObject(o, "session", sid) || !cJSON_AddNumberToObject(o, "processes", session_signal(sid, 0)))
+        return anvil_fail("out of memory");
+    return 0;
+}
+
+static void local_free(anvil_backend *b) {
+    local_backend *lb = local_of(b);
+    if (!lb) return;
+    free(lb->state_dir);
+    free(lb->self);
+    free(lb);
+}
+
+static const anvil_backend_ops local_ops = {
+    .name = "local",
+    .start = local_start,
+    .poll = local_poll,
+    .stop = local_stop,
+    .kill = local_kill,
+    .describe = local_describe,
+    .free = local_free,
+};
+
+anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self) {
+    local_backend *lb = calloc(1, sizeof *lb);
+    if (!lb || !(lb->state_dir = strdup(state_dir)) || !(lb->self = strdup(self))) {
+        if (lb) local_free(&lb->base);
+        anvil_fail("local backend: out of memory");
+        return NULL;
+    }
+    lb->base.ops = &local_ops;
+    return &lb->base;
+}

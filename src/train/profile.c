@@ -1,0 +1,171 @@
+#include "train/profile.h"
+
+#include "obs/trace.h"
+
+static const anvil_kernels *K;
+static anvil_kernels P;
+
+#define OP() double t0_ = anvil_trace_begin()
+#define DONE(name) anvil_trace_end(t0_, "op", name, anvil_trace_layer(), -1)
+
+/* A linear layer's role, from its shape: [C -> 3C] is the attention's qkv, [C -> C] its output
+ * projection, [C -> 4C] the MLP's expansion, [4C -> C] its projection. */
+static const char *role(const char *fwd_or_bwd, int C, int OC) {
+    static const char *const names[2][5] = {
+        {"matmul_forward qkv", "matmul_forward attn_proj", "matmul_forward fc", "matmul_forward fc_proj",
+         "matmul_forward"},
+        {"matmul_backward qkv", "matmul_backward attn_proj", "matmul_backward fc", "matmul_backward fc_proj",
+         "matmul_backward"},
+    };
+    int d = fwd_or_bwd[0] == 'b';
+    int r = OC == 3 * C ? 0 : OC == C ? 1 : OC == 4 * C ? 2 : C == 4 * OC ? 3 : 4;
+    return names[d][r];
+}
+
+static void zero(void *p, size_t bytes) {
+    OP();
+    K->zero(p, bytes);
+    DONE("zero");
+}
+static void upload(void *dst, const void *src, size_t bytes) {
+    OP();
+    K->upload(dst, src, bytes);
+    DONE("upload");
+}
+static void download(void *dst, const void *src, size_t bytes) {
+    OP();
+    K->download(dst, src, bytes);
+    DONE("download");
+}
+static void encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T,
+                            int C) {
+    OP();
+    K->encoder_forward(out, tokens, wte, wpe, B, T, C);
+    DONE("encoder_forward");
+}
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T, int C) {
+    OP();
+    K->encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    DONE("encoder_backward");
+}
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                              int N, int C) {
+    OP();
+    K->layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    DONE("layernorm_forward");
+}
+static void layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
+                               const float *mean, const float *rstd, int N, int C) {
+    OP();
+    K->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    DONE("layernorm_backward");
+}
+static void matmul_forward(float *out, const float *x, const float *w, const float *b, int N, int C, int OC,
+                           int accumulate) {
+    OP();
+    K->matmul_forward(out, x, w, b, N, C, OC, accumulate);
+    DONE(role("forward", C, OC));
+}
+static void matmul_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, int N,
+                            int C, int OC) {
+    OP();
+    K->matmul_backward(dx, dw, db, dout, x, w, N, C, OC);
+    DONE(role("backward", C, OC));
+}
+static int attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    OP();
+    int rc = K->attention_forward(out, lse, qkv, B, T, C, NH);
+    DONE("attention_forward");
+    return rc;
+}
+static int attention_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+                              int B, int T, int C, int NH) {
+    OP();
+    int rc = K->attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH);
+    DONE("attention_backward");
+    return rc;
+}
+static int attention_decode(float *out, const float *q, const float *kc, const float *vc, int n, int C, int NH) {
+    OP();
+    int rc = K->attention_decode(out, q, kc, vc, n, C, NH);
+    DONE("attention_decode");
+    return rc;
+}
+static void gelu_forward(float *out, const float *x, size_t n) {
+    OP();
+    K->gelu_forward(out, x, n);
+    DONE("gelu_forward");
+}
+static void gelu_backward(float *dx, const float *x, const float *dout, size_t n) {
+    OP();
+    K->gelu_backward(dx, x, dout, n);
+    DONE("gelu_backward");
+}
+static void copy(float *dst, const float *src, size_t n) {
+    OP();
+    K->copy(dst, src, n);
+    DONE("copy");
+}
+static void add_inplace(float *dst, const float *src, size_t n) {
+    OP();
+    K->add_inplace(dst, src, n);
+    DONE("add_inplace");
+}
+static int classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte, const int32_t *targets,
+                      int N, int C, int V, int Vp, float dscale) {
+    OP();
+    int rc = K->classifier(losses, dx, dwte, x, wte, targets, N, C, V, Vp, dscale);
+    DONE(dx ? "lm_head and loss, forward and backward" : "lm_head and loss");
+    return rc;
+}
+static void logits(float *out, const float *x, const float *wte, int N, int C, int Vp) {
+    OP();
+    K->logits(out, x, wte, N, C, Vp);
+    DONE("logits");
+}
+static double sumsq(const float *g, size_t n) {
+    OP();
+    double s = K->sumsq(g, n);
+    DONE("grad_sumsq");
+    return s;
+}
+static void scale(float *g, float s, size_t n) {
+    OP();
+    K->scale(g, s, n);
+    DONE("grad_scale");
+}
+static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int t) {
+    OP();
+    K->adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+    DONE("adamw");
+}
+
+const anvil_kernels *anvil_profiled_kernels(const anvil_kernels *k) {
+    K = k;
+    /* Entries not traced here (memory; the snapshot's download_crc32c, which runs on every
+     * OpenMP thread, where a span each would say little; any added later) call k's directly. */
+    P = *k;
+    P.zero = zero;
+    P.upload = upload;
+    P.download = download;
+    P.encoder_forward = encoder_forward;
+    P.encoder_backward = encoder_backward;
+    P.layernorm_forward = layernorm_forward;
+    P.layernorm_backward = layernorm_backward;
+    P.matmul_forward = matmul_forward;
+    P.matmul_backward = matmul_backward;
+    P.attention_forward = attention_forward;
+    P.attention_backward = attention_backward;
+    P.attention_decode = attention_decode;
+    P.gelu_forward = gelu_forward;
+    P.gelu_backward = gelu_backward;
+    P.copy = copy;
+    P.add_inplace = add_inplace;
+    P.classifier = classifier;
+    P.logits = logits;
+    P.sumsq = sumsq;
+    P.scale = scale;
+    P.adamw = adamw;
+    return &P;
+}
