@@ -37,12 +37,20 @@ typedef struct {
     char err[512];
 } cuts;
 
-static void add(cuts *c, const chunk *ch) {
+/* Keeps one answer of prep_cut_chunk (a chunk, the end, or an error): 1 when more may follow. */
+static int take(cuts *c, int r, const chunk *ch) {
+    if (r < 0) {
+        c->failed = 1;
+        snprintf(c->err, sizeof c->err, "%s", anvil_errmsg());
+        return 0;
+    }
+    if (r == 0) return 0;
     must(c->n < MAX_CHUNKS, "more chunks than bytes");
     c->start[c->n] = ch->start;
     c->end[c->n] = ch->end;
     c->line[c->n] = ch->first_line;
     c->n++;
+    return 1;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -67,13 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         chunk ch;
         int r = prep_cut_chunk(&o, &v, unit, &cut, &ch);
         must(r != PREP_MORE, "the whole input asks for more");
-        if (r < 0) {
-            whole.failed = 1;
-            snprintf(whole.err, sizeof whole.err, "%s", anvil_errmsg());
-            break;
-        }
-        if (r == 0) break;
-        add(&whole, &ch);
+        if (!take(&whole, r, &ch)) break;
     }
     for (int i = 0; i < whole.n; i++) {
         must(whole.start[i] == (i ? whole.end[i - 1] : 0) && whole.end[i] > whole.start[i], "chunks do not tile");
@@ -97,13 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             have += piece < len - base - have ? piece : len - base - have;
             continue;
         }
-        if (r < 0) {
-            streamed.failed = 1;
-            snprintf(streamed.err, sizeof streamed.err, "%s", anvil_errmsg());
-            break;
-        }
-        if (r == 0) break;
-        add(&streamed, &ch);
+        if (!take(&streamed, r, &ch)) break;
         if (drop_each) {
             have -= (size_t)(sc.start - base);
             base = sc.start;
