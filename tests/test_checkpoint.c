@@ -5,7 +5,8 @@
  *   manifest's own checksum catches every single-bit flip of the manifest;
  *   version 1 manifests (without it) still load;
  * - --resume auto falls back past a corrupt newest checkpoint, ignores .tmp-
- *   leftovers; prune keeps the right set and removes stale leftovers;
+ *   leftovers; prune keeps the right set and removes other processes' leftovers,
+ *   even one whose pid is alive (the run folder's lock is the proof);
  * - a full disk (RLIMIT_FSIZE) fails the save with the file named, leaves no
  *   temporary folder, and leaves older checkpoints and `latest` intact;
  * - export/import round-trips bit-exactly, and the exported model's logits
@@ -585,18 +586,21 @@ static void test_prune(void) {
     trained a;
     make_trained(&a, 4, 1);
     for (int s = 100; s <= 1000; s += 100) save_step(run, &a, s);
-    char stale[PATH_MAX], mine[PATH_MAX], stale_latest[PATH_MAX];
+    char stale[PATH_MAX], mine[PATH_MAX], stale_latest[PATH_MAX], live_pid[PATH_MAX];
     path_in(stale, sizeof stale, ck, "step_00000050.tmp-2147483647");
     char leaf[64];
+    /* A pid that exists proves nothing (a zombie, a reused pid, another host's pid): the run's lock does. */
+    snprintf(leaf, sizeof leaf, "step_00000060.tmp-%ld", (long)getppid());
+    path_in(live_pid, sizeof live_pid, ck, leaf);
     snprintf(leaf, sizeof leaf, "step_00001100.tmp-%ld", (long)getpid());
     path_in(mine, sizeof mine, ck, leaf);
     path_in(stale_latest, sizeof stale_latest, ck, "latest.tmp-2147483647");
-    CHECK(mkdir(stale, 0755) == 0 && mkdir(mine, 0755) == 0);
+    CHECK(mkdir(stale, 0755) == 0 && mkdir(mine, 0755) == 0 && mkdir(live_pid, 0755) == 0);
     FILE *f = fopen(stale_latest, "w");
     if (f) fclose(f);
     /* keep_last 3 -> 800, 900, 1000; keep_every 400 -> 400, 800. */
     int removed = anvil_ckpt_prune(run, 3, 400);
-    CHECK(removed == 8); /* steps 100, 200, 300, 500, 600, 700 and the two stale leftovers */
+    CHECK(removed == 9); /* steps 100, 200, 300, 500, 600, 700 and the three leftovers of other processes */
     static const int kept[] = {400, 800, 900, 1000};
     for (int s = 100; s <= 1000; s += 100) {
         char leaf[32];
@@ -606,7 +610,7 @@ static void test_prune(void) {
         for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) want |= kept[i] == s;
         if (exists(p) != want) t_fail(__FILE__, __LINE__, "prune: step %d %s", s, want ? "removed" : "kept");
     }
-    CHECK(!exists(stale) && !exists(stale_latest));
+    CHECK(!exists(stale) && !exists(stale_latest) && !exists(live_pid));
     CHECK(exists(mine)); /* this process's in-flight write is never touched */
     rmdir(mine);
     CHECK(count_prefix(ck, "step_") == 4);

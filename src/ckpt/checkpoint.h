@@ -203,8 +203,10 @@ int anvil_ckpt_resolve(const char *path, char *out, size_t cap, char *warn, size
 
 /* Deletes checkpoints of RUN/ckpt except the keep_last newest (>= 1), those
  * whose step is a multiple of keep_every (0: none), and the one `latest`
- * names; also removes .tmp- leftovers of processes that no longer exist.
- * Returns the number of folders removed, or -1. */
+ * names; also removes the .tmp- leftovers of every other process. The
+ * caller must hold the run folder's lock (anvil_lock_folder), which is what
+ * makes those leftovers dead: their writers cannot still be running. Returns
+ * the number of folders removed, or -1. */
 int anvil_ckpt_prune(const char *run_dir, int keep_last, int64_t keep_every);
 
 #endif

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +118,6 @@ int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, cha
     return found;
 }
 
-/* Whether a .tmp- leftover belongs to a process that no longer exists (ours never counts as stale). */
 int anvil_ckpt_resolve(const char *path, char *out, size_t cap, char *warn, size_t warn_cap) {
     char probe[PATH_MAX];
     struct stat sb;
@@ -136,13 +134,14 @@ int anvil_ckpt_resolve(const char *path, char *out, size_t cap, char *warn, size
     return 0;
 }
 
+/* Whether a .tmp- name is another process's leftover. The caller holds the run
+ * folder's lock, so no other process can be writing there: whoever left it has
+ * died, even if its pid is still taken (by a zombie that PID 1 has not reaped,
+ * or by an unrelated process that reused it) or names a process on another host. */
 static int stale_tmp(const char *name) {
     const char *t = strstr(name, ".tmp-");
     if (!t || t[5] < '0' || t[5] > '9') return 0;
-    long pid = strtol(t + 5, NULL, 10);
-    if (pid <= 0 || pid == (long)getpid()) return 0;
-    if (pid > INT_MAX) return 1;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    return strtol(t + 5, NULL, 10) != (long)getpid();
 }
 
 int anvil_ckpt_prune(const char *run_dir, int keep_last, int64_t keep_every) {
