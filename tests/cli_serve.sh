@@ -15,6 +15,11 @@
 #   - a SIGSTOPped rank: HangDetected, SIGKILL after the grace, a retry, Completed;
 #   - kill -9 of the daemon mid-job and a restart: the job is still tracked,
 #     re-attached (no new attempt) and Completed;
+#   - a configuration error (exit 78): Failed at once, not retried;
+#   - --max-running 2: a third job waits Pending (Queued) and starts when one ends;
+#   - the heartbeat: a running job's secondary status is its phase (Training);
+#   - hooks (a command and a URL, each failing some first attempts): every
+#     primary status change of every job delivered once, in order, retried;
 #   - principals: a state without users refused, --init once, 401 for a
 #     missing, malformed, wrong or revoked token, 403 for a user on admin
 #     endpoints, an ungranted role, paths outside the role ('..', a symbolic
@@ -45,10 +50,28 @@ rc=$?
 admin_token=$(cat "$tmp/token")
 export ANVIL_TOKEN=$admin_token
 
+# The hooks: a command that fails the first attempt of job 3's events, and a URL whose receiver
+# answers 503 to the first attempt of job 1's.
+cat > "$tmp/hook.sh" << 'EOF'
+#!/bin/sh
+event=$(cat)
+if [ "$ANVIL_JOB_ID" = 3 ] && printf '%s' "$event" | grep -q '"delivery_attempt":1,'; then
+  echo "hook: failing job 3's first attempt on purpose" >&2
+  exit 1
+fi
+printf '%s\n' "$event" >> "$HOOK_OUT"
+EOF
+chmod +x "$tmp/hook.sh"
+python3 "$(dirname "$0")/tools/hook_receiver.py" "$tmp/hook_url.jsonl" "$tmp/hook_port" 1 &
+receiver=$!
+for _ in $(seq 100); do [ -s "$tmp/hook_port" ] && break; sleep 0.05; done
+
 start_daemon() {
   rm -f "$state/serve.port"
   # DAEMON_SECRET must not reach the jobs: only the role's environment does.
-  DAEMON_SECRET=leaked "$anvil" serve --state "$state" --port 0 --stop-grace 3 >> "$tmp/serve.log" 2>&1 &
+  DAEMON_SECRET=leaked HOOK_OUT="$tmp/hook_cmd.jsonl" "$anvil" serve --state "$state" --port 0 --stop-grace 3 \
+    --max-running 2 --hook-command "$tmp/hook.sh" --hook-url "http://127.0.0.1:$(cat "$tmp/hook_port")/events" \
+    >> "$tmp/serve.log" 2>&1 &
   daemon=$!
   for _ in $(seq 100); do [ -s "$state/serve.port" ] && break; sleep 0.05; done
   port=$(cat "$state/serve.port" 2> /dev/null) ||
@@ -126,6 +149,10 @@ rc=$?
 [ "$(history "$ref" | cut -d'|' -f1 | uniq | tr '\n' ' ')" = "Pending Starting Running Completed " ] &&
   ok "history: Pending, Starting, Running, Completed" || bad "history: $(history "$ref")"
 job logs "$ref" | grep -q '^\[rank 0\] done: 1200 steps' && ok "logs: the launcher's merged log" || bad "logs"
+history "$ref" | grep -q '^Running|Training|step [0-9]' &&
+  grep -q '"phase":"finishing","time"' "$tmp/ref/heartbeat.json" &&
+  ok "the heartbeat: Running (Training) while it trained, 'finishing' last" ||
+  bad "heartbeat: $(history "$ref"; cat "$tmp/ref/heartbeat.json")"
 job logs "$ref" --rank 0 | grep -q '^done: 1200 steps' && ok "logs --rank 0" || bad "logs --rank 0"
 
 submit --name usage -- train --no-such-option > /dev/null
@@ -228,6 +255,26 @@ failed=$(job --json list --status Failed |
   python3 -c "import json,sys; print([j['id'] for j in json.load(sys.stdin)['jobs']])")
 [ "$failed" = "[2, 4]" ] &&
   ok "list --status Failed" || bad "list --status Failed: $(job --json list --status Failed)"
+
+# ---- a configuration error: Failed at once, not retried ----
+submit --name badcfg --max-retries 2 -- train --data "$tmp/no-such-data" --preset tiny --no-progress > /dev/null
+job wait 10 > /dev/null
+[ $? = 3 ] && [ "$(field 10 status)" = Failed ] && [ "$(field 10 attempt)" = 1 ] && [ "$(field 10 exit_code)" = 78 ] &&
+  field 10 failure_reason | grep -q "configuration or input error, not retried: exit 78: .*no-such-data" &&
+  ok "a configuration error (exit 78): Failed, not retried" || bad "configuration error: $(history 10)"
+
+# ---- --max-running 2: the third job waits, then starts when one ends ----
+for q in q1 q2 q3; do submit --name $q --output "$tmp/$q" -- "${train[@]}" --steps 100000 > /dev/null; done
+wait_steps "$tmp/q1" 30 && wait_steps "$tmp/q2" 30 || bad "the first two queued jobs made no progress"
+[ "$(field 13 status)/$(field 13 secondary_status)" = Pending/Queued ] && [ ! -e "$tmp/q3" ] &&
+  history 13 | grep -q '^Pending|Queued|waiting: 2 jobs running' &&
+  ok "--max-running 2: the third job waits, Pending (Queued)" || bad "queue: $(history 13)"
+job stop 11 > /dev/null && job wait 11 > /dev/null
+wait_steps "$tmp/q3" 30 && ok "the third job started once the first ended" || bad "the third job did not start: $(history 13)"
+job stop 12 > /dev/null && job stop 13 > /dev/null
+job wait 12 > /dev/null
+job wait 13 > /dev/null
+[ "$(field 13 status)" = Stopped ] || bad "queued job 13 did not stop: $(history 13)"
 
 # ---- principals: tokens, admin endpoints, roles and paths, the audit trail ----
 # An API call with token $1 (- for none): `call TOKEN METHOD PATH [BODY]` prints the HTTP status,
@@ -389,7 +436,55 @@ for sql in ("UPDATE audit SET result = 200", "DELETE FROM audit"):
 PY
 [ "$(grep -c 'refused: the audit trail is append-only' "$tmp/out")" = 2 ] &&
   ok "the audit table refuses UPDATE and DELETE" || bad "audit table: $(cat "$tmp/out")"
+# ---- hooks: every primary status change of every job, once each, in order, by both hooks ----
+# `hooks_check`: prints what is still wrong (nothing once every delivery is in).
+hooks_check() {
+  job --json list | python3 -c "import json,sys; print(' '.join(str(j['id']) for j in json.load(sys.stdin)['jobs']))" |
+    tr ' ' '\n' | while read -r id; do job --json describe "$id"; done > "$tmp/described.jsonl"
+  python3 - "$tmp/described.jsonl" "$tmp/hook_cmd.jsonl" "$tmp/hook_url.jsonl" << 'PY'
+import json, sys
+text, jobs, at = open(sys.argv[1]).read(), [], 0
+while text[at:].strip():
+    job, at = json.JSONDecoder().raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+    jobs.append(job)
+def events(path):
+    try:
+        return [json.loads(line) for line in open(path)]
+    except FileNotFoundError:
+        return []
+cmd, url = events(sys.argv[2]), events(sys.argv[3])
+for kind, got in (("command", cmd), ("url", url)):
+    ids = [e["event_id"] for e in got]
+    if len(ids) != len(set(ids)):
+        print(f"{kind}: an event delivered twice")
+    for j in jobs:
+        h = j["history"]
+        changes = [e["status"] for i, e in enumerate(h) if i == 0 or e["status"] != h[i - 1]["status"]]
+        mine = [e["status"] for e in sorted(got, key=lambda e: e["event_id"]) if e["job_id"] == j["id"]]
+        if mine != changes:
+            print(f"{kind}: job {j['id']}: delivered {mine}, its status changes {changes}")
+        rows = [d for d in j["hooks"] if d["hook"] == kind]
+        if len(rows) != len(changes) or any(not d["delivered_at"] for d in rows):
+            print(f"{kind}: job {j['id']}: describe's deliveries {rows}")
+        want = 2 if (kind, j["id"]) in (("command", 3), ("url", 1)) else 1
+        if any(d["attempts"] != want for d in rows):
+            print(f"{kind}: job {j['id']}: attempts {[d['attempts'] for d in rows]}, expected {want} each")
+for e in url:
+    if e["header_id"] != str(e["event_id"]) or e["job"]["id"] != e["job_id"]:
+        print(f"url: event {e['event_id']}: header {e['header_id']}, job {e['job']['id']}")
+PY
+}
+for _ in $(seq 150); do [ -z "$(hooks_check)" ] && break; sleep 0.2; done
+problems=$(hooks_check)
+[ -z "$problems" ] &&
+  ok "hooks: $(grep -c . "$tmp/hook_cmd.jsonl") status changes of $(njobs) jobs, each delivered once and in order by the command and the URL, failed first attempts retried" ||
+  bad "hooks: $problems"
+grep -q "failing job 3's first attempt on purpose" "$state/hooks.log" &&
+  grep -q "hook URL: job 1 Pending (event [0-9]*): answered HTTP 503; attempt 1 of 8, next in 1 s" "$tmp/serve.log" &&
+  ok "hooks: the command's output in hooks.log, failed attempts logged" || bad "hooks' logs: $(grep hook "$tmp/serve.log" | head -n 3)"
+
 kill $daemon
 wait $daemon
 [ $? = 0 ] && ok "SIGTERM: the daemon exits 0" || bad "the daemon did not exit cleanly: $(tail -n 2 "$tmp/serve.log")"
+kill $receiver
 exit $fails

@@ -26,6 +26,11 @@ int cli_fail(const char *cmd) {
     return ANVIL_EXIT_ERROR;
 }
 
+int cli_config_fail(const char *cmd) {
+    cli_fail(cmd);
+    return ANVIL_EXIT_CONFIG;
+}
+
 const char *arg_value(const char *cmd, int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         cli_usage_error(cmd, "option %s needs a value", argv[*i]);

@@ -14,6 +14,8 @@ int arg_double(const char *cmd, const char *opt, const char *val, double *out);
 const char *arg_value(const char *cmd, int argc, char **argv, int *i);
 /* Prints the library's last error as the command's one-line error; returns exit status 1. */
 int cli_fail(const char *cmd);
+/* cli_fail for an error of the configuration or input, which a retry cannot mend: returns 78. */
+int cli_config_fail(const char *cmd);
 /* Prints a usage error; returns exit status 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...);
 /* Sets the OpenMP thread count: `threads` when given (> 0); else, for a rank

@@ -19,11 +19,13 @@
 #include "job/api.h"
 #include "job/auth.h"
 #include "job/backend.h"
+#include "job/hooks.h"
 #include "job/store.h"
 #include "job/supervisor.h"
 
 static const char *usage =
-    "usage: anvil serve [--state DIR] [--port P] [--stop-grace S]\n"
+    "usage: anvil serve [--state DIR] [--port P] [--stop-grace S] [--max-running N]\n"
+    "                   [--hook-command CMD] [--hook-url URL] [--hook-attempts N] [--hook-timeout S]\n"
     "       anvil serve --init [--state DIR]\n"
     "\n"
     "Runs the job service: an HTTP/JSON API on 127.0.0.1 (see README: 'The job service') and a\n"
@@ -37,6 +39,15 @@ static const char *usage =
     "  --port P          TCP port on 127.0.0.1 (default 7878; 0 picks a free one); the port in use is\n"
     "                    written to DIR/serve.port once the API listens\n"
     "  --stop-grace S    seconds between a job's stop signal and SIGKILL (default 120)\n"
+    "  --max-running N   run at most N jobs at once; later ones wait, Pending (Queued), first in\n"
+    "                    first out (default 0: no limit)\n"
+    "  --hook-command CMD  on every change of a job's status, run CMD with /bin/sh, the event's JSON\n"
+    "                    on its standard input (its output goes to DIR/hooks.log)\n"
+    "  --hook-url URL    on every change of a job's status, POST the event's JSON to URL (http:// on\n"
+    "                    127.0.0.1, localhost or [::1])\n"
+    "  --hook-attempts N attempts per event and hook before it is given up (default 8), the waits\n"
+    "                    between them 1, 2, 4, ... s, at most 60\n"
+    "  --hook-timeout S  a hook command or POST still running after S seconds has failed (default 30)\n"
     "\n"
     "SIGTERM or SIGINT stops the daemon, not the jobs: a restarted daemon finds them again. One daemon\n"
     "per state folder.\n";
@@ -84,9 +95,10 @@ static int init_state(anvil_store *st, const char *dir) {
 
 int cmd_serve(int argc, char **argv) {
     const char *state_arg = NULL;
-    int port = 7878;
-    double grace = 120;
+    int port = 7878, max_running = 0, hook_attempts = 8, nhooks = 0;
+    double grace = 120, hook_timeout = 30;
     bool init = false;
+    anvil_hook hooks[2];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -101,6 +113,20 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--stop-grace")) {
             if (!(v = arg_value("serve", argc, argv, &i)) || arg_double("serve", a, v, &grace)) return 2;
             if (grace < 0) return cli_usage_error("serve", "--stop-grace must be >= 0");
+        } else if (!strcmp(a, "--max-running")) {
+            if (!(v = arg_value("serve", argc, argv, &i)) || arg_int("serve", a, v, 0, 1 << 20, &max_running)) return 2;
+        } else if (!strcmp(a, "--hook-command") || !strcmp(a, "--hook-url")) {
+            anvil_hook_kind kind = a[7] == 'c' ? ANVIL_HOOK_COMMAND : ANVIL_HOOK_URL;
+            if (!(v = arg_value("serve", argc, argv, &i))) return 2;
+            for (int k = 0; k < nhooks; k++)
+                if (hooks[k].kind == kind) return cli_usage_error("serve", "%s given twice", a);
+            hooks[nhooks] = (anvil_hook){kind, v};
+            if (anvil_hook_check(&hooks[nhooks++])) return cli_usage_error("serve", "%s", anvil_errmsg());
+        } else if (!strcmp(a, "--hook-attempts")) {
+            if (!(v = arg_value("serve", argc, argv, &i)) || arg_int("serve", a, v, 1, 100, &hook_attempts)) return 2;
+        } else if (!strcmp(a, "--hook-timeout")) {
+            if (!(v = arg_value("serve", argc, argv, &i)) || arg_double("serve", a, v, &hook_timeout)) return 2;
+            if (!(hook_timeout > 0)) return cli_usage_error("serve", "--hook-timeout must be > 0");
         } else {
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -145,7 +171,17 @@ int cmd_serve(int argc, char **argv) {
     char runs[PATH_MAX + 8];
     snprintf(runs, sizeof runs, "%s/runs", real);
     anvil_backend *backend = st ? anvil_backend_local_new(real, self) : NULL;
-    anvil_supervisor *sup = backend ? anvil_supervisor_new(st, backend, grace) : NULL;
+    anvil_supervisor *sup = backend ? anvil_supervisor_new(st, backend, &(anvil_supervisor_options){grace, max_running})
+                                    : NULL;
+    /* Hooks first: every change from here on is queued for them (job/hooks.h). */
+    snprintf(path, sizeof path, "%s/hooks.log", real);
+    anvil_hooks *deliverer = NULL;
+    if (sup && nhooks &&
+        (anvil_store_set_hooks(st, hooks, nhooks) ||
+         !(deliverer = anvil_hooks_start(st, &(anvil_hooks_options){hook_attempts, hook_timeout, path})))) {
+        anvil_supervisor_free(sup);
+        sup = NULL;
+    }
     /* A client that disconnects mid-answer must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
     anvil_api *api = sup && !anvil_mkdir_p(runs) ? anvil_api_start(st, sup, runs, port) : NULL;
@@ -167,6 +203,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (rc) cli_fail("serve");
     anvil_api_stop(api);
+    anvil_hooks_stop(deliverer);
     anvil_supervisor_free(sup);
     if (backend) backend->ops->free(backend);
     anvil_store_close(st);

@@ -14,6 +14,7 @@
 #include "data/prep.h"
 #include "dist/comm.h"
 #include "kernels/isa.h"
+#include "obs/heartbeat.h"
 #include "obs/logmetric.h"
 #include "tok/tokenizer.h"
 #include "train/trainer.h"
@@ -93,7 +94,9 @@ static const char *usage =
     "info'), whatever the thread count, also across a resume that changes it.\n"
     "On SIGTERM or SIGUSR1 the current step finishes, a checkpoint is written into --out, and\n"
     "the exit status is 75 (stopped, resumable with --resume auto). Errors exit 1, usage errors 2;\n"
-    "76 means a collective timed out.\n";
+    "78 means the configuration or input cannot work (data, model, --init, the checkpoint to\n"
+    "resume), so running it again unchanged would fail the same way; 76 means a collective timed\n"
+    "out. With --out, rank 0 keeps OUT/heartbeat.json (step, phase, time) for supervisors.\n";
 
 /* The command line as {"argv": [...], "kernels": ...}, recorded in every
  * checkpoint so a run can be audited and repeated: bits repeat on the same
@@ -207,12 +210,12 @@ int cmd_train(int argc, char **argv) {
         c.profile_first = c.steps < 5 ? c.steps : 5;
         c.profile_last = c.profile_first + 2 < c.steps ? c.profile_first + 2 : c.steps;
     }
-    if (anvil_gpt2_preset(preset, &c.model)) return cli_fail(cmd);
+    if (anvil_gpt2_preset(preset, &c.model)) return cli_config_fail(cmd);
     char train_glob[4096], val_glob[4096];
     if (data) {
         if (c.train_pattern || c.val_pattern) return cli_usage_error(cmd, "--data cannot be combined with --train/--val");
         int eot;
-        if (anvil_data_manifest_vocab(data, &c.model.vocab_size, &eot)) return cli_fail(cmd);
+        if (anvil_data_manifest_vocab(data, &c.model.vocab_size, &eot)) return cli_config_fail(cmd);
         snprintf(train_glob, sizeof train_glob, "%s/train_*.bin", data);
         snprintf(val_glob, sizeof val_glob, "%s/val_*.bin", data);
         c.train_pattern = train_glob;
@@ -238,11 +241,16 @@ int cmd_train(int argc, char **argv) {
     if (!(coll_timeout > 0.0)) return cli_usage_error(cmd, "--collective-timeout must be positive");
     anvil_dist_config dc = {coll_timeout};
     if (anvil_dist_init(&dc)) return cli_fail(cmd);
+    /* The heartbeat says the health check is under way; a run folder that is not there yet has nobody
+     * watching it. */
+    if (c.out_dir && anvil_dist_rank() == 0 && health && anvil_dist_world_size() > 1 && access(c.out_dir, F_OK) == 0 &&
+        anvil_heartbeat_write(c.out_dir, "health", 0))
+        fprintf(stderr, "anvil %s: warning: heartbeat: %s\n", cmd, anvil_errmsg());
     if (health && anvil_dist_world_size() > 1 && cli_health_before_training(cmd)) return 1;
 
     anvil_tok *tok = NULL;
     char tok_file[4096] = "";
-    if (data && anvil_data_manifest_tokenizer(data, &tok, tok_file, sizeof tok_file)) return cli_fail(cmd);
+    if (data && anvil_data_manifest_tokenizer(data, &tok, tok_file, sizeof tok_file)) return cli_config_fail(cmd);
     c.tokenizer = tok;
     c.tokenizer_file = tok_file[0] ? tok_file : NULL;
     char *config_json = argv_json(argc, argv, c.matmul_dtype);
@@ -253,6 +261,7 @@ int cmd_train(int argc, char **argv) {
     anvil_tok_free(tok);
     /* After a failure the other ranks may sit in a collective that will never
      * complete, so MPI is not finalized: exiting makes mpirun stop the job. */
+    if (rc == ANVIL_TRAIN_BAD_INPUT) return cli_config_fail(cmd);
     if (rc != 0 && rc != ANVIL_TRAIN_STOPPED) return cli_fail(cmd);
     int rank = anvil_dist_rank(), world = anvil_dist_world_size();
     anvil_dist_finalize();

@@ -9,6 +9,11 @@
 /* Stopped by SIGTERM or SIGUSR1 after finishing a step and writing a
  * checkpoint: resumable with --resume auto. */
 #define ANVIL_EXIT_RESUMABLE 75
+/* The configuration or the input cannot work (sysexits' EX_CONFIG): a
+ * bad data path, a model that does not fit, a checkpoint that does not
+ * match. Running the same command again fails the same way, so the job
+ * service does not retry it. */
+#define ANVIL_EXIT_CONFIG 78
 /* A collective waited past --collective-timeout: the watchdog aborted the
  * job, naming the ranks that did not answer. */
 #define ANVIL_EXIT_COLLECTIVE_TIMEOUT 76

@@ -13,6 +13,7 @@
 
 #include "core/json.h"
 #include "job/api_internal.h"
+#include "job/hooks.h"
 #include "job/policy.h"
 #include "job/spec.h"
 
@@ -115,30 +116,16 @@ cJSON *api_body_object(anvil_api_call *c, const char *what, const char *const *n
 }
 
 static cJSON *job_json(const anvil_api_env *env, const anvil_job *j, bool full) {
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = anvil_job_json(j);
     if (!o) return NULL;
-    cJSON_AddNumberToObject(o, "id", (double)j->id);
-    cJSON_AddStringToObject(o, "name", j->name);
-    cJSON_AddStringToObject(o, "owner", j->owner);
-    cJSON_AddStringToObject(o, "role", j->role);
-    cJSON_AddStringToObject(o, "status", anvil_job_status_name(j->status));
-    cJSON_AddStringToObject(o, "secondary_status", j->secondary);
-    cJSON_AddStringToObject(o, "failure_reason", j->failure_reason);
-    cJSON_AddNumberToObject(o, "attempt", j->attempt);
-    cJSON_AddNumberToObject(o, "exit_code", j->exit_code);
-    cJSON_AddStringToObject(o, "run_dir", j->run_dir);
-    cJSON_AddNumberToObject(o, "submitted_at", j->submitted_at);
-    cJSON_AddNumberToObject(o, "started_at", j->started_at);
-    cJSON_AddNumberToObject(o, "ended_at", j->ended_at);
-    cJSON *spec = anvil_json_parse_str(j->spec);
-    if (spec) cJSON_AddItemToObject(o, "spec", spec);
     if (!full) return o;
-    cJSON *backend = anvil_supervisor_describe(env->sup, j);
+    cJSON *backend = anvil_supervisor_describe(env->sup, j), *hooks = anvil_hooks_of_job(env->st, j->id);
     if (backend) cJSON_AddItemToObject(o, "backend", backend);
+    if (hooks) cJSON_AddItemToObject(o, "hooks", hooks);
     anvil_job_event *ev;
     int n;
     cJSON *h = cJSON_AddArrayToObject(o, "history");
-    if (!backend || !h || anvil_store_history(env->st, j->id, &ev, &n)) {
+    if (!backend || !hooks || !h || anvil_store_history(env->st, j->id, &ev, &n)) {
         cJSON_Delete(o);
         return NULL;
     }

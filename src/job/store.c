@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "job/audit.h"
 #include "job/store_internal.h"
 
@@ -38,11 +39,17 @@ static const char schema[] =
     " attempt INTEGER NOT NULL DEFAULT 0, handle TEXT NOT NULL DEFAULT '', exit_code INTEGER NOT NULL DEFAULT -1,"
     " stop TEXT NOT NULL DEFAULT '', stop_deadline REAL NOT NULL DEFAULT 0, submitted_at REAL NOT NULL,"
     " started_at REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0, owner TEXT NOT NULL DEFAULT '',"
-    " role TEXT NOT NULL DEFAULT '', backend TEXT NOT NULL DEFAULT '');"
+    " role TEXT NOT NULL DEFAULT '', backend TEXT NOT NULL DEFAULT '', first_started_at REAL NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS history ("
     " job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, at REAL NOT NULL, status TEXT NOT NULL,"
     " secondary TEXT NOT NULL, message TEXT NOT NULL, PRIMARY KEY (job_id, seq));"
     "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);"
+    "CREATE TABLE IF NOT EXISTS hook_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " job_id INTEGER NOT NULL REFERENCES jobs(id), at REAL NOT NULL, status TEXT NOT NULL, secondary TEXT NOT NULL,"
+    " message TEXT NOT NULL, kind TEXT NOT NULL, target TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,"
+    " next_at REAL NOT NULL, delivered_at REAL NOT NULL DEFAULT 0, given_up_at REAL NOT NULL DEFAULT 0,"
+    " last_error TEXT NOT NULL DEFAULT '');"
+    "CREATE INDEX IF NOT EXISTS hook_outbox_due ON hook_outbox(next_at) WHERE delivered_at = 0 AND given_up_at = 0;"
     "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, admin INTEGER NOT NULL, created_at REAL NOT NULL);"
     "CREATE TABLE IF NOT EXISTS tokens (id TEXT PRIMARY KEY, user TEXT NOT NULL REFERENCES users(name),"
     " hash BLOB NOT NULL, created_at REAL NOT NULL, revoked_at REAL NOT NULL DEFAULT 0);"
@@ -72,7 +79,7 @@ static int has_column(anvil_store *st, const char *table, const char *column, bo
 
 /* A state folder from an older daemon gets the columns added since, with their defaults: jobs from
  * before users have no owner (visible to admins only); the pid of an attempt from before backends
- * becomes its local backend's handle. */
+ * becomes its local backend's handle; a job's first start is taken to be its current attempt's. */
 static int add_new_columns(anvil_store *st) {
     static const char *const added[][2] = {
         {"owner", "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''"},
@@ -80,6 +87,8 @@ static int add_new_columns(anvil_store *st) {
         {"backend", "ALTER TABLE jobs ADD COLUMN backend TEXT NOT NULL DEFAULT ''"},
         {"handle", "ALTER TABLE jobs ADD COLUMN handle TEXT NOT NULL DEFAULT '';"
                    "UPDATE jobs SET handle = CAST(pid AS TEXT), backend = 'local' WHERE pid != 0"},
+        {"first_started_at", "ALTER TABLE jobs ADD COLUMN first_started_at REAL NOT NULL DEFAULT 0;"
+                             "UPDATE jobs SET first_started_at = started_at"},
     };
     for (size_t i = 0; i < sizeof added / sizeof *added; i++) {
         bool has = false;
@@ -127,6 +136,7 @@ anvil_store *anvil_store_open(const char *path) {
 
 void anvil_store_close(anvil_store *st) {
     if (!st) return;
+    anvil_outbox_clear(st);
     sqlite3_close(st->db);
     pthread_mutex_destroy(&st->lock);
     free(st);
@@ -139,7 +149,7 @@ char *anvil_store_column_text(sqlite3_stmt *s, int col) {
 
 #define JOB_COLUMNS                                                                                             \
     "id, name, spec, run_dir, status, secondary, failure_reason, attempt, handle, exit_code, stop,"       \
-    " stop_deadline, submitted_at, started_at, ended_at, owner, role, backend"
+    " stop_deadline, submitted_at, started_at, ended_at, owner, role, backend, first_started_at"
 
 static int read_job(sqlite3_stmt *s, anvil_job *j) {
     memset(j, 0, sizeof *j);
@@ -163,6 +173,7 @@ static int read_job(sqlite3_stmt *s, anvil_job *j) {
     j->owner = anvil_store_column_text(s, 15);
     j->role = anvil_store_column_text(s, 16);
     j->backend = anvil_store_column_text(s, 17);
+    j->first_started_at = sqlite3_column_double(s, 18);
     if (!j->name || !j->spec || !j->run_dir || !j->secondary || !j->failure_reason || !j->owner || !j->role ||
         !j->handle || !j->backend) {
         anvil_job_free(j);
@@ -176,8 +187,9 @@ static int read_job(sqlite3_stmt *s, anvil_job *j) {
     return 0;
 }
 
+/* A history entry; a new primary status also goes to the hooks. */
 static int add_event(anvil_store *st, int64_t id, double at, const char *status, const char *secondary,
-                     const char *message) {
+                     const char *message, bool primary) {
     sqlite3_stmt *s = NULL;
     int rc = sqlite3_prepare_v2(st->db,
                                 "INSERT INTO history (job_id, seq, at, status, secondary, message) VALUES (?1,"
@@ -192,7 +204,8 @@ static int add_event(anvil_store *st, int64_t id, double at, const char *status,
         rc = sqlite3_step(s);
     }
     sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? 0 : anvil_store_db_fail(st, "history");
+    if (rc != SQLITE_DONE) return anvil_store_db_fail(st, "history");
+    return primary ? anvil_outbox_enqueue(st, id, at, status, secondary, message ? message : "") : 0;
 }
 
 static int insert_job(anvil_store *st, const anvil_job_new *job, const char *default_runs,
@@ -224,7 +237,7 @@ static int insert_job(anvil_store *st, const anvil_job_new *job, const char *def
         sqlite3_free(sql);
         if (rc) return -1;
     }
-    if (add_event(st, *id, now, status_names[ANVIL_JOB_PENDING], "", "submitted")) return -1;
+    if (add_event(st, *id, now, status_names[ANVIL_JOB_PENDING], "", "submitted", true)) return -1;
     if (!audit) return 0;
     anvil_audit_entry e = *audit;
     char target[32];
@@ -291,13 +304,14 @@ int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n) {
 static int update_job(anvil_store *st, const anvil_job *j, const char *message) {
     sqlite3_stmt *s = NULL;
     int rc = sqlite3_prepare_v2(st->db, "SELECT status, secondary FROM jobs WHERE id = ?1", -1, &s, NULL);
-    bool changed = false;
+    bool primary = false, changed = false;
     if (rc == SQLITE_OK) {
         sqlite3_bind_int64(s, 1, j->id);
         rc = sqlite3_step(s);
-        if (rc == SQLITE_ROW)
-            changed = strcmp((const char *)sqlite3_column_text(s, 0), status_names[j->status]) ||
-                      strcmp((const char *)sqlite3_column_text(s, 1), j->secondary);
+        if (rc == SQLITE_ROW) {
+            primary = strcmp((const char *)sqlite3_column_text(s, 0), status_names[j->status]) != 0;
+            changed = primary || strcmp((const char *)sqlite3_column_text(s, 1), j->secondary);
+        }
     }
     sqlite3_finalize(s);
     if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? anvil_fail("job %lld: no such job", (long long)j->id)
@@ -305,7 +319,7 @@ static int update_job(anvil_store *st, const anvil_job *j, const char *message) 
     rc = sqlite3_prepare_v2(st->db,
                             "UPDATE jobs SET status = ?2, secondary = ?3, failure_reason = ?4, attempt = ?5, handle = ?6,"
                             " exit_code = ?7, stop = ?8, stop_deadline = ?9, started_at = ?10, ended_at = ?11,"
-                            " backend = ?12 WHERE id = ?1",
+                            " backend = ?12, first_started_at = ?13 WHERE id = ?1",
                             -1, &s, NULL);
     if (rc == SQLITE_OK) {
         sqlite3_bind_int64(s, 1, j->id);
@@ -320,11 +334,13 @@ static int update_job(anvil_store *st, const anvil_job *j, const char *message) 
         sqlite3_bind_double(s, 10, j->started_at);
         sqlite3_bind_double(s, 11, j->ended_at);
         sqlite3_bind_text(s, 12, j->backend, -1, SQLITE_STATIC);
+        sqlite3_bind_double(s, 13, j->first_started_at);
         rc = sqlite3_step(s);
     }
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) return anvil_store_db_fail(st, "update");
-    return changed ? add_event(st, j->id, anvil_store_now(), status_names[j->status], j->secondary, message) : 0;
+    return changed ? add_event(st, j->id, anvil_store_now(), status_names[j->status], j->secondary, message, primary)
+                   : 0;
 }
 
 int anvil_store_update(anvil_store *st, const anvil_job *job, const char *message) {
@@ -378,6 +394,31 @@ int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, i
         *n = 0;
     }
     return rc;
+}
+
+cJSON *anvil_job_json(const anvil_job *j) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) {
+        anvil_fail("out of memory");
+        return NULL;
+    }
+    cJSON_AddNumberToObject(o, "id", (double)j->id);
+    cJSON_AddStringToObject(o, "name", j->name);
+    cJSON_AddStringToObject(o, "owner", j->owner);
+    cJSON_AddStringToObject(o, "role", j->role);
+    cJSON_AddStringToObject(o, "status", anvil_job_status_name(j->status));
+    cJSON_AddStringToObject(o, "secondary_status", j->secondary);
+    cJSON_AddStringToObject(o, "failure_reason", j->failure_reason);
+    cJSON_AddNumberToObject(o, "attempt", j->attempt);
+    cJSON_AddNumberToObject(o, "exit_code", j->exit_code);
+    cJSON_AddStringToObject(o, "run_dir", j->run_dir);
+    cJSON_AddNumberToObject(o, "submitted_at", j->submitted_at);
+    cJSON_AddNumberToObject(o, "first_started_at", j->first_started_at);
+    cJSON_AddNumberToObject(o, "started_at", j->started_at);
+    cJSON_AddNumberToObject(o, "ended_at", j->ended_at);
+    cJSON *spec = anvil_json_parse_str(j->spec);
+    if (spec) cJSON_AddItemToObject(o, "spec", spec);
+    return o;
 }
 
 void anvil_job_free(anvil_job *j) {

@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 typedef enum {
     ANVIL_JOB_PENDING,
     ANVIL_JOB_STARTING,
@@ -51,6 +53,7 @@ typedef struct {
     anvil_job_stop stop;
     double stop_deadline; /* when the stop turns into SIGKILL; 0 until the stop signal is sent */
     double submitted_at, started_at, ended_at; /* seconds since the epoch; started_at: the current attempt */
+    double first_started_at;                   /* the first attempt's start: max_runtime_s counts from it */
     char *owner; /* the user who submitted it; "" for jobs from before users */
     char *role;  /* the role it runs under; "" likewise */
 } anvil_job;
@@ -93,6 +96,9 @@ int anvil_store_update(anvil_store *st, const anvil_job *job, const char *messag
 int anvil_store_update_audited(anvil_store *st, const anvil_job *job, const char *message,
                                const anvil_audit_entry *audit);
 int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, int *n);
+
+/* The job as the API lists it: its fields and spec, without history. NULL after anvil_fail. */
+cJSON *anvil_job_json(const anvil_job *job);
 
 void anvil_job_free(anvil_job *job);
 void anvil_job_list_free(anvil_job *jobs, int n);

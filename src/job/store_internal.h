@@ -1,17 +1,20 @@
 /* The state database's insides, shared by the files of src/job that keep tables in it (store.c:
- * jobs and history; auth.c: users, tokens, roles; audit.c: the audit trail), so that a change
- * and its audit record are one transaction. */
+ * jobs and history; auth.c: users, tokens, roles; audit.c: the audit trail; outbox.c: the hooks'
+ * deliveries), so that a change, its audit record and its events are one transaction. */
 #ifndef ANVIL_JOB_STORE_INTERNAL_H
 #define ANVIL_JOB_STORE_INTERNAL_H
 
 #include <pthread.h>
 #include <sqlite3.h>
 
+#include "job/hooks.h"
 #include "job/store.h"
 
 struct anvil_store {
     sqlite3 *db;
     pthread_mutex_t lock;
+    anvil_hook *hooks; /* what status changes are queued for (job/hooks.h); strings owned */
+    int nhooks;
 };
 
 /* Runs sql (statements without results); -1 with the database's message. */
@@ -20,6 +23,12 @@ int anvil_store_exec(anvil_store *st, const char *sql);
 int anvil_store_db_fail(anvil_store *st, const char *what);
 /* A malloc'd copy of a text column ("" for NULL). */
 char *anvil_store_column_text(sqlite3_stmt *s, int col);
+
+/* Queues the event of a job's new primary status for every hook, inside the caller's transaction. */
+int anvil_outbox_enqueue(anvil_store *st, int64_t job_id, double at, const char *status, const char *secondary,
+                         const char *message);
+/* Forgets the hooks (anvil_store_close). */
+void anvil_outbox_clear(anvil_store *st);
 
 /* Runs body inside BEGIN IMMEDIATE ... COMMIT under the lock, rolling back when it fails. */
 #define IN_TRANSACTION(st, rc, body)                                                        \

@@ -7,20 +7,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/exit.h"
 #include "job/audit.h"
 #include "job/policy.h"
 #include "job/spec.h"
+#include "obs/heartbeat.h"
 
 extern char **environ;
 
 struct anvil_supervisor {
     anvil_store *st;
     anvil_backend *backend;
-    double grace_s;
+    anvil_supervisor_options o;
+    int active; /* during a tick: jobs Starting, Running or Stopping */
     /* Held through a tick and through a stop request, so neither overwrites the other's change. */
     pthread_mutex_t lock;
 };
@@ -28,7 +29,11 @@ struct anvil_supervisor {
 static const unsigned active_mask = 1u << ANVIL_JOB_PENDING | 1u << ANVIL_JOB_STARTING | 1u << ANVIL_JOB_RUNNING |
                                     1u << ANVIL_JOB_STOPPING;
 
-anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, double grace_s) {
+anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, const anvil_supervisor_options *o) {
+    if (o->grace_s < 0 || o->max_running < 0) {
+        anvil_fail("supervisor: the stop grace and the most jobs running must be >= 0");
+        return NULL;
+    }
     anvil_job *jobs;
     int n;
     if (anvil_store_list(st, active_mask, &jobs, &n)) return NULL;
@@ -48,7 +53,7 @@ anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, 
     }
     sup->st = st;
     sup->backend = backend;
-    sup->grace_s = grace_s;
+    sup->o = *o;
     pthread_mutex_init(&sup->lock, NULL);
     return sup;
 }
@@ -68,17 +73,26 @@ static bool set_text(char **field, const char *value) {
     return true;
 }
 
-/* Seconds since the epoch of the last step written by the current attempt, or 0 when none. */
-static double last_progress(const anvil_job *j) {
-    char path[PATH_MAX];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", j->run_dir);
-    if (stat(path, &sb)) return 0;
-    double t = (double)sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9;
-    return t > j->started_at ? t : 0;
+/* The current attempt's last heartbeat (obs/heartbeat.h): 0 with *hb, or 1 when it has written
+ * none (one left by an earlier attempt does not count). */
+static int heartbeat_of(const anvil_job *j, anvil_heartbeat *hb) {
+    int rc = anvil_heartbeat_read(j->run_dir, hb);
+    /* A heartbeat caught mid-rename or damaged is no beat; the next one will be read. */
+    return rc == 0 && hb->time > j->started_at ? 0 : 1;
 }
 
-/* The last line of the attempt's launcher log holding "error:", as the reason of a failure. */
+/* The secondary status a running attempt's heartbeat phase stands for. */
+static const char *phase_status(const char *phase) {
+    static const char *const map[][2] = {{"health", "HealthCheck"},          {"loading", "Preparing"},
+                                         {"training", "Training"},           {"checkpointing", "Checkpointing"},
+                                         {"finishing", "Saving"}};
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+        if (!strcmp(phase, map[i][0])) return map[i][1];
+    return NULL;
+}
+
+/* The reason of a failure from the attempt's launcher log: the last error line of a rank (it names
+ * the cause: a file, a field), else the launcher's own last one (a signal, a host). */
 static void last_error_line(const anvil_job *j, char *line, size_t cap) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/logs/launcher.log", j->run_dir);
@@ -88,11 +102,14 @@ static void last_error_line(const anvil_job *j, char *line, size_t cap) {
     /* Only the tail matters: a long log is read from its last 64 KiB. */
     if (fseek(f, -65536, SEEK_END)) rewind(f);
     char buf[4096];
-    while (fgets(buf, sizeof buf, f))
-        if (strstr(buf, "error:")) {
-            buf[strcspn(buf, "\r\n")] = 0;
-            snprintf(line, cap, "%.500s", buf);
-        }
+    bool from_rank = false;
+    while (fgets(buf, sizeof buf, f)) {
+        bool rank = !strncmp(buf, "[rank ", 6);
+        if (!strstr(buf, "error:") || (from_rank && !rank)) continue;
+        buf[strcspn(buf, "\r\n")] = 0;
+        snprintf(line, cap, "%.500s", buf);
+        from_rank = rank;
+    }
     fclose(f);
 }
 
@@ -187,6 +204,7 @@ static int record_start(void *ctx, const char *handle) {
         !set_text(&j->secondary, "Launching"))
         return anvil_fail("out of memory");
     j->started_at = anvil_store_now();
+    if (!j->first_started_at) j->first_started_at = j->started_at;
     j->status = ANVIL_JOB_RUNNING;
     if (!save(s->sup, j, NULL)) return 0;
     /* Not stored: the job is as before, and the tick that failed it must see no attempt. */
@@ -224,14 +242,13 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     anvil_job_spec_free(&spec);
     char line[600], why[900], verdict[1000];
     last_error_line(j, line, sizeof line);
-    bool progressed = last_progress(j) > 0;
     if (code < 0) snprintf(why, sizeof why, "its processes ended without an exit status (lost while the daemon "
                                             "was down, or killed)");
     else if (code > 128 && code < 160) snprintf(why, sizeof why, "exit %d (signal %d)", code, code - 128);
     else snprintf(why, sizeof why, "exit %d", code);
     if (line[0]) snprintf(why + strlen(why), sizeof why - strlen(why), ": %s", line);
     if (j->stop == ANVIL_STOP_HANG)
-        snprintf(why, sizeof why, "HangDetected: no progress in %s/metrics.jsonl within the hang timeout", j->run_dir);
+        snprintf(why, sizeof why, "HangDetected: no heartbeat in %s/heartbeat.json within the hang timeout", j->run_dir);
     j->exit_code = code;
     j->stop_deadline = 0;
     if (!set_text(&j->handle, "")) return anvil_fail("out of memory");
@@ -251,10 +268,9 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
         j->status = ANVIL_JOB_FAILED;
         snprintf(verdict, sizeof verdict, "usage error, not retried: %s", why);
         message = verdict;
-    } else if (j->stop == ANVIL_STOP_NONE && code == ANVIL_EXIT_ERROR && !progressed) {
+    } else if (j->stop == ANVIL_STOP_NONE && code == ANVIL_EXIT_CONFIG) {
         j->status = ANVIL_JOB_FAILED;
-        snprintf(verdict, sizeof verdict, "configuration or input error before the first step, not retried: %s",
-                 why);
+        snprintf(verdict, sizeof verdict, "configuration or input error, not retried: %s", why);
         message = verdict;
     } else if (j->attempt <= max_retries) {
         retry = true;
@@ -280,17 +296,41 @@ static int begin_stop(anvil_supervisor *sup, anvil_job *j, anvil_job_stop why, c
                       const char *message) {
     j->stop = why;
     j->status = ANVIL_JOB_STOPPING;
-    j->stop_deadline = anvil_store_now() + sup->grace_s;
+    j->stop_deadline = anvil_store_now() + sup->o.grace_s;
     if (!set_text(&j->secondary, secondary)) return anvil_fail("out of memory");
     if (save(sup, j, message)) return -1;
     anvil_attempt_ref a = attempt_of(j);
     return sup->backend->ops->stop(sup->backend, &a);
 }
 
+/* A pending job waits while max_running jobs have attempts; it says so once. */
+static int queued(anvil_supervisor *sup, anvil_job *j) {
+    if (!sup->o.max_running || sup->active < sup->o.max_running) return 0;
+    if (!strcmp(j->secondary, "Queued")) return 1;
+    char message[128];
+    snprintf(message, sizeof message, "waiting: %d jobs running, the most this daemon runs at once (--max-running)",
+             sup->active);
+    if (!set_text(&j->secondary, "Queued")) return anvil_fail("out of memory");
+    return save(sup, j, message) ? -1 : 1;
+}
+
+/* The running attempt's secondary status, from the phase of its heartbeat. */
+static int follow_phase(anvil_supervisor *sup, anvil_job *j, const anvil_heartbeat *hb) {
+    const char *secondary = phase_status(hb->phase);
+    if (!secondary || !strcmp(secondary, j->secondary)) return 0;
+    char message[96];
+    snprintf(message, sizeof message, "step %lld", (long long)hb->step);
+    if (!set_text(&j->secondary, secondary)) return anvil_fail("out of memory");
+    return save(sup, j, message);
+}
+
 static int advance(anvil_supervisor *sup, anvil_job *j) {
     if (j->status == ANVIL_JOB_PENDING) {
+        int wait = queued(sup, j);
+        if (wait) return wait < 0 ? -1 : 0;
         j->status = ANVIL_JOB_STARTING;
         j->attempt = 1;
+        sup->active++;
         if (!set_text(&j->secondary, "Preparing")) return anvil_fail("out of memory");
         if (save(sup, j, "attempt 1")) return -1;
     }
@@ -306,33 +346,34 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
     anvil_job_spec_free(&spec);
     if (j->stop != ANVIL_STOP_NONE) {
         if (j->stop_deadline == 0) {
-            j->stop_deadline = now + sup->grace_s;
+            j->stop_deadline = now + sup->o.grace_s;
             if (save(sup, j, NULL)) return -1;
             return sup->backend->ops->stop(sup->backend, &a);
         }
         return now >= j->stop_deadline ? sup->backend->ops->kill(sup->backend, &a) : 0;
     }
-    double progress = last_progress(j);
+    anvil_heartbeat hb;
+    bool beating = heartbeat_of(j, &hb) == 0;
     char message[128];
-    if (max_runtime > 0 && now - j->started_at > max_runtime) {
+    /* The limit covers the job, retries included, as SageMaker's MaxRuntimeInSeconds does. */
+    double first = j->first_started_at ? j->first_started_at : j->started_at;
+    if (max_runtime > 0 && now - first > max_runtime) {
         snprintf(message, sizeof message, "max_runtime_s (%g s) reached: checkpoint and stop", max_runtime);
         return begin_stop(sup, j, ANVIL_STOP_RUNTIME, "MaxRuntimeExceeded", message);
     }
-    if (hang > 0 && now - (progress > 0 ? progress : j->started_at) > hang) {
+    if (hang > 0 && now - (beating ? hb.time : j->started_at) > hang) {
         snprintf(message, sizeof message, "no progress for %g s: stopping for a retry", hang);
         return begin_stop(sup, j, ANVIL_STOP_HANG, "HangDetected", message);
     }
-    if (progress > 0 && !strcmp(j->secondary, "Launching")) {
-        if (!set_text(&j->secondary, "Training")) return anvil_fail("out of memory");
-        return save(sup, j, "first step written");
-    }
-    return 0;
+    return beating ? follow_phase(sup, j, &hb) : 0;
 }
 
 int anvil_supervisor_tick(anvil_supervisor *sup) {
     pthread_mutex_lock(&sup->lock);
     anvil_job *jobs;
     int n, rc = anvil_store_list(sup->st, active_mask, &jobs, &n);
+    sup->active = 0;
+    for (int i = 0; !rc && i < n; i++) sup->active += jobs[i].status != ANVIL_JOB_PENDING;
     for (int i = 0; !rc && i < n; i++) {
         anvil_job *j = &jobs[i];
         /* An attempt that could not be started fails the job, with the reason; trouble with a running

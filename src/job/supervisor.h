@@ -12,8 +12,15 @@
  * A stop (a request, max_runtime_s, a hang) is the backend's graceful stop, which gives the trainer
  * its checkpoint-and-stop; the SIGKILL deadline is stored, and past it the backend kills the attempt.
  *
- * Progress is the mtime of RUN/metrics.jsonl, which rank 0 of `anvil train` appends to after every
- * step: no change for hang_timeout_s since the attempt started or the last step is a hang. */
+ * Progress is the heartbeat (obs/heartbeat.h) that rank 0 of `anvil train` keeps in RUN: none for
+ * hang_timeout_s since the attempt started or since the last one is a hang. Its phase is the
+ * running job's secondary status: HealthCheck, Preparing, Training, Checkpointing, Saving.
+ *
+ * max_runtime_s counts from the first attempt's start, so retries do not extend it. At most
+ * max_running jobs have attempts at once; the others stay Pending (Queued), first in first out.
+ *
+ * An attempt's end: 0 Completed; 75 Stopped (resumable); 2 (usage) and 78 (configuration or input)
+ * Failed at once; anything else, a lost attempt or a hang is retried up to max_retries times. */
 #ifndef ANVIL_JOB_SUPERVISOR_H
 #define ANVIL_JOB_SUPERVISOR_H
 
@@ -26,10 +33,14 @@
 
 typedef struct anvil_supervisor anvil_supervisor;
 
-/* Runs attempts through backend (which stays the caller's); grace_s is the time between a stop
- * signal and SIGKILL. Refused while the store has an attempt running on another backend. NULL after
- * anvil_fail. */
-anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, double grace_s);
+typedef struct {
+    double grace_s;  /* between a stop signal and SIGKILL */
+    int max_running; /* jobs with an attempt at once; 0: no limit */
+} anvil_supervisor_options;
+
+/* Runs attempts through backend (which stays the caller's). Refused while the store has an attempt
+ * running on another backend. NULL after anvil_fail. */
+anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, const anvil_supervisor_options *o);
 void anvil_supervisor_free(anvil_supervisor *sup);
 
 /* Reaps finished children and advances every job that is not final: starts, notices ends, applies

@@ -19,6 +19,7 @@
 #include "dist/comm.h"
 #include "dist/dataparallel.h"
 #include "kernels/isa.h"
+#include "obs/heartbeat.h"
 #include "obs/metrics.h"
 #include "obs/trace.h"
 #include "sample/sampler.h"
@@ -227,12 +228,36 @@ typedef struct {
     double t_start;
     int signals_set;
     int lock_fd; /* rank 0's claim on the run folder, or -1 */
+    int bad_input; /* the failure is of the configuration or input: a retry cannot help */
+    const char *beat_phase; /* the heartbeat last written, and when */
+    double beat_at;
+    int beat_failed;
     struct sigaction old_term, old_usr1;
     /* the step that just ran */
     step_agreement agreed;
     float loss, lr, norm;
     double dt;
 } anvil_run;
+
+/* Rank 0's heartbeat (obs/heartbeat.h). A write that fails is reported once and training goes on:
+ * a supervisor will see no progress, which is the truth it can act on. */
+static void beat(anvil_run *r, const char *phase, int64_t step) {
+    if (r->rank != 0 || !r->c->out_dir) return;
+    double now = anvil_now();
+    if (r->beat_phase == phase && now - r->beat_at < ANVIL_HEARTBEAT_EVERY_S) return;
+    r->beat_phase = phase;
+    r->beat_at = now;
+    if (anvil_heartbeat_write(r->c->out_dir, phase, step) && !r->beat_failed) {
+        r->beat_failed = 1;
+        fprintf(r->c->log, "warning: heartbeat: %s\n", anvil_errmsg());
+    }
+}
+
+/* Marks the failure under way as one of the configuration or input; returns -1. */
+static int bad_input(anvil_run *r) {
+    r->bad_input = 1;
+    return -1;
+}
 
 /* Restores model, optimizer, loader and RNG from the checkpoint that
  * c->resume names; r->start receives its step (0 when "auto" finds none). */
@@ -399,14 +424,15 @@ static int open_data(anvil_run *r) {
     int vocab = r->model.cfg.vocab_size;
     if (!c->synthetic) {
         r->train = anvil_loader_open(c->train_pattern, c->B, c->T, r->rank, r->world, vocab);
-        if (!r->train || (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed))) return -1;
+        if (!r->train || (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed))) return bad_input(r);
         if (c->val_pattern && !(r->val = anvil_loader_open(c->val_pattern, c->B, c->T, r->rank, r->world, vocab)))
-            return -1;
+            return bad_input(r);
     }
     if (c->out_dir && r->rank == 0) {
         if (anvil_mkdir(c->out_dir)) return -1;
         /* Two runs writing one folder would interleave metrics and overwrite each other's checkpoints. */
         if ((r->lock_fd = anvil_lock_folder(c->out_dir, "run folder")) < 0) return -1;
+        beat(r, "loading", 0);
         char path[4096];
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
         if (!(r->metrics = anvil_metrics_open(path))) return -1;
@@ -478,8 +504,8 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     r->lock_fd = -1;
     r->c = c;
     r->res = res;
-    if (anvil_train_check(c)) return -1;
     r->rank = anvil_dist_rank();
+    if (anvil_train_check(c)) return bad_input(r);
     r->world = anvil_dist_world_size();
     /* Only rank 0 talks; the others log nowhere. */
     if (r->rank != 0) {
@@ -494,7 +520,8 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     if (c->profile_dir) r->k = anvil_profiled_kernels(r->k);
     c = r->c;
     catch_stop_signals(r);
-    if (open_model(r) || open_data(r)) return -1;
+    if (open_model(r)) return bad_input(r);
+    if (open_data(r)) return -1;
     const anvil_gpt2_config *mc = &r->model.cfg;
     fprintf(c->log,
             "model: %d layers, %d heads, %d embd, block %d, vocab %d (padded %d), %.2fM parameters\n"
@@ -505,7 +532,7 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
             anvil_gpt2_flops_per_token(mc, c->T), r->k->name, omp_get_max_threads());
     /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
     anvil_rng_seed(&r->data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->rank * 0x9e3779b97f4a7c15ULL));
-    if (c->resume && resume_from(r)) return -1;
+    if (c->resume && resume_from(r)) return bad_input(r);
     if (open_parallel(r) || anvil_telemetry_start(r->tel, r->metrics)) return -1;
     r->t_start = anvil_now();
     return 0;
@@ -649,6 +676,7 @@ static int save_or_stop(anvil_run *r, int step, int last) {
                           step + 1);
     if (save) {
         if (c->progress) anvil_progress_end(c->log);
+        beat(r, "checkpointing", step + 1);
         if (save_checkpoint(r, step + 1, last || stopping) || ckpt_metrics(r)) return -1;
     }
     if (!stopping || last) return 0;
@@ -673,6 +701,7 @@ static int telemetry_step(anvil_run *r, int step) {
 
 static int run_after_step(anvil_run *r, int step) {
     int last = step + 1 == r->c->steps;
+    beat(r, "training", step + 1);
     if (record_step(r, step) || validate_and_sample(r, step, last)) return -1;
     int rc = save_or_stop(r, step, last);
     return rc >= 0 && telemetry_step(r, step) ? -1 : rc;
@@ -703,6 +732,7 @@ static int run_finish(anvil_run *r) {
                 100.0 * res->comm_wait_share);
     }
     if (!c->out_dir) return 0;
+    beat(r, "finishing", res->steps_done);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
     anvil_gpt2 whole;
@@ -747,5 +777,6 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         if (!rc) rc = run_after_step(&r, step);
     }
     if (!rc) rc = run_finish(&r);
-    return run_close(&r, rc);
+    rc = run_close(&r, rc);
+    return rc == -1 && r.bad_input ? ANVIL_TRAIN_BAD_INPUT : rc;
 }

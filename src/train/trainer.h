@@ -64,6 +64,10 @@ typedef struct {
 
 /* anvil_train's return value when SIGTERM or SIGUSR1 stopped the run after writing a checkpoint. */
 #define ANVIL_TRAIN_STOPPED 1
+/* anvil_train's return value, after anvil_fail, when the configuration or the input cannot work
+ * (a check of the config, the model or --init file, the data, the checkpoint to resume): running it
+ * again unchanged fails the same way. */
+#define ANVIL_TRAIN_BAD_INPUT 2
 
 typedef struct {
     int steps_done;
@@ -81,9 +85,10 @@ typedef struct {
 void anvil_train_defaults(anvil_train_config *c);
 /* Validates the whole configuration up front; one-line error naming the field. */
 int anvil_train_check(const anvil_train_config *c);
-/* Runs the loop: 0 when done, -1 after anvil_fail, ANVIL_TRAIN_STOPPED when a SIGTERM or SIGUSR1
- * arrived: the step in progress is finished and checkpointed first. A NaN or infinite loss stops
- * it with an error naming the step. */
+/* Runs the loop: 0 when done, -1 or ANVIL_TRAIN_BAD_INPUT after anvil_fail, ANVIL_TRAIN_STOPPED
+ * when a SIGTERM or SIGUSR1 arrived: the step in progress is finished and checkpointed first. A NaN
+ * or infinite loss stops it with an error naming the step. With an out_dir, rank 0 keeps its
+ * heartbeat (obs/heartbeat.h) there. */
 int anvil_train(const anvil_train_config *c, anvil_train_result *res);
 
 #endif
