@@ -436,6 +436,48 @@ for sql in ("UPDATE audit SET result = 200", "DELETE FROM audit"):
 PY
 [ "$(grep -c 'refused: the audit trail is append-only' "$tmp/out")" = 2 ] &&
   ok "the audit table refuses UPDATE and DELETE" || bad "audit table: $(cat "$tmp/out")"
+# ---- GET /metrics: the service in Prometheus's format, for admins ----
+[ "$(call "$alice" GET /metrics)" = 403 ] && ok "/metrics: 403 for a user who is not an admin" ||
+  bad "/metrics for alice: $(cat "$tmp/answer")"
+if [ "$(call "$admin_token" GET /metrics)" = 200 ]; then
+  cp "$tmp/answer" "$tmp/metrics.txt"
+  promtool check metrics < "$tmp/metrics.txt" > "$tmp/promtool.out" 2>&1 && ok "/metrics: promtool accepts the page" ||
+    bad "promtool check metrics: $(head -n 3 "$tmp/promtool.out")"
+  job --json list > "$tmp/list.json"
+  python3 - "$tmp/metrics.txt" "$tmp/list.json" "$tmp/ref/metrics.jsonl" > "$tmp/out" << 'PY'
+import collections, json, re, sys
+samples = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'^([a-z_]+)(\{.*\})? (\S+)$', line.strip())
+    if m:
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        samples.setdefault(m.group(1), []).append((labels, float(m.group(3))))
+def one(name, **want):
+    got = [v for l, v in samples.get(name, []) if all(l.get(k) == str(w) for k, w in want.items())]
+    return got[0] if len(got) == 1 else None
+jobs = json.load(open(sys.argv[2]))["jobs"]
+by_status = collections.Counter(j["status"] for j in jobs)
+last = [json.loads(l) for l in open(sys.argv[3]) if '"kind":"train"' in l][-1]
+checks = {
+    "jobs by status": all(one("anvil_serve_jobs", status=s) == by_status.get(s, 0)
+                          for s in ("Pending", "Running", "Completed", "Failed", "Stopped")),
+    "submissions": one("anvil_serve_submissions_total") == len(jobs),
+    "retries (jobs 3, 4 and 8)": one("anvil_serve_retries_total") == 3,
+    "hangs (job 8)": one("anvil_serve_hangs_total") == 1,
+    "job 1's info": one("anvil_job_info", job_id=1, name="ref", status="Completed") == 1,
+    "job 1's last loss": one("anvil_job_train_loss", job_id=1, name="ref") == last["loss"],
+    "job 1's step": one("anvil_job_step", job_id=1, name="ref") == 1200,
+    "submit latencies": one("anvil_serve_api_request_seconds_count", action="job.submit") >= len(jobs),
+    "refusals counted": one("anvil_serve_api_requests_total", action="metrics", code=403) == 1,
+}
+for name, good in checks.items():
+    print(("ok " if good else "BAD ") + name)
+PY
+  # The page's loss is read from metrics.jsonl's text and printed exactly: compared for equality.
+  grep -q BAD "$tmp/out" && bad "/metrics: $(grep BAD "$tmp/out" | tr '\n' ' ')" ||
+    ok "/metrics: jobs by status, counters, each job's info, step and last loss, request latencies"
+else bad "/metrics for the admin: $(cat "$tmp/answer")"; fi
+
 # ---- hooks: every primary status change of every job, once each, in order, by both hooks ----
 # `hooks_check`: prints what is still wrong (nothing once every delivery is in).
 hooks_check() {

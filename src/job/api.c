@@ -36,7 +36,7 @@ int api_reply_json(anvil_api_call *c, unsigned code, cJSON *j) {
     c->rs->status = code;
     c->rs->body = withnl;
     c->rs->len = len + 1;
-    c->rs->text = false;
+    c->rs->content_type = NULL;
     return code < 400 ? 0 : -1;
 }
 
@@ -303,7 +303,7 @@ static int logs(anvil_api_call *c, const char *run_dir) {
     c->rs->status = 200;
     c->rs->body = buf;
     c->rs->len = (size_t)got;
-    c->rs->text = true;
+    c->rs->content_type = "text/plain; charset=utf-8";
     return 0;
 }
 
@@ -377,6 +377,11 @@ static int route(anvil_api_call *c) {
         return get ? list(c) : api_reply_error(c, 405, "use GET or POST");
     }
     if (!strncmp(path, "/v1/jobs/", 9)) return one_job(c, path + 9, get, post);
+    if (!strcmp(path, "/metrics")) {
+        c->action = "metrics";
+        if (!get) return api_reply_error(c, 405, "use GET");
+        return api_need_admin(c) ? api_metrics(c) : -1;
+    }
     int rc;
     if (api_route_admin(c, path, &rc)) return rc;
     c->action = "request";
@@ -397,6 +402,7 @@ void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anv
     } else {
         route(&c);
     }
+    rs->action = c.action;
     /* Changes are recorded with their change; refusals and failed changes here, on their own. */
     if (!c.audited && (c.mutating || rs->status >= 400)) {
         anvil_audit_entry e = api_audit(&c, (int)rs->status, rs->status < 400 ? "" : c.error);

@@ -21,6 +21,11 @@
  *   GET  /v1/roles                           {"roles": [...]}: all for admins, else the caller's
  *   POST /v1/roles/NAME/grant {"user": U}    200 {"role", "user"}                            (admin)
  *   GET  /v1/audit[?user=U][&limit=N]        {"audit": [...]}: the last N entries (100)      (admin)
+ *   GET  /metrics                            Prometheus text (0.0.4): jobs by status, each job that
+ *                                            runs or ended within the hour with its status, attempt,
+ *                                            runtime, step and last loss and throughput; submissions,
+ *                                            retries, hangs and hook deliveries; requests and their
+ *                                            latency per action                              (admin)
  *
  * A refused request gets a 4xx and {"error": "one line"}, and changes nothing: malformed or
  * oversized bodies (ANVIL_JOB_SPEC_MAX_BYTES), unknown fields or query parameters, bad values,
@@ -54,13 +59,22 @@ typedef struct {
     unsigned status;
     char *body; /* malloc'd; NULL only when out of memory (status 500) */
     size_t len;
-    bool text; /* text/plain (logs), else application/json */
+    const char *content_type; /* NULL: application/json */
+    const char *action;       /* what was asked, as the audit trail names it ("job.submit", ...) */
 } anvil_api_response;
+
+/* The API's own figures for GET /metrics: requests and their latency, per action and status.
+ * Thread-safe. */
+typedef struct anvil_api_stats anvil_api_stats;
+anvil_api_stats *anvil_api_stats_new(void);
+void anvil_api_stats_free(anvil_api_stats *s);
+void anvil_api_stats_observe(anvil_api_stats *s, const char *action, unsigned status, double seconds);
 
 typedef struct {
     anvil_store *st;
     anvil_supervisor *sup;
-    const char *runs_dir; /* where jobs without an output get their run folder */
+    const char *runs_dir;   /* where jobs without an output get their run folder */
+    anvil_api_stats *stats; /* NULL: /metrics has no request figures */
 } anvil_api_env;
 
 /* Answers one request: no socket, so that tests and the fuzzer can call it. */

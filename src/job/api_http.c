@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "job/api.h"
@@ -17,6 +18,12 @@ struct anvil_api {
     anvil_api_env env;
     char *runs_dir;
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* A request's body, gathered across calls; too_big once it passes the cap (the rest is dropped). */
 typedef struct {
@@ -55,7 +62,9 @@ static enum MHD_Result answer(struct MHD_Connection *c, anvil_api *api, const ch
         .body_too_big = b->too_big,
     };
     anvil_api_response rs;
+    double t0 = now_s();
     anvil_api_handle(&api->env, &rq, &rs);
+    anvil_api_stats_observe(api->env.stats, rs.action, rs.status, now_s() - t0);
     free(args.args);
     if (!rs.body) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(rs.len, rs.body, MHD_RESPMEM_MUST_FREE);
@@ -63,7 +72,7 @@ static enum MHD_Result answer(struct MHD_Connection *c, anvil_api *api, const ch
         free(rs.body);
         return MHD_NO;
     }
-    MHD_add_response_header(r, "Content-Type", rs.text ? "text/plain; charset=utf-8" : "application/json");
+    MHD_add_response_header(r, "Content-Type", rs.content_type ? rs.content_type : "application/json");
     if (rs.status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result rc = MHD_queue_response(c, rs.status, r);
     MHD_destroy_response(r);
@@ -110,12 +119,14 @@ static void completed(void *cls, struct MHD_Connection *c, void **state, enum MH
 
 anvil_api *anvil_api_start(anvil_store *st, anvil_supervisor *sup, const char *runs_dir, int port) {
     anvil_api *api = calloc(1, sizeof *api);
-    if (!api || !(api->runs_dir = strdup(runs_dir))) {
+    anvil_api_stats *stats = anvil_api_stats_new();
+    if (!api || !stats || !(api->runs_dir = strdup(runs_dir))) {
         free(api);
+        anvil_api_stats_free(stats);
         anvil_fail("out of memory");
         return NULL;
     }
-    api->env = (anvil_api_env){.st = st, .sup = sup, .runs_dir = api->runs_dir};
+    api->env = (anvil_api_env){.st = st, .sup = sup, .runs_dir = api->runs_dir, .stats = stats};
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)port);
@@ -126,6 +137,7 @@ anvil_api *anvil_api_start(anvil_store *st, anvil_supervisor *sup, const char *r
                               MHD_OPTION_END);
     if (!api->d) {
         anvil_fail("cannot listen on 127.0.0.1:%d: %s", port, errno ? strerror(errno) : "libmicrohttpd failed");
+        anvil_api_stats_free(stats);
         free(api->runs_dir);
         free(api);
         return NULL;
@@ -141,6 +153,7 @@ int anvil_api_port(const anvil_api *api) {
 void anvil_api_stop(anvil_api *api) {
     if (!api) return;
     MHD_stop_daemon(api->d);
+    anvil_api_stats_free(api->env.stats);
     free(api->runs_dir);
     free(api);
 }

@@ -1,5 +1,5 @@
 /* What the API's handlers share (api.c: the dispatcher and the jobs; api_admin.c: users, tokens,
- * roles and the audit trail). */
+ * roles and the audit trail; api_metrics.c: the Prometheus page). */
 #ifndef ANVIL_JOB_API_INTERNAL_H
 #define ANVIL_JOB_API_INTERNAL_H
 
@@ -40,6 +40,9 @@ const char *api_arg(const anvil_api_call *c, const char *key);
 /* The body as a JSON object whose fields are all in names (NULL-terminated); NULL after answering
  * 413 or 400. */
 cJSON *api_body_object(anvil_api_call *c, const char *what, const char *const *names);
+
+/* GET /metrics (api_metrics.c). */
+int api_metrics(anvil_api_call *c);
 
 /* api_admin.c's routes: true with *rc the handler's result when path is one of theirs. */
 bool api_route_admin(anvil_api_call *c, const char *path, int *rc);

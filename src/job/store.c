@@ -267,14 +267,17 @@ int anvil_store_get(anvil_store *st, int64_t id, anvil_job *job) {
     return out;
 }
 
-int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n) {
+/* The jobs whose status is in mask and that have not ended or ended at or after since. */
+static int list_jobs(anvil_store *st, unsigned mask, double since, anvil_job **jobs, int *n) {
     *jobs = NULL;
     *n = 0;
     sqlite3_stmt *s = NULL;
     int cap = 0, rc = 0;
     pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db, "SELECT " JOB_COLUMNS " FROM jobs ORDER BY id", -1, &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(st->db, "SELECT " JOB_COLUMNS " FROM jobs WHERE ended_at = 0 OR ended_at >= ?1 ORDER BY id",
+                           -1, &s, NULL) != SQLITE_OK)
         rc = anvil_store_db_fail(st, "list");
+    else sqlite3_bind_double(s, 1, since);
     int step;
     while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
         int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 4));
@@ -298,6 +301,51 @@ int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n) {
         *jobs = NULL;
         *n = 0;
     }
+    return rc;
+}
+
+int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n) {
+    return list_jobs(st, mask, 0, jobs, n);
+}
+
+int anvil_store_list_recent(anvil_store *st, double since, anvil_job **jobs, int *n) {
+    return list_jobs(st, ~0u, since, jobs, n);
+}
+
+int anvil_store_counts_read(anvil_store *st, anvil_store_counts *c) {
+    memset(c, 0, sizeof *c);
+    static const char *const sql[] = {
+        "SELECT status, COUNT(*) FROM jobs GROUP BY status",
+        "SELECT 'submitted', COUNT(*) FROM jobs UNION ALL"
+        " SELECT 'retries', COUNT(*) FROM history WHERE secondary LIKE 'Retrying (%' UNION ALL"
+        " SELECT 'hangs', COUNT(*) FROM history WHERE secondary = 'HangDetected' AND status = 'Stopping' UNION ALL"
+        " SELECT 'delivered', COUNT(*) FROM hook_outbox WHERE delivered_at > 0 UNION ALL"
+        " SELECT 'failed', COALESCE(SUM(attempts - (delivered_at > 0)), 0) FROM hook_outbox UNION ALL"
+        " SELECT 'given_up', COUNT(*) FROM hook_outbox WHERE given_up_at > 0"};
+    int64_t *named[] = {&c->submitted, &c->retries, &c->hangs, &c->hook_delivered, &c->hook_failed, &c->hook_given_up};
+    static const char *const names[] = {"submitted", "retries", "hangs", "delivered", "failed", "given_up"};
+    int rc = 0;
+    pthread_mutex_lock(&st->lock);
+    for (int q = 0; q < 2 && !rc; q++) {
+        sqlite3_stmt *s = NULL;
+        int step = SQLITE_DONE;
+        if (sqlite3_prepare_v2(st->db, sql[q], -1, &s, NULL) != SQLITE_OK) rc = anvil_store_db_fail(st, "counts");
+        while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+            const char *key = (const char *)sqlite3_column_text(s, 0);
+            int64_t v = sqlite3_column_int64(s, 1);
+            if (!key) continue;
+            if (q == 0) {
+                int status = anvil_job_status_parse(key);
+                if (status >= 0) c->by_status[status] = v;
+            } else {
+                for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+                    if (!strcmp(key, names[k])) *named[k] = v;
+            }
+        }
+        if (!rc && step != SQLITE_DONE) rc = anvil_store_db_fail(st, "counts");
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->lock);
     return rc;
 }
 

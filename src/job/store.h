@@ -89,6 +89,19 @@ int anvil_store_submit(anvil_store *st, const anvil_job_new *job, const char *de
 int anvil_store_get(anvil_store *st, int64_t id, anvil_job *job);
 /* The jobs whose status is in the mask (bit 1 << status), by id. */
 int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n);
+/* The jobs that have not ended or ended at or after `since`, by id. */
+int anvil_store_list_recent(anvil_store *st, double since, anvil_job **jobs, int *n);
+
+/* Figures of the whole state for /metrics: jobs per status, and counts that only grow. */
+typedef struct {
+    int64_t by_status[ANVIL_JOB_NSTATUS];
+    int64_t submitted;                              /* jobs ever submitted */
+    int64_t retries;                                /* attempts started as a retry */
+    int64_t hangs;                                  /* hangs detected */
+    int64_t hook_delivered, hook_failed, hook_given_up; /* deliveries, failed attempts, events given up */
+} anvil_store_counts;
+int anvil_store_counts_read(anvil_store *st, anvil_store_counts *c);
+
 /* Writes every mutable field of job; when its status or secondary status differ from the stored
  * ones, also appends a history entry carrying message (NULL: ""). One transaction. */
 int anvil_store_update(anvil_store *st, const anvil_job *job, const char *message);

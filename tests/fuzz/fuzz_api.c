@@ -148,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rs.status >= 400 && strcmp(before, after)) __builtin_trap();
     bool mutating = strcmp(line1, "GET") != 0;
     if (audit_after - audit_before != (rs.status >= 400 || (mutating && rs.status < 300) ? 1 : 0)) __builtin_trap();
-    if (!rs.text) {
+    if (!rs.content_type) {
         if (rs.len < 2 || rs.body[rs.len - 1] != '\n' || memchr(rs.body, '\n', rs.len - 1)) __builtin_trap();
         cJSON *j = anvil_json_parse(rs.body, rs.len, NULL);
         const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
