@@ -15,8 +15,8 @@ static const char *usage =
     "named for its folder in the legend: train (solid) and validation (dashed) loss against steps and\n"
     "against tokens, learning rate, gradient norm and tokens/s against steps, and one panel per log\n"
     "metric (train --metric). Null values (a NaN loss) are left out of their curve, and counted on\n"
-    "stderr. Steps written again after a resume replace the earlier ones. A curve with more than two\n"
-    "points per pixel column keeps each column's least and greatest value.\n"
+    "stderr. Steps written again after a resume replace the earlier ones. A curve with more than four\n"
+    "points per pixel column keeps each column's first and last points and its least and greatest.\n"
     "  --out FILE   the figure: SVG or PNG by its ending, 1200 pixels wide, written atomically\n";
 
 int cmd_plot(int argc, char **argv) {

@@ -201,7 +201,9 @@ anvil_plot_run *anvil_plot_read_text(const char *name, const char *file, const c
         size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
         lineno++;
         if (add_record(r, text + at, n, &drawn)) {
-            anvil_fail("%s:%ld: %s", file, lineno, anvil_errmsg());
+            char why[256];
+            snprintf(why, sizeof why, "%s", anvil_errmsg());
+            anvil_fail("%s:%ld: %s", file, lineno, why);
             anvil_plot_run_free(r);
             return NULL;
         }
@@ -325,6 +327,9 @@ typedef struct {
 static double px(const frame *f, double x) { return f->x + (x - f->ax.lo) / (f->ax.hi - f->ax.lo) * f->w; }
 static double py(const frame *f, double y) { return f->y + f->h - (y - f->ay.lo) / (f->ay.hi - f->ay.lo) * f->h; }
 
+/* The pixel column of x, in [0, cols). */
+static int column(const frame *f, double x, int cols) { return (int)fmin(cols - 1, fmax(0, floor(px(f, x) - f->x))); }
+
 static void draw_axes(const anvil_canvas *c, const frame *f) {
     char label[64];
     for (int vertical = 0; vertical < 2; vertical++) {
@@ -349,37 +354,33 @@ static void draw_axes(const anvil_canvas *c, const frame *f) {
     c->rect(c->ctx, f->x, f->y, f->w, f->h, ANVIL_PLOT_NO_FILL, INK, "frame");
 }
 
-/* A curve's points in pixels. A curve with more than two points per pixel column of the plot area
- * keeps, per column, the points of its least and greatest value (in step order), so that spikes
- * stay visible and a million steps draw as fast as a thousand. */
+/* A curve's points in pixels. A curve of more than four points per pixel column of the plot area
+ * keeps, per column, its first and last points and those of its least and greatest value (in step
+ * order): the line still spans its steps, spikes stay visible, and a million steps draw as fast as
+ * a few thousand. */
 static size_t curve_points(const frame *f, const curve *cv, double *xy) {
     const series *s = cv->s;
     int cols = (int)f->w;
     size_t n = 0;
-    if (s->n <= 2 * (size_t)cols) {
+    if (s->n <= 4 * (size_t)cols) {
         for (size_t i = 0; i < s->n; i++) {
             xy[n++] = px(f, s->x[i] * cv->xscale);
             xy[n++] = py(f, s->y[i]);
         }
         return n / 2;
     }
-    size_t i = 0;
-    while (i < s->n) {
-        double cx = px(f, s->x[i] * cv->xscale);
-        int col = (int)fmin(cols - 1, fmax(0, floor(cx - f->x)));
+    for (size_t i = 0; i < s->n;) {
+        int col = column(f, s->x[i] * cv->xscale, cols);
         size_t lo = i, hi = i, j = i + 1;
-        for (; j < s->n; j++) {
-            double jx = px(f, s->x[j] * cv->xscale);
-            if ((int)fmin(cols - 1, fmax(0, floor(jx - f->x))) != col) break;
+        for (; j < s->n && column(f, s->x[j] * cv->xscale, cols) == col; j++) {
             if (s->y[j] < s->y[lo]) lo = j;
             if (s->y[j] > s->y[hi]) hi = j;
         }
-        size_t first = lo < hi ? lo : hi, second = lo < hi ? hi : lo;
-        xy[n++] = px(f, s->x[first] * cv->xscale);
-        xy[n++] = py(f, s->y[first]);
-        if (second != first) {
-            xy[n++] = px(f, s->x[second] * cv->xscale);
-            xy[n++] = py(f, s->y[second]);
+        size_t keep[4] = {i, lo < hi ? lo : hi, lo < hi ? hi : lo, j - 1};
+        for (int k = 0; k < 4; k++) {
+            if (k && keep[k] == keep[k - 1]) continue;
+            xy[n++] = px(f, s->x[keep[k]] * cv->xscale);
+            xy[n++] = py(f, s->y[keep[k]]);
         }
         i = j;
     }
