@@ -10,7 +10,9 @@
 #     first and last steps still drawn;
 #   - a real run of the trainer (validation, a --metric) plotted the same way;
 #   - bad input: a missing or empty run, a malformed line (named with its line), bad options; a
-#     failed plot leaves an existing figure as it was.
+#     failed plot leaves an existing figure as it was;
+#   - deploy/prometheus/anvil.rules.yml: promtool check rules, and promtool test rules on its
+#     synthetic series (anvil.rules.test.yml).
 . "$(dirname "$0")/tools/cli_common.sh"
 check=$(dirname "$0")/tools/plot_check.py
 command -v python3 > /dev/null || { missing "python3 is not installed"; finish; }
@@ -33,9 +35,12 @@ a=$(pts "$tmp/fig.svg" 'run0 loss') b=$(pts "$tmp/fig.svg" 'run1 loss')
 grep -q 'alpha: 1 null or non-finite values left out' <<< "$err" && ok "the NaN is reported: $err" || bad "no note of the NaN: $err"
 ls "$tmp" | grep -q '\.tmp\.' && bad "a temporary file is left beside the figure: $(ls "$tmp")"
 
-if "$anvil" plot "$tmp/alpha" "$tmp/beta" "$tmp/gamma" --out "$tmp/fig.png" 2> /dev/null &&
+# Under ASan: fontconfig's own leaks are not anvil's (tests/tools/lsan_fontconfig.supp).
+export LSAN_OPTIONS="${LSAN_OPTIONS:-}:suppressions=$(cd "$(dirname "$0")" && pwd)/tools/lsan_fontconfig.supp"
+out=
+if err=$("$anvil" plot "$tmp/alpha" "$tmp/beta" "$tmp/gamma" --out "$tmp/fig.png" 2>&1) &&
   out=$(python3 "$check" png "$tmp/fig.png" 1200 1320 3 2>&1); then ok "png: $out"
-else bad "png: $out"; fi
+else bad "png: $err $out"; fi
 
 # 50000 steps onto 500 columns: thinned to each column's first, last, least and greatest.
 python3 "$check" big "$tmp" 50000
@@ -95,4 +100,14 @@ fails_with "no run" 2 "needs at least one RUN_DIR" --out "$tmp/fig.svg"
 fails_with "a figure of another kind" 2 "must end in .svg or .png" "$tmp/alpha" --out "$tmp/fig.pdf"
 fails_with "an unknown option" 2 "unexpected argument '--frobnicate'" "$tmp/alpha" --frobnicate --out "$tmp/fig.svg"
 "$anvil" plot --help | grep -q 'usage: anvil plot RUN_DIR' && ok "--help" || bad "--help"
+
+# The alert rules on the trainer's metrics: valid, and each fires on its synthetic series.
+rules=$(dirname "$0")/../deploy/prometheus
+if command -v promtool > /dev/null; then
+  out=$(promtool check rules "$rules/anvil.rules.yml" 2>&1) && ok "promtool check rules: $(echo $out)" || bad "promtool check rules: $out"
+  out=$(cd "$rules" && promtool test rules anvil.rules.test.yml 2>&1) && ok "promtool test rules: $(echo $out)" ||
+    bad "promtool test rules: $out"
+else
+  missing "promtool (Debian's prometheus) is not installed"
+fi
 finish
