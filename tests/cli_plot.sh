@@ -26,9 +26,9 @@ else bad "svg: $err $out"; fi
 # acc 2 (alpha, gamma), ppl 1 (gamma).
 n=$(grep -c '<polyline' "$tmp/fig.svg")
 [ "$n" = 22 ] && ok "svg: 22 polylines" || bad "svg: $n polylines, expected 22"
-# alpha's loss: 40 steps less step 13's NaN; beta's: steps 1..25 once, after its resume.
 # The points of the first curve of class $2 in figure $1.
 pts() { grep "class=\"curve $2\"" "$1" | head -n 1 | sed 's/.*points="\([^"]*\)".*/\1/' | wc -w; }
+# alpha's loss: 40 steps less step 13's NaN; beta's: steps 1..25 once, after its resume.
 a=$(pts "$tmp/fig.svg" 'run0 loss') b=$(pts "$tmp/fig.svg" 'run1 loss')
 [ "$a" = 39 ] && [ "$b" = 25 ] && ok "svg: the NaN is left out, the resumed steps replaced" ||
   bad "svg: alpha's loss has $a points (39), beta's $b (25)"

@@ -194,6 +194,7 @@ def check_svg(path, expected_path, exact=True):
         xmap, xs = axis_map(sorted(p["xt"]), f"panel {t} x")
         ymap, ys = axis_map(sorted(p["yt"]), f"panel {t} y")
         # the y axis is widened to whole ticks: the frame's bottom and top are its first and last tick
+        # (the same pixel, each printed to 0.01 px)
         ytop, ybot = min(p["yt"]), max(p["yt"])
         if abs(ybot[0] - (fy + fh)) > 0.01 or abs(ytop[0] - fy) > 0.01:
             raise AssertionError(f"panel {t}: the frame {fy}..{fy + fh} does not end at ticks {ytop}, {ybot}")
@@ -205,6 +206,7 @@ def check_svg(path, expected_path, exact=True):
             raise AssertionError(f"panel {t}: values {ylo}..{yhi} outside the ticks {ybot[1]}..{ytop[1]}")
         drawn_x = [x for c in p["curves"].values() for x, _ in c]
         # the x axis spans the data exactly: the first step at the frame's left, the last at its right
+        # (the same pixel, each printed to 0.01 px; the frame's span through the tick map, as below)
         if abs(min(drawn_x) - fx) > 0.01 or abs(max(drawn_x) - (fx + fw)) > 0.01:
             raise AssertionError(f"panel {t}: x from {min(drawn_x)} to {max(drawn_x)}, frame {fx}..{fx + fw}")
         if abs(xmap(fx) - xlo) > 0.02 * xs or abs(xmap(fx + fw) - xhi) > 0.02 * xs:
@@ -212,6 +214,7 @@ def check_svg(path, expected_path, exact=True):
         for key, pts in p["curves"].items():
             wp = want[key]
             for x, y in pts:
+                # inside the frame, both printed to 0.01 px
                 if not (fx - 0.01 <= x <= fx + fw + 0.01 and fy - 0.01 <= y <= fy + fh + 0.01):
                     raise AssertionError(f"panel {t} {key}: point ({x}, {y}) outside the frame")
             if exact:
@@ -224,6 +227,7 @@ def check_svg(path, expected_path, exact=True):
             else:
                 if len(pts) > 4 * fw or len(pts) < fw:
                     raise AssertionError(f"panel {t} {key}: {len(pts)} points for {fw} columns")
+                # the least and greatest value are points of their columns: mapped back as above
                 got_hi = max(ymap(y) for _, y in pts)
                 got_lo = min(ymap(y) for _, y in pts)
                 if abs(got_hi - yhi) > 0.03 * ys or abs(got_lo - ylo) > 0.03 * ys:
