@@ -35,6 +35,15 @@ a=$(pts "$tmp/fig.svg" 'run0 loss') b=$(pts "$tmp/fig.svg" 'run1 loss')
 grep -q 'alpha: 1 null or non-finite values left out' <<< "$err" && ok "the NaN is reported: $err" || bad "no note of the NaN: $err"
 ls "$tmp" | grep -q '\.tmp\.' && bad "a temporary file is left beside the figure: $(ls "$tmp")"
 
+# A folder name with XML's special characters and a byte that is not UTF-8: escaped, and '?'.
+weird=$tmp/$'a&b<c>"d\xff'
+cp -r "$tmp/gamma" "$weird"
+if "$anvil" plot "$weird" --out "$tmp/weird.svg" 2> /dev/null &&
+  legend=$(python3 -c 'import sys, xml.etree.ElementTree as ET
+print([t.text for t in ET.parse(sys.argv[1]).getroot() if t.get("class") == "legend"])' "$tmp/weird.svg" 2>&1) &&
+  [ "$legend" = "['a&b<c>\"d?']" ]; then ok "a run named a&b<c>\"d and a bad byte: legend $legend"
+else bad "a run named a&b<c>\"d and a bad byte: ${legend:-not plotted}"; fi
+
 # Under ASan: fontconfig's own leaks are not anvil's (tests/tools/lsan_fontconfig.supp).
 export LSAN_OPTIONS="${LSAN_OPTIONS:-}:suppressions=$(cd "$(dirname "$0")" && pwd)/tools/lsan_fontconfig.supp"
 out=
