@@ -22,6 +22,7 @@ static const struct {
     {"info", cmd_info, "show model presets, sizes and the kernels in use"},
     {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged"},
     {"profile", cmd_profile, "summarize a trace that train --profile wrote: where the time goes"},
+    {"plot", cmd_plot, "draw runs' loss, learning rate, throughput and log metrics into an SVG or PNG"},
     {"health", cmd_health, "check each rank's GEMM and memory and the all-reduce between them"},
     {"serve", cmd_serve, "run the job service: HTTP API, job statuses, retries, limits"},
     {"job", cmd_job, "submit, list, describe, follow, stop and wait for service jobs; the audit trail"},
