@@ -4,8 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev zlib1g-dev libzstd-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libsodium-dev libcairo2-dev bible-kjv bible-kjv-text)
 # radosgw, ceph-mon and ceph-osd: the S3 server of the S3 tests (tests/s3/radosgw.sh); uuid-runtime
-# gives it uuidgen.
-[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-14-dev libomp-dev zstd qemu-user strace curl prometheus radosgw ceph-mon ceph-osd uuid-runtime)
+# gives it uuidgen; chromium loads the job service's dashboard in cli_serve.
+[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-14-dev libomp-dev zstd qemu-user strace curl prometheus chromium radosgw ceph-mon ceph-osd uuid-runtime)
 # npm fetches the tiktoken reference; a Node.js from elsewhere (NodeSource's
 # bundles npm and conflicts with Debian's npm package) serves as well.
 [ "${1:-}" = "--test" ] && ! command -v npm > /dev/null && pkgs+=(npm)

@@ -20,6 +20,10 @@
 #   - the heartbeat: a running job's secondary status is its phase (Training);
 #   - hooks (a command and a URL, each failing some first attempts): every
 #     primary status change of every job delivered once, in order, retried;
+#   - GET /metrics: promtool accepts it, and it agrees with the jobs;
+#   - the dashboard in headless Chromium: the jobs and their statuses (one
+#     finished, one running), a finished job's history, curves and logs; no
+#     data without a token;
 #   - principals: a state without users refused, --init once, 401 for a
 #     missing, malformed, wrong or revoked token, 403 for a user on admin
 #     endpoints, an ungranted role, paths outside the role ('..', a symbolic
@@ -391,6 +395,34 @@ expect 404 "another user's job (logs)" "$bob" GET "/v1/jobs/$mine/logs"
 [ "$(ANVIL_TOKEN=$bob job --json list | python3 -c "import json,sys; print(len(json.load(sys.stdin)['jobs']))")" = 0 ] &&
   ok "a user lists only their own jobs" || bad "bob sees jobs"
 [ "$(call "$admin_token" GET "/v1/jobs/$mine")" = 200 ] && ok "an admin sees every job" || bad "admin describe"
+# ---- the dashboard, in a real browser, while alice's job runs ----
+dom() { timeout 60 chromium --headless --no-sandbox --disable-gpu --virtual-time-budget=5000 --dump-dom "$1" 2> /dev/null; }
+if command -v chromium > /dev/null; then
+  dom "http://127.0.0.1:$port/#token=$admin_token&job=1" > "$tmp/dom.html"
+  python3 - "$tmp/dom.html" "$mine" "$(njobs)" > "$tmp/out" << 'PY'
+import re, sys
+dom, mine, njobs = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3])
+rows = re.findall(r'<tr class="job[^"]*" data-id="(\d+)">(.*?)</tr>', dom)
+status = {i: re.search(r'class="status (\w+)"', r).group(1) for i, r in rows}
+loss = re.search(r'<polyline class="curve run0 loss"[^>]*points="([^"]*)"', dom)
+checks = {
+    "every job listed": len(rows) == njobs,
+    "the finished job 1 Completed": status.get("1") == "Completed",
+    "alice's job Running": status.get(mine) == "Running",
+    "job 1's loss curve has its 1200 points": loss is not None and len(loss.group(1).split()) == 1200,
+    "its history shown": dom.count('<td class="status Completed">Completed</td>') >= 2,
+    "its last log lines": "done: 1200 steps" in dom,
+}
+for name, good in checks.items():
+    print(("ok " if good else "BAD ") + name)
+PY
+  grep -q BAD "$tmp/out" && bad "dashboard: $(grep BAD "$tmp/out" | tr '\n' ' ')" ||
+    ok "dashboard (headless Chromium): the jobs with their statuses, job 1's history, curves of 1200 points and log"
+  dom "http://127.0.0.1:$port/" > "$tmp/dom.html"
+  ! grep -q 'data-id=' "$tmp/dom.html" && grep -q 'enter an API token' "$tmp/dom.html" &&
+    ok "dashboard without a token: no data, a prompt for one" || bad "dashboard without a token shows data"
+else missing "chromium is not installed: the dashboard is not loaded"; fi
+
 ANVIL_TOKEN=$alice job stop "$mine" > /dev/null && ANVIL_TOKEN=$alice job wait "$mine" > /dev/null
 [ $? = 3 ] && [ "$(field "$mine" status)" = Stopped ] && ok "alice stops her job" || bad "alice's stop: $(history "$mine")"
 

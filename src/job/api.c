@@ -270,7 +270,7 @@ static int list(anvil_api_call *c) {
     return api_reply_json(c, 200, o);
 }
 
-static bool parse_count(const char *s, long max, long *out) {
+bool api_parse_count(const char *s, long max, long *out) {
     char *end;
     errno = 0;
     long v = s ? strtol(s, &end, 10) : -1;
@@ -280,21 +280,27 @@ static bool parse_count(const char *s, long max, long *out) {
 }
 
 static int logs(anvil_api_call *c, const char *run_dir) {
-    static const char *const known[] = {"rank", "offset", NULL};
+    static const char *const known[] = {"rank", "offset", "tail", NULL};
     if (!api_known_args(c, known)) return -1;
-    const char *rank = api_arg(c, "rank"), *off = api_arg(c, "offset");
-    long r = -1, offset = 0;
-    if (rank && !parse_count(rank, 1 << 20, &r)) return api_reply_error(c, 400, "rank: not a rank number");
-    if (off && !parse_count(off, LONG_MAX, &offset)) return api_reply_error(c, 400, "offset: not a byte offset");
+    const char *rank = api_arg(c, "rank"), *off = api_arg(c, "offset"), *tail = api_arg(c, "tail");
+    long r = -1, offset = 0, last = -1;
+    if (rank && !api_parse_count(rank, 1 << 20, &r)) return api_reply_error(c, 400, "rank: not a rank number");
+    if (off && !api_parse_count(off, LONG_MAX, &offset)) return api_reply_error(c, 400, "offset: not a byte offset");
+    if (tail && !api_parse_count(tail, MAX_LOG_CHUNK, &last)) return api_reply_error(c, 400, "tail: not a byte count");
+    if (off && tail) return api_reply_error(c, 400, "tail: give offset or tail, not both");
     char path[PATH_MAX];
     if (r >= 0) snprintf(path, sizeof path, "%s/logs/rank_%ld.log", run_dir, r);
     else snprintf(path, sizeof path, "%s/logs/launcher.log", run_dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     /* No log yet is an empty log: the job may not have started. */
     if (fd < 0 && errno != ENOENT) return api_reply_error(c, 500, "%s: %s", path, strerror(errno));
+    if (fd >= 0 && last >= 0) {
+        off_t size = lseek(fd, 0, SEEK_END);
+        offset = size > last ? (long)(size - last) : 0;
+    }
     char *buf = malloc(MAX_LOG_CHUNK);
     ssize_t got = 0;
-    if (buf && fd >= 0) got = pread(fd, buf, MAX_LOG_CHUNK, (off_t)offset);
+    if (buf && fd >= 0) got = pread(fd, buf, last >= 0 ? (size_t)last : MAX_LOG_CHUNK, (off_t)offset);
     if (fd >= 0) close(fd);
     if (!buf || got < 0) {
         free(buf);
@@ -307,22 +313,27 @@ static int logs(anvil_api_call *c, const char *run_dir) {
     return 0;
 }
 
-/* /v1/jobs/ID[/stop|/logs]. */
+/* /v1/jobs/ID[/stop|/logs|/plot.svg|/profile]. */
 static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
+    static const char *const parts[][2] = {{"", "job.get"},           {"/stop", "job.stop"},
+                                           {"/logs", "job.logs"},     {"/plot.svg", "job.plot"},
+                                           {"/profile", "job.profile"}};
     char *end;
     errno = 0;
     long long id = strtoll(rest, &end, 10);
-    if (!isdigit((unsigned char)rest[0]) || errno || id <= 0 || (*end && strcmp(end, "/stop") && strcmp(end, "/logs"))) {
+    size_t part = 0;
+    while (part < sizeof parts / sizeof *parts && strcmp(end, parts[part][0])) part++;
+    if (!isdigit((unsigned char)rest[0]) || errno || id <= 0 || part == sizeof parts / sizeof *parts) {
         c->action = "request";
         return api_reply_error(c, 404, "no such endpoint: %.200s", c->rq->path);
     }
-    bool stop = !strcmp(end, "/stop");
-    c->action = stop ? "job.stop" : *end ? "job.logs" : "job.get";
+    bool stop = part == 1;
+    c->action = parts[part][1];
     c->mutating = stop;
     snprintf(c->target, sizeof c->target, "job %lld", id);
     if (stop ? !post : !get) return api_reply_error(c, 405, "use %s", stop ? "POST" : "GET");
     static const char *const none[] = {NULL};
-    if (strcmp(end, "/logs") && !api_known_args(c, none)) return -1;
+    if (part != 2 && part != 4 && !api_known_args(c, none)) return -1;
     anvil_job j;
     int rc = anvil_store_get(c->env->st, id, &j);
     if (rc < 0) return api_reply_error(c, 500, "%s", anvil_errmsg());
@@ -331,9 +342,9 @@ static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
         rc = 1;
     }
     if (rc == 1) return api_reply_error(c, 404, "no job %lld", id);
-    if (!stop && !*end) return reply_job(c, 200, &j, true);
+    if (part == 0) return reply_job(c, 200, &j, true);
     if (!stop) {
-        rc = logs(c, j.run_dir);
+        rc = part == 2 ? logs(c, j.run_dir) : part == 3 ? api_job_plot(c, &j) : api_job_profile(c, &j);
         anvil_job_free(&j);
         return rc;
     }
@@ -391,6 +402,12 @@ static int route(anvil_api_call *c) {
 void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anvil_api_response *rs) {
     anvil_api_call c = {.env = env, .rq = rq, .rs = rs, .action = "request"};
     memset(rs, 0, sizeof *rs);
+    /* The dashboard page holds no data (it asks the API with the user's token), so it needs none. */
+    if (!strcmp(rq->path, "/") && !strcmp(rq->method, "GET") && rq->nargs == 0) {
+        api_dashboard_page(&c);
+        rs->action = "dashboard";
+        return;
+    }
     snprintf(c.target, sizeof c.target, "%.150s", rq->path);
     char why[256];
     int rc = anvil_auth_check(env->st, rq->authorization, &c.who, why, sizeof why);

@@ -43,6 +43,13 @@ cJSON *api_body_object(anvil_api_call *c, const char *what, const char *const *n
 
 /* GET /metrics (api_metrics.c). */
 int api_metrics(anvil_api_call *c);
+/* api_dashboard.c: GET / (the page, static), /v1/jobs/ID/plot.svg (the job's curves, drawn by
+ * obs/plot.h from its metrics.jsonl) and /v1/jobs/ID/profile?rank=R (its trace file). */
+int api_dashboard_page(anvil_api_call *c);
+int api_job_plot(anvil_api_call *c, const anvil_job *j);
+int api_job_profile(anvil_api_call *c, const anvil_job *j);
+/* Whether s is a decimal count in [0, max]; *out gets it. */
+bool api_parse_count(const char *s, long max, long *out);
 
 /* api_admin.c's routes: true with *rc the handler's result when path is one of theirs. */
 bool api_route_admin(anvil_api_call *c, const char *path, int *rc);

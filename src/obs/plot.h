@@ -55,6 +55,8 @@ typedef struct {
 int anvil_plot_height(const anvil_plot_run *const *runs, int nruns);
 /* Paints the figure of nruns runs, ANVIL_PLOT_WIDTH by anvil_plot_height, onto c. */
 int anvil_plot_draw(const anvil_plot_run *const *runs, int nruns, const anvil_canvas *c);
+/* The figure as SVG text, malloc'd into *svg (*len bytes, NUL-terminated). */
+int anvil_plot_svg(const anvil_plot_run *const *runs, int nruns, char **svg, size_t *len);
 /* Draws the figure into path, as SVG or PNG by its ending (.svg, .png), written atomically. */
 int anvil_plot_write(const char *path, const anvil_plot_run *const *runs, int nruns);
 

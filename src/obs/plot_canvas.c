@@ -59,11 +59,10 @@ static void svg_text(void *ctx, double x, double y, const char *s, double size, 
     fputs("</text>\n", f);
 }
 
-static int write_svg(const char *path, const anvil_plot_run *const *runs, int nruns) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return anvil_fail("%s: out of memory", path);
+int anvil_plot_svg(const anvil_plot_run *const *runs, int nruns, char **svg, size_t *len) {
+    *svg = NULL;
+    FILE *f = open_memstream(svg, len);
+    if (!f) return anvil_fail("plot: out of memory");
     int height = anvil_plot_height(runs, nruns);
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -73,8 +72,19 @@ static int write_svg(const char *path, const anvil_plot_run *const *runs, int nr
     anvil_canvas c = {f, svg_rect, svg_line, svg_polyline, svg_text};
     int rc = anvil_plot_draw(runs, nruns, &c);
     fputs("</svg>\n", f);
-    if (fclose(f) && !rc) rc = anvil_fail("%s: out of memory", path);
-    if (!rc) rc = anvil_write_file_atomic(path, buf, len);
+    if (fclose(f) && !rc) rc = anvil_fail("plot: out of memory");
+    if (rc) {
+        free(*svg);
+        *svg = NULL;
+    }
+    return rc;
+}
+
+static int write_svg(const char *path, const anvil_plot_run *const *runs, int nruns) {
+    char *buf;
+    size_t len;
+    if (anvil_plot_svg(runs, nruns, &buf, &len)) return -1;
+    int rc = anvil_write_file_atomic(path, buf, len);
     free(buf);
     return rc;
 }
