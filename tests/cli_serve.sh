@@ -133,6 +133,11 @@ expect_refusal 400 "channels.train: $tmp/nonexistent" \
   "{\"name\": \"x\", \"command\": [\"train\"], \"channels\": {\"train\": \"$tmp/nonexistent\"}}"
 head -c 70000 /dev/zero | tr '\0' ' ' > "$tmp/big.json"
 expect_refusal 413 "larger than 65536 bytes" "@$tmp/big.json"
+expect_refusal 400 "metric_definitions: .*does not compile: missing closing parenthesis at offset 13" '{"name": "x", "command": ["train"], "metric_definitions": {"l": "loss ([0-9.]+"}}'
+expect_refusal 400 "metric_definitions: .*0 capture groups; it needs exactly one" \
+  '{"name": "x", "command": ["train"], "metric_definitions": {"l": "loss [0-9.]+"}}'
+expect_refusal 400 "metric_definitions: only a train command" \
+  '{"name": "x", "command": ["prep"], "metric_definitions": {"l": "loss ([0-9.]+)"}}'
 code=$(curl -s -o "$tmp/answer" -w '%{http_code}' -H "Authorization: Bearer $ANVIL_TOKEN" \
   "http://127.0.0.1:$port/v1/jobs/99")
 [ "$code" = 404 ] && ok "unknown job: 404 $(cat "$tmp/answer")" || bad "unknown job: $code"
@@ -144,7 +149,8 @@ rc=$?
 [ "$(njobs)" = 0 ] && ok "no refused request stored a job" || bad "refused requests stored jobs"
 
 # ---- submit, wait, Completed (also the reference of the retried run below) ----
-submit --name ref --output "$tmp/ref" -- "${train[@]}" --steps 1200 > "$tmp/out" || bad "submit: $(cat "$tmp/out")"
+submit --name ref --output "$tmp/ref" --metric 'tok_s=\| ([0-9]+) tok/s' -- "${train[@]}" --steps 1200 > "$tmp/out" ||
+  bad "submit: $(cat "$tmp/out")"
 ref=$(grep -o 'job [0-9]*' "$tmp/out" | cut -d' ' -f2)
 job wait "$ref" > "$tmp/out"
 rc=$?
@@ -153,6 +159,9 @@ rc=$?
 [ "$(history "$ref" | cut -d'|' -f1 | uniq | tr '\n' ' ')" = "Pending Starting Running Completed " ] &&
   ok "history: Pending, Starting, Running, Completed" || bad "history: $(history "$ref")"
 job logs "$ref" | grep -q '^\[rank 0\] done: 1200 steps' && ok "logs: the launcher's merged log" || bad "logs"
+[ "$(grep -c '"kind":"log".*"tok_s":[0-9]' "$tmp/ref/metrics.jsonl")" -ge 100 ] &&
+  ok "metric_definitions: the job's tok_s pulled from its log into metrics.jsonl" ||
+  bad "metric_definitions: $(grep -m 2 '"kind":"log"' "$tmp/ref/metrics.jsonl")"
 history "$ref" | grep -q '^Running|Training|step [0-9]' &&
   grep -q '"phase":"finishing","time"' "$tmp/ref/heartbeat.json" &&
   ok "the heartbeat: Running (Training) while it trained, 'finishing' last" ||

@@ -20,7 +20,8 @@ static const char *usage =
     "\n"
     "  submit SPEC.json                       submit a job spec (README: 'The job service')\n"
     "  submit --name N [--role R] [--procs P] [--max-retries R] [--max-runtime S] [--hang-timeout S]\n"
-    "         [--output DIR] [--env NAME=VALUE ...] -- <anvil subcommand and its options>\n"
+    "         [--output DIR] [--env NAME=VALUE ...] [--metric NAME=REGEX ...]\n"
+    "         -- <anvil subcommand and its options>\n"
     "  list [--status S]                      your jobs (an admin's: all), by id (S: Pending, Running, ...)\n"
     "  describe ID                            a job, its spec and its status history\n"
     "  logs ID [--rank R] [--follow]          the launcher's merged log, or rank R's\n"
@@ -72,16 +73,19 @@ static int submit(const client *cl, int argc, char **argv) {
                 cJSON_AddNumberToObject(spec, "max_runtime_s", d);
             else if (!strcmp(a, "--hang-timeout") && !arg_double("job", a, v, &d))
                 cJSON_AddNumberToObject(spec, "hang_timeout_s", d);
-            else if (!strcmp(a, "--env") && strchr(v, '=')) {
-                cJSON *env = cJSON_GetObjectItemCaseSensitive(spec, "env");
-                if (!env) env = cJSON_AddObjectToObject(spec, "env");
+            else if ((!strcmp(a, "--env") || !strcmp(a, "--metric")) && strchr(v, '=')) {
+                /* --metric: the spec's metric_definitions, which the daemon checks. */
+                const char *field = a[2] == 'e' ? "env" : "metric_definitions";
+                cJSON *map = cJSON_GetObjectItemCaseSensitive(spec, field);
+                if (!map) map = cJSON_AddObjectToObject(spec, field);
                 char *key = strndup(v, strcspn(v, "="));
-                if (key) cJSON_AddStringToObject(env, key, strchr(v, '=') + 1);
+                if (key) cJSON_AddStringToObject(map, key, strchr(v, '=') + 1);
                 free(key);
             }
             else {
                 cJSON_Delete(spec);
-                if (!strcmp(a, "--env")) return cli_usage_error("job", "submit: --env takes NAME=VALUE");
+                if (!strcmp(a, "--env") || !strcmp(a, "--metric"))
+                    return cli_usage_error("job", "submit: %s takes NAME=%s", a, a[2] == 'e' ? "VALUE" : "REGEX");
                 return strcmp(a, "--procs") && strcmp(a, "--max-retries") && strcmp(a, "--max-runtime") &&
                                strcmp(a, "--hang-timeout")
                            ? cli_usage_error("job", "submit: unknown option '%s'", a)

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "obs/logmetric.h"
 
 #define MAX_ARGS 256
 #define MAX_ENTRIES 256
@@ -76,7 +77,7 @@ void anvil_job_kv_free(anvil_job_kv *kv, int n) {
     free(kv);
 }
 
-enum map_kind { MAP_CHANNELS, MAP_ENV, MAP_TAGS };
+enum map_kind { MAP_CHANNELS, MAP_ENV, MAP_TAGS, MAP_METRICS };
 
 /* An object of strings: channels (lowercase names to absolute paths), env (variable names) or tags. */
 static int take_map(const cJSON *v, const char *what, const char *field, enum map_kind kind, anvil_job_kv **out,
@@ -92,7 +93,9 @@ static int take_map(const cJSON *v, const char *what, const char *field, enum ma
         const char *k = e->string;
         char label[200];
         snprintf(label, sizeof label, "%s.%.100s", field, k);
-        bool name_ok = kind == MAP_TAGS ? (k[0] && strlen(k) <= 128) : is_name(k, 64, kind == MAP_ENV);
+        /* A metric's name is checked with its pattern, by obs/logmetric.h. */
+        bool name_ok = kind == MAP_METRICS || (kind == MAP_TAGS ? (k[0] && strlen(k) <= 128)
+                                                                : is_name(k, 64, kind == MAP_ENV));
         if (!name_ok) {
             anvil_job_kv_free(kv, i);
             return anvil_fail("%s: %s: '%.100s' is not a valid name%s", what, field, k,
@@ -158,8 +161,24 @@ static int take_resources(const cJSON *v, anvil_job_spec *s) {
     return 0;
 }
 
-static const char *const fields[] = {"name", "command", "channels", "output", "resources", "max_runtime_s",
-                                     "max_retries", "hang_timeout_s", "env", "tags", "role"};
+/* metric_definitions: each name and pattern as train's --metric takes them, the set as a whole too. */
+static int take_metrics(const cJSON *v, anvil_job_spec *s) {
+    if (take_map(v, "spec", "metric_definitions", MAP_METRICS, &s->metrics, &s->nmetrics)) return -1;
+    const char *names[ANVIL_LOGMETRIC_MAX], *regexes[ANVIL_LOGMETRIC_MAX];
+    if (s->nmetrics > ANVIL_LOGMETRIC_MAX)
+        return anvil_fail("spec: metric_definitions: more than %d metrics", ANVIL_LOGMETRIC_MAX);
+    for (int i = 0; i < s->nmetrics; i++) {
+        names[i] = s->metrics[i].key;
+        regexes[i] = s->metrics[i].value;
+    }
+    if (!anvil_logmetric_check_all(names, regexes, s->nmetrics)) return 0;
+    char why[512];
+    snprintf(why, sizeof why, "%s", anvil_errmsg());
+    return anvil_fail("spec: metric_definitions: %s", why);
+}
+
+static const char *const fields[] = {"name",    "command", "channels", "output", "resources",         "max_runtime_s",
+                                     "max_retries", "hang_timeout_s", "env", "tags", "role", "metric_definitions"};
 #define NFIELDS (sizeof fields / sizeof *fields)
 
 static int take_field(const cJSON *e, size_t f, anvil_job_spec *s) {
@@ -189,6 +208,8 @@ static int take_field(const cJSON *e, size_t f, anvil_job_spec *s) {
         return anvil_json_env(e, "spec", "env", &s->env, &s->nenv);
     case 9:
         return take_map(e, "spec", "tags", MAP_TAGS, &s->tags, &s->ntags);
+    case 11:
+        return take_metrics(e, s);
     default:
         if (anvil_json_string(e, "spec", "role", 64, &s->role)) return -1;
         return anvil_job_name_valid(s->role, 64)
@@ -244,6 +265,8 @@ int anvil_job_spec_parse(const char *text, size_t len, anvil_job_spec *s) {
     cJSON_Delete(root);
     if (!rc && !s->name) rc = anvil_fail("spec: name: missing");
     if (!rc && !s->argv) rc = anvil_fail("spec: command: missing");
+    if (!rc && s->nmetrics && strcmp(s->argv[0], "train"))
+        rc = anvil_fail("spec: metric_definitions: only a train command logs metrics (this one is %.60s)", s->argv[0]);
     if (rc) anvil_job_spec_free(s);
     return rc;
 }
@@ -262,8 +285,8 @@ cJSON *anvil_job_spec_to_json(const anvil_job_spec *s) {
     cJSON *o = cJSON_CreateObject(), *res = cJSON_CreateObject();
     cJSON *cmd = cJSON_CreateStringArray((const char *const *)s->argv, s->argc);
     cJSON *ch = map_json(s->channels, s->nchannels), *env = map_json(s->env, s->nenv);
-    cJSON *tags = map_json(s->tags, s->ntags);
-    bool ok = o && res && cmd && ch && env && tags;
+    cJSON *tags = map_json(s->tags, s->ntags), *metrics = map_json(s->metrics, s->nmetrics);
+    bool ok = o && res && cmd && ch && env && tags && metrics;
     if (ok) {
         cJSON_AddNumberToObject(res, "hosts", s->hosts);
         cJSON_AddNumberToObject(res, "procs_per_host", s->procs_per_host);
@@ -278,6 +301,7 @@ cJSON *anvil_job_spec_to_json(const anvil_job_spec *s) {
         cJSON_AddNumberToObject(o, "hang_timeout_s", s->hang_timeout_s);
         cJSON_AddItemToObject(o, "env", env);
         cJSON_AddItemToObject(o, "tags", tags);
+        cJSON_AddItemToObject(o, "metric_definitions", metrics);
         return o;
     }
     cJSON_Delete(o);
@@ -286,6 +310,7 @@ cJSON *anvil_job_spec_to_json(const anvil_job_spec *s) {
     cJSON_Delete(ch);
     cJSON_Delete(env);
     cJSON_Delete(tags);
+    cJSON_Delete(metrics);
     return NULL;
 }
 
@@ -298,5 +323,6 @@ void anvil_job_spec_free(anvil_job_spec *s) {
     free(s->role);
     anvil_job_kv_free(s->env, s->nenv);
     anvil_job_kv_free(s->tags, s->ntags);
+    anvil_job_kv_free(s->metrics, s->nmetrics);
     memset(s, 0, sizeof *s);
 }

@@ -8,7 +8,8 @@
  *    "channels": {"train": "/d"}, "output": "/runs/small",
  *    "resources": {"hosts": 1, "procs_per_host": 2},
  *    "max_runtime_s": 3600, "max_retries": 3, "hang_timeout_s": 600,
- *    "env": {"OMP_NUM_THREADS": "2"}, "tags": {"team": "nlp"}, "role": "nlp"} */
+ *    "env": {"OMP_NUM_THREADS": "2"}, "tags": {"team": "nlp"}, "role": "nlp",
+ *    "metric_definitions": {"tok_s": "\\| ([0-9.]+) tok/s"}} */
 #ifndef ANVIL_JOB_SPEC_H
 #define ANVIL_JOB_SPEC_H
 
@@ -41,6 +42,11 @@ typedef struct {
     anvil_job_kv *env;
     int ntags;
     anvil_job_kv *tags;
+    /* Metrics pulled from the log by regular expressions (obs/logmetric.h), name to PCRE2 pattern
+     * with one capture group, as SageMaker's MetricDefinitions; train only, which gets them as
+     * --metric NAME=REGEX. Checked on submission: a pattern that does not compile names its offset. */
+    int nmetrics;
+    anvil_job_kv *metrics;
     /* The role the job runs under (job/policy.h), which bounds its paths, processes, runtime and
      * environment; NULL: the submitter's only role, chosen by the API, which stores it. */
     char *role;

@@ -166,6 +166,10 @@ static void build_cmdline(const anvil_job *j, const anvil_job_spec *s, cmdline *
         push(&c->argv, &c->argc, "--resume", &c->oom);
         push(&c->argv, &c->argc, "auto", &c->oom);
     }
+    for (int i = 0; i < s->nmetrics; i++) {
+        push(&c->argv, &c->argc, "--metric", &c->oom);
+        pushf(&c->argv, &c->argc, &c->oom, "%s=%s", s->metrics[i].key, s->metrics[i].value);
+    }
     /* What the job inherits of the daemon's environment, then the spec's (which wins, and holds the
      * role's variables), the channels and the job's id. */
     for (char **e = environ; *e; e++) {
