@@ -398,6 +398,24 @@ if grep -qx ROLE_MARK=blue "$tmp/environ" && grep -qx USER_MARK=green "$tmp/envi
    ! grep -q DAEMON_SECRET "$tmp/environ" && ! grep -q '^ANVIL_TOKEN=' "$tmp/environ"; then
   ok "the job's environment: the role's and the spec's variables, not the daemon's others"
 else bad "the job's environment: $(sort "$tmp/environ" | tr '\n' ' ')"; fi
+# ---- quotas: refused at once with 429, naming the quota and its figures ----
+admin quota set --user alice --running-jobs 1 > /dev/null && admin quota set --role all --procs 1 > /dev/null ||
+  bad "quota set"
+sed "s|$tmp/alice/run|$tmp/alice/run2|" "$tmp/alice.json" > "$tmp/alice2.json"
+ANVIL_TOKEN=$alice job submit "$tmp/alice2.json" > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc = 4 ] && grep -q "ResourceLimitExceeded: user alice: running_jobs 1 in use + 1 requested > 1" "$tmp/err" &&
+  ok "quota: alice's second job refused: $(cat "$tmp/err")" || bad "alice's quota: exit $rc: $(cat "$tmp/err")"
+expect 429 "ResourceLimitExceeded: role all: procs 0 in use + 2 requested > 1" "$admin_token" POST /v1/jobs \
+  "{\"name\": \"wide\", \"role\": \"all\", \"command\": [\"train\"], \"resources\": {\"procs_per_host\": 2}}"
+grep -q '"error":"ResourceLimitExceeded: role all: procs 0 in use + 2 requested > 1"' "$tmp/answer" ||
+  bad "the role's quota: $(cat "$tmp/answer")"
+ANVIL_TOKEN=$alice admin quota > "$tmp/out" 2>&1
+grep -q "^user alice  *1 / 1 " "$tmp/out" && ! grep -q "role all" "$tmp/out" &&
+  ok "anvil quota: alice sees her own quota and its usage, not the role she lacks" || bad "anvil quota: $(cat "$tmp/out")"
+admin quota set --user alice > /dev/null && admin quota set --role all > /dev/null || bad "quota removal"
+[ "$(admin quota --json | python3 -c "import json,sys; print(len(json.load(sys.stdin)['quotas']))")" = 0 ] &&
+  ok "quota set without limits removes it" || bad "quotas left: $(admin quota)"
 expect 404 "another user's job (describe)" "$bob" GET "/v1/jobs/$mine"
 expect 404 "another user's job (stop)" "$bob" POST "/v1/jobs/$mine/stop"
 expect 404 "another user's job (logs)" "$bob" GET "/v1/jobs/$mine/logs"

@@ -1,5 +1,5 @@
-/* anvil user, anvil token, anvil role: managing the job service's principals and policies (admins
- * only; `anvil role list` also shows a user the roles granted to them). */
+/* anvil user, anvil token, anvil role, anvil quota: managing the job service's principals and
+ * policies (admins only; `anvil role list` and `anvil quota` also show a user their own). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +37,18 @@ static const char *role_usage =
     "A job under a role reads and writes only under its prefixes (absolute; '..' and symbolic links\n"
     "are resolved before the check), starts at most N processes, runs at most S seconds (0: no\n"
     "limit) and gets the role's variables in its environment.\n"
+    "\n" COMMON_OPTIONS;
+
+static const char *quota_usage =
+    "usage: anvil quota                     quotas with their usage (a user who is not an admin: their\n"
+    "                                       own and their roles')\n"
+    "       anvil quota set (--user U | --role R) [--running-jobs N] [--hosts N] [--procs N]\n"
+    "                       [--max-runtime-s S]\n"
+    "\n"
+    "A user's quota bounds their jobs together, a role's every job under it: jobs not ended, the hosts\n"
+    "and processes they hold, and the largest max_runtime_s one may ask for. A limit left out is none;\n"
+    "set with none at all removes the quota. A submission over one is refused at once (HTTP 429,\n"
+    "ResourceLimitExceeded, naming the quota and its figures), never held.\n"
     "\n" COMMON_OPTIONS;
 
 /* Posts body (taken over) to path; prints the new token alone on stdout (or the JSON answer). */
@@ -231,6 +243,79 @@ static int role_list(const client *cl) {
     }
     cJSON_Delete(all);
     return 0;
+}
+
+static int quota_set(const client *cl, int argc, char **argv) {
+    cJSON *q = cJSON_CreateObject();
+    if (!q) {
+        anvil_fail("out of memory");
+        return cli_fail("quota");
+    }
+    static const char *const limits[][2] = {{"--running-jobs", "running_jobs"}, {"--hosts", "hosts"},
+                                            {"--procs", "procs"},               {"--max-runtime-s", "max_runtime_s"}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = arg_value("quota", argc, argv, &i);
+        if (!v) return cJSON_Delete(q), ANVIL_EXIT_USAGE;
+        size_t k = 0;
+        while (k < 4 && strcmp(a, limits[k][0])) k++;
+        double d;
+        if (!strcmp(a, "--user") || !strcmp(a, "--role")) {
+            cJSON_AddStringToObject(q, a + 2, v);
+        } else if (k < 4 && !arg_double("quota", a, v, &d)) {
+            cJSON_AddNumberToObject(q, limits[k][1], d);
+        } else {
+            cJSON_Delete(q);
+            return k < 4 ? ANVIL_EXIT_USAGE : cli_usage_error("quota", "set: unknown option '%s'", a);
+        }
+    }
+    cJSON *answer = NULL;
+    int rc = post(cl, "/v1/quotas", q, false, &answer);
+    if (!rc && !cl->json) printf("quota set\n");
+    cJSON_Delete(answer);
+    return rc;
+}
+
+static int quota_list(const client *cl) {
+    cJSON *all;
+    int rc = client_call(cl, "GET", "/v1/quotas", NULL, &all);
+    if (rc) return rc;
+    if (cl->json) {
+        client_print_json(all);
+    } else {
+        printf("%-24s %-14s %-14s %-14s %s\n", "QUOTA", "RUNNING JOBS", "HOSTS", "PROCS", "MAX RUNTIME S");
+        const cJSON *q;
+        cJSON_ArrayForEach(q, cJSON_GetObjectItemCaseSensitive(all, "quotas")) {
+            const cJSON *lim = cJSON_GetObjectItemCaseSensitive(q, "limits"),
+                        *use = cJSON_GetObjectItemCaseSensitive(q, "usage");
+            char who[80], cells[3][32], rt[32];
+            bool role = cJSON_GetObjectItemCaseSensitive(q, "role") != NULL;
+            snprintf(who, sizeof who, "%s %s", role ? "role" : "user", client_str(q, role ? "role" : "user"));
+            static const char *const keys[] = {"running_jobs", "hosts", "procs"};
+            for (int k = 0; k < 3; k++) {
+                const cJSON *l = cJSON_GetObjectItemCaseSensitive(lim, keys[k]);
+                if (cJSON_IsNumber(l)) snprintf(cells[k], sizeof cells[k], "%g / %g", client_num(use, keys[k]),
+                                                l->valuedouble);
+                else snprintf(cells[k], sizeof cells[k], "%g / -", client_num(use, keys[k]));
+            }
+            const cJSON *l = cJSON_GetObjectItemCaseSensitive(lim, "max_runtime_s");
+            if (cJSON_IsNumber(l)) snprintf(rt, sizeof rt, "%g", l->valuedouble);
+            else snprintf(rt, sizeof rt, "-");
+            printf("%-24s %-14s %-14s %-14s %s\n", who, cells[0], cells[1], cells[2], rt);
+        }
+    }
+    cJSON_Delete(all);
+    return 0;
+}
+
+int cmd_quota(int argc, char **argv) {
+    client cl;
+    int n, rc = client_open(&cl, "quota", quota_usage, argc, argv, &n);
+    if (rc >= 0) return rc;
+    if (!n) rc = quota_list(&cl);
+    else if (!strcmp(argv[0], "set")) rc = quota_set(&cl, n, argv);
+    else rc = cli_usage_error("quota", "unknown command '%s' (none, or set)", argv[0]);
+    client_close(&cl);
+    return rc;
 }
 
 int cmd_role(int argc, char **argv) {

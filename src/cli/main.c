@@ -29,6 +29,7 @@ static const struct {
     {"user", cmd_user, "add and list the job service's users (admins)"},
     {"token", cmd_token, "make and revoke the job service's API tokens (admins)"},
     {"role", cmd_role, "add, grant and list the job service's roles"},
+    {"quota", cmd_quota, "set and show the job service's quotas, with their usage"},
     {"job-run", cmd_job_run, "(internal) the wrapper anvil serve runs each job attempt through"},
 };
 

@@ -15,6 +15,7 @@
 #include "job/api_internal.h"
 #include "job/hooks.h"
 #include "job/policy.h"
+#include "job/quota.h"
 #include "job/spec.h"
 
 #define MAX_LOG_CHUNK (1 << 20)
@@ -220,6 +221,8 @@ static int submit(anvil_api_call *c) {
     if (!rc && (rc = anvil_policy_check(&role, &s, why, sizeof why)))
         api_reply_error(c, rc > 0 ? 403 : 500, "%s%s", rc > 0 ? "spec: " : "", rc > 0 ? why : anvil_errmsg());
     if (!rc) rc = spec_conflicts(c, &s);
+    if (!rc && (rc = anvil_quota_check(c->env->st, c->who.user, s.role, &s, why, sizeof why)))
+        api_reply_error(c, rc > 0 ? 429 : 500, "%s", rc > 0 ? why : anvil_errmsg());
     cJSON *canon = rc ? NULL : anvil_job_spec_to_json(&s);
     char *text = canon ? cJSON_PrintUnformatted(canon) : NULL;
     cJSON_Delete(canon);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "job/api_internal.h"
+#include "job/quota.h"
 #include "job/spec.h"
 
 /* A string field that must be a name (users, roles); NULL after answering 400. */
@@ -187,6 +188,49 @@ static int list_roles(anvil_api_call *c, const char *rest) {
     return o ? api_reply_json(c, 200, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
 }
 
+/* {"user" | "role": NAME, "running_jobs": N, "hosts": N, "procs": N, "max_runtime_s": S}: a limit
+ * left out or null is none, all of them none removes the quota. */
+static int set_quota(anvil_api_call *c, const char *rest) {
+    (void)rest;
+    static const char *const fields[] = {"user", "role", "running_jobs", "hosts", "procs", "max_runtime_s", NULL};
+    cJSON *o = api_body_object(c, "quota", fields);
+    if (!o) return -1;
+    const cJSON *user = cJSON_GetObjectItemCaseSensitive(o, "user"), *role = cJSON_GetObjectItemCaseSensitive(o, "role");
+    anvil_quota_limits q = {-1, -1, -1, -1};
+    double *v[] = {&q.running_jobs, &q.hosts, &q.procs, &q.max_runtime_s};
+    int rc = (user != NULL) == (role != NULL) ? anvil_fail("quota: give one of user and role") : 0;
+    char *name = NULL;
+    if (!rc) rc = anvil_json_string(user ? user : role, "quota", user ? "user" : "role", 64, &name);
+    for (int i = 0; i < 4 && !rc; i++) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, fields[2 + i]);
+        if (e && !cJSON_IsNull(e)) rc = anvil_json_number(e, "quota", fields[2 + i], 1e9, i < 3, v[i]);
+    }
+    cJSON_Delete(o);
+    if (rc) {
+        free(name);
+        return api_reply_error(c, 400, "%s", anvil_errmsg());
+    }
+    snprintf(c->target, sizeof c->target, "%s %s", user ? "user" : "role", name);
+    char detail[200];
+    snprintf(detail, sizeof detail, "running_jobs %g, hosts %g, procs %g, max_runtime_s %g (-1: none)", q.running_jobs,
+             q.hosts, q.procs, q.max_runtime_s);
+    anvil_audit_entry e = api_audit(c, 200, detail);
+    rc = anvil_quota_set(c->env->st, role != NULL, name, &q, &e);
+    if (rc) c->audited = false;
+    if (rc == 1) rc = api_reply_error(c, 404, "quota: no %s %s", role ? "role" : "user", name);
+    else if (rc) rc = api_reply_error(c, 500, "%s", anvil_errmsg());
+    free(name);
+    if (rc) return rc;
+    cJSON *all = anvil_quota_json(c->env->st, NULL);
+    return all ? api_reply_json(c, 200, all) : api_reply_error(c, 500, "%s", anvil_errmsg());
+}
+
+static int list_quotas(anvil_api_call *c, const char *rest) {
+    (void)rest;
+    cJSON *o = anvil_quota_json(c->env->st, c->who.admin ? NULL : c->who.user);
+    return o ? api_reply_json(c, 200, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
+}
+
 static const char *const audit_args[] = {"user", "limit", NULL};
 
 static const struct {
@@ -204,6 +248,8 @@ static const struct {
     {"/v1/roles", "GET", "role.list", false, false, NULL, list_roles},
     {"/v1/roles/", "POST", "role.grant", true, true, NULL, grant},
     {"/v1/audit", "GET", "audit.list", false, true, audit_args, audit_list},
+    {"/v1/quotas", "POST", "quota.set", true, true, NULL, set_quota},
+    {"/v1/quotas", "GET", "quota.list", false, false, NULL, list_quotas},
 };
 #define NROUTES (sizeof routes / sizeof *routes)
 
