@@ -11,8 +11,9 @@
  *   GET  /v1/jobs[?status=S]                 {"jobs": [...]}, by id
  *   GET  /v1/jobs/ID                         the job with its spec and history
  *   POST /v1/jobs/ID/stop                    202 and the job (409 when it had already ended)
- *   GET  /v1/jobs/ID/logs[?rank=R][&offset=N] text from byte N of the launcher's log (all ranks,
- *                                            prefixed) or of rank R's; at most 1 MiB per answer
+ *   GET  /v1/jobs/ID/logs[?rank=R][&offset=N | &tail=N]
+ *                                            text from byte N (or the last N bytes) of the launcher's
+ *                                            log (all ranks, prefixed) or of rank R's; 1 MiB at most
  *   POST /v1/users {"name": N[, "admin": B]} 201 {"user", "token_id", "token", "admin"}     (admin)
  *   GET  /v1/users                           {"users": [...]} with roles and token IDs      (admin)
  *   POST /v1/tokens {"user": U}              201 {"user", "token_id", "token"}               (admin)
@@ -21,6 +22,12 @@
  *   GET  /v1/roles                           {"roles": [...]}: all for admins, else the caller's
  *   POST /v1/roles/NAME/grant {"user": U}    200 {"role", "user"}                            (admin)
  *   GET  /v1/audit[?user=U][&limit=N]        {"audit": [...]}: the last N entries (100)      (admin)
+ *   POST /v1/quotas {"user"|"role", limits}  200 {"quotas": [...]} (job/quota.h)              (admin)
+ *   GET  /v1/quotas                          {"quotas": [...]} with usage: all, or the caller's and roles'
+ *   GET  /v1/jobs/ID/plot.svg                its curves, drawn as anvil plot draws them (404: no step yet)
+ *   GET  /v1/jobs/ID/profile[?rank=R]        the trace file of its --profile (Chrome Trace Event Format)
+ *   GET  /                                   the dashboard page (no token: it holds no data, and asks the
+ *                                            API with the user's)
  *   GET  /metrics                            Prometheus text (0.0.4): jobs by status, each job that
  *                                            runs or ended within the hour with its status, attempt,
  *                                            runtime, step and last loss and throughput; submissions,
@@ -29,8 +36,8 @@
  *
  * A refused request gets a 4xx and {"error": "one line"}, and changes nothing: malformed or
  * oversized bodies (ANVIL_JOB_SPEC_MAX_BYTES), unknown fields or query parameters, bad values,
- * paths outside the role, unknown jobs or paths. Every change, and every refusal, is recorded in
- * the audit trail (job/audit.h). */
+ * paths outside the role, unknown jobs or paths; a submission over a quota gets 429. Every
+ * change, and every refusal, is recorded in the audit trail (job/audit.h). */
 #ifndef ANVIL_JOB_API_H
 #define ANVIL_JOB_API_H
 
