@@ -85,37 +85,22 @@ static int read_row(sqlite3_stmt *s, anvil_outbox_row *r) {
     return anvil_fail("out of memory");
 }
 
+static void bind_number(sqlite3_stmt *s, const void *ctx) { sqlite3_bind_double(s, 1, *(const double *)ctx); }
+
+static int read_elem(sqlite3_stmt *s, void *elem, const void *ctx) {
+    (void)ctx;
+    return read_row(s, elem);
+}
+
+static void free_rows(void *rows, int n) {
+    anvil_outbox_rows_free(rows, n);
+    free(rows);
+}
+
 /* Runs a query of rows with ?1 bound to a number; *rows malloc'd. */
 static int query_rows(anvil_store *st, const char *sql, double arg, anvil_outbox_row **rows, int *n) {
-    *rows = NULL;
-    *n = 0;
-    sqlite3_stmt *s = NULL;
-    int cap = 0, rc = 0, step = SQLITE_DONE;
-    pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK) rc = anvil_store_db_fail(st, "hook outbox");
-    else sqlite3_bind_double(s, 1, arg);
-    while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
-        if (*n == cap) {
-            anvil_outbox_row *grown = realloc(*rows, sizeof **rows * (size_t)(cap = cap ? 2 * cap : 8));
-            if (!grown) {
-                rc = anvil_fail("out of memory");
-                break;
-            }
-            *rows = grown;
-        }
-        if (read_row(s, &(*rows)[*n])) rc = -1;
-        else (*n)++;
-    }
-    if (!rc && step != SQLITE_DONE) rc = anvil_store_db_fail(st, "hook outbox");
-    sqlite3_finalize(s);
-    pthread_mutex_unlock(&st->lock);
-    if (rc) {
-        for (int i = 0; i < *n; i++) anvil_outbox_rows_free(&(*rows)[i], 1);
-        free(*rows);
-        *rows = NULL;
-        *n = 0;
-    }
-    return rc;
+    static const anvil_store_query q = {"hook outbox", sizeof(anvil_outbox_row), bind_number, read_elem, free_rows};
+    return anvil_store_rows(st, sql, &q, &arg, (void **)rows, n);
 }
 
 int anvil_outbox_due(anvil_store *st, double now, anvil_outbox_row **rows, int *n) {

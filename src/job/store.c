@@ -270,41 +270,64 @@ int anvil_store_get(anvil_store *st, int64_t id, anvil_job *job) {
     return out;
 }
 
-/* The jobs whose status is in mask and that have not ended or ended at or after since. */
-static int list_jobs(anvil_store *st, unsigned mask, double since, anvil_job **jobs, int *n) {
-    *jobs = NULL;
+int anvil_store_rows(anvil_store *st, const char *sql, const anvil_store_query *q, const void *ctx, void **rows,
+                     int *n) {
+    *rows = NULL;
     *n = 0;
     sqlite3_stmt *s = NULL;
-    int cap = 0, rc = 0;
+    int cap = 0, rc = 0, step = SQLITE_DONE;
+    char *elems = NULL;
     pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db, "SELECT " JOB_COLUMNS " FROM jobs WHERE ended_at = 0 OR ended_at >= ?1 ORDER BY id",
-                           -1, &s, NULL) != SQLITE_OK)
-        rc = anvil_store_db_fail(st, "list");
-    else sqlite3_bind_double(s, 1, since);
-    int step;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK) rc = anvil_store_db_fail(st, q->what);
+    else if (q->bind) q->bind(s, ctx);
     while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
-        int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 4));
-        if (status >= 0 && !(mask & (1u << status))) continue;
         if (*n == cap) {
-            anvil_job *grown = realloc(*jobs, sizeof **jobs * (size_t)(cap = cap ? 2 * cap : 16));
+            char *grown = realloc(elems, q->size * (size_t)(cap = cap ? 2 * cap : 16));
             if (!grown) {
                 rc = anvil_fail("state database: out of memory");
                 break;
             }
-            *jobs = grown;
+            elems = grown;
         }
-        if (read_job(s, &(*jobs)[*n])) rc = -1;
-        else (*n)++;
+        void *elem = elems + q->size * (size_t)*n;
+        memset(elem, 0, q->size);
+        int got = q->read(s, elem, ctx);
+        if (got < 0) rc = -1;
+        else if (!got) (*n)++;
     }
-    if (!rc && step != SQLITE_DONE) rc = anvil_store_db_fail(st, "list");
+    if (!rc && step != SQLITE_DONE) rc = anvil_store_db_fail(st, q->what);
     sqlite3_finalize(s);
     pthread_mutex_unlock(&st->lock);
     if (rc) {
-        anvil_job_list_free(*jobs, *n);
-        *jobs = NULL;
+        q->free_all(elems, *n);
         *n = 0;
+        return -1;
     }
-    return rc;
+    *rows = elems;
+    return 0;
+}
+
+typedef struct {
+    unsigned mask;
+    double since;
+} job_filter;
+
+static void bind_since(sqlite3_stmt *s, const void *ctx) { sqlite3_bind_double(s, 1, ((const job_filter *)ctx)->since); }
+
+static int read_listed(sqlite3_stmt *s, void *elem, const void *ctx) {
+    int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 4));
+    if (status >= 0 && !(((const job_filter *)ctx)->mask & (1u << status))) return 1;
+    return read_job(s, elem);
+}
+
+static void free_jobs(void *rows, int n) { anvil_job_list_free(rows, n); }
+
+/* The jobs whose status is in mask and that have not ended or ended at or after since. */
+static int list_jobs(anvil_store *st, unsigned mask, double since, anvil_job **jobs, int *n) {
+    static const anvil_store_query q = {"list", sizeof(anvil_job), bind_since, read_listed, free_jobs};
+    job_filter f = {mask, since};
+    return anvil_store_rows(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE ended_at = 0 OR ended_at >= ?1 ORDER BY id", &q,
+                            &f, (void **)jobs, n);
 }
 
 int anvil_store_list(anvil_store *st, unsigned mask, anvil_job **jobs, int *n) {
@@ -409,42 +432,28 @@ int anvil_store_update_audited(anvil_store *st, const anvil_job *job, const char
     return rc;
 }
 
+static void bind_id(sqlite3_stmt *s, const void *ctx) { sqlite3_bind_int64(s, 1, *(const int64_t *)ctx); }
+
+static int read_event(sqlite3_stmt *s, void *elem, const void *ctx) {
+    (void)ctx;
+    anvil_job_event *e = elem;
+    int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 1));
+    e->at = sqlite3_column_double(s, 0);
+    e->status = status < 0 ? ANVIL_JOB_PENDING : (anvil_job_status)status;
+    e->secondary = anvil_store_column_text(s, 2);
+    e->message = anvil_store_column_text(s, 3);
+    if (e->secondary && e->message) return 0;
+    free(e->secondary);
+    free(e->message);
+    return anvil_fail("state database: out of memory");
+}
+
+static void free_events(void *rows, int n) { anvil_job_events_free(rows, n); }
+
 int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, int *n) {
-    *events = NULL;
-    *n = 0;
-    sqlite3_stmt *s = NULL;
-    int cap = 0, rc = 0, step = SQLITE_DONE;
-    pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db, "SELECT at, status, secondary, message FROM history WHERE job_id = ?1 ORDER BY seq",
-                           -1, &s, NULL) != SQLITE_OK)
-        rc = anvil_store_db_fail(st, "history");
-    else sqlite3_bind_int64(s, 1, id);
-    while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
-        if (*n == cap) {
-            anvil_job_event *grown = realloc(*events, sizeof **events * (size_t)(cap = cap ? 2 * cap : 16));
-            if (!grown) {
-                rc = anvil_fail("state database: out of memory");
-                break;
-            }
-            *events = grown;
-        }
-        anvil_job_event *e = &(*events)[(*n)++];
-        int status = anvil_job_status_parse((const char *)sqlite3_column_text(s, 1));
-        e->at = sqlite3_column_double(s, 0);
-        e->status = status < 0 ? ANVIL_JOB_PENDING : (anvil_job_status)status;
-        e->secondary = anvil_store_column_text(s, 2);
-        e->message = anvil_store_column_text(s, 3);
-        if (!e->secondary || !e->message) rc = anvil_fail("state database: out of memory");
-    }
-    if (!rc && step != SQLITE_DONE) rc = anvil_store_db_fail(st, "history");
-    sqlite3_finalize(s);
-    pthread_mutex_unlock(&st->lock);
-    if (rc) {
-        anvil_job_events_free(*events, *n);
-        *events = NULL;
-        *n = 0;
-    }
-    return rc;
+    static const anvil_store_query q = {"history", sizeof(anvil_job_event), bind_id, read_event, free_events};
+    return anvil_store_rows(st, "SELECT at, status, secondary, message FROM history WHERE job_id = ?1 ORDER BY seq", &q,
+                            &id, (void **)events, n);
 }
 
 cJSON *anvil_job_json(const anvil_job *j) {

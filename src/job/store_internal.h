@@ -24,6 +24,22 @@ int anvil_store_db_fail(anvil_store *st, const char *what);
 /* A malloc'd copy of a text column ("" for NULL). */
 char *anvil_store_column_text(sqlite3_stmt *s, int col);
 
+/* A query whose rows become an array: bind sets its parameters from ctx; read fills the zeroed
+ * element elem from the current row and returns 0, 1 to leave the row out, or -1 after anvil_fail;
+ * free_all frees n elements and the array. */
+typedef struct {
+    const char *what; /* names the table in messages */
+    size_t size;      /* of an element */
+    void (*bind)(sqlite3_stmt *s, const void *ctx);
+    int (*read)(sqlite3_stmt *s, void *elem, const void *ctx);
+    void (*free_all)(void *rows, int n);
+} anvil_store_query;
+
+/* Runs sql under the store's lock and collects its rows into *rows (malloc'd, *n of them); on
+ * failure frees what it read and leaves *rows NULL. */
+int anvil_store_rows(anvil_store *st, const char *sql, const anvil_store_query *q, const void *ctx, void **rows,
+                     int *n);
+
 /* Queues the event of a job's new primary status for every hook, inside the caller's transaction. */
 int anvil_outbox_enqueue(anvil_store *st, int64_t job_id, double at, const char *status, const char *secondary,
                          const char *message);
