@@ -36,9 +36,14 @@ int api_job_plot(anvil_api_call *c, const anvil_job *j) {
     struct stat sb;
     snprintf(path, sizeof path, "%s/metrics.jsonl", j->run_dir);
     if (stat(path, &sb)) return api_reply_error(c, 404, "job %lld has no metrics yet", (long long)j->id);
-    anvil_plot_run *run = anvil_plot_read(j->run_dir);
-    char *svg = NULL;
+    char *text;
     size_t len = 0;
+    if (anvil_read_file(path, &text, &len)) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    /* The trainer may be appending a line right now: only whole lines are drawn. */
+    while (len > 0 && text[len - 1] != '\n') len--;
+    anvil_plot_run *run = anvil_plot_read_text(j->name, path, text, len);
+    free(text);
+    char *svg = NULL;
     if (!run || anvil_plot_svg((const anvil_plot_run *const *)&run, 1, &svg, &len)) {
         anvil_plot_run_free(run);
         /* A run whose first record is still being written has nothing to draw yet. */

@@ -8,7 +8,8 @@
  *                           anything else: the Authorization header as is
  *   BODY
  * Whatever it is, the answer must be a known status with a body (one line of JSON, an object with
- * a one-line "error" for a 4xx); anything but the two valid tokens gets 401; a 4xx changes no
+ * a one-line "error" for a 4xx); anything but the two valid tokens gets 401, but for the dashboard
+ * page (GET /), which is answered to anyone; a 4xx changes no
  * state; and the audit trail grows by exactly one entry for each refusal or change.
  * Built and run by tests/fuzz/CMakeLists.txt (ANVIL_FUZZ) and scripts/fuzz.sh. */
 #include <stdbool.h>
@@ -34,7 +35,9 @@ static char *digest(anvil_store *st, long *audit_rows) {
                       " (SELECT COUNT(*) FROM history) || '|' || (SELECT group_concat(name || admin, ';') FROM users)"
                       " || '|' || (SELECT group_concat(id || user || revoked_at, ';') FROM tokens) || '|' ||"
                       " (SELECT group_concat(name || policy, ';') FROM roles) || '|' ||"
-                      " (SELECT group_concat(role || user, ';') FROM grants), (SELECT COUNT(*) FROM audit)";
+                      " (SELECT group_concat(role || user, ';') FROM grants) || '|' ||"
+                      " (SELECT group_concat(kind || name || running_jobs || hosts || procs || max_runtime_s, ';')"
+                      " FROM quotas), (SELECT COUNT(*) FROM audit)";
     if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK || sqlite3_step(s) != SQLITE_ROW) __builtin_trap();
     char *d = strdup((const char *)sqlite3_column_text(s, 0));
     *audit_rows = sqlite3_column_int64(s, 1);
@@ -140,11 +143,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     anvil_api_response rs;
     anvil_api_handle(&env, &rq, &rs);
     char *after = digest(f.st, &audit_after);
-    static const unsigned known[] = {200, 201, 202, 400, 401, 403, 404, 405, 409, 413};
+    static const unsigned known[] = {200, 201, 202, 400, 401, 403, 404, 405, 409, 413, 429};
     bool known_status = false;
     for (size_t i = 0; i < sizeof known / sizeof *known; i++) known_status |= rs.status == known[i];
     if (!known_status || !rs.body) __builtin_trap();
-    if (!valid && rs.status != 401) __builtin_trap();
+    /* The dashboard page is the one answer without a token: it holds no data. */
+    bool page = !strcmp(line1, "GET") && !strcmp(path, "/") && nargs == 0;
+    if (!valid && rs.status != 401 && !page) __builtin_trap();
+    if (page && (rs.status != 200 || strcmp(rs.content_type, "text/html; charset=utf-8"))) __builtin_trap();
     if (rs.status >= 400 && strcmp(before, after)) __builtin_trap();
     bool mutating = strcmp(line1, "GET") != 0;
     if (audit_after - audit_before != (rs.status >= 400 || (mutating && rs.status < 300) ? 1 : 0)) __builtin_trap();
