@@ -179,10 +179,9 @@ void anvil_meter_update(anvil_meter *m, double done, double total, const char *d
         if (now - m->last >= 0.1 || !m->drawn) draw(m, done, total, detail, now, 0);
         return;
     }
-    /* The last tenth is the final line's. */
+    /* All done is the final line's to say, unless the end is 10 s away. */
     int tenth = total > 0 ? (int)(10 * done / total) : 0;
-    if (tenth >= 10) tenth = 9;
-    if (tenth > m->tenth || now - m->last >= 10) {
+    if ((tenth > m->tenth && done < total) || now - m->last >= 10) {
         m->tenth = tenth;
         draw(m, done, total, detail, now, 0);
     }
