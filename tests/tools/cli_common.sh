@@ -43,7 +43,7 @@ progress_lines() { # file what min
       if (bad) exit 1
       if (!fin) { print "no final progress line"; exit 1 }
       if (n < min) { print n " periodic progress lines, want at least " min; exit 1 }
-      print n " periodic progress lines, then " lastp "% " d " done"
+      print n + 0 " periodic progress lines, then " lastp "% " d " done"
     }' "$1"
 }
 # Ends the test: exit 1 when a check failed, else 77 when a part was skipped, else 0.
