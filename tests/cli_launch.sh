@@ -2,7 +2,8 @@
 # Checks of `anvil launch` with real mpirun runs (Open MPI and its mpicc are
 # required, unless ANVIL_TEST_ALLOW_SKIP=1). The ranks run a small shell
 # script through --exec, so each can behave by its OMPI_COMM_WORLD_RANK:
-#   - 4 ranks on this 2-core machine (oversubscribed): each rank's lines
+#   - 4 ranks on this 2-core machine (oversubscribed): lines on the ranks
+#     started, up to all 4 (none with --no-progress); each rank's lines
 #     appear exactly once on the launcher's stdout/stderr with its prefix,
 #     a line written in two pieces and a 20000-byte line arrive whole, and
 #     rank_<R>.log holds exactly that rank's lines; 1000 newlines written at
@@ -101,14 +102,17 @@ done
   ok "merged stdout/stderr: each rank line once, prefixed, split lines joined" ||
   bad "merged output: $(head -c 600 "$tmp/out") / $(cat "$tmp/err")"
 [ $long_ok = 1 ] && ok "a 20000-byte line arrives whole" || bad "the long line was split or lost"
+msg=$(progress_lines "$tmp/err" "anvil launch" 0) && grep -q "^anvil launch: progress done 100% 4/4 ranks started" "$tmp/err" &&
+  ok "start-up progress: $msg" || bad "start-up progress: $msg: $(cat "$tmp/err")"
 [ $logs_ok = 1 ] && ok "rank_<R>.log holds exactly that rank's lines" || bad "per-rank logs: $(ls "$tmp/logs")"
 left=$(ls -A "$tmp/logs" | grep -v -e '^rank_[0-3]\.log$' -e '^mpirun\.log$')
 [ -z "$left" ] && ok "mpirun's raw output files are cleaned up" || bad "left in the log folder: $left"
 
 # 1000 newlines in one write: mpirun 4.1.4's --tag-output drops part of such a
 # chunk and --xml crashes on it; every one of them must arrive.
-launch -n 2 --log-dir "$tmp/logs_burst" --exec "$tmp/rank.sh" -- burst > "$tmp/out" 2> "$tmp/err"
+launch -n 2 --no-progress --log-dir "$tmp/logs_burst" --exec "$tmp/rank.sh" -- burst > "$tmp/out" 2> "$tmp/err"
 rc=$?
+! grep -q progress "$tmp/err" && ok "--no-progress: no start-up lines" || bad "--no-progress: $(cat "$tmp/err")"
 [ $rc -eq 0 ] && [ "$(grep -cx '\[rank 0\] ' "$tmp/out")" = 1000 ] && [ "$(grep -cx '\[rank 1\] ' "$tmp/out")" = 1000 ] &&
   [ "$(grep -c '^\[rank [01]\] done [01]$' "$tmp/out")" = 2 ] && [ "$(wc -l < "$tmp/logs_burst/rank_1.log")" = 1001 ] &&
   ok "a burst of 1000 empty lines per rank arrives whole" || bad "burst: exit $rc, $(wc -l < "$tmp/out") lines"

@@ -141,7 +141,7 @@ head -c 67108864 /dev/zero | gzip -1 > "$WORK/z64.gz"
 head -c 67108864 /dev/zero | zstd -q -1 -c > "$WORK/z64.zst"
 for ext in gz zst; do
     for _ in $(seq 16); do cat "$WORK/z64.$ext"; done > "$WORK/bomb.$ext"
-    out=$("$PY" - "$ANVIL" prep --out "$WORK/bomb" "$WORK/bomb.$ext" <<'EOF'
+    out=$("$PY" - "$ANVIL" prep --no-progress --out "$WORK/bomb" "$WORK/bomb.$ext" <<'EOF'
 import resource, subprocess, sys
 p = subprocess.run(sys.argv[1:], stderr=subprocess.PIPE)
 print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, p.stderr.decode().strip())
@@ -276,7 +276,7 @@ else
         # (LeakSanitizer cannot run under ptrace.)
         env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" \
             strace -f -qq -o "$log" -P "$watch" -e trace=pread64 -e inject=pread64:signal=STOP:when=1 \
-            "$ANVIL" prep "$@" > /dev/null 2> "$WORK/stop.err" &
+            "$ANVIL" prep --no-progress "$@" > /dev/null 2> "$WORK/stop.err" &
         local job=$!
         for _ in $(seq 600); do grep -q 'stopped by SIGSTOP' "$log" 2> /dev/null && break; sleep 0.1; done
         pid=$(sed -n 's/^\([0-9]*\) *--- stopped by SIGSTOP.*/\1/p' "$log")
@@ -351,10 +351,44 @@ grep -q '^verse 7: the cat sat on the mat' "$WORK/catsample" && ok ||
 "$ANVIL" prep --help | grep -q -- '--shard-tokens' && ok || bad "--help lacks the options"
 
 # Errors: nonzero exit, exactly one error line on stderr naming the problem.
+# ---- progress ----
+# Standard error not a terminal: a line at each tenth of the input bytes read
+# (ten inputs, so each one read is a tenth), then a final one with every
+# document and token; none with --no-progress.
+for i in $(seq 0 9); do cp "$WORK/a.txt" "$WORK/part$i.txt"; done
+"$ANVIL" prep --out "$WORK/prog" --delimiter '\n\n\n' "$WORK"/part?.txt > /dev/null 2> "$WORK/perr" ||
+    bad "prep for progress failed: $(cat "$WORK/perr")"
+msg=$(progress_lines "$WORK/perr" prep 5) && ok || bad "prep progress lines: $msg: $(cat "$WORK/perr")"
+# The figures' units as the lines write them: bytes up to 10 KiB, then KiB, MiB, ...
+scaled() { "$PY" -c 'import sys
+n = float(sys.argv[1]); u = 0
+while u < 4 and n >= 10240: n /= 1024; u += 1
+print("%.1f/%.1f %s" % (n, n, ["B", "KiB", "MiB", "GiB", "TiB"][u]))' "$1"; }
+size=$(stat -c %s "$WORK/a.txt")
+want="prep: progress done 100% $(scaled $((10 * size))) | 3000 documents | $((10 * (size - 299 * 3 + 300))) tokens | "
+grep -qF "$want" "$WORK/perr" && ok || bad "prep's final progress line, want '$want': $(tail -n 1 "$WORK/perr")"
+"$ANVIL" prep --out "$WORK/prog_gz" --delimiter '\n\n\n' "$WORK/a.txt.gz" > /dev/null 2> "$WORK/perr" ||
+    bad "prep of a .gz for progress failed"
+want="prep: progress done 100% $(scaled "$(stat -c %s "$WORK/a.txt.gz")") | 300 documents"
+grep -qF "$want" "$WORK/perr" && ok || bad "a .gz input's progress counts its compressed bytes, want '$want': $(cat "$WORK/perr")"
+"$ANVIL" prep --no-progress --out "$WORK/prog_quiet" --delimiter '\n\n\n' "$WORK"/part?.txt > /dev/null 2> "$WORK/perr" &&
+    ! grep -q progress "$WORK/perr" && ok || bad "prep --no-progress still printed: $(cat "$WORK/perr")"
+# On a terminal: a bar redrawn in place (carriage return, line erased), with an ETA.
+if command -v script > /dev/null; then
+    script -q -c "'$ANVIL' prep --out '$WORK/prog_tty' --delimiter '\n\n\n' $(printf "'%s' " "$WORK"/part?.txt)" \
+        /dev/null > "$WORK/ptty" 2>&1
+    redraws=$(grep -o $'\r\033\\[K\\[[#.]*\\] ' "$WORK/ptty" | wc -l)
+    [ "$redraws" -ge 2 ] && grep -q $'\\] 100% .*eta 00:00\r\n' "$WORK/ptty" && grep -q ' eta [0-9]' "$WORK/ptty" && ok ||
+        bad "prep on a terminal: $redraws bar redraws: $(od -c "$WORK/ptty" | head -20)"
+else
+    missing "script (util-linux): prep's bar on a terminal is not checked"
+fi
+
 expect_error() { # want_code what args...
     local want=$1 what=$2
     shift 2
-    "$ANVIL" prep "$@" > "$WORK/eout" 2> "$WORK/eerr"
+    # Progress lines would precede the one line these errors are.
+    "$ANVIL" prep --no-progress "$@" > "$WORK/eout" 2> "$WORK/eerr"
     local code=$?
     local lines # notes (e.g. about an empty input) may precede the error
     lines=$(grep -vc '^anvil prep: note:' "$WORK/eerr")

@@ -36,13 +36,18 @@ if [ -d "$here/tok/node_modules/tiktoken" ] && command -v node > /dev/null; then
   [ "$ref" = "$(tr -s ' \n' ' ' < "$tmp/gen.ids" | sed 's/^ //;s/ $//')" ] && ok "gpt2: ids equal tiktoken's" ||
     bad "gpt2: ids differ from tiktoken's"
 else missing "tiktoken (tests/tok/node_modules, from tests/tok/gen.sh) or node: ids not compared with tiktoken's"; fi
-"$anvil" tokenizer train --vocab-size 400 --out "$tmp/learned.tiktoken" "$tmp/gen.txt" > /dev/null 2>&1 &&
+"$anvil" tokenizer train --vocab-size 400 --out "$tmp/learned.tiktoken" "$tmp/gen.txt" > /dev/null 2> "$tmp/train.err" &&
   "$anvil" tokenizer encode --ranks "$tmp/learned.tiktoken" "$tmp/gen.txt" > "$tmp/l.ids" &&
   "$anvil" tokenizer decode --ranks "$tmp/learned.tiktoken" "$tmp/l.ids" > "$tmp/l.back" || bad "learned tokenizer failed"
 nl=$(wc -w < "$tmp/l.ids"); nb=$(wc -c < "$tmp/gen.txt")
 if ! cmp -s "$tmp/gen.txt" "$tmp/l.back"; then bad "learned tokenizer: decoded text differs"
 elif [ "$nl" -ge "$nb" ]; then bad "learned tokenizer: $nl ids for $nb bytes, no merges used"
 else ok "learned 400-id tokenizer: round trip, $nl ids for $nb bytes"; fi
+msg=$(progress_lines "$tmp/train.err" "tokenizer train" 8) && grep -q "^tokenizer train: progress done 100% 143/143 merges" "$tmp/train.err" &&
+  ok "tokenizer train's progress: $msg" || bad "tokenizer train's progress: $msg: $(cat "$tmp/train.err")"
+"$anvil" tokenizer train --no-progress --vocab-size 400 --out "$tmp/quiet.tiktoken" "$tmp/gen.txt" > /dev/null 2> "$tmp/train.err" &&
+  ! grep -q progress "$tmp/train.err" && ok "tokenizer train --no-progress prints no progress" ||
+  bad "tokenizer train --no-progress: $(cat "$tmp/train.err")"
 
 # ---- export, import, train --init ----
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
@@ -85,9 +90,25 @@ done
 err=$("$anvil" sample --model "$tmp/bpe_run" --tokenizer "$ranks" --prompt "And" --tokens 4 2>&1 >/dev/null)
 case "$err" in *"crc32c"*"crc32c"*) ok "a different tokenizer by hand is refused naming both checksums" ;;
   *) bad "a wrong tokenizer by hand: $err" ;; esac
-"$anvil" export --model "$tmp/bpe_run" --out "$tmp/bpe_hf" > /dev/null 2>&1 &&
+"$anvil" export --model "$tmp/bpe_run" --out "$tmp/bpe_hf" > /dev/null 2> "$tmp/export.err" &&
   cmp -s "$tmp/learned.tiktoken" "$tmp/bpe_hf/tokenizer.tiktoken" && ok "export copies the model's tokenizer" ||
   bad "export did not copy the tokenizer"
+# The tiny preset has 28 tensors (2 layers of 12, wte, wpe, ln_f's 2); export counts
+# writing the file as one more step, import counts the tensors alone.
+msg=$(progress_lines "$tmp/export.err" export 8) && grep -q "^export: progress done 100% 29/29 tensors" "$tmp/export.err" &&
+  ok "export's progress: $msg" || bad "export's progress: $msg: $(cat "$tmp/export.err")"
+"$anvil" import --hf "$tmp/bpe_hf" --out "$tmp/bpe_back.safetensors" > /dev/null 2> "$tmp/import.err" &&
+  msg=$(progress_lines "$tmp/import.err" import 8) && ok "import's progress: $msg" ||
+  bad "import's progress: $msg: $(cat "$tmp/import.err")"
+for c in "export --model $tmp/bpe_run --out $tmp/bpe_hf2" "import --hf $tmp/bpe_hf --out $tmp/bpe_back2.safetensors"; do
+  # shellcheck disable=SC2086 # the words of c are the command's
+  "$anvil" $c --no-progress > /dev/null 2> "$tmp/quiet.err" && [ ! -s "$tmp/quiet.err" ] &&
+    ok "${c%% *} --no-progress prints nothing on stderr" || bad "${c%% *} --no-progress: $(cat "$tmp/quiet.err")"
+done
+"$anvil" ckpt verify "$tmp/bpe_run" > /dev/null 2> "$tmp/verify.err" && msg=$(progress_lines "$tmp/verify.err" "ckpt verify" 1) &&
+  ok "ckpt verify's progress: $msg" || bad "ckpt verify's progress: $msg: $(cat "$tmp/verify.err")"
+"$anvil" ckpt verify --no-progress "$tmp/bpe_run" > /dev/null 2> "$tmp/verify.err" && [ ! -s "$tmp/verify.err" ] &&
+  ok "ckpt verify --no-progress prints nothing on stderr" || bad "ckpt verify --no-progress: $(cat "$tmp/verify.err")"
 "$anvil" ckpt inspect "$tmp/bpe_run" | grep -Eq '^tokenizer +gpt2 crc32c [0-9a-f]{8}$' &&
   ok "the checkpoint manifest names the tokenizer" || bad "ckpt inspect: $("$anvil" ckpt inspect "$tmp/bpe_run" | grep tokenizer)"
 

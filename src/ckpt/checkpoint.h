@@ -187,6 +187,10 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
 /* 0 when every file listed in the manifest has its size and checksum;
  * -1 with a message naming the first bad file. */
 int anvil_ckpt_verify(const char *ckpt_dir);
+/* Told the bytes done of the total after each few MiB of a long operation. */
+typedef void (*anvil_ckpt_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+/* anvil_ckpt_verify, telling progress (may be NULL) the bytes checksummed of all the listed files'. */
+int anvil_ckpt_verify_progress(const char *ckpt_dir, anvil_ckpt_progress_fn progress, void *ctx);
 
 /* For --resume auto: the newest RUN/ckpt/step_* folder that verifies.
  * Returns 1 with its path in out; 0 when the run has no checkpoint at all;

@@ -43,7 +43,8 @@ extern const char *const ckpt_slice_kinds[3];
 /* The manifest of snapshot s listing files, stamped with its own checksum; free with cJSON_free.
  * NULL after anvil_fail. */
 char *ckpt_build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file *files, int nfiles);
-/* Checks the size and CRC32C of every file the manifest lists in dir; -1 naming the first bad one. */
-int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m);
+/* Checks the size and CRC32C of every file the manifest lists in dir; -1 naming the first bad one.
+ * progress (may be NULL) is told the bytes checksummed of all the files' as it goes. */
+int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m, anvil_ckpt_progress_fn progress, void *ctx);
 
 #endif

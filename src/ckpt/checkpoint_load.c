@@ -178,7 +178,7 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
     anvil_ckpt_manifest m;
     if (info) memset(info, 0, sizeof *info);
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
-    int rc = ckpt_verify_files(ckpt_dir, &m);
+    int rc = ckpt_verify_files(ckpt_dir, &m, NULL, NULL);
     if (!rc) rc = compare_config(ckpt_dir, &m.model, &model->cfg);
     /* Every file is opened and checked before anything is copied, so a failure changes nothing.
      * Below stage 1 the state is whole in model and optim; from stage 1 the moments, and from

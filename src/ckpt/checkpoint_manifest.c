@@ -344,12 +344,29 @@ int anvil_ckpt_read_manifest(const char *ckpt_dir, anvil_ckpt_manifest *out) {
     return rc;
 }
 
-int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m) {
+/* One file's progress as a part of all the files'. */
+typedef struct {
+    anvil_ckpt_progress_fn fn;
+    void *ctx;
+    uint64_t before, total;
+} files_progress;
+
+static void file_progress(void *ctx, uint64_t bytes) {
+    const files_progress *fp = ctx;
+    fp->fn(fp->ctx, fp->before + bytes, fp->total);
+}
+
+int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m, anvil_ckpt_progress_fn progress, void *ctx) {
+    files_progress fp = {progress, ctx, 0, 0};
+    for (int i = 0; i < m->nfiles; i++) fp.total += m->files[i].bytes;
     for (int i = 0; i < m->nfiles; i++) {
         char path[PATH_MAX];
         uint64_t bytes;
         uint32_t crc;
-        if (ckpt_join(path, sizeof path, dir, m->files[i].name) || anvil_crc32c_file(path, &bytes, &crc)) return -1;
+        if (ckpt_join(path, sizeof path, dir, m->files[i].name) ||
+            anvil_crc32c_file_progress(path, &bytes, &crc, progress ? file_progress : NULL, &fp))
+            return -1;
+        fp.before += bytes;
         if (bytes != m->files[i].bytes)
             return anvil_fail("%s: %" PRIu64 " bytes, the manifest says %" PRIu64 " (truncated or replaced)", path,
                               bytes, m->files[i].bytes);
@@ -360,10 +377,12 @@ int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m) {
     return 0;
 }
 
-int anvil_ckpt_verify(const char *ckpt_dir) {
+int anvil_ckpt_verify(const char *ckpt_dir) { return anvil_ckpt_verify_progress(ckpt_dir, NULL, NULL); }
+
+int anvil_ckpt_verify_progress(const char *ckpt_dir, anvil_ckpt_progress_fn progress, void *ctx) {
     anvil_ckpt_manifest m;
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
-    int rc = ckpt_verify_files(ckpt_dir, &m);
+    int rc = ckpt_verify_files(ckpt_dir, &m, progress, ctx);
     anvil_ckpt_manifest_free(&m);
     return rc;
 }

@@ -102,7 +102,7 @@ int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, cha
             if (m.step != v[i].step)
                 rc = anvil_fail("%s: the manifest says step %" PRId64, dir, m.step);
             else
-                rc = ckpt_verify_files(dir, &m);
+                rc = ckpt_verify_files(dir, &m, NULL, NULL);
             anvil_ckpt_manifest_free(&m);
         }
         if (rc == 0) {

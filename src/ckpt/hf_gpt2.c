@@ -95,7 +95,9 @@ static char *config_json(const anvil_gpt2_config *c) {
     return text;
 }
 
-int anvil_hf_export(const anvil_gpt2 *m, const char *dir) {
+int anvil_hf_export(const anvil_gpt2 *m, const char *dir) { return anvil_hf_export_progress(m, dir, NULL, NULL); }
+
+int anvil_hf_export_progress(const anvil_gpt2 *m, const char *dir, anvil_ckpt_progress_fn progress, void *ctx) {
     const anvil_gpt2_config *c = &m->cfg;
     if (anvil_mkdir(dir)) return -1;
     int L = c->n_layer, nt = NGLOBAL + L * NLAYER_MAP;
@@ -144,12 +146,15 @@ int anvil_hf_export(const anvil_gpt2 *m, const char *dir) {
             t[k].nbytes = (uint64_t)(rows * cols) * sizeof(float);
             t[k].data = dst;
             pos += (size_t)(rows * cols);
+            /* The write is one more step: converting is quick beside it. */
+            if (progress) progress(ctx, (uint64_t)k + 1, (uint64_t)nt + 1);
         }
     }
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const char *meta[] = {"format", "pt"};
     if (anvil_st_write(path, t, nt, meta, 1)) goto done;
+    if (progress) progress(ctx, (uint64_t)nt + 1, (uint64_t)nt + 1);
     char *cfg = config_json(c);
     if (!cfg) {
         anvil_fail("%s: out of memory", dir);
@@ -257,7 +262,8 @@ static int ignorable(const char *name) {
            (n >= 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
 }
 
-static int load_weights(const anvil_st_file *f, const char *path, anvil_gpt2 *m, float *host, float *scratch) {
+static int load_weights(const anvil_st_file *f, const char *path, anvil_gpt2 *m, float *host, float *scratch,
+                        anvil_ckpt_progress_fn progress, void *ctx) {
     const anvil_gpt2_config *c = &m->cfg;
     const char *prefix = anvil_st_find(f, "transformer.wte.weight") ? "transformer." : "";
     int L = c->n_layer, used = 0, ignored = 0;
@@ -296,6 +302,7 @@ static int load_weights(const anvil_st_file *f, const char *path, anvil_gpt2 *m,
                 to_f32(t, dst, cnt);
             }
             used++;
+            if (progress) progress(ctx, (uint64_t)used, (uint64_t)(NGLOBAL + L * NLAYER_MAP));
         }
     }
     const anvil_st_tensor *head = anvil_st_find(f, "lm_head.weight");
@@ -335,6 +342,11 @@ static int load_weights(const anvil_st_file *f, const char *path, anvil_gpt2 *m,
 }
 
 int anvil_hf_import(const char *dir, const anvil_kernels *k, anvil_gpt2 *m) {
+    return anvil_hf_import_progress(dir, k, m, NULL, NULL);
+}
+
+int anvil_hf_import_progress(const char *dir, const anvil_kernels *k, anvil_gpt2 *m, anvil_ckpt_progress_fn progress,
+                             void *ctx) {
     char path[PATH_MAX];
     anvil_gpt2_config c;
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -352,7 +364,7 @@ int anvil_hf_import(const char *dir, const anvil_kernels *k, anvil_gpt2 *m) {
     if (4 * C * C > big) big = 4 * C * C;
     if ((size_t)c.block_size * C > big) big = (size_t)c.block_size * C;
     float *host = calloc(n, sizeof(float)), *scratch = malloc(big * sizeof(float));
-    int rc = host && scratch ? load_weights(f, path, m, host, scratch) : anvil_fail("%s: out of memory", path);
+    int rc = host && scratch ? load_weights(f, path, m, host, scratch, progress, ctx) : anvil_fail("%s: out of memory", path);
     if (!rc)
         m->k->upload(m->params, host, n * sizeof(float));
     else

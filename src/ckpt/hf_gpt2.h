@@ -12,6 +12,7 @@
 #ifndef ANVIL_CKPT_HF_GPT2_H
 #define ANVIL_CKPT_HF_GPT2_H
 
+#include "ckpt/checkpoint.h"
 #include "model/gpt2.h"
 
 /* Writes DIR/model.safetensors (F32, metadata format=pt) and DIR/config.json
@@ -19,6 +20,9 @@
  * last vocabulary id, which is the end-of-text token of both anvil
  * tokenizers). Creates DIR if needed; each file is replaced atomically. */
 int anvil_hf_export(const anvil_gpt2 *m, const char *dir);
+/* anvil_hf_export, telling progress (may be NULL) the tensors converted of
+ * all of them, then once more when the file is written. */
+int anvil_hf_export_progress(const anvil_gpt2 *m, const char *dir, anvil_ckpt_progress_fn progress, void *ctx);
 
 /* Reads DIR/config.json and DIR/model.safetensors, initializes m on backend k
  * and loads the weights. Accepts names with or without the "transformer."
@@ -28,5 +32,8 @@ int anvil_hf_export(const anvil_gpt2 *m, const char *dir);
  * configurations anvil's model does not compute (another activation or
  * epsilon, n_inner != 4*n_embd, per-layer attention scaling) naming the field. */
 int anvil_hf_import(const char *dir, const anvil_kernels *k, anvil_gpt2 *m);
+/* anvil_hf_import, telling progress (may be NULL) the tensors converted of all the model's. */
+int anvil_hf_import_progress(const char *dir, const anvil_kernels *k, anvil_gpt2 *m, anvil_ckpt_progress_fn progress,
+                             void *ctx);
 
 #endif

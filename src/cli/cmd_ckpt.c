@@ -11,16 +11,19 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "obs/metrics.h"
 
 static const char *usage = "usage: anvil ckpt inspect DIR\n"
-                           "       anvil ckpt verify DIR\n"
+                           "       anvil ckpt verify [--no-progress] DIR\n"
                            "\n"
                            "DIR is one checkpoint (RUN/ckpt/step_00001000) or a run folder, which means its newest\n"
                            "checkpoint that verifies.\n"
                            "  inspect   print the manifest (step, tokens, model and training configuration, loader\n"
                            "            and RNG state, parallel layout, files with sizes and CRC32C checksums)\n"
                            "  verify    check every file's size and checksum; exit 0 if all match, 1 naming the\n"
-                           "            first bad file\n";
+                           "            first bad file\n"
+                           "  --no-progress  verify: no progress on standard error (by default a bar on a\n"
+                           "            terminal, else a line at every tenth of the bytes or every 10 s)\n";
 
 static int inspect(const char *dir) {
     anvil_ckpt_manifest m;
@@ -52,22 +55,39 @@ static int inspect(const char *dir) {
     return 0;
 }
 
-static int verify(const char *dir) {
+static void verify_progress(void *ctx, uint64_t done, uint64_t total) {
+    anvil_meter_update(ctx, (double)done, (double)total, "");
+}
+
+static int verify(const char *dir, int show_progress) {
     anvil_ckpt_manifest m;
-    if (anvil_ckpt_read_manifest(dir, &m) || anvil_ckpt_verify(dir)) return cli_fail("ckpt");
+    if (anvil_ckpt_read_manifest(dir, &m)) return cli_fail("ckpt");
     uint64_t total = 0;
     for (int i = 0; i < m.nfiles; i++) total += m.files[i].bytes;
+    anvil_meter meter;
+    anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "ckpt verify", NULL);
+    if (anvil_ckpt_verify_progress(dir, meter.mode != ANVIL_METER_OFF ? verify_progress : NULL, &meter)) {
+        anvil_meter_break(&meter);
+        anvil_ckpt_manifest_free(&m);
+        return cli_fail("ckpt");
+    }
+    anvil_meter_finish(&meter, (double)total, (double)total, "");
     printf("%s: ok (step %" PRId64 ", %d files, %" PRIu64 " bytes, checksums match)\n", dir, m.step, m.nfiles, total);
     anvil_ckpt_manifest_free(&m);
     return 0;
 }
 
 int cmd_ckpt(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
+    int show_progress = 1, n = 0;
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
             return 0;
         }
+        if (!strcmp(argv[i], "--no-progress")) show_progress = 0;
+        else argv[n++ + 1] = argv[i];
+    }
+    argc = n + 1;
     if (argc != 3) return cli_usage_error("ckpt", "expected 'inspect DIR' or 'verify DIR'");
     if (strcmp(argv[1], "inspect") && strcmp(argv[1], "verify"))
         return cli_usage_error("ckpt", "unknown action '%s'", argv[1]);
@@ -76,5 +96,5 @@ int cmd_ckpt(int argc, char **argv) {
     int rc = anvil_ckpt_resolve(argv[2], dir, sizeof dir, warn, sizeof warn);
     fputs(warn, stderr);
     if (rc) return cli_fail("ckpt");
-    return !strcmp(argv[1], "inspect") ? inspect(dir) : verify(dir);
+    return !strcmp(argv[1], "inspect") ? inspect(dir) : verify(dir, show_progress);
 }

@@ -8,9 +8,10 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "obs/metrics.h"
 
 static const char *export_usage =
-    "usage: anvil export --model PATH --out DIR\n"
+    "usage: anvil export --model PATH --out DIR [--no-progress]\n"
     "\n"
     "Writes a Hugging Face GPT-2 folder (model.safetensors with GPT2LMHeadModel's tensor\n"
     "names, config.json) that transformers' GPT2LMHeadModel.from_pretrained(DIR) loads.\n"
@@ -18,25 +19,34 @@ static const char *export_usage =
     "                 put back together) or a run folder (its model.safetensors, or without one\n"
     "                 its newest valid checkpoint); the tokenizer.tiktoken that 'anvil train'\n"
     "                 kept beside the model is copied along\n"
-    "  --out DIR      the folder to write (created if needed)\n";
+    "  --out DIR      the folder to write (created if needed)\n"
+    "  --no-progress  no progress on standard error (by default a bar on a terminal, else a\n"
+    "                 line at every tenth of the tensors converted or every 10 s)\n";
 
 static const char *import_usage =
-    "usage: anvil import --hf DIR --out FILE\n"
+    "usage: anvil import --hf DIR --out FILE [--no-progress]\n"
     "\n"
     "Converts a Hugging Face GPT-2 folder (config.json and model.safetensors, with or without\n"
     "the 'transformer.' name prefix; F32, F16 or BF16) into an anvil model file.\n"
     "  --hf DIR       the Hugging Face folder\n"
-    "  --out FILE     the anvil model.safetensors to write\n";
+    "  --out FILE     the anvil model.safetensors to write\n"
+    "  --no-progress  no progress on standard error (by default a bar on a terminal, else a\n"
+    "                 line at every tenth of the tensors converted or every 10 s)\n";
 
-/* Parses "--model/--hf X --out Y"; returns -1 for done (help printed: *rc 0) or a usage error. */
+/* Parses "--model/--hf X --out Y [--no-progress]"; returns -1 for done (help printed: *rc 0) or a usage error. */
 static int two_paths(const char *cmd, const char *usage, const char *in_opt, int argc, char **argv, const char **in,
-                     const char **out, int *rc) {
+                     const char **out, int *show_progress, int *rc) {
+    *show_progress = 1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             fputs(usage, stdout);
             *rc = 0;
             return -1;
+        }
+        if (!strcmp(o, "--no-progress")) {
+            *show_progress = 0;
+            continue;
         }
         if (strncmp(o, "--", 2)) {
             *rc = cli_usage_error(cmd, "unexpected argument '%s'", o);
@@ -62,20 +72,31 @@ static int two_paths(const char *cmd, const char *usage, const char *in_opt, int
     return 0;
 }
 
+static void tensors_done(void *ctx, uint64_t done, uint64_t total) {
+    anvil_meter_update(ctx, (double)done, (double)total, "");
+}
+
 int cmd_export(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
-    int rc;
-    if (two_paths("export", export_usage, "--model", argc, argv, &in, &out, &rc)) return rc;
+    int rc, show_progress;
+    if (two_paths("export", export_usage, "--model", argc, argv, &in, &out, &show_progress, &rc)) return rc;
     anvil_gpt2 m;
     char warn[4096];
     rc = anvil_model_load_any(in, anvil_kernels_cpu(), &m, warn, sizeof warn);
     fputs(warn, stderr);
     if (rc) return cli_fail("export");
     char own[4096], pattern[32];
-    rc = anvil_model_tokenizer_for(in, NULL, own, sizeof own, pattern) || anvil_hf_export(&m, out) ||
+    anvil_meter meter;
+    anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "export", "tensors");
+    rc = anvil_model_tokenizer_for(in, NULL, own, sizeof own, pattern) ||
+         anvil_hf_export_progress(&m, out, meter.mode != ANVIL_METER_OFF ? tensors_done : NULL, &meter) ||
          (own[0] && anvil_model_tokenizer_keep(own, out));
     anvil_gpt2_free(&m);
-    if (rc) return cli_fail("export");
+    if (rc) {
+        anvil_meter_break(&meter);
+        return cli_fail("export");
+    }
+    anvil_meter_finish(&meter, meter.done, meter.total, "");
     printf("wrote %s/model.safetensors and %s/config.json%s\n", out, out,
            own[0] ? " and the model's tokenizer.tiktoken" : "");
     return 0;
@@ -83,11 +104,19 @@ int cmd_export(int argc, char **argv) {
 
 int cmd_import(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
-    int rc;
-    if (two_paths("import", import_usage, "--hf", argc, argv, &in, &out, &rc)) return rc;
+    int rc, show_progress;
+    if (two_paths("import", import_usage, "--hf", argc, argv, &in, &out, &show_progress, &rc)) return rc;
     anvil_gpt2 m;
-    if (anvil_hf_import(in, anvil_kernels_cpu(), &m)) return cli_fail("import");
+    anvil_meter meter;
+    anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "import", "tensors");
+    if (anvil_hf_import_progress(in, anvil_kernels_cpu(), &m, meter.mode != ANVIL_METER_OFF ? tensors_done : NULL,
+                                 &meter)) {
+        anvil_meter_break(&meter);
+        return cli_fail("import");
+    }
     rc = anvil_model_save(out, &m, NULL);
+    if (rc) anvil_meter_break(&meter);
+    else anvil_meter_finish(&meter, meter.done, meter.total, "");
     if (!rc)
         printf("wrote %s (n_layer %d, n_head %d, n_embd %d, block_size %d, vocab_size %d)\n", out, m.cfg.n_layer,
                m.cfg.n_head, m.cfg.n_embd, m.cfg.block_size, m.cfg.vocab_size);

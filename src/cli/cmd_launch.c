@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/exit.h"
 #include "job/launch.h"
+#include "obs/metrics.h"
 
 static const char *usage =
     "usage: anvil launch -n N [options] -- <anvil subcommand and its options>\n"
@@ -23,6 +24,8 @@ static const char *usage =
     "  --log-dir DIR     per-rank logs DIR/rank_<R>.log and mpirun's messages DIR/mpirun.log,\n"
     "                    appended (default: <train --out>/logs, else ./anvil-logs/<UTC time>)\n"
     "  --exec PROGRAM    run PROGRAM instead of this anvil binary\n"
+    "  --no-progress     no lines on the ranks' start-up (by default one at every tenth of\n"
+    "                    the ranks started, or every 10 s, and one when all have started)\n"
     "\n"
     "OMP_*, GOMP_*, OPENBLAS_*, ANVIL_*, PATH and LD_LIBRARY_PATH reach every rank; without --hosts\n"
     "and OMP_NUM_THREADS, each rank gets cores/N OpenMP threads. The exit status is the first\n"
@@ -30,9 +33,15 @@ static const char *usage =
     "cannot start, 2 for bad usage. The first SIGTERM/SIGINT/SIGHUP is passed to the ranks as\n"
     "SIGUSR1 (anvil train: checkpoint and stop); a second one stops them at once.\n";
 
+/* Lines, not a bar, even on a terminal: the ranks' merged log shares it. */
+static void started(void *ctx, int ranks, int nranks) {
+    if (ranks < nranks) anvil_meter_update(ctx, ranks, nranks, "");
+    else anvil_meter_finish(ctx, ranks, nranks, "");
+}
+
 int cmd_launch(int argc, char **argv) {
     anvil_launch_spec spec = {0};
-    bool have_n = false;
+    bool have_n = false, show_progress = true;
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -54,6 +63,8 @@ int cmd_launch(int argc, char **argv) {
             if (!(spec.exec = arg_value("launch", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--mca-tcp")) {
             spec.tcp = true;
+        } else if (!strcmp(a, "--no-progress")) {
+            show_progress = false;
         } else if (!strcmp(a, "--oversubscribe")) {
             spec.oversubscribe = true;
         } else if (a[0] != '-') {
@@ -77,6 +88,13 @@ int cmd_launch(int argc, char **argv) {
     }
     fprintf(stderr, "anvil launch: %d rank%s through mpirun, logs in %s\n", spec.nranks, spec.nranks > 1 ? "s" : "",
             spec.log_dir);
+    anvil_meter meter;
+    anvil_meter_start(&meter, stderr, show_progress ? ANVIL_METER_LINES : ANVIL_METER_OFF, "anvil launch",
+                      "ranks started");
+    if (show_progress) {
+        spec.started = started;
+        spec.started_ctx = &meter;
+    }
     char line[512];
     int rc = anvil_launch_run(&spec, line, sizeof line);
     free(log_dir);

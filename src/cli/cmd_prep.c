@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/exit.h"
 #include "data/prep.h"
+#include "obs/metrics.h"
 
 static const char usage_text[] =
     "usage: anvil prep --out DIR [options] FILE... ('-' reads standard input)\n"
@@ -40,6 +41,8 @@ static const char usage_text[] =
     "  --workers N          encoding threads (default 1); the output is the same for any N\n"
     "  --max-doc-bytes N    the longest document (or JSON line) allowed, held in memory\n"
     "                       whole; a longer one is an error (default 67108864, 64 MiB)\n"
+    "  --no-progress        no progress on standard error (by default a bar on a terminal,\n"
+    "                       else a line at every tenth of the input read or every 10 s)\n"
     "  --help               show this help\n";
 
 static int hexval(char c) {
@@ -78,8 +81,27 @@ static int unescape(const char *in, char *out, size_t *len) {
 }
 
 static void print_note(void *ctx, const char *msg) {
-    (void)ctx;
+    anvil_meter_break(ctx);
     fprintf(stderr, "anvil prep: note: %s\n", msg);
+}
+
+typedef struct {
+    anvil_meter meter;
+    anvil_prep_progress last;
+} prep_progress;
+
+static void progress_detail(const prep_progress *pp, char *out, size_t cap) {
+    double el = anvil_now() - pp->meter.t0;
+    snprintf(out, cap, "%lld documents | %lld tokens | %.0f tok/s", (long long)pp->last.docs,
+             (long long)pp->last.tokens, el > 0 ? (double)pp->last.tokens / el : 0.0);
+}
+
+static void on_progress(void *ctx, const anvil_prep_progress *p) {
+    prep_progress *pp = ctx;
+    pp->last = *p;
+    char detail[160];
+    progress_detail(pp, detail, sizeof detail);
+    anvil_meter_update(&pp->meter, (double)p->bytes_read, (double)p->bytes_total, detail);
 }
 
 int cmd_prep(int argc, char **argv) {
@@ -87,7 +109,7 @@ int cmd_prep(int argc, char **argv) {
     anvil_prep_opts o = {.val_fraction = 0.01, .shard_tokens = 100000000, .note = print_note};
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     char *delim = NULL;
-    int ninputs = 0, rc = 0, only_inputs = 0;
+    int ninputs = 0, rc = 0, only_inputs = 0, show_progress = 1;
     if (!inputs) {
         fprintf(stderr, "anvil prep: error: out of memory\n");
         return ANVIL_EXIT_ERROR;
@@ -100,6 +122,7 @@ int cmd_prep(int argc, char **argv) {
         }
         if (!strcmp(a, "--")) { only_inputs = 1; continue; }
         if (!strcmp(a, "--strict")) { o.strict = 1; continue; }
+        if (!strcmp(a, "--no-progress")) { show_progress = 0; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_text, stdout);
             free(inputs);
@@ -158,8 +181,20 @@ int cmd_prep(int argc, char **argv) {
     o.inputs = inputs;
     o.ninputs = ninputs;
     anvil_prep_stats st;
+    prep_progress pp = {0};
+    o.note_ctx = &pp.meter;
+    anvil_meter_start(&pp.meter, stderr, anvil_meter_mode(stderr, show_progress), "prep", NULL);
+    if (pp.meter.mode != ANVIL_METER_OFF) {
+        o.progress = on_progress;
+        o.progress_ctx = &pp;
+    }
     double t0 = anvil_now();
-    if (anvil_prep_run(&o, &st)) {
+    int failed = anvil_prep_run(&o, &st);
+    char detail[160];
+    progress_detail(&pp, detail, sizeof detail);
+    if (!failed) anvil_meter_finish(&pp.meter, (double)pp.last.bytes_read, (double)pp.last.bytes_total, detail);
+    else anvil_meter_break(&pp.meter);
+    if (failed) {
         free(inputs);
         free(delim);
         return cli_fail(cmd);

@@ -8,12 +8,13 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/clock.h"
+#include "obs/metrics.h"
 #include "tok/tokenizer.h"
 
 static const char usage[] =
     "usage: anvil tokenizer encode --ranks FILE [--encoding NAME] [--allow-special] [--binary] [--out FILE] [INPUT]\n"
     "       anvil tokenizer decode --ranks FILE [--encoding NAME] [--binary] [--out FILE] [INPUT]\n"
-    "       anvil tokenizer train --vocab-size N --out FILE [--pattern NAME] [--threads N] FILE...\n"
+    "       anvil tokenizer train --vocab-size N --out FILE [--pattern NAME] [--threads N] [--no-progress] FILE...\n"
     "\n"
     "Byte-level BPE compatible with tiktoken: the same .tiktoken rank files and\n"
     "the same ids.\n"
@@ -31,7 +32,9 @@ static const char usage[] =
     "                   without it such text is encoded as ordinary bytes\n"
     "  --binary         uint32 little-endian ids instead of decimal text\n"
     "  --out FILE       output file (encode/decode default: standard output)\n"
-    "  --threads N      word-counting threads for train (default: OpenMP's)\n";
+    "  --threads N      word-counting threads for train (default: OpenMP's)\n"
+    "  --no-progress    train: no progress on standard error (by default a bar on a\n"
+    "                   terminal, else a line at every tenth of the merges or every 10 s)\n";
 
 static unsigned char *read_all(const char *path, size_t *n) {
     FILE *f = path ? fopen(path, "rb") : stdin;
@@ -70,15 +73,13 @@ static int write_out(FILE *f, const char *path, const void *p, size_t n) {
 }
 
 static void progress(void *ctx, int done, int total, int64_t count) {
-    double *t0 = ctx;
-    /* One line rewritten in place on a terminal, one line per step in logs. */
-    if (done % 1000 == 0 || done == total)
-        fprintf(stderr, "%smerges %d/%d (last pair seen %lld times, %.1f s)%s", isatty(2) ? "\r" : "", done, total,
-                (long long)count, anvil_now() - *t0, isatty(2) ? "" : "\n");
+    char detail[64];
+    snprintf(detail, sizeof detail, "last pair seen %lld times", (long long)count);
+    anvil_meter_update(ctx, done, total, detail);
 }
 
 static int train(int argc, char **argv) {
-    int vocab = 0, threads = 0;
+    int vocab = 0, threads = 0, show_progress = 1;
     const char *out = NULL, *pattern = "gpt2";
     const char **files = calloc((size_t)argc, sizeof *files);
     int nf = 0;
@@ -94,6 +95,8 @@ static int train(int argc, char **argv) {
             rc = !(pattern = arg_value("tokenizer", argc, argv, &i));
         } else if (!strcmp(a, "--threads")) {
             rc = !(v = arg_value("tokenizer", argc, argv, &i)) || arg_int("tokenizer", a, v, 1, 1024, &threads);
+        } else if (!strcmp(a, "--no-progress")) {
+            show_progress = 0;
         } else if (a[0] == '-' && a[1]) {
             rc = cli_usage_error("tokenizer", "unknown option '%s' for train", a) != 0;
         } else {
@@ -108,18 +111,25 @@ static int train(int argc, char **argv) {
         return 2;
     }
     double t0 = anvil_now();
+    anvil_meter meter;
+    anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "tokenizer train", "merges");
+    int merges = vocab - 257;
     anvil_tok_train_opts o = {.files = files,
                               .n_files = nf,
                               .vocab_size = vocab,
                               .pattern_name = pattern,
                               .out_path = out,
                               .threads = threads,
-                              .progress = progress,
-                              .progress_ctx = &t0};
+                              .progress = meter.mode != ANVIL_METER_OFF ? progress : NULL,
+                              .progress_ctx = &meter};
     int n = anvil_tok_train(&o);
     free(files);
-    if (isatty(2)) fputc('\n', stderr);
-    if (n < 0) return cli_fail("tokenizer");
+    if (n < 0) {
+        anvil_meter_break(&meter);
+        return cli_fail("tokenizer");
+    }
+    /* Training stops early when no pair is left to merge. */
+    anvil_meter_finish(&meter, n - 256, merges, "");
     fprintf(stderr, "wrote %s: %d ranks, <|endoftext|> = %d, %.1f s\n", out, n, n, anvil_now() - t0);
     return 0;
 }

@@ -121,6 +121,11 @@ uint32_t anvil_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n) {
 }
 
 int anvil_crc32c_file(const char *path, uint64_t *bytes, uint32_t *crc) {
+    return anvil_crc32c_file_progress(path, bytes, crc, NULL, NULL);
+}
+
+int anvil_crc32c_file_progress(const char *path, uint64_t *bytes, uint32_t *crc,
+                               void (*progress)(void *ctx, uint64_t bytes), void *ctx) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
     size_t cap = 4u << 20;
@@ -142,6 +147,7 @@ int anvil_crc32c_file(const char *path, uint64_t *bytes, uint32_t *crc) {
         if (r == 0) break;
         c = anvil_crc32c(c, buf, (size_t)r);
         total += (uint64_t)r;
+        if (progress) progress(ctx, total);
     }
     free(buf);
     close(fd);

@@ -17,5 +17,8 @@ uint32_t anvil_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n);
 uint32_t anvil_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 /* Reads the whole file: its size and CRC-32C. -1 after anvil_fail naming the path. */
 int anvil_crc32c_file(const char *path, uint64_t *bytes, uint32_t *crc);
+/* The same, telling progress (may be NULL) the bytes checksummed so far after each read of a few MiB. */
+int anvil_crc32c_file_progress(const char *path, uint64_t *bytes, uint32_t *crc,
+                               void (*progress)(void *ctx, uint64_t bytes), void *ctx);
 
 #endif

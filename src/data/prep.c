@@ -63,6 +63,31 @@ void prep_note(const anvil_prep_opts *o, const char *fmt, ...) {
  * bomb, and each is held in memory whole. */
 #define MAX_DOC_BYTES ((size_t)64 << 20)
 
+/* ---- progress ---- */
+
+static void report(run *r) {
+    const anvil_prep_opts *o = r->o;
+    if (!o->progress) return;
+    uint64_t at = r->cur_src < r->nsrc ? prep_source_read_at(&r->src[r->cur_src]) : 0;
+    anvil_prep_progress p = {
+        .bytes_read = (int64_t)(r->bytes_before + at),
+        .bytes_total = (int64_t)r->bytes_total,
+        .docs = atomic_load_explicit(&r->done_docs, memory_order_relaxed),
+        .tokens = atomic_load_explicit(&r->done_tokens, memory_order_relaxed),
+    };
+    o->progress(o->progress_ctx, &p);
+}
+
+/* Encodes c and counts it; the thread that called prep (OpenMP's thread 0) also reports. */
+static void encode_and_count(run *r, const span *buf, worker *w, chunk *c) {
+    prep_encode_chunk(r->o, buf, r->tk, w, c);
+    int64_t docs = c->docs[TRAIN] + c->docs[VAL], tokens = 0;
+    for (int s = 0; s < NSPLITS; s++) tokens += r->tk ? c->ntok[s] : c->text_bytes[s] + c->docs[s];
+    atomic_fetch_add_explicit(&r->done_docs, docs, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->done_tokens, tokens, memory_order_relaxed);
+    if (omp_get_thread_num() == 0) report(r);
+}
+
 /* ---- output ---- */
 
 /* Commits the open shard of split s and records it, with where the next
@@ -196,7 +221,7 @@ static int run_window(run *r, const span *buf, chunk *cs, size_t n, worker *ws, 
     for (size_t i = 0; i < n; i++)
         for (int s = 0; s < NSPLITS; s++) cs[i].store[s] = stored && cs[i].index >= r->so[s].from_chunk;
 #pragma omp parallel for num_threads(nw) schedule(dynamic, 1)
-    for (size_t i = 0; i < n; i++) prep_encode_chunk(o, buf, r->tk, &ws[omp_get_thread_num()], &cs[i]);
+    for (size_t i = 0; i < n; i++) encode_and_count(r, buf, &ws[omp_get_thread_num()], &cs[i]);
     int rc = 0;
     for (size_t i = 0; !rc && i < n; i++) {
         chunk *c = &cs[i];
@@ -254,6 +279,7 @@ static int read_more(source *s, text_buf *b, size_t piece) {
 static int run_source(run *r, int i, text_buf *b, chunk *win, size_t window, worker *ws, int nw, int stored,
                       int32_t *tok, int64_t *next, anvil_prep_stats *stats) {
     source *s = &r->src[i];
+    r->cur_src = i;
     if (prep_start_source(s)) return -1;
     b->len = 0;
     b->base = 0;
@@ -269,6 +295,7 @@ static int run_source(run *r, int i, text_buf *b, chunk *win, size_t window, wor
             int got = prep_cut_chunk(r->o, &v, r->unit, &cut, &win[n]);
             if (got == PREP_MORE) {
                 rc = read_more(s, b, r->o->read_bytes ? r->o->read_bytes : READ_BYTES);
+                report(r);
             } else if (got < 0) {
                 rc = -1;
             } else if (got == 0) {
@@ -291,6 +318,7 @@ static int run_source(run *r, int i, text_buf *b, chunk *win, size_t window, wor
         b->base = cut.start;
     }
     prep_stop_source(s);
+    r->bytes_before += prep_source_size(s);
     if (rc) return rc;
     if (!s->bytes) {
         prep_note(r->o, "skipping empty input %s", s->name);
@@ -418,6 +446,7 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
     }
     r.src = src;
     r.nsrc = nopen;
+    for (int i = 0; i < nopen; i++) r.bytes_total += prep_source_size(&src[i]);
 
     int all_done = 0;
     if (!rc) rc = prep_build_fingerprint(&r);
@@ -433,6 +462,10 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
     if (!rc && !win) rc = anvil_fail("prep: out of memory");
     for (int i = 0; !rc && i < nopen; i++)
         rc = run_source(&r, i, &buf, win, window, ws, nw, stored, tok, &nchunks, stats);
+    if (!rc) {
+        r.cur_src = nopen;
+        report(&r);
+    }
     for (int s = 0; !rc && s < NSPLITS; s++)
         if (r.so[s].from_input && r.so[s].from_chunk >= nchunks)
             rc = anvil_fail("%s/manifest.json: the %s split resumes at chunk %lld, but the inputs make %lld; delete "

@@ -42,6 +42,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* How far a run is: what anvil_prep_opts.progress is told. */
+typedef struct {
+    int64_t bytes_read, bytes_total; /* of the inputs as stored: a .gz or .zst file's compressed bytes */
+    int64_t docs, tokens;            /* encoded so far (tokens: of the splits being written) */
+} anvil_prep_progress;
+
 typedef struct {
     const char *out_dir;
     const char *const *inputs; /* file paths; "-" is standard input */
@@ -79,6 +85,13 @@ typedef struct {
      * empty split, a removed stale shard); may be NULL. */
     void (*note)(void *ctx, const char *msg);
     void *note_ctx;
+    /* Told how far the run is (may be NULL): after each read of an input and
+     * each chunk the calling thread encodes (so always on the calling
+     * thread, never on a worker), and once at the end with every input
+     * read. Workers add their chunks' counts to atomics that the calls read,
+     * so they never wait on one another or on the caller's drawing. */
+    void (*progress)(void *ctx, const anvil_prep_progress *p);
+    void *progress_ctx;
 } anvil_prep_opts;
 
 typedef struct {

@@ -7,6 +7,7 @@
 #define ANVIL_DATA_PREP_INTERNAL_H
 
 #include <cjson/cJSON.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,6 +63,10 @@ int prep_start_source(source *s);
 /* Reads up to cap more bytes of s into buf: how many (fewer only at its
  * end), 0 at its end, or -1 after anvil_fail naming the input and offset. */
 int64_t prep_read_source(source *s, unsigned char *buf, size_t cap);
+/* How far into s reading is, in its bytes as stored (compressed ones for .gz and .zst). */
+uint64_t prep_source_read_at(const source *s);
+/* s's size as stored: the file's, or what a pipe gave. */
+uint64_t prep_source_size(const source *s);
 /* Closes what prep_start_source opened. */
 void prep_stop_source(source *s);
 void prep_free_source(source *s);
@@ -173,6 +178,10 @@ typedef struct {
     cJSON *shards[NSPLITS];     /* each split's finished shards, kept and new, in order */
     int dir_ready, written, kept;
     int64_t docs[NSPLITS], text_bytes[NSPLITS];
+    /* Progress: what the workers have encoded, and the inputs read before the current one. */
+    _Atomic int64_t done_docs, done_tokens;
+    int cur_src;
+    uint64_t bytes_before, bytes_total;
 } run;
 
 /* The name of the rank file's copy beside the shards. */

@@ -181,6 +181,16 @@ int64_t prep_read_source(source *s, unsigned char *buf, size_t cap) {
     return got;
 }
 
+uint64_t prep_source_read_at(const source *s) {
+    if (s->gz) {
+        z_off_t at = gzoffset(s->gz);
+        return at > 0 ? (uint64_t)at : 0;
+    }
+    return s->kind == SRC_ZST ? s->in_at : s->bytes;
+}
+
+uint64_t prep_source_size(const source *s) { return s->is_file ? (uint64_t)s->file_size : s->whole_len; }
+
 void prep_stop_source(source *s) {
     if (s->gz) gzclose(s->gz);
     if (s->fd >= 0) close(s->fd);

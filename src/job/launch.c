@@ -655,7 +655,8 @@ static void drain(int *fd, anvil_launch_merger *m, bool err, int *rc) {
 typedef struct {
     char *dir;
     int nranks, open;
-    int *fd; /* [2r] stdout, [2r+1] stderr; -1 until the file exists */
+    int *fd;  /* [2r] stdout, [2r+1] stderr; -1 until the file exists */
+    int seen; /* ranks with a file */
 } rank_files;
 
 static void rank_files_scan(rank_files *t) {
@@ -674,12 +675,14 @@ static void rank_files_scan(rank_files *t) {
             char *end;
             long r = strncmp(e->d_name, "rank.", 5) ? -1 : strtol(e->d_name + 5, &end, 10);
             if (r < 0 || r >= t->nranks || *end || end == e->d_name + 5) continue;
+            int had = t->fd[2 * r] >= 0 || t->fd[2 * r + 1] >= 0;
             for (int s = 0; s < 2; s++) {
                 if (t->fd[2 * r + s] >= 0) continue;
                 char f[PATH_MAX + 300];
                 snprintf(f, sizeof f, "%s/%s/%s", path, e->d_name, s ? "stderr" : "stdout");
                 if ((t->fd[2 * r + s] = open(f, O_RDONLY | O_CLOEXEC)) >= 0) t->open++;
             }
+            if (!had && (t->fd[2 * r] >= 0 || t->fd[2 * r + 1] >= 0)) t->seen++;
         }
         closedir(jd);
     }
@@ -694,6 +697,12 @@ static int rank_files_read(rank_files *t, anvil_launch_merger *m) {
             if (anvil_launch_merger_feed_rank(m, i / 2, i % 2, buf, (size_t)r)) return -1;
     }
     return 0;
+}
+
+static void tell_started(const anvil_launch_spec *spec, const rank_files *t, int *told) {
+    if (t->seen == *told) return;
+    *told = t->seen;
+    if (spec->started) spec->started(spec->started_ctx, t->seen, spec->nranks);
 }
 
 int anvil_launch_preflight(const anvil_launch_spec *spec) {
@@ -763,7 +772,7 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     out[1] = err[1] = -1;
     set_signals(true, old);
     signal(SIGPIPE, SIG_IGN);
-    int merge_rc = 0, stops = 0, hard_stop = 0, status = 0, quiet = 0;
+    int merge_rc = 0, stops = 0, hard_stop = 0, status = 0, quiet = 0, told = 0;
     bool exited = false;
     while (out[0] >= 0 || err[0] >= 0) {
         struct pollfd p[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {sig_pipe[0], POLLIN, 0}};
@@ -772,6 +781,7 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
         if (pr < 0 && errno != EINTR) break;
         if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = true;
         rank_files_scan(&files);
+        tell_started(spec, &files, &told);
         if (rank_files_read(&files, m)) merge_rc = -1;
         /* mpirun is gone and whatever still holds its pipes (an ssh) has been quiet for 2 s. */
         if (pr == 0 && exited && ++quiet >= 20) break;
@@ -792,6 +802,7 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
     if (!exited) waitpid(pid, &status, 0);
     set_signals(false, old);
     rank_files_scan(&files);
+    tell_started(spec, &files, &told);
     if (rank_files_read(&files, m) || anvil_launch_merger_finish(m)) merge_rc = -1;
     rc = anvil_launch_decode_exit(status, anvil_launch_merger_mpirun_text(m), line, cap);
     if (hard_stop && rc != 0 && rc != ANVIL_EXIT_RESUMABLE) {

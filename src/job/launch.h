@@ -48,6 +48,11 @@ typedef struct {
     const char *exec;
     int argc;
     char **argv;
+    /* Told (may be NULL) each time more ranks have started, as far as the
+     * launcher can see: a rank counts once mpirun has made its output files,
+     * which it does when it starts the rank. */
+    void (*started)(void *ctx, int ranks_started, int nranks);
+    void *started_ctx;
 } anvil_launch_spec;
 
 /* Parses a --hosts value into a malloc'd array; -1 with a message naming the bad entry. */

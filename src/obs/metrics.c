@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 struct anvil_metrics {
@@ -83,12 +84,15 @@ static void fmt_hms(char *out, size_t cap, double s) {
     else snprintf(out, cap, "%02ld:%02ld", t / 60, t % 60);
 }
 
-void anvil_progress_draw(FILE *tty, int step, int total, double elapsed_s, const char *detail) {
-    const int width = 24;
-    int filled = total > 0 ? (int)((long)width * step / total) : 0;
-    char bar[32];
+static void fill_bar(char *bar, int width, double frac) {
+    int filled = frac > 0 ? (int)(width * (frac < 1 ? frac : 1)) : 0;
     for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
     bar[width] = 0;
+}
+
+void anvil_progress_draw(FILE *tty, int step, int total, double elapsed_s, const char *detail) {
+    char bar[32];
+    fill_bar(bar, 24, total > 0 ? (double)step / total : 0);
     char el[32], eta[32];
     fmt_hms(el, sizeof el, elapsed_s);
     fmt_hms(eta, sizeof eta, step > 0 ? elapsed_s / step * (total - step) : 0);
@@ -99,4 +103,98 @@ void anvil_progress_draw(FILE *tty, int step, int total, double elapsed_s, const
 void anvil_progress_end(FILE *tty) {
     fputc('\n', tty);
     fflush(tty);
+}
+
+int anvil_meter_mode(FILE *out, int enabled) {
+    if (!enabled) return ANVIL_METER_OFF;
+    return isatty(fileno(out)) ? ANVIL_METER_BAR : ANVIL_METER_LINES;
+}
+
+void anvil_meter_start(anvil_meter *m, FILE *out, int mode, const char *what, const char *unit) {
+    *m = (anvil_meter){.out = out, .what = what, .unit = unit, .mode = mode, .t0 = anvil_now()};
+    m->last = m->t0;
+}
+
+/* "1.6/4.0 MiB" for bytes (both in the unit that suits the total), else "1234/5000 merges". */
+static void fmt_counts(char *out, size_t cap, const anvil_meter *m, double done, double total) {
+    if (m->unit) {
+        if (total > 0) snprintf(out, cap, "%.0f/%.0f %s", done, total, m->unit);
+        else snprintf(out, cap, "%.0f %s", done, m->unit);
+        return;
+    }
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double scale = total > done ? total : done;
+    int u = 0;
+    while (u < 4 && scale >= 1024 * 10) {
+        scale /= 1024;
+        u++;
+    }
+    double div = pow(1024, u);
+    if (total > 0) snprintf(out, cap, "%.1f/%.1f %s", done / div, total / div, units[u]);
+    else snprintf(out, cap, "%.1f %s", done / div, units[u]);
+}
+
+static void draw(anvil_meter *m, double done, double total, const char *detail, double now, int final) {
+    double frac = total > 0 ? done / total : 0, el_s = now - m->t0;
+    char counts[96], el[32], eta[32];
+    fmt_counts(counts, sizeof counts, m, done, total);
+    fmt_hms(el, sizeof el, el_s);
+    fmt_hms(eta, sizeof eta, frac > 0 ? el_s / frac * (1 - frac) : 0);
+    const char *sep = detail && *detail ? " | " : "";
+    if (m->mode == ANVIL_METER_BAR) {
+        char bar[32];
+        fill_bar(bar, 24, frac);
+        if (total > 0)
+            fprintf(m->out, "\r\033[K[%s] %3.0f%% %s%s%s | elapsed %s eta %s", bar, 100 * frac, counts, sep,
+                    detail ? detail : "", el, eta);
+        else
+            fprintf(m->out, "\r\033[K%s%s%s | elapsed %s", counts, sep, detail ? detail : "", el);
+        m->drawn = 1;
+        if (final) {
+            fputc('\n', m->out);
+            m->drawn = 0;
+        }
+    } else {
+        char pct[16] = "";
+        if (total > 0) snprintf(pct, sizeof pct, "%.0f%% ", 100 * frac);
+        if (final)
+            fprintf(m->out, "%s: progress done %s%s%s%s | elapsed %s\n", m->what, pct, counts, sep,
+                    detail ? detail : "", el);
+        else if (total > 0)
+            fprintf(m->out, "%s: progress %s%s%s%s | elapsed %s eta %s\n", m->what, pct, counts, sep,
+                    detail ? detail : "", el, eta);
+        else
+            fprintf(m->out, "%s: progress %s%s%s | elapsed %s\n", m->what, counts, sep, detail ? detail : "", el);
+    }
+    fflush(m->out);
+    m->last = now;
+}
+
+void anvil_meter_update(anvil_meter *m, double done, double total, const char *detail) {
+    m->done = done;
+    m->total = total;
+    if (m->mode == ANVIL_METER_OFF) return;
+    double now = anvil_now();
+    if (m->mode == ANVIL_METER_BAR) {
+        if (now - m->last >= 0.1 || !m->drawn) draw(m, done, total, detail, now, 0);
+        return;
+    }
+    /* All done is the final line's to say, unless the end is 10 s away. */
+    int tenth = total > 0 ? (int)(10 * done / total) : 0;
+    if ((tenth > m->tenth && done < total) || now - m->last >= 10) {
+        m->tenth = tenth;
+        draw(m, done, total, detail, now, 0);
+    }
+}
+
+void anvil_meter_break(anvil_meter *m) {
+    if (!m->drawn) return;
+    fputc('\n', m->out);
+    fflush(m->out);
+    m->drawn = 0;
+}
+
+void anvil_meter_finish(anvil_meter *m, double done, double total, const char *detail) {
+    if (m->mode == ANVIL_METER_OFF) return;
+    draw(m, done, total, detail, anvil_now(), 1);
 }

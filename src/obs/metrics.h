@@ -22,4 +22,34 @@ int anvil_metrics_write(anvil_metrics *m, const char *kind, const char *const *k
 void anvil_progress_draw(FILE *tty, int step, int total, double elapsed_s, const char *detail);
 void anvil_progress_end(FILE *tty);
 
+/* The progress of a long command (prep, tokenizer train, export, ...), fed
+ * as often as its work allows and drawn only as often as a reader can use:
+ * on a terminal the bar above, redrawn at most 10 times a second; elsewhere
+ * (logs, the job service) a plain line each time another tenth of the work
+ * is done or 10 s have passed since the last one, whichever comes first,
+ *   "<what>: progress 40% 1.6/4.0 MiB | <detail> | elapsed 00:02 eta 00:03"
+ * and a last line with "done" when it finishes. */
+enum { ANVIL_METER_OFF, ANVIL_METER_LINES, ANVIL_METER_BAR };
+typedef struct {
+    FILE *out;
+    const char *what;
+    const char *unit; /* after the counts ("merges"); NULL: the counts are bytes, scaled */
+    int mode;         /* ANVIL_METER_* */
+    double done, total; /* as last updated */
+    double t0, last;
+    int tenth; /* the last tenth a line was printed for */
+    int drawn; /* a bar is on the line and needs its newline */
+} anvil_meter;
+
+/* The mode for out: off when the user said --no-progress (enabled 0), a bar
+ * when out is a terminal, lines otherwise. */
+int anvil_meter_mode(FILE *out, int enabled);
+void anvil_meter_start(anvil_meter *m, FILE *out, int mode, const char *what, const char *unit);
+/* done of total (total <= 0: unknown, no bar or ETA); detail may be "". */
+void anvil_meter_update(anvil_meter *m, double done, double total, const char *detail);
+/* Ends a bar's line, so that a message can be printed below it. */
+void anvil_meter_break(anvil_meter *m);
+/* Draws the final figures (the bar's last state and its newline, or the line with "done"). */
+void anvil_meter_finish(anvil_meter *m, double done, double total, const char *detail);
+
 #endif

@@ -23,6 +23,29 @@ missing() {
     bad "$1 (ANVIL_TEST_ALLOW_SKIP=1 skips it)"
   fi
 }
+# Checks the progress lines "WHAT: progress [done ]P% D/T ..." in FILE (what a
+# long command prints when standard error is not a terminal): at least MIN
+# periodic ones, percentages and counts that never go down, and one final
+# "done" line at 100% after them. Prints what it saw, or why it fails.
+progress_lines() { # file what min
+  awk -v what="$2: progress " -v min="$3" '
+    index($0, what) == 1 {
+      rest = substr($0, length(what) + 1)
+      if (fin) { print "a progress line after the final one: " $0; bad = 1; exit }
+      fin = sub(/^done /, "", rest)
+      split(rest, f, " "); pct = f[1] + 0; split(f[2], c, "/"); d = c[1] + 0
+      if (f[1] !~ /^[0-9]+%$/ || pct > 100 || pct < lastp || d < lastd) { print "figures go down or are malformed: " $0; bad = 1; exit }
+      lastp = pct; lastd = d
+      if (fin && pct != 100) { print "the final line is not at 100%: " $0; bad = 1; exit }
+      if (!fin) n++
+    }
+    END {
+      if (bad) exit 1
+      if (!fin) { print "no final progress line"; exit 1 }
+      if (n < min) { print n " periodic progress lines, want at least " min; exit 1 }
+      print n + 0 " periodic progress lines, then " lastp "% " d " done"
+    }' "$1"
+}
 # Ends the test: exit 1 when a check failed, else 77 when a part was skipped, else 0.
 finish() {
   local name
