@@ -95,20 +95,21 @@ if [ "$killed_at" -lt $ssteps ] && [ "$(losses "$tmp/sref" | wc -l)" -eq $ssteps
 else
   bad "shuffled: SIGKILL after step $killed_at: the resumed run differs from the uninterrupted one"
 fi
-# Resuming a shuffled run without --shuffle would read other batches: refused in one line.
+# Resuming a shuffled run without --shuffle would read other batches: refused in one line, exit 78
+# (an input that cannot work, which the job service does not retry).
 "$anvil" train "${sargs[@]}" --out "$tmp/skill" --resume auto > /dev/null 2> "$tmp/mismatch.log"; rc=$?
 err=$(tail -n 1 "$tmp/mismatch.log")
-case "$rc:$err" in 1:*error:*"shuffled with seed 9"*"in order"*) ok "order mismatch refused: $err" ;;
+case "$rc:$err" in 78:*error:*"shuffled with seed 9"*"in order"*) ok "order mismatch refused: $err" ;;
   *) bad "order mismatch: exit $rc: $err" ;; esac
 
 # Retention: --keep-last 2 leaves the two newest step folders.
 n=$(ls -d "$tmp/ref/ckpt"/step_* | wc -l)
 [ "$n" -eq 2 ] && ok "retention keeps 2" || bad "retention left $n checkpoints"
 
-# A resume against a different model is refused with one line.
+# A resume against a different model is refused with one line, exit 78.
 "$anvil" train "${args[@]}" --layers 3 --out "$tmp/ref" --resume auto > /dev/null 2> "$tmp/config.log"; rc=$?
 err=$(tail -n 1 "$tmp/config.log")
-case "$rc:$err" in 1:"anvil train: error: "*"model config differs: n_layer is 2"*) ok "mismatched config refused: $err" ;;
+case "$rc:$err" in 78:"anvil train: error: "*"model config differs: n_layer is 2"*) ok "mismatched config refused: $err" ;;
   *) bad "mismatched config: exit $rc: $err" ;; esac
 
 finish
