@@ -36,8 +36,8 @@ static char *digest(anvil_store *st, long *audit_rows) {
                       " || '|' || (SELECT group_concat(id || user || revoked_at, ';') FROM tokens) || '|' ||"
                       " (SELECT group_concat(name || policy, ';') FROM roles) || '|' ||"
                       " (SELECT group_concat(role || user, ';') FROM grants) || '|' ||"
-                      " (SELECT group_concat(kind || name || running_jobs || hosts || procs || max_runtime_s, ';')"
-                      " FROM quotas), (SELECT COUNT(*) FROM audit)";
+                      " COALESCE((SELECT group_concat(kind || name || running_jobs || hosts || procs || max_runtime_s,"
+                      " ';') FROM quotas), ''), (SELECT COUNT(*) FROM audit)";
     if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK || sqlite3_step(s) != SQLITE_ROW) __builtin_trap();
     char *d = strdup((const char *)sqlite3_column_text(s, 0));
     *audit_rows = sqlite3_column_int64(s, 1);
