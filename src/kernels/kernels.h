@@ -36,6 +36,14 @@ typedef struct anvil_kernels {
                             int T, int C);
     void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,
                              int C);
+    /* The vocabulary-parallel embedding of tensor parallelism: wte[Vs,C] holds rows [v0, v0+Vs) of the
+     * table. Tokens outside them give zero rows (wpe still added when not NULL), so summing the outputs
+     * of every shard gives encoder_forward's; the backward accumulates only in-shard rows of dwte, and
+     * dwpe when not NULL. */
+    void (*encoder_shard_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,
+                                  int T, int C, int v0, int Vs);
+    void (*encoder_shard_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B,
+                                   int T, int C, int v0, int Vs);
 
     /* out = (x - mean) * rstd * w + b per row; mean and rstd [N] are kept for the backward. */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *x, const float *w,
@@ -80,6 +88,18 @@ typedef struct anvil_kernels {
      * (after anvil_fail) if its chunk buffer cannot be allocated. */
     int (*classifier)(float *losses, float *dx, float *dwte, const float *x, const float *wte,
                        const int32_t *targets, int N, int C, int V, int Vp, float dscale);
+    /* The vocabulary-parallel cross-entropy of tensor parallelism, in two halves around the caller's
+     * combination of the shards. wte[Vs,C] holds rows [v0, v0+Vs) of the padded table, of which the
+     * first Vr are real vocabulary. classifier_shard_stats writes per row the log-sum-exp of this
+     * shard's real logits (-inf when Vr is 0) and the target's logit when the target is in the shard
+     * (else 0). Given the global log-sum-exp lse[N], classifier_shard_backward writes this shard's term
+     * of dx[N,C] (the gradient is the sum over shards) and accumulates dwte, for the loss
+     * sum(losses) * dscale. Targets < 0 take no part. Logits are chunked as in classifier; both
+     * return -1 (after anvil_fail) if the chunk buffer cannot be allocated. */
+    int (*classifier_shard_stats)(float *lse, float *target_logit, const float *x, const float *wte,
+                                  const int32_t *targets, int N, int C, int v0, int Vr, int Vs);
+    int (*classifier_shard_backward)(float *dx, float *dwte, const float *x, const float *wte, const float *lse,
+                                     const int32_t *targets, int N, int C, int v0, int Vr, int Vs, float dscale);
     /* logits[N,Vp] = x @ wte^T, all of them: for evaluation and sampling. */
     void (*logits)(float *logits, const float *x, const float *wte, int N, int C, int Vp);
 

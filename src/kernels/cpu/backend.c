@@ -8,11 +8,15 @@
 #define STR(x) STR2(x)
 
 /* Every entry but the matmuls, which differ between the fp32 table and the
- * bf16 ones (vdpbf16ps, AMX). */
+ * bf16 ones (vdpbf16ps, AMX). The vocabulary-parallel classifier multiplies in
+ * fp32 in every table: tensor parallelism is fp32 for now. */
 #define COMMON_ENTRIES                                                                                                \
     .alloc = cpu_alloc, .free = free, .zero = cpu_zero, .upload = cpu_memcpy, .download = cpu_memcpy,                 \
     .download_crc32c = cpu_copy_crc32c,                                                                               \
     .encoder_forward = cpu_encoder_forward, .encoder_backward = cpu_encoder_backward,                                 \
+    .encoder_shard_forward = cpu_encoder_shard_forward, .encoder_shard_backward = cpu_encoder_shard_backward,         \
+    .classifier_shard_stats = cpu_classifier_shard_stats,                                                             \
+    .classifier_shard_backward = cpu_classifier_shard_backward,                                                       \
     .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,                         \
     .attention_forward = cpu_attention_forward, .attention_backward = cpu_attention_backward,                         \
     .attention_decode = cpu_attention_decode, .gelu_forward = cpu_gelu_forward, .gelu_backward = cpu_gelu_backward,   \

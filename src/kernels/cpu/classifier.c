@@ -105,3 +105,61 @@ void cpu_logits_amx(float *logits, const float *x, const float *wte, int N, int 
     cpu_gemm(&cpu_tile_amx_bf16, false, true, N, Vp, C, 1.0f, x, C, wte, C, 0.0f, logits, Vp);
 }
 #endif
+
+/* The vocabulary-parallel halves. Both recompute the shard's logits chunk by
+ * chunk, so the backward costs one more x @ wte^T than the fused classifier:
+ * the price of never holding a row's softmax across the all-reduce that
+ * completes its log-sum-exp. */
+int cpu_classifier_shard_stats(float *lse, float *target_logit, const float *x, const float *wte,
+                               const int32_t *targets, int N, int C, int v0, int Vr, int Vs) {
+    int rows = N < ROWS ? N : ROWS;
+    float *buf = chunk_buffer((size_t)rows * Vs);
+    if (!buf) return anvil_fail("classifier: cannot allocate %d x %d logits", rows, Vs);
+    for (int r0 = 0; r0 < N; r0 += rows) {
+        int nr = N - r0 < rows ? N - r0 : rows;
+        cpu_gemm(&CPU_TILE, false, true, nr, Vs, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, buf, Vs);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < nr; r++) {
+            const float *row = buf + (size_t)r * Vs;
+            float mx = -INFINITY;
+            for (int j = 0; j < Vr; j++) mx = row[j] > mx ? row[j] : mx;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < Vr; j++) sum += vexpf(row[j] - mx);
+            lse[r0 + r] = Vr > 0 ? mx + logf(sum) : -INFINITY;
+            int64_t t = (int64_t)targets[r0 + r] - v0;
+            target_logit[r0 + r] = targets[r0 + r] >= 0 && t >= 0 && t < Vr ? row[t] : 0.0f;
+        }
+    }
+    return 0;
+}
+
+int cpu_classifier_shard_backward(float *dx, float *dwte, const float *x, const float *wte, const float *lse,
+                                  const int32_t *targets, int N, int C, int v0, int Vr, int Vs, float dscale) {
+    int rows = N < ROWS ? N : ROWS;
+    float *buf = chunk_buffer((size_t)rows * Vs);
+    if (!buf) return anvil_fail("classifier: cannot allocate %d x %d logits", rows, Vs);
+    for (int r0 = 0; r0 < N; r0 += rows) {
+        int nr = N - r0 < rows ? N - r0 : rows;
+        const float *xc = x + (size_t)r0 * C;
+        cpu_gemm(&CPU_TILE, false, true, nr, Vs, C, 1.0f, xc, C, wte, C, 0.0f, buf, Vs);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < nr; r++) {
+            float *row = buf + (size_t)r * Vs;
+            int tgt = targets[r0 + r];
+            if (tgt < 0) {
+                for (int j = 0; j < Vs; j++) row[j] = 0.0f;
+                continue;
+            }
+            float l = lse[r0 + r];
+#pragma omp simd
+            for (int j = 0; j < Vr; j++) row[j] = vexpf(row[j] - l) * dscale;
+            for (int j = Vr; j < Vs; j++) row[j] = 0.0f;
+            int64_t t = (int64_t)tgt - v0;
+            if (t >= 0 && t < Vr) row[t] -= dscale;
+        }
+        cpu_gemm(&CPU_TILE, false, false, nr, C, Vs, 1.0f, buf, Vs, wte, C, 0.0f, dx + (size_t)r0 * C, C);
+        cpu_gemm(&CPU_TILE, true, false, Vs, C, nr, 1.0f, buf, Vs, xc, C, 1.0f, dwte, C);
+    }
+    return 0;
+}

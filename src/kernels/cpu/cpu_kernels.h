@@ -36,6 +36,10 @@ uint32_t cpu_copy_crc32c(void *dst, const void *src, size_t bytes, uint32_t crc)
 #define cpu_table_amx CPU_ISA_NAME(cpu_table_amx)
 #define cpu_encoder_forward CPU_ISA_NAME(cpu_encoder_forward)
 #define cpu_encoder_backward CPU_ISA_NAME(cpu_encoder_backward)
+#define cpu_encoder_shard_forward CPU_ISA_NAME(cpu_encoder_shard_forward)
+#define cpu_encoder_shard_backward CPU_ISA_NAME(cpu_encoder_shard_backward)
+#define cpu_classifier_shard_stats CPU_ISA_NAME(cpu_classifier_shard_stats)
+#define cpu_classifier_shard_backward CPU_ISA_NAME(cpu_classifier_shard_backward)
 #define cpu_layernorm_forward CPU_ISA_NAME(cpu_layernorm_forward)
 #define cpu_layernorm_backward CPU_ISA_NAME(cpu_layernorm_backward)
 #define cpu_matmul_forward CPU_ISA_NAME(cpu_matmul_forward)
@@ -63,6 +67,14 @@ uint32_t cpu_copy_crc32c(void *dst, const void *src, size_t bytes, uint32_t crc)
 
 void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T, int C);
 void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T, int C);
+void cpu_encoder_shard_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T,
+                               int C, int v0, int Vs);
+void cpu_encoder_shard_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,
+                                int C, int v0, int Vs);
+int cpu_classifier_shard_stats(float *lse, float *target_logit, const float *x, const float *wte,
+                               const int32_t *targets, int N, int C, int v0, int Vr, int Vs);
+int cpu_classifier_shard_backward(float *dx, float *dwte, const float *x, const float *wte, const float *lse,
+                                  const int32_t *targets, int N, int C, int v0, int Vr, int Vs, float dscale);
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
                            int N, int C);
 void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,

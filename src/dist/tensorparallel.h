@@ -1,0 +1,73 @@
+/* Tensor parallelism (Megatron-LM's layout) of GPT-2 over one process group.
+ *
+ * Each of the group's tp ranks holds a slice of every layer:
+ *   - QKV and the MLP's first matrix (fc) are column-parallel: a rank holds
+ *     the output rows of its heads (NH/tp of them, q, k and v alike) and its
+ *     4C/tp hidden units, with their biases;
+ *   - the attention projection and the MLP's second matrix (fcproj) are
+ *     row-parallel: a rank holds the input columns matching its slice, and
+ *     each rank's product is a partial sum, completed by one all-reduce of
+ *     B*T*C floats per block in the forward; the backward needs one more
+ *     per block, on the gradient of the block's LayerNorm output;
+ *   - wte is split by vocabulary rows. The embedding looks up in-shard tokens
+ *     and contributes zero rows for the others, one all-reduce completing it;
+ *     the LM head computes only the shard's logits, the log-sum-exps of the
+ *     shards are all-gathered (tp*B*T floats) and the target logits
+ *     all-reduced (B*T), so no rank ever holds a row's full logits; the
+ *     LM head's input gradient is one more B*T*C all-reduce. The tied
+ *     embedding and head use the same rows, so wte's gradient needs none.
+ *   - LayerNorms, wpe and the biases of the row-parallel layers are
+ *     replicated: every rank computes the same values and the same gradients.
+ *
+ * Parameters, gradients and the optimizer's moments live in flat local
+ * buffers laid out tensor after tensor as in src/model/gpt2.h, with local
+ * shapes, so the optimizer steps through them as it does through a whole
+ * model. Per step (one forward and backward of N = B*T tokens) the group's
+ * all-reduces carry (4*n_layer + 2)*N*C + N floats and the all-gather tp*N:
+ * the 4*N*C per layer of Megatron plus the embedding and the head. */
+#ifndef ANVIL_DIST_TENSORPARALLEL_H
+#define ANVIL_DIST_TENSORPARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dist/comm.h"
+#include "model/gpt2.h"
+
+typedef struct anvil_tp anvil_tp;
+
+/* A shard of cfg's model for this rank of group g, with zeroed parameters. cfg must pass
+ * anvil_grid_check for the group's size. Returns NULL after anvil_fail. */
+anvil_tp *anvil_tp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g);
+void anvil_tp_free(anvil_tp *m);
+
+/* The local layout: offsets[i] .. offsets[i+1] of the flat buffers is tensor i's shard. */
+size_t anvil_tp_num_params(const anvil_tp *m);
+const size_t *anvil_tp_offsets(const anvil_tp *m);
+float *anvil_tp_params(anvil_tp *m);
+float *anvil_tp_grads(anvil_tp *m);
+/* Whether tensor i is split across the group (else every rank holds all of it). */
+int anvil_tp_is_split(int i);
+
+/* Takes this rank's shard of a whole parameter buffer (host memory, laid out as anvil_gpt2).
+ * Returns 0 or -1 after anvil_fail. */
+int anvil_tp_load(anvil_tp *m, const float *full);
+/* Collective over the group: writes the whole parameters (from_grads: gradients) into full (host
+ * memory, anvil_gpt2's layout) on every rank. Returns 0 or -1 after anvil_fail. */
+int anvil_tp_gather(anvil_tp *m, int from_grads, float *full);
+
+void anvil_tp_zero_grad(anvil_tp *m);
+/* One training micro-step over B sequences of T tokens (the same on every rank of the group):
+ * accumulates into the local gradients the gradient of mean_loss * grad_scale and sets *loss to the
+ * mean loss. Collective. Returns 0 or -1 after anvil_fail. */
+int anvil_tp_forward_backward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                              float grad_scale, float *loss);
+/* Evaluation: the mean loss only. Collective. */
+int anvil_tp_forward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
+/* The squared norm of the whole model's gradient: split tensors summed over the group, replicated
+ * ones counted once. Collective; returns 0 or -1 after anvil_fail. */
+int anvil_tp_grad_sumsq(anvil_tp *m, double *sumsq);
+/* Bytes this rank has passed to the group's collectives so far. */
+uint64_t anvil_tp_bytes(const anvil_tp *m);
+
+#endif
