@@ -77,7 +77,7 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g) {
     anvil_tp *tp = anvil_tp_new(cfg, k, g);
     CHECK(tp != NULL);
     if (!tp) return;
-    CHECK(anvil_tp_load(tp, ref.params) == 0);
+    CHECK(anvil_tp_shard(tp, ref.params, anvil_tp_params(tp)) == 0);
 
     anvil_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
     anvil_adamw oref, otp;
@@ -109,7 +109,7 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g) {
         double sref = anvil_adamw_grad_sumsq(&oref, ref.grads), stp = 0.0;
         CHECK(anvil_tp_grad_sumsq(tp, &stp) == 0);
         if (s == 0) {
-            CHECK(anvil_tp_gather(tp, 1, full) == 0);
+            CHECK(anvil_tp_unshard(tp, anvil_tp_grads(tp), full) == 0);
             grad_dev = max_abs_diff(full, ref.grads, n);
         }
         float nref = anvil_adamw_step(&oref, ref.params, ref.grads, sref, 1.0f, lr);
@@ -119,7 +119,7 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g) {
         if (s == 0 || s == STEPS - 1)
             printf("rank %d step %d: loss %.6f (tp %.6f), norm %.6f (tp %.6f)\n", R, s, lref, ltp, nref, ntp);
     }
-    CHECK(anvil_tp_gather(tp, 0, full) == 0);
+    CHECK(anvil_tp_unshard(tp, anvil_tp_params(tp), full) == 0);
     float weight_dev = max_abs_diff(full, ref.params, n);
     float eref = 0.0f, etp = 0.0f;
     CHECK(anvil_gpt2_forward(&ref, in, tg, B, T, &eref) == 0);

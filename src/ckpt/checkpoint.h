@@ -62,6 +62,9 @@
  * whatever the layout of the run that reads them (resharding). */
 typedef struct {
     int world, zero_stage, shard_group;
+    /* Ranks per tensor-parallel group (0 or 1: none). Tensor-parallel runs gather their shards and
+     * save whole tensors, so any layout can read them back. */
+    int tensor_parallel;
 } anvil_ckpt_layout;
 
 /* What to save. step counts completed optimizer steps, so a resumed run

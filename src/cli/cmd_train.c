@@ -79,6 +79,9 @@ static const char *usage =
     "                          runs (default); 1: shard the AdamW moments (ZeRO-1); 2: also the gradients;\n"
     "                          3: also the parameters, gathered layer by layer\n"
     "  --shard-group-size K    MiCS: shard within groups of K ranks, replicate across groups (ZeRO 1-3)\n"
+    "  --tp T                  tensor parallelism: each layer split over groups of T neighbouring ranks\n"
+    "                          (heads and vocabulary split), data parallel over the ranks / T groups;\n"
+    "                          checkpoints hold whole tensors, so any layout resumes them\n"
     "  --collective-timeout S  abort the job (exit 76) when a collective waits longer than S seconds,\n"
     "                          naming the ranks that did not answer (default 600)\n"
     "  --batch and --total-batch-tokens: the batch is per rank; the total counts all ranks\n"
@@ -181,6 +184,7 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(o, "--warmup")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.timing_warmup);
         else if (!strcmp(o, "--zero")) bad = arg_int(cmd, o, v, 0, 3, &c.zero_stage);
         else if (!strcmp(o, "--shard-group-size")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.shard_group_size);
+        else if (!strcmp(o, "--tp")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.tensor_parallel);
         else if (!strcmp(o, "--collective-timeout")) bad = arg_double(cmd, o, v, &coll_timeout);
         else if (!strcmp(o, "--metrics-port")) bad = arg_int(cmd, o, v, 0, 65535, &c.metrics_port);
         else if (!strcmp(o, "--profile")) c.profile_dir = v;
@@ -241,6 +245,9 @@ int cmd_train(int argc, char **argv) {
     if (!(coll_timeout > 0.0)) return cli_usage_error(cmd, "--collective-timeout must be positive");
     anvil_dist_config dc = {coll_timeout};
     if (anvil_dist_init(&dc)) return cli_fail(cmd);
+    /* A configuration that cannot work (a layout the world does not divide, say) fails before the
+     * health check allocates anything. */
+    if (anvil_train_check(&c)) return cli_config_fail(cmd);
     /* The heartbeat says the health check is under way; a run folder that is not there yet has nobody
      * watching it. */
     if (c.out_dir && anvil_dist_rank() == 0 && health && anvil_dist_world_size() > 1 && access(c.out_dir, F_OK) == 0 &&

@@ -174,36 +174,45 @@ static void shard_copy(const anvil_tp *m, int i, int rank, float *whole, float *
         }
 }
 
-int anvil_tp_load(anvil_tp *m, const float *full) {
-    size_t n = anvil_tp_num_params(m);
-    float *host = malloc(n * sizeof(float));
-    if (!host) return anvil_fail("tensor parallel: out of memory loading %zu parameters", n);
+int anvil_tp_shard(anvil_tp *m, const float *full, float *local) {
+    size_t n = anvil_tp_num_params(m), nfull = m->full_offsets[ANVIL_GPT2_NPARAM];
+    float *whole = malloc(nfull * sizeof(float)), *host = malloc(n * sizeof(float));
+    if (!whole || !host) {
+        free(whole);
+        free(host);
+        return anvil_fail("tensor parallel: out of memory sharding %zu parameters", nfull);
+    }
+    m->k->download(whole, full, nfull * sizeof(float));
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
-        shard_copy(m, i, m->rank, (float *)(full + m->full_offsets[i]), host + m->offsets[i], 1);
-    m->k->upload(m->params, host, n * sizeof(float));
+        shard_copy(m, i, m->rank, whole + m->full_offsets[i], host + m->offsets[i], 1);
+    m->k->upload(local, host, n * sizeof(float));
+    free(whole);
     free(host);
     return 0;
 }
 
-int anvil_tp_gather(anvil_tp *m, int from_grads, float *full) {
-    size_t n = anvil_tp_num_params(m), tp = (size_t)m->tp;
-    float *local = malloc(n * sizeof(float)), *all = malloc(tp * n * sizeof(float));
+int anvil_tp_unshard(anvil_tp *m, const float *local, float *full) {
+    size_t n = anvil_tp_num_params(m), tp = (size_t)m->tp, nfull = m->full_offsets[ANVIL_GPT2_NPARAM];
+    float *mine = malloc(n * sizeof(float)), *all = malloc(tp * n * sizeof(float));
+    float *whole = malloc(nfull * sizeof(float));
     size_t *counts = malloc(tp * sizeof *counts);
-    if (!local || !all || !counts) {
-        free(local);
-        free(all);
-        free(counts);
-        return anvil_fail("tensor parallel: out of memory gathering %zu parameters", n * tp);
+    int rc = -1;
+    if (!mine || !all || !whole || !counts) {
+        anvil_fail("tensor parallel: out of memory gathering %zu parameters", nfull);
+        goto out;
     }
-    m->k->download(local, from_grads ? m->grads : m->params, n * sizeof(float));
+    m->k->download(mine, local, n * sizeof(float));
     for (size_t r = 0; r < tp; r++) counts[r] = n;
-    int rc = anvil_allgather(m->g, local, all, counts, ANVIL_F32, "tp gather parameters");
-    if (!rc)
-        for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
-            for (int r = 0; r < m->tp; r++)
-                shard_copy(m, i, r, full + m->full_offsets[i], all + (size_t)r * n + m->offsets[i], 0);
-    free(local);
+    m->bytes += tp * n * sizeof(float);
+    if ((rc = anvil_allgather(m->g, mine, all, counts, ANVIL_F32, "tp gather parameters"))) goto out;
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
+        for (int r = 0; r < m->tp; r++)
+            shard_copy(m, i, r, whole + m->full_offsets[i], all + (size_t)r * n + m->offsets[i], 0);
+    m->k->upload(full, whole, nfull * sizeof(float));
+out:
+    free(mine);
     free(all);
+    free(whole);
     free(counts);
     return rc;
 }

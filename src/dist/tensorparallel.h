@@ -49,12 +49,12 @@ float *anvil_tp_grads(anvil_tp *m);
 /* Whether tensor i is split across the group (else every rank holds all of it). */
 int anvil_tp_is_split(int i);
 
-/* Takes this rank's shard of a whole parameter buffer (host memory, laid out as anvil_gpt2).
- * Returns 0 or -1 after anvil_fail. */
-int anvil_tp_load(anvil_tp *m, const float *full);
-/* Collective over the group: writes the whole parameters (from_grads: gradients) into full (host
- * memory, anvil_gpt2's layout) on every rank. Returns 0 or -1 after anvil_fail. */
-int anvil_tp_gather(anvil_tp *m, int from_grads, float *full);
+/* Whole buffers (parameters, gradients, moments: anvil_gpt2's layout, n floats) and this rank's
+ * shard of them (the local layout), both in backend memory. anvil_tp_shard takes the rank's part of
+ * full into local; anvil_tp_unshard, a collective over the group, assembles every rank's local into
+ * full on each of them. Return 0 or -1 after anvil_fail. */
+int anvil_tp_shard(anvil_tp *m, const float *full, float *local);
+int anvil_tp_unshard(anvil_tp *m, const float *local, float *full);
 
 void anvil_tp_zero_grad(anvil_tp *m);
 /* One training micro-step over B sequences of T tokens (the same on every rank of the group):

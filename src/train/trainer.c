@@ -18,6 +18,8 @@
 #include "data/loader.h"
 #include "dist/comm.h"
 #include "dist/dataparallel.h"
+#include "dist/grid.h"
+#include "dist/tensorparallel.h"
 #include "kernels/isa.h"
 #include "obs/heartbeat.h"
 #include "obs/metrics.h"
@@ -59,13 +61,21 @@ int anvil_train_check(const anvil_train_config *c) {
         snprintf(why, sizeof why, "%s", anvil_errmsg());
         return anvil_fail("train: --dtype bf16: %s", why);
     }
-    int world = anvil_dist_world_size();
-    int64_t bt = (int64_t)c->B * c->T * world;
+    int world = anvil_dist_world_size(), tp = c->tensor_parallel > 1 ? c->tensor_parallel : 1;
+    if (anvil_grid_check(world, tp, 1, &m)) return -1;
+    if (tp > 1 && (c->zero_stage || c->shard_group_size))
+        return anvil_fail("train: --zero and --shard-group-size do not combine with --tp yet");
+    if (tp > 1 && c->matmul_dtype == ANVIL_MATMUL_BF16)
+        return anvil_fail("train: --tp runs in fp32 only; drop --dtype bf16");
+    /* Tensor-parallel ranks share their batch: the data ranks are the data-parallel replicas. */
+    int data_ranks = world / tp;
+    int64_t bt = (int64_t)c->B * c->T * data_ranks;
     if (c->total_batch_tokens < 0 || (c->total_batch_tokens && c->total_batch_tokens % bt)) {
-        if (world > 1)
-            return anvil_fail("train: --total-batch-tokens (%lld) must be a positive multiple of batch*seq*ranks "
+        if (data_ranks > 1)
+            return anvil_fail("train: --total-batch-tokens (%lld) must be a positive multiple of batch*seq*%s "
                               "(%d*%d*%d = %lld)",
-                              (long long)c->total_batch_tokens, c->B, c->T, world, (long long)bt);
+                              (long long)c->total_batch_tokens, tp > 1 ? "data-parallel ranks" : "ranks", c->B, c->T,
+                              data_ranks, (long long)bt);
         return anvil_fail("train: --total-batch-tokens (%lld) must be a positive multiple of batch*seq (%lld)",
                           (long long)c->total_batch_tokens, (long long)bt);
     }
@@ -120,13 +130,14 @@ static double peak_rss_mb(void) {
 
 /* Mean loss over the first val_batches batches of the val split (always
  * the same batches, so successive validations are comparable). */
-static int validate(const anvil_train_config *c, anvil_gpt2 *m, anvil_loader *val, int32_t *x, int32_t *y,
-                    float *out) {
+static int validate(const anvil_train_config *c, anvil_gpt2 *m, anvil_tp *tp, anvil_loader *val, int32_t *x,
+                    int32_t *y, float *out) {
     anvil_loader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < c->val_batches; i++) {
         float l;
-        if (anvil_loader_next(val, x, y) || anvil_gpt2_forward(m, x, y, c->B, c->T, &l)) return -1;
+        if (anvil_loader_next(val, x, y)) return -1;
+        if (tp ? anvil_tp_forward(tp, x, y, c->B, c->T, &l) : anvil_gpt2_forward(m, x, y, c->B, c->T, &l)) return -1;
         sum += l;
     }
     if (anvil_dist_world_size() > 1 && anvil_allreduce(anvil_dist_world(), &sum, 1, ANVIL_F64, "validation loss"))
@@ -210,6 +221,13 @@ typedef struct {
     anvil_adamw whole_opt; /* replicated runs; sharded ones only while resuming */
     anvil_adamw *opt;      /* the optimizer that steps: whole_opt, or the rank's blocks' at ZeRO */
     anvil_dp *dp;
+    /* Tensor parallelism: the grid, this rank's shard of the model and its optimizer. The whole
+     * model above then keeps no weights (gathered when sampling or saving). */
+    anvil_grid grid;
+    int have_grid;
+    anvil_tp *tp;
+    anvil_adamw tp_opt;
+    int data_rank, data_ranks; /* which slice of the data this rank reads, of how many */
     anvil_loader *train, *val;
     anvil_metrics *metrics;
     anvil_checkpointer *ckpt;
@@ -299,7 +317,7 @@ static int whole_model(anvil_run *r, anvil_gpt2 *whole, float **gathered) {
     }
     if (!(*gathered = m->k->alloc(m->nparams * sizeof(float))))
         return anvil_fail("train: out of memory gathering the parameters");
-    if (anvil_dp_gather_params(r->dp, *gathered)) {
+    if (r->tp ? anvil_tp_unshard(r->tp, anvil_tp_params(r->tp), *gathered) : anvil_dp_gather_params(r->dp, *gathered)) {
         m->k->free(*gathered);
         *gathered = NULL;
         return -1;
@@ -308,20 +326,47 @@ static int whole_model(anvil_run *r, anvil_gpt2 *whole, float **gathered) {
     return 0;
 }
 
+/* Tensor parallel: every rank gathers the whole weights and moments (collectives), and rank 0
+ * saves them as a replicated run would, so that any layout can resume from them. */
+static int save_tp_checkpoint(anvil_run *r, anvil_ckpt_state *st, int force_sync) {
+    const anvil_train_config *c = r->c;
+    anvil_gpt2 whole;
+    float *gathered;
+    anvil_adamw opt;
+    if (whole_model(r, &whole, &gathered)) return -1;
+    int rc = anvil_adamw_init_whole(&opt, r->k, &c->adamw, r->model.offsets, ANVIL_GPT2_NPARAM,
+                                    anvil_gpt2_param_decays);
+    if (!rc) {
+        opt.t = r->tp_opt.t;
+        rc = anvil_tp_unshard(r->tp, r->tp_opt.m, opt.m) || anvil_tp_unshard(r->tp, r->tp_opt.v, opt.v) ? -1 : 0;
+        st->model = &whole;
+        st->opt = &opt;
+        /* The snapshot is taken within the call, so the gathered copies can go right after. */
+        if (!rc) rc = anvil_checkpointer_save(r->ckpt, st, NULL, force_sync);
+        anvil_adamw_free(&opt);
+    }
+    r->k->free(gathered);
+    return rc;
+}
+
 /* A checkpoint of the state after `step` steps, through the checkpointer on
  * every rank: replicated runs save rank 0's copy, sharded ones every shard. */
 static int save_checkpoint(anvil_run *r, int64_t step, int force_sync) {
     const anvil_train_config *c = r->c;
     /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
-    anvil_ckpt_layout lay = {r->world, 0, 1};
+    anvil_ckpt_layout lay = {r->world, 0, 1, 1};
     anvil_ckpt_state st = {&r->model, r->opt, {0}, r->data_rng, step, r->tokens_seen,
                            r->tok_name[0] ? r->tok_name : NULL, c->config_json,
                            r->world > 1 ? &lay : NULL};
     if (r->train) st.loader = anvil_loader_get_state(r->train);
+    if (r->tp) {
+        lay.tensor_parallel = r->grid.tp;
+        return save_tp_checkpoint(r, &st, force_sync);
+    }
     if (!r->sharded) return anvil_checkpointer_save(r->ckpt, &st, NULL, force_sync);
     anvil_checkpointer_shard sh;
     anvil_dp_shard_id(r->dp, &sh.g, &sh.k, &sh.writer);
-    lay = (anvil_ckpt_layout){r->world, c->zero_stage, sh.k};
+    lay = (anvil_ckpt_layout){r->world, c->zero_stage, sh.k, 1};
     st.layout = &lay;
     sh.nslices = anvil_dp_num_slices(r->dp);
     anvil_ckpt_slice *sl = calloc((size_t)sh.nslices + 1, sizeof *sl);
@@ -389,8 +434,8 @@ static int open_model(anvil_run *r) {
     }
     const anvil_gpt2_config *mc = &r->model.cfg;
     r->bt = (size_t)c->B * c->T;
-    r->accum = c->total_batch_tokens ? (int)(c->total_batch_tokens / ((int64_t)r->bt * r->world)) : 1;
-    r->tokens_per_step = (double)r->bt * r->accum * r->world;
+    r->accum = c->total_batch_tokens ? (int)(c->total_batch_tokens / ((int64_t)r->bt * r->data_ranks)) : 1;
+    r->tokens_per_step = (double)r->bt * r->accum * r->data_ranks;
     r->sharded = c->zero_stage > 0;
     r->flops_per_step = anvil_gpt2_flops_per_token(mc, c->T) * r->tokens_per_step;
     r->res->params = (int64_t)anvil_gpt2_num_params(mc);
@@ -423,9 +468,10 @@ static int open_data(anvil_run *r) {
     const anvil_train_config *c = r->c;
     int vocab = r->model.cfg.vocab_size;
     if (!c->synthetic) {
-        r->train = anvil_loader_open(c->train_pattern, c->B, c->T, r->rank, r->world, vocab);
+        r->train = anvil_loader_open(c->train_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab);
         if (!r->train || (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed))) return bad_input(r);
-        if (c->val_pattern && !(r->val = anvil_loader_open(c->val_pattern, c->B, c->T, r->rank, r->world, vocab)))
+        if (c->val_pattern &&
+            !(r->val = anvil_loader_open(c->val_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab)))
             return bad_input(r);
     }
     if (c->out_dir && r->rank == 0) {
@@ -445,11 +491,34 @@ static int open_data(anvil_run *r) {
     return 0;
 }
 
+/* Tensor parallelism: this rank's shard of the whole model (fresh, loaded or resumed) and of the
+ * whole moments, which then go. */
+static int open_tensor_parallel(anvil_run *r) {
+    const anvil_train_config *c = r->c;
+    anvil_gpt2 *m = &r->model;
+    if (!(r->tp = anvil_tp_new(&m->cfg, r->k, r->grid.tp_group))) return -1;
+    if (anvil_tp_shard(r->tp, m->params, anvil_tp_params(r->tp)) ||
+        anvil_adamw_init_whole(&r->tp_opt, r->k, &c->adamw, anvil_tp_offsets(r->tp), ANVIL_GPT2_NPARAM,
+                               anvil_gpt2_param_decays) ||
+        anvil_tp_shard(r->tp, r->whole_opt.m, r->tp_opt.m) || anvil_tp_shard(r->tp, r->whole_opt.v, r->tp_opt.v))
+        return -1;
+    r->tp_opt.t = r->whole_opt.t;
+    anvil_adamw_free(&r->whole_opt);
+    r->opt = &r->tp_opt;
+    m->k->free(m->params);
+    m->params = NULL;
+    fprintf(c->log, "tensor parallel: %d groups of %d ranks, data parallel over %d; %.2fM parameters per rank\n",
+            r->grid.world / r->grid.tp, r->grid.tp, r->data_ranks, (double)anvil_tp_num_params(r->tp) / 1e6);
+    return 0;
+}
+
 /* Data parallelism (which takes its part of resumed moments and steps its
  * own optimizer from ZeRO stage 1 on) and the checkpointer. */
 static int open_parallel(anvil_run *r) {
     const anvil_train_config *c = r->c;
-    if (r->world > 1 || r->sharded) {
+    if (r->have_grid) {
+        if (open_tensor_parallel(r)) return -1;
+    } else if (r->world > 1 || r->sharded) {
         anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
         if (!(r->dp = anvil_dp_new(&r->model, &dc))) return -1;
         if (r->sharded) {
@@ -507,6 +576,14 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     r->rank = anvil_dist_rank();
     if (anvil_train_check(c)) return bad_input(r);
     r->world = anvil_dist_world_size();
+    r->data_rank = r->rank;
+    r->data_ranks = r->world;
+    if (c->tensor_parallel > 1) {
+        if (anvil_grid_init(&r->grid, anvil_dist_world(), c->tensor_parallel, 1)) return -1;
+        r->have_grid = 1;
+        r->data_rank = r->grid.dp_rank;
+        r->data_ranks = r->grid.dp;
+    }
     /* Only rank 0 talks; the others log nowhere. */
     if (r->rank != 0) {
         if (!(r->devnull = fopen("/dev/null", "w"))) return anvil_fail("train: cannot open /dev/null");
@@ -525,13 +602,13 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     const anvil_gpt2_config *mc = &r->model.cfg;
     fprintf(c->log,
             "model: %d layers, %d heads, %d embd, block %d, vocab %d (padded %d), %.2fM parameters\n"
-            "batch: %d x %d tokens x %d accumulation x %d ranks = %.0f tokens/step, %d steps, %.3g FLOP/token\n"
+            "batch: %d x %d tokens x %d accumulation x %d data ranks = %.0f tokens/step, %d steps, %.3g FLOP/token\n"
             "kernels: %s, %d threads\n",
             mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size, mc->padded_vocab,
-            (double)res->params / 1e6, c->B, c->T, r->accum, r->world, r->tokens_per_step, c->steps,
+            (double)res->params / 1e6, c->B, c->T, r->accum, r->data_ranks, r->tokens_per_step, c->steps,
             anvil_gpt2_flops_per_token(mc, c->T), r->k->name, omp_get_max_threads());
     /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
-    anvil_rng_seed(&r->data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->rank * 0x9e3779b97f4a7c15ULL));
+    anvil_rng_seed(&r->data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->data_rank * 0x9e3779b97f4a7c15ULL));
     if (c->resume && resume_from(r)) return bad_input(r);
     if (open_parallel(r) || anvil_telemetry_start(r->tel, r->metrics)) return -1;
     r->t_start = anvil_now();
@@ -549,6 +626,8 @@ static int run_step(anvil_run *r, int step) {
     double t0 = anvil_now(), span = anvil_trace_begin() >= 0 ? t0 : -1;
     if (r->dp) {
         if (anvil_dp_begin_step(r->dp)) return -1;
+    } else if (r->tp) {
+        anvil_tp_zero_grad(r->tp);
     } else {
         anvil_gpt2_zero_grad(m);
     }
@@ -560,15 +639,21 @@ static int run_step(anvil_run *r, int step) {
         anvil_trace_end(wait, "data", c->synthetic ? "synthetic batch" : "loader wait", -1, -1);
         float l;
         if (r->dp) anvil_dp_set_last_micro(r->dp, micro == r->accum - 1);
-        if (anvil_gpt2_forward_backward(m, r->x, r->y, c->B, c->T, 1.0f / ((float)r->accum * (float)r->world), &l))
+        float scale = 1.0f / ((float)r->accum * (float)r->data_ranks);
+        if (r->tp ? anvil_tp_forward_backward(r->tp, r->x, r->y, c->B, c->T, scale, &l)
+                  : anvil_gpt2_forward_backward(m, r->x, r->y, c->B, c->T, scale, &l))
             return -1;
         loss_sum += l;
     }
     r->agreed = (step_agreement){loss_sum, stop_signal != 0,
                                  r->rank == 0 && r->ckpt && anvil_checkpointer_due(r->ckpt, step + 1)};
-    if (r->dp && (anvil_dp_finish_grads(r->dp) ||
-                  (r->world > 1 && anvil_allreduce(anvil_dist_world(), &r->agreed, 3, ANVIL_F64, "loss and flags"))))
+    if (r->dp && anvil_dp_finish_grads(r->dp)) return -1;
+    /* Tensor parallel with data parallelism: plain replicas of each shard, gradients all-reduced. */
+    if (r->tp && r->grid.dp > 1 &&
+        anvil_allreduce(r->grid.dp_group, anvil_tp_grads(r->tp), anvil_tp_num_params(r->tp), ANVIL_F32, "gradients"))
         return -1;
+    if (r->world > 1 && anvil_allreduce(anvil_dist_world(), &r->agreed, 3, ANVIL_F64, "loss and flags")) return -1;
+    /* Every rank's loss is summed, tensor-parallel ranks' too (each holds its group's loss). */
     r->loss = (float)(r->agreed.loss_sum / r->accum / r->world);
     if (!isfinite(r->loss))
         return anvil_fail("train: step %d: the loss is %s; stopping (try a lower --lr)", step + 1,
@@ -578,6 +663,10 @@ static int run_step(anvil_run *r, int step) {
     double opt = anvil_trace_begin();
     if (r->sharded) {
         if (anvil_dp_step(r->dp, r->lr, c->grad_clip, &r->norm)) return -1;
+    } else if (r->tp) {
+        double sumsq;
+        if (anvil_tp_grad_sumsq(r->tp, &sumsq)) return -1;
+        r->norm = anvil_adamw_step(r->opt, anvil_tp_params(r->tp), anvil_tp_grads(r->tp), sumsq, c->grad_clip, r->lr);
     } else {
         double sumsq = anvil_adamw_grad_sumsq(r->opt, m->grads);
         r->norm = anvil_adamw_step(r->opt, m->params, m->grads, sumsq, c->grad_clip, r->lr);
@@ -638,7 +727,7 @@ static int validate_and_sample(anvil_run *r, int step, int last) {
     if (r->val && ((c->val_every && (step + 1) % c->val_every == 0) || last)) {
         float vl;
         double span = anvil_trace_begin();
-        if (validate(c, &r->model, r->val, r->x, r->y, &vl)) return -1;
+        if (validate(c, &r->model, r->tp, r->val, r->x, r->y, &vl)) return -1;
         anvil_trace_end(span, "validation", "validation", -1, -1);
         r->res->val_loss = vl;
         anvil_telemetry_validated(r->tel, step + 1, vl);
@@ -750,6 +839,9 @@ static int run_close(anvil_run *r, int rc) {
     if (anvil_checkpointer_free(r->ckpt) && rc != -1) rc = -1;
     if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
     anvil_dp_free(r->dp);
+    anvil_tp_free(r->tp);
+    anvil_adamw_free(&r->tp_opt);
+    if (r->have_grid) anvil_grid_free(&r->grid);
     if (r->signals_set) {
         sigaction(SIGTERM, &r->old_term, NULL);
         sigaction(SIGUSR1, &r->old_usr1, NULL);
