@@ -37,7 +37,8 @@ size_t anvil_dtype_size(anvil_dtype t) {
 }
 
 static const char *op_name(dist_op_kind k) {
-    static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "barrier", "split"};
+    static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
+                                        "barrier",    "split",          "send",       "receive"};
     return names[k];
 }
 
@@ -90,7 +91,13 @@ static int local_run(struct anvil_req *r) {
 
 static void local_group_free(anvil_group *g) { (void)g; }
 
-const dist_backend dist_local_backend = {"local", local_run, local_group_free};
+/* A world of one has no peer to talk to. */
+static int local_p2p(struct anvil_req *r) {
+    snprintf(r->err, sizeof r->err, "no peer rank %d in a group of one", r->peer);
+    return -1;
+}
+
+const dist_backend dist_local_backend = {"local", local_run, local_group_free, local_p2p, local_p2p};
 
 static void *comm_thread(void *arg) {
     (void)arg;
@@ -255,12 +262,23 @@ static int wait_done(struct anvil_req *r) {
 
 static void req_free(struct anvil_req *r) {
     free(r->counts);
+    free(r->handle);
     free(r);
 }
 
 int anvil_wait(anvil_req *r) {
     if (!r) return -1;
-    int rc = wait_done(r);
+    int rc;
+    if (r->kind == OP_SEND || r->kind == OP_RECV) {
+        double t0 = anvil_trace_begin();
+        rc = D.be->p2p_wait(r);
+        trace_op(r, t0, "comm_wait");
+        if (rc)
+            anvil_fail("dist: %s '%s' in group '%s' failed on rank %d: %s", op_name(r->kind), r->what, r->g->name,
+                       anvil_dist_rank(), r->err);
+    } else {
+        rc = wait_done(r);
+    }
     req_free(r);
     return rc;
 }
@@ -306,6 +324,40 @@ anvil_req *anvil_ibroadcast(anvil_group *g, void *buf, size_t n, anvil_dtype t, 
         r->root = root;
     }
     return submit(r);
+}
+
+/* Point to point is posted at once from the caller's thread rather than queued: a pipeline stage's
+ * sends and receives must not wait behind collectives of other groups, nor hold them up. */
+static anvil_req *p2p(dist_op_kind kind, anvil_group *g, void *buf, size_t n, anvil_dtype t, int peer, int tag,
+                      const char *what) {
+    struct anvil_req *r = req_new(kind, g, t, what);
+    if (!r) return NULL;
+    r->buf = buf;
+    r->n = n;
+    r->peer = peer;
+    r->tag = tag;
+    if (peer < 0 || peer >= g->size || peer == g->rank) {
+        anvil_fail("dist: %s '%s' in group '%s' to or from rank %d of %d", op_name(kind), r->what, g->name, peer,
+                   g->size);
+        free(r);
+        return NULL;
+    }
+    if (D.be->p2p_start(r)) {
+        anvil_fail("dist: %s '%s' in group '%s' failed on rank %d: %s", op_name(kind), r->what, g->name,
+                   anvil_dist_rank(), r->err);
+        free(r->handle);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+anvil_req *anvil_isend(anvil_group *g, const void *buf, size_t n, anvil_dtype t, int dest, int tag, const char *what) {
+    return p2p(OP_SEND, g, (void *)buf, n, t, dest, tag, what);
+}
+
+anvil_req *anvil_irecv(anvil_group *g, void *buf, size_t n, anvil_dtype t, int src, int tag, const char *what) {
+    return p2p(OP_RECV, g, buf, n, t, src, tag, what);
 }
 
 anvil_req *anvil_ibarrier(anvil_group *g, const char *what) { return submit(req_new(OP_BARRIER, g, ANVIL_U8, what)); }

@@ -73,6 +73,12 @@ anvil_req *anvil_iallgather(anvil_group *g, const void *send, void *recv, const 
                             const char *what);
 anvil_req *anvil_ibroadcast(anvil_group *g, void *buf, size_t n, anvil_dtype t, int root, const char *what);
 anvil_req *anvil_ibarrier(anvil_group *g, const char *what);
+/* Point to point between two ranks of g (pipeline stages), n elements, matched by tag. Unlike the
+ * collectives these are posted at once from the calling thread, not queued, so they never wait
+ * behind collectives of other groups; the watchdog does not time them. Buffers stay untouched
+ * until anvil_wait. */
+anvil_req *anvil_isend(anvil_group *g, const void *buf, size_t n, anvil_dtype t, int dest, int tag, const char *what);
+anvil_req *anvil_irecv(anvil_group *g, void *buf, size_t n, anvil_dtype t, int src, int tag, const char *what);
 
 /* Waits for a request and frees it: 0, or -1 after anvil_fail when the
  * collective failed. A NULL request (submission failed) returns -1. */

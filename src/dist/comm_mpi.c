@@ -117,6 +117,8 @@ static int mpi_run(struct anvil_req *r) {
         r->result = g;
         break;
     }
+    case OP_SEND:
+    case OP_RECV: snprintf(r->err, sizeof r->err, "point to point is not queued"); return -1;
     }
     return rc == MPI_SUCCESS ? 0 : mpi_error(r, rc);
 }
@@ -128,7 +130,29 @@ static void mpi_group_free(anvil_group *g) {
     g->impl = NULL;
 }
 
-const dist_backend dist_mpi_backend = {"mpi", mpi_run, mpi_group_free};
+/* Messages larger than an int count are not needed by pipeline stages (one activation, B*T*C floats). */
+static int mpi_p2p_start(struct anvil_req *r) {
+    if (r->n > INT_MAX) {
+        snprintf(r->err, sizeof r->err, "%zu elements exceed MPI's int counts", r->n);
+        return -1;
+    }
+    MPI_Request *q = malloc(sizeof *q);
+    if (!q) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        return -1;
+    }
+    r->handle = q;
+    int rc = r->kind == OP_SEND ? MPI_Isend(r->buf, (int)r->n, mpi_type(r->t), r->peer, r->tag, comm_of(r->g), q)
+                                : MPI_Irecv(r->buf, (int)r->n, mpi_type(r->t), r->peer, r->tag, comm_of(r->g), q);
+    return rc == MPI_SUCCESS ? 0 : mpi_error(r, rc);
+}
+
+static int mpi_p2p_wait(struct anvil_req *r) {
+    int rc = MPI_Wait((MPI_Request *)r->handle, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? 0 : mpi_error(r, rc);
+}
+
+const dist_backend dist_mpi_backend = {"mpi", mpi_run, mpi_group_free, mpi_p2p_start, mpi_p2p_wait};
 
 static MPI_Comm world_comm;
 static anvil_group world_group = {.name = "world"};

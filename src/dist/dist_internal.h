@@ -7,7 +7,16 @@
 
 #include "dist/comm.h"
 
-typedef enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_BARRIER, OP_SPLIT } dist_op_kind;
+typedef enum {
+    OP_ALLREDUCE,
+    OP_REDUCE_SCATTER,
+    OP_ALLGATHER,
+    OP_BROADCAST,
+    OP_BARRIER,
+    OP_SPLIT,
+    OP_SEND, /* point to point: posted from the caller's thread, never queued */
+    OP_RECV
+} dist_op_kind;
 
 struct anvil_group {
     void *impl; /* the backend's handle (an MPI_Comm for MPI) */
@@ -27,6 +36,8 @@ struct anvil_req {
     int root;
     int color, key;        /* split */
     anvil_group *result;   /* split */
+    int peer, tag;         /* send, recv */
+    void *handle;          /* send, recv: the backend's request */
     char what[64];
     uint64_t seq;
     int done, rc;
@@ -40,6 +51,10 @@ typedef struct {
      * writes a message to r->err and returns -1. */
     int (*run)(struct anvil_req *r);
     void (*group_free)(anvil_group *g);
+    /* Point to point: starts a send or receive without blocking, and waits for it. Same error
+     * convention as run. */
+    int (*p2p_start)(struct anvil_req *r);
+    int (*p2p_wait)(struct anvil_req *r);
 } dist_backend;
 
 extern const dist_backend dist_local_backend;

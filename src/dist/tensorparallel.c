@@ -36,25 +36,35 @@ int anvil_tp_is_split(int i) {
     return describe(&any, i).split != REPLICATED;
 }
 
-struct tp_acts {
+/* One micro-batch's activations: what its backward needs, kept from its
+ * forward. A pipeline stage holds several at once. */
+struct tp_slot {
     float *resid, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *resid2, *ln2, *ln2_mean, *ln2_rstd, *fch;
-    float *lnf, *lnf_mean, *lnf_rstd, *gelu, *dfch, *dres, *dln, *datty, *dqkv, *partial;
-    float *cls_lse, *tlogit, *lse_all;
-    float **all[32];
-    int nall;
+    float *lnf, *lnf_mean, *lnf_rstd, *cls_lse, *dres;
     int32_t *inputs, *targets;
+    int count; /* targets >= 0 */
+};
+
+/* Buffers a pass uses and leaves, shared by the slots. */
+struct tp_scratch {
+    float *gelu, *dfch, *dln, *datty, *dqkv, *partial, *tlogit, *lse_all;
 };
 
 struct anvil_tp {
-    anvil_gpt2_config cfg;
+    anvil_gpt2_config cfg;  /* n_layer: this stage's layers */
+    anvil_gpt2_config full; /* the whole model */
     const anvil_kernels *k;
     anvil_group *g;
     int tp, rank;
+    int l0, first, last; /* layers [l0, l0 + cfg.n_layer); first holds the embedding, last the loss */
     size_t full_offsets[ANVIL_GPT2_NPARAM + 1];
     size_t offsets[ANVIL_GPT2_NPARAM + 1];
     float *params, *grads;
-    int B, T;
-    struct tp_acts a;
+    int B, T, nslots;
+    struct tp_slot *slots;
+    struct tp_scratch x;
+    void **owned; /* every activation buffer, for freeing */
+    int nowned;
     uint64_t bytes;
 };
 
@@ -64,13 +74,22 @@ float *anvil_tp_params(anvil_tp *m) { return m->params; }
 float *anvil_tp_grads(anvil_tp *m) { return m->grads; }
 uint64_t anvil_tp_bytes(const anvil_tp *m) { return m->bytes; }
 
-anvil_tp *anvil_tp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g) {
+static int per_layer(int i) { return i >= ANVIL_GPT2_LN1W && i <= ANVIL_GPT2_FCPROJB; }
+
+anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g, int l0, int l1,
+                             int nslots) {
     anvil_tp *m = calloc(1, sizeof *m);
     if (!m) {
         anvil_fail("tensor parallel: out of memory");
         return NULL;
     }
+    m->full = *cfg;
     m->cfg = *cfg;
+    m->cfg.n_layer = l1 - l0;
+    m->l0 = l0;
+    m->first = l0 == 0;
+    m->last = l1 == cfg->n_layer;
+    m->nslots = nslots;
     m->k = k;
     m->g = g;
     m->tp = anvil_group_size(g);
@@ -81,6 +100,7 @@ anvil_tp *anvil_tp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, anv
         size_t n = 1;
         for (int d = 0; d < nd; d++) n *= (size_t)shape[d];
         m->full_offsets[i + 1] = m->full_offsets[i] + n;
+        if (per_layer(i)) n = n / (size_t)cfg->n_layer * (size_t)(l1 - l0);
         m->offsets[i + 1] = m->offsets[i] + (anvil_tp_is_split(i) ? n / (size_t)m->tp : n);
     }
     size_t bytes = anvil_tp_num_params(m) * sizeof(float);
@@ -94,16 +114,18 @@ anvil_tp *anvil_tp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, anv
     return m;
 }
 
+anvil_tp *anvil_tp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g) {
+    return anvil_tp_new_stage(cfg, k, g, 0, cfg->n_layer, 1);
+}
+
 static void acts_free(anvil_tp *m) {
-    struct tp_acts *a = &m->a;
-    for (int i = 0; i < a->nall; i++) {
-        m->k->free(*a->all[i]);
-        *a->all[i] = NULL;
-    }
-    a->nall = 0;
-    m->k->free(a->inputs);
-    m->k->free(a->targets);
-    a->inputs = a->targets = NULL;
+    for (int i = 0; i < m->nowned; i++) m->k->free(m->owned[i]);
+    free(m->owned);
+    free(m->slots);
+    m->owned = NULL;
+    m->slots = NULL;
+    m->nowned = 0;
+    memset(&m->x, 0, sizeof m->x);
     m->B = m->T = 0;
 }
 
@@ -115,37 +137,55 @@ void anvil_tp_free(anvil_tp *m) {
     free(m);
 }
 
+typedef struct {
+    void *p;
+    size_t bytes;
+} buffer_plan;
+
+/* Allocates a plan's buffers, writing each pointer to where p points, and
+ * keeps them for acts_free. */
+static int alloc_plan(anvil_tp *m, const buffer_plan *plan, int n) {
+    for (int i = 0; i < n; i++) {
+        void *b = m->k->alloc(plan[i].bytes);
+        if (!b) return -1;
+        m->owned[m->nowned++] = b;
+        *(void **)plan[i].p = b;
+    }
+    return 0;
+}
+
 static int acts_ensure(anvil_tp *m, int B, int T) {
     if (m->B == B && m->T == T) return 0;
     acts_free(m);
-    struct tp_acts *a = &m->a;
     size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, N = (size_t)B * T;
-    size_t Cs = C / (size_t)m->tp, NHs = (size_t)(m->cfg.n_head / m->tp), tp = (size_t)m->tp;
-    struct {
-        float **p;
-        size_t n;
-    } plan[] = {
-        {&a->resid, (L + 1) * N * C}, {&a->ln1, L * N * C},      {&a->ln1_mean, L * N},    {&a->ln1_rstd, L * N},
-        {&a->qkv, L * N * 3 * Cs},    {&a->atty, L * N * Cs},    {&a->lse, L * NHs * N},   {&a->resid2, L * N * C},
-        {&a->ln2, L * N * C},         {&a->ln2_mean, L * N},     {&a->ln2_rstd, L * N},    {&a->fch, L * N * 4 * Cs},
-        {&a->lnf, N * C},             {&a->lnf_mean, N},         {&a->lnf_rstd, N},        {&a->gelu, N * 4 * Cs},
-        {&a->dfch, N * 4 * Cs},       {&a->dres, N * C},         {&a->dln, N * C},         {&a->datty, N * Cs},
-        {&a->dqkv, N * 3 * Cs},       {&a->partial, N * C},      {&a->cls_lse, N},         {&a->tlogit, N},
-        {&a->lse_all, tp * N},
-    };
-    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
-        *plan[i].p = m->k->alloc(plan[i].n * sizeof(float));
-        a->all[a->nall++] = plan[i].p;
-        if (!*plan[i].p) {
-            acts_free(m);
-            return anvil_fail("tensor parallel: cannot allocate activations for B=%d T=%d", B, T);
-        }
+    size_t Cs = C / (size_t)m->tp, NHs = (size_t)(m->cfg.n_head / m->tp), tp = (size_t)m->tp, f = sizeof(float);
+    enum { PER_SLOT = 19, SCRATCH = 8 };
+    m->owned = calloc((size_t)m->nslots * PER_SLOT + SCRATCH, sizeof *m->owned);
+    m->slots = calloc((size_t)m->nslots, sizeof *m->slots);
+    int rc = m->owned && m->slots ? 0 : -1;
+    for (int s = 0; !rc && s < m->nslots; s++) {
+        struct tp_slot *a = &m->slots[s];
+        buffer_plan plan[PER_SLOT] = {
+            {&a->resid, (L + 1) * N * C * f}, {&a->ln1, L * N * C * f},      {&a->ln1_mean, L * N * f},
+            {&a->ln1_rstd, L * N * f},        {&a->qkv, L * N * 3 * Cs * f}, {&a->atty, L * N * Cs * f},
+            {&a->lse, L * NHs * N * f},       {&a->resid2, L * N * C * f},   {&a->ln2, L * N * C * f},
+            {&a->ln2_mean, L * N * f},        {&a->ln2_rstd, L * N * f},     {&a->fch, L * N * 4 * Cs * f},
+            {&a->lnf, N * C * f},             {&a->lnf_mean, N * f},         {&a->lnf_rstd, N * f},
+            {&a->cls_lse, N * f},             {&a->dres, N * C * f},         {&a->inputs, N * sizeof(int32_t)},
+            {&a->targets, N * sizeof(int32_t)},
+        };
+        rc = alloc_plan(m, plan, PER_SLOT);
     }
-    a->inputs = m->k->alloc(N * sizeof(int32_t));
-    a->targets = m->k->alloc(N * sizeof(int32_t));
-    if (!a->inputs || !a->targets) {
+    struct tp_scratch *x = &m->x;
+    buffer_plan scratch[SCRATCH] = {
+        {&x->gelu, N * 4 * Cs * f}, {&x->dfch, N * 4 * Cs * f},  {&x->dln, N * C * f},     {&x->datty, N * Cs * f},
+        {&x->dqkv, N * 3 * Cs * f}, {&x->partial, N * C * f},    {&x->tlogit, N * f},      {&x->lse_all, tp * N * f},
+    };
+    if (!rc) rc = alloc_plan(m, scratch, SCRATCH);
+    if (rc) {
         acts_free(m);
-        return anvil_fail("tensor parallel: cannot allocate the token buffers");
+        return anvil_fail("tensor parallel: cannot allocate activations for %d micro-batches of B=%d T=%d",
+                          m->nslots, B, T);
     }
     m->B = B;
     m->T = T;
@@ -155,8 +195,10 @@ static int acts_ensure(anvil_tp *m, int B, int T) {
 /* Copies rank's shard of tensor i between a whole tensor and a local one (host memory). */
 static void shard_copy(const anvil_tp *m, int i, int rank, float *whole, float *local, int to_local) {
     split_desc d = describe(&m->cfg, i);
+    /* A stage's layers start l0 layers into the whole stacked tensor. */
+    if (per_layer(i)) whole += (size_t)m->l0 * ((m->full_offsets[i + 1] - m->full_offsets[i]) / (size_t)m->full.n_layer);
     if (d.split == REPLICATED) {
-        size_t n = m->full_offsets[i + 1] - m->full_offsets[i];
+        size_t n = m->offsets[i + 1] - m->offsets[i];
         if (to_local) memcpy(local, whole, n * sizeof(float));
         else memcpy(whole, local, n * sizeof(float));
         return;
@@ -202,6 +244,8 @@ int anvil_tp_unshard(anvil_tp *m, const float *local, float *full) {
         goto out;
     }
     m->k->download(mine, local, n * sizeof(float));
+    /* A stage writes its own layers only: the rest of full keeps what it held. */
+    m->k->download(whole, full, nfull * sizeof(float));
     for (size_t r = 0; r < tp; r++) counts[r] = n;
     m->bytes += tp * n * sizeof(float);
     if ((rc = anvil_allgather(m->g, mine, all, counts, ANVIL_F32, "tp gather parameters"))) goto out;
@@ -235,8 +279,17 @@ static void vocab_shard(const anvil_tp *m, int *v0, int *Vr, int *Vs) {
     *Vr = real < 0 ? 0 : real > *Vs ? *Vs : real;
 }
 
-static int prepare(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+static int count_targets(const int32_t *targets, size_t n) {
+    int c = 0;
+    for (size_t i = 0; i < n; i++) c += targets[i] >= 0;
+    return c;
+}
+
+static int prepare(anvil_tp *m, struct tp_slot **slot, int s, const int32_t *inputs, const int32_t *targets, int B,
+                   int T) {
     if (anvil_gpt2_batch_check(&m->cfg, B, T)) return -1;
+    if (s < 0 || s >= m->nslots)
+        return anvil_fail("tensor parallel: micro-batch slot %d of %d", s, m->nslots);
     for (size_t i = 0; i < (size_t)B * T; i++) {
         if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size)
             return anvil_fail("tensor parallel: input token %d at position %zu is outside the vocabulary (%d)",
@@ -246,23 +299,29 @@ static int prepare(anvil_tp *m, const int32_t *inputs, const int32_t *targets, i
                               targets[i], i, m->cfg.vocab_size);
     }
     if (acts_ensure(m, B, T)) return -1;
-    m->k->upload(m->a.inputs, inputs, (size_t)B * T * sizeof(int32_t));
-    m->k->upload(m->a.targets, targets, (size_t)B * T * sizeof(int32_t));
+    struct tp_slot *a = *slot = &m->slots[s];
+    m->k->upload(a->inputs, inputs, (size_t)B * T * sizeof(int32_t));
+    m->k->upload(a->targets, targets, (size_t)B * T * sizeof(int32_t));
+    a->count = count_targets(targets, (size_t)B * T);
     return 0;
 }
 
-/* The forward through the final LayerNorm: every rank ends with the same lnf. */
-static int forward_body(anvil_tp *m, int B, int T) {
+/* The embedding (first stage) and the stage's layers: every rank of the
+ * group ends with the same resid[L]. */
+static int forward_body(anvil_tp *m, struct tp_slot *a) {
     const anvil_kernels *k = m->k;
-    struct tp_acts *a = &m->a;
-    int L = m->cfg.n_layer, C = m->cfg.n_embd, N = B * T, Cs = C / m->tp, NHs = m->cfg.n_head / m->tp;
-    size_t NC = (size_t)N * C, NCs = (size_t)N * Cs, L1 = (size_t)L;
-    int v0, Vr, Vs;
-    vocab_shard(m, &v0, &Vr, &Vs);
-    /* wpe rides along on rank 0 only, so the all-reduce adds it once. */
-    k->encoder_shard_forward(a->resid, a->inputs, P(m, ANVIL_GPT2_WTE), m->rank ? NULL : P(m, ANVIL_GPT2_WPE), B, T,
-                             C, v0, Vs);
-    if (allreduce(m, a->resid, NC, "tp embedding forward")) return -1;
+    struct tp_scratch *x = &m->x;
+    int B = m->B, T = m->T, L = m->cfg.n_layer, C = m->cfg.n_embd, N = B * T, Cs = C / m->tp;
+    int NHs = m->cfg.n_head / m->tp;
+    size_t NC = (size_t)N * C, NCs = (size_t)N * Cs;
+    if (m->first) {
+        int v0, Vr, Vs;
+        vocab_shard(m, &v0, &Vr, &Vs);
+        /* wpe rides along on rank 0 only, so the all-reduce adds it once. */
+        k->encoder_shard_forward(a->resid, a->inputs, P(m, ANVIL_GPT2_WTE), m->rank ? NULL : P(m, ANVIL_GPT2_WPE), B,
+                                 T, C, v0, Vs);
+        if (allreduce(m, a->resid, NC, "tp embedding forward")) return -1;
+    }
     for (int l = 0; l < L; l++) {
         float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NCs;
         float *atty = a->atty + l * NCs, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
@@ -274,38 +333,38 @@ static int forward_body(anvil_tp *m, int B, int T) {
                           3 * Cs, 0);
         if (k->attention_forward(atty, a->lse + (size_t)l * NHs * N, qkv, B, T, Cs, NHs)) return -1;
         /* Row-parallel: partial products summed across the group; the bias is added once, by rank 0. */
-        k->matmul_forward(a->partial, atty, P(m, ANVIL_GPT2_ATTPROJW) + (size_t)l * C * Cs,
+        k->matmul_forward(x->partial, atty, P(m, ANVIL_GPT2_ATTPROJW) + (size_t)l * C * Cs,
                           m->rank ? NULL : P(m, ANVIL_GPT2_ATTPROJB) + lc, N, Cs, C, 0);
-        if (allreduce(m, a->partial, NC, "tp attention forward")) return -1;
+        if (allreduce(m, x->partial, NC, "tp attention forward")) return -1;
         k->copy(res2, res, NC);
-        k->add_inplace(res2, a->partial, NC);
+        k->add_inplace(res2, x->partial, NC);
         k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, res2,
                              P(m, ANVIL_GPT2_LN2W) + lc, P(m, ANVIL_GPT2_LN2B) + lc, N, C);
         k->matmul_forward(fch, ln2, P(m, ANVIL_GPT2_FCW) + lf, P(m, ANVIL_GPT2_FCB) + (size_t)l * 4 * Cs, N, C,
                           4 * Cs, 0);
-        k->gelu_forward(a->gelu, fch, 4 * NCs);
-        k->matmul_forward(a->partial, a->gelu, P(m, ANVIL_GPT2_FCPROJW) + lf,
+        k->gelu_forward(x->gelu, fch, 4 * NCs);
+        k->matmul_forward(x->partial, x->gelu, P(m, ANVIL_GPT2_FCPROJW) + lf,
                           m->rank ? NULL : P(m, ANVIL_GPT2_FCPROJB) + lc, N, 4 * Cs, C, 0);
-        if (allreduce(m, a->partial, NC, "tp mlp forward")) return -1;
+        if (allreduce(m, x->partial, NC, "tp mlp forward")) return -1;
         k->copy(out, res2, NC);
-        k->add_inplace(out, a->partial, NC);
+        k->add_inplace(out, x->partial, NC);
     }
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + L1 * NC, P(m, ANVIL_GPT2_LNFW),
-                         P(m, ANVIL_GPT2_LNFB), N, C);
     return 0;
 }
 
-/* The vocabulary-parallel loss: each shard's log-sum-exp and target logit,
- * combined across the group. Leaves the global log-sum-exp in a->cls_lse for
- * the backward and sets *loss to the mean over targets >= 0. The combination
- * is N values per shard, done on the host in double. */
-static int head_forward(anvil_tp *m, const int32_t *targets, int N, float *loss) {
+/* The final LayerNorm and the vocabulary-parallel loss: each shard's
+ * log-sum-exp and target logit, combined across the group. Leaves the
+ * global log-sum-exp in a->cls_lse for the backward and sets *loss to the
+ * mean over targets >= 0. The combination is N values per shard, done on
+ * the host in double. */
+static int head_forward(anvil_tp *m, struct tp_slot *a, const int32_t *targets, float *loss) {
     const anvil_kernels *k = m->k;
-    struct tp_acts *a = &m->a;
-    int v0, Vr, Vs, tp = m->tp;
+    struct tp_scratch *x = &m->x;
+    int N = m->B * m->T, C = m->cfg.n_embd, L = m->cfg.n_layer, v0, Vr, Vs, tp = m->tp;
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * N * C, P(m, ANVIL_GPT2_LNFW),
+                         P(m, ANVIL_GPT2_LNFB), N, C);
     vocab_shard(m, &v0, &Vr, &Vs);
-    if (k->classifier_shard_stats(a->cls_lse, a->tlogit, a->lnf, P(m, ANVIL_GPT2_WTE), a->targets, N,
-                                  m->cfg.n_embd, v0, Vr, Vs))
+    if (k->classifier_shard_stats(a->cls_lse, x->tlogit, a->lnf, P(m, ANVIL_GPT2_WTE), a->targets, N, C, v0, Vr, Vs))
         return -1;
     size_t *counts = malloc((size_t)tp * sizeof *counts);
     float *host = malloc(((size_t)tp + 2) * N * sizeof(float));
@@ -316,97 +375,115 @@ static int head_forward(anvil_tp *m, const int32_t *targets, int N, float *loss)
     }
     for (int r = 0; r < tp; r++) counts[r] = (size_t)N;
     m->bytes += (size_t)tp * N * sizeof(float);
-    int rc = anvil_allgather(m->g, a->cls_lse, a->lse_all, counts, ANVIL_F32, "tp loss log-sum-exp");
-    if (!rc) rc = allreduce(m, a->tlogit, (size_t)N, "tp loss target logit");
+    int rc = anvil_allgather(m->g, a->cls_lse, x->lse_all, counts, ANVIL_F32, "tp loss log-sum-exp");
+    if (!rc) rc = allreduce(m, x->tlogit, (size_t)N, "tp loss target logit");
     if (!rc) {
         float *all = host, *tl = host + (size_t)tp * N, *lse = tl + N;
-        k->download(all, a->lse_all, (size_t)tp * N * sizeof(float));
-        k->download(tl, a->tlogit, (size_t)N * sizeof(float));
+        k->download(all, x->lse_all, (size_t)tp * N * sizeof(float));
+        k->download(tl, x->tlogit, (size_t)N * sizeof(float));
         double sum = 0.0;
-        int count = 0;
         for (int i = 0; i < N; i++) {
             float mx = -INFINITY;
             for (int r = 0; r < tp; r++) mx = all[(size_t)r * N + i] > mx ? all[(size_t)r * N + i] : mx;
             double s = 0.0;
             for (int r = 0; r < tp; r++) s += exp((double)all[(size_t)r * N + i] - mx);
             lse[i] = (float)(mx + log(s));
-            if (targets[i] >= 0) {
-                sum += (double)lse[i] - tl[i];
-                count++;
-            }
+            if (targets[i] >= 0) sum += (double)lse[i] - tl[i];
         }
         k->upload(a->cls_lse, lse, (size_t)N * sizeof(float));
-        *loss = count ? (float)(sum / count) : 0.0f;
+        *loss = a->count ? (float)(sum / a->count) : 0.0f;
     }
     free(counts);
     free(host);
     return rc;
 }
 
-static int count_targets(const int32_t *targets, size_t n) {
-    int c = 0;
-    for (size_t i = 0; i < n; i++) c += targets[i] >= 0;
-    return c;
+int anvil_tp_stage_forward(anvil_tp *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T,
+                           float *loss) {
+    struct tp_slot *a = NULL;
+    if (prepare(m, &a, slot, inputs, targets, B, T) || forward_body(m, a)) return -1;
+    return m->last ? head_forward(m, a, targets, loss) : 0;
 }
 
-int anvil_tp_forward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
-    if (prepare(m, inputs, targets, B, T) || forward_body(m, B, T)) return -1;
-    return head_forward(m, targets, B * T, loss);
-}
-
-int anvil_tp_forward_backward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T,
-                              float grad_scale, float *loss) {
-    if (prepare(m, inputs, targets, B, T) || forward_body(m, B, T)) return -1;
-    int N = B * T;
-    if (head_forward(m, targets, N, loss)) return -1;
+int anvil_tp_stage_backward(anvil_tp *m, int slot, float grad_scale) {
     const anvil_kernels *k = m->k;
-    struct tp_acts *a = &m->a;
-    int L = m->cfg.n_layer, C = m->cfg.n_embd, Cs = C / m->tp, NHs = m->cfg.n_head / m->tp;
+    struct tp_slot *a = &m->slots[slot];
+    struct tp_scratch *x = &m->x;
+    int B = m->B, T = m->T, N = B * T, L = m->cfg.n_layer, C = m->cfg.n_embd, Cs = C / m->tp;
+    int NHs = m->cfg.n_head / m->tp, v0, Vr, Vs;
     size_t NC = (size_t)N * C, NCs = (size_t)N * Cs;
-    int count = count_targets(targets, (size_t)N), v0, Vr, Vs;
-    float dscale = count ? grad_scale / (float)count : 0.0f;
     vocab_shard(m, &v0, &Vr, &Vs);
-
-    if (k->classifier_shard_backward(a->dln, G(m, ANVIL_GPT2_WTE), a->lnf, P(m, ANVIL_GPT2_WTE), a->cls_lse,
-                                     a->targets, N, C, v0, Vr, Vs, dscale))
-        return -1;
-    if (allreduce(m, a->dln, NC, "tp loss backward")) return -1;
-    k->zero(a->dres, NC * sizeof(float));
-    k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LNFW), G(m, ANVIL_GPT2_LNFB), a->dln, a->resid + (size_t)L * NC,
-                          P(m, ANVIL_GPT2_LNFW), a->lnf_mean, a->lnf_rstd, N, C);
+    if (m->last) {
+        float dscale = a->count ? grad_scale / (float)a->count : 0.0f;
+        if (k->classifier_shard_backward(x->dln, G(m, ANVIL_GPT2_WTE), a->lnf, P(m, ANVIL_GPT2_WTE), a->cls_lse,
+                                         a->targets, N, C, v0, Vr, Vs, dscale))
+            return -1;
+        if (allreduce(m, x->dln, NC, "tp loss backward")) return -1;
+        k->zero(a->dres, NC * sizeof(float));
+        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LNFW), G(m, ANVIL_GPT2_LNFB), x->dln,
+                              a->resid + (size_t)L * NC, P(m, ANVIL_GPT2_LNFW), a->lnf_mean, a->lnf_rstd, N, C);
+    }
     for (int l = L - 1; l >= 0; l--) {
         float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NCs;
         float *atty = a->atty + l * NCs, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
         float *fch = a->fch + l * 4 * NCs;
         size_t lc = (size_t)l * C, lq = (size_t)l * 3 * Cs * C, lf = (size_t)l * 4 * Cs * C;
-        k->gelu_forward(a->gelu, fch, 4 * NCs);
-        k->matmul_backward(a->dfch, G(m, ANVIL_GPT2_FCPROJW) + lf, G(m, ANVIL_GPT2_FCPROJB) + lc, a->dres, a->gelu,
+        k->gelu_forward(x->gelu, fch, 4 * NCs);
+        k->matmul_backward(x->dfch, G(m, ANVIL_GPT2_FCPROJW) + lf, G(m, ANVIL_GPT2_FCPROJB) + lc, a->dres, x->gelu,
                            P(m, ANVIL_GPT2_FCPROJW) + lf, N, 4 * Cs, C);
-        k->gelu_backward(a->dfch, fch, a->dfch, 4 * NCs);
-        k->matmul_backward(a->dln, G(m, ANVIL_GPT2_FCW) + lf, G(m, ANVIL_GPT2_FCB) + (size_t)l * 4 * Cs, a->dfch,
+        k->gelu_backward(x->dfch, fch, x->dfch, 4 * NCs);
+        k->matmul_backward(x->dln, G(m, ANVIL_GPT2_FCW) + lf, G(m, ANVIL_GPT2_FCB) + (size_t)l * 4 * Cs, x->dfch,
                            ln2, P(m, ANVIL_GPT2_FCW) + lf, N, C, 4 * Cs);
-        if (allreduce(m, a->dln, NC, "tp mlp backward")) return -1;
-        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LN2W) + lc, G(m, ANVIL_GPT2_LN2B) + lc, a->dln, res2,
+        if (allreduce(m, x->dln, NC, "tp mlp backward")) return -1;
+        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LN2W) + lc, G(m, ANVIL_GPT2_LN2B) + lc, x->dln, res2,
                               P(m, ANVIL_GPT2_LN2W) + lc, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N,
                               N, C);
-        k->matmul_backward(a->datty, G(m, ANVIL_GPT2_ATTPROJW) + (size_t)l * C * Cs, G(m, ANVIL_GPT2_ATTPROJB) + lc,
+        k->matmul_backward(x->datty, G(m, ANVIL_GPT2_ATTPROJW) + (size_t)l * C * Cs, G(m, ANVIL_GPT2_ATTPROJB) + lc,
                            a->dres, atty, P(m, ANVIL_GPT2_ATTPROJW) + (size_t)l * C * Cs, N, Cs, C);
-        if (k->attention_backward(a->dqkv, a->datty, atty, a->lse + (size_t)l * NHs * N, qkv, B, T, Cs, NHs))
+        if (k->attention_backward(x->dqkv, x->datty, atty, a->lse + (size_t)l * NHs * N, qkv, B, T, Cs, NHs))
             return -1;
-        k->matmul_backward(a->dln, G(m, ANVIL_GPT2_QKVW) + lq, G(m, ANVIL_GPT2_QKVB) + (size_t)l * 3 * Cs, a->dqkv,
+        k->matmul_backward(x->dln, G(m, ANVIL_GPT2_QKVW) + lq, G(m, ANVIL_GPT2_QKVB) + (size_t)l * 3 * Cs, x->dqkv,
                            ln1, P(m, ANVIL_GPT2_QKVW) + lq, N, C, 3 * Cs);
-        if (allreduce(m, a->dln, NC, "tp attention backward")) return -1;
-        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LN1W) + lc, G(m, ANVIL_GPT2_LN1B) + lc, a->dln, res,
+        if (allreduce(m, x->dln, NC, "tp attention backward")) return -1;
+        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LN1W) + lc, G(m, ANVIL_GPT2_LN1B) + lc, x->dln, res,
                               P(m, ANVIL_GPT2_LN1W) + lc, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N,
                               N, C);
     }
-    k->encoder_shard_backward(G(m, ANVIL_GPT2_WTE), G(m, ANVIL_GPT2_WPE), a->dres, a->inputs, B, T, C, v0, Vs);
+    if (m->first)
+        k->encoder_shard_backward(G(m, ANVIL_GPT2_WTE), G(m, ANVIL_GPT2_WPE), a->dres, a->inputs, B, T, C, v0, Vs);
     return 0;
+}
+
+float *anvil_tp_stage_input(anvil_tp *m, int slot) { return m->slots[slot].resid; }
+float *anvil_tp_stage_output(anvil_tp *m, int slot) {
+    return m->slots[slot].resid + (size_t)m->cfg.n_layer * m->B * m->T * m->cfg.n_embd;
+}
+float *anvil_tp_stage_grad(anvil_tp *m, int slot) { return m->slots[slot].dres; }
+
+int anvil_tp_stage_ready(anvil_tp *m, int B, int T) { return acts_ensure(m, B, T); }
+
+int anvil_tp_forward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
+    return anvil_tp_stage_forward(m, 0, inputs, targets, B, T, loss);
+}
+
+int anvil_tp_forward_backward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                              float grad_scale, float *loss) {
+    if (anvil_tp_stage_forward(m, 0, inputs, targets, B, T, loss)) return -1;
+    return anvil_tp_stage_backward(m, 0, grad_scale);
+}
+
+/* Whether this stage's copy of tensor i counts in the norm: wte, shared by the first and last stage
+ * (equal gradients once the pipeline has summed them), counts on the first only. */
+static int owned(const anvil_tp *m, int i) {
+    if (i == ANVIL_GPT2_WTE || i == ANVIL_GPT2_WPE) return m->first;
+    if (i == ANVIL_GPT2_LNFW || i == ANVIL_GPT2_LNFB) return m->last;
+    return 1;
 }
 
 int anvil_tp_grad_sumsq(anvil_tp *m, double *sumsq) {
     double split = 0.0, replicated = 0.0;
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        if (!owned(m, i)) continue;
         double s = m->k->sumsq(G(m, i), m->offsets[i + 1] - m->offsets[i]);
         if (anvil_tp_is_split(i)) split += s;
         else replicated += s;

@@ -62,10 +62,34 @@ void anvil_tp_zero_grad(anvil_tp *m);
  * mean loss. Collective. Returns 0 or -1 after anvil_fail. */
 int anvil_tp_forward_backward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                               float grad_scale, float *loss);
+/* Pipeline stages (src/dist/pipeline.h) are shards of a range of layers, with several micro-batches'
+ * activations ("slots") alive at once. A stage of layers [l0, l1) holds the embedding when l0 = 0
+ * and the final LayerNorm and the loss when l1 = n_layer; every stage keeps the head tensors' place
+ * in the layout (wte, wpe, lnf), used only where they belong. anvil_tp_new is the stage of every
+ * layer with one slot. */
+anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g, int l0, int l1,
+                             int nslots);
+/* Allocates the slots for micro-batches of B x T (a no-op when they are), so that a stage's input
+ * can be received into anvil_tp_stage_input before its forward. Returns 0 or -1 after anvil_fail. */
+int anvil_tp_stage_ready(anvil_tp *m, int B, int T);
+/* A micro-batch's forward in slot: the first stage embeds inputs, the others start from what
+ * anvil_tp_stage_input(slot) holds ([B,T,C], the previous stage's output); the stage's output is
+ * then at anvil_tp_stage_output(slot), and the last stage sets *loss. Collective over the group. */
+int anvil_tp_stage_forward(anvil_tp *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T,
+                           float *loss);
+/* Its backward, accumulating the gradient of mean_loss * grad_scale: the last stage starts from the
+ * loss, the others from anvil_tp_stage_grad(slot) (the gradient of their output, received), which
+ * then holds the gradient of the stage's input, for the previous stage. */
+int anvil_tp_stage_backward(anvil_tp *m, int slot, float grad_scale);
+float *anvil_tp_stage_input(anvil_tp *m, int slot);
+float *anvil_tp_stage_output(anvil_tp *m, int slot);
+float *anvil_tp_stage_grad(anvil_tp *m, int slot);
+
 /* Evaluation: the mean loss only. Collective. */
 int anvil_tp_forward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
-/* The squared norm of the whole model's gradient: split tensors summed over the group, replicated
- * ones counted once. Collective; returns 0 or -1 after anvil_fail. */
+/* The squared norm of the gradient of the model's (or stage's) tensors: split tensors summed over
+ * the group, replicated ones counted once; a stage counts wte and wpe on the first stage and lnf on
+ * the last only. Collective; returns 0 or -1 after anvil_fail. */
 int anvil_tp_grad_sumsq(anvil_tp *m, double *sumsq);
 /* Bytes this rank has passed to the group's collectives so far. */
 uint64_t anvil_tp_bytes(const anvil_tp *m);
