@@ -1,0 +1,185 @@
+#include "dist/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+
+struct anvil_pp {
+    anvil_gpt2_config cfg;
+    const anvil_grid *grid;
+    anvil_tp *stage;
+    anvil_group *tied; /* the first and last stage, which share wte (NULL when one stage) */
+    anvil_pp_schedule schedule;
+    int micro, nslots, s, P, l0, l1;
+    anvil_req **sends; /* per slot: the forward output's send and the input gradient's, in flight */
+    int in_flight, max_in_flight;
+    uint64_t bytes_sent;
+};
+
+anvil_tp *anvil_pp_stage(anvil_pp *p) { return p->stage; }
+int anvil_pp_max_in_flight(const anvil_pp *p) { return p->max_in_flight; }
+uint64_t anvil_pp_bytes_sent(const anvil_pp *p) { return p->bytes_sent; }
+
+void anvil_pp_layers(const anvil_pp *p, int *l0, int *l1) {
+    *l0 = p->l0;
+    *l1 = p->l1;
+}
+
+anvil_pp *anvil_pp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, const anvil_grid *grid, int micro,
+                       anvil_pp_schedule schedule) {
+    if (micro < 1) {
+        anvil_fail("pipeline: %d micro-batches; at least 1", micro);
+        return NULL;
+    }
+    anvil_pp *p = calloc(1, sizeof *p);
+    if (!p) {
+        anvil_fail("pipeline: out of memory");
+        return NULL;
+    }
+    p->cfg = *cfg;
+    p->grid = grid;
+    p->schedule = schedule;
+    p->micro = micro;
+    p->P = grid->pp;
+    p->s = grid->pp_rank;
+    p->l0 = p->s * cfg->n_layer / p->P;
+    p->l1 = (p->s + 1) * cfg->n_layer / p->P;
+    /* 1F1B keeps at most P - s micro-batches alive; GPipe all of them. */
+    int bound = schedule == ANVIL_PP_1F1B ? p->P - p->s : micro;
+    p->nslots = bound < micro ? bound : micro;
+    p->sends = calloc((size_t)p->nslots * 2, sizeof *p->sends);
+    p->stage = p->sends ? anvil_tp_new_stage(cfg, k, grid->tp_group, p->l0, p->l1, p->nslots) : NULL;
+    if (!p->stage) {
+        if (!p->sends) anvil_fail("pipeline: out of memory");
+        anvil_pp_free(p);
+        return NULL;
+    }
+    if (p->P > 1) {
+        int ends = p->s == 0 || p->s == p->P - 1;
+        char name[32];
+        snprintf(name, sizeof name, "%s of pp group %d", ends ? "tied wte" : "middle stages",
+                 grid->dp_rank * grid->tp + grid->tp_rank);
+        if (!(p->tied = anvil_group_split(grid->pp_group, ends, p->s, name))) {
+            anvil_pp_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+void anvil_pp_free(anvil_pp *p) {
+    if (!p) return;
+    for (int i = 0; p->sends && i < 2 * p->nslots; i++)
+        if (p->sends[i]) anvil_wait(p->sends[i]);
+    free(p->sends);
+    anvil_group_free(p->tied);
+    anvil_tp_free(p->stage);
+    free(p);
+}
+
+/* Waits for the sends from a slot before it is written again. */
+static int drain_slot(anvil_pp *p, int slot) {
+    int rc = 0;
+    for (int j = 0; j < 2; j++) {
+        anvil_req **r = &p->sends[2 * slot + j];
+        if (*r && anvil_wait(*r)) rc = -1;
+        *r = NULL;
+    }
+    return rc;
+}
+
+typedef struct {
+    const int32_t *inputs, *targets;
+    int B, T;
+    float grad_scale;
+    double loss_sum;
+} step_args;
+
+/* Tags keep a micro-batch's activation apart from its gradient and from other micro-batches'. */
+static int tag_of(int mb, int backward) { return 2 * mb + backward; }
+
+static int forward(anvil_pp *p, step_args *a, int mb) {
+    int slot = mb % p->nslots;
+    size_t BT = (size_t)a->B * a->T, n = BT * (size_t)p->cfg.n_embd;
+    if (drain_slot(p, slot)) return -1;
+    if (p->s > 0 && anvil_wait(anvil_irecv(p->grid->pp_group, anvil_tp_stage_input(p->stage, slot), n, ANVIL_F32,
+                                           p->s - 1, tag_of(mb, 0), "pp activation")))
+        return -1;
+    float loss = 0.0f;
+    if (anvil_tp_stage_forward(p->stage, slot, a->inputs + mb * BT, a->targets + mb * BT, a->B, a->T, &loss))
+        return -1;
+    a->loss_sum += loss;
+    if (++p->in_flight > p->max_in_flight) p->max_in_flight = p->in_flight;
+    if (p->s < p->P - 1) {
+        anvil_req *r = anvil_isend(p->grid->pp_group, anvil_tp_stage_output(p->stage, slot), n, ANVIL_F32, p->s + 1,
+                                   tag_of(mb, 0), "pp activation");
+        if (!r) return -1;
+        p->sends[2 * slot] = r;
+        p->bytes_sent += n * sizeof(float);
+    }
+    return 0;
+}
+
+static int backward(anvil_pp *p, step_args *a, int mb) {
+    int slot = mb % p->nslots;
+    size_t n = (size_t)a->B * a->T * (size_t)p->cfg.n_embd;
+    if (p->s < p->P - 1 && anvil_wait(anvil_irecv(p->grid->pp_group, anvil_tp_stage_grad(p->stage, slot), n,
+                                                  ANVIL_F32, p->s + 1, tag_of(mb, 1), "pp gradient")))
+        return -1;
+    if (anvil_tp_stage_backward(p->stage, slot, a->grad_scale / (float)p->micro)) return -1;
+    p->in_flight--;
+    if (p->s > 0) {
+        anvil_req *r = anvil_isend(p->grid->pp_group, anvil_tp_stage_grad(p->stage, slot), n, ANVIL_F32, p->s - 1,
+                                   tag_of(mb, 1), "pp gradient");
+        if (!r) return -1;
+        p->sends[2 * slot + 1] = r;
+        p->bytes_sent += n * sizeof(float);
+    }
+    return 0;
+}
+
+static int run_schedule(anvil_pp *p, step_args *a) {
+    int m = p->micro;
+    if (p->schedule == ANVIL_PP_GPIPE) {
+        for (int i = 0; i < m; i++)
+            if (forward(p, a, i)) return -1;
+        for (int i = 0; i < m; i++)
+            if (backward(p, a, i)) return -1;
+        return 0;
+    }
+    int warm = p->P - p->s - 1 < m ? p->P - p->s - 1 : m;
+    for (int i = 0; i < warm; i++)
+        if (forward(p, a, i)) return -1;
+    for (int i = 0; i < m - warm; i++)
+        if (forward(p, a, warm + i) || backward(p, a, i)) return -1;
+    for (int i = m - warm; i < m; i++)
+        if (backward(p, a, i)) return -1;
+    return 0;
+}
+
+int anvil_pp_forward_backward(anvil_pp *p, const int32_t *inputs, const int32_t *targets, int B, int T,
+                              float grad_scale, float *loss) {
+    step_args a = {inputs, targets, B, T, grad_scale, 0.0};
+    if (anvil_tp_stage_ready(p->stage, B, T) || run_schedule(p, &a)) return -1;
+    for (int slot = 0; slot < p->nslots; slot++)
+        if (drain_slot(p, slot)) return -1;
+    /* The tied wte: the first stage's embedding gradient plus the last stage's LM head gradient. */
+    anvil_tp *st = p->stage;
+    const size_t *off = anvil_tp_offsets(st);
+    int ends = p->s == 0 || p->s == p->P - 1;
+    if (p->tied && ends &&
+        anvil_allreduce(p->tied, anvil_tp_grads(st) + off[ANVIL_GPT2_WTE], off[ANVIL_GPT2_WTE + 1] - off[ANVIL_GPT2_WTE],
+                        ANVIL_F32, "pp tied wte gradient"))
+        return -1;
+    /* Only the last stage has the loss; the stages sum what they have. */
+    double l = p->s == p->P - 1 ? a.loss_sum / p->micro : 0.0;
+    if (p->P > 1 && anvil_allreduce(p->grid->pp_group, &l, 1, ANVIL_F64, "pp loss")) return -1;
+    *loss = (float)l;
+    return 0;
+}
+
+int anvil_pp_grad_sumsq(anvil_pp *p, double *sumsq) {
+    if (anvil_tp_grad_sumsq(p->stage, sumsq)) return -1;
+    return p->P > 1 ? anvil_allreduce(p->grid->pp_group, sumsq, 1, ANVIL_F64, "pp gradient norm") : 0;
+}
