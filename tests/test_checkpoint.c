@@ -351,7 +351,7 @@ static int shard_slices(const trained *t, int g, anvil_ckpt_slice *sl, int drop_
 }
 
 static int save_sharded_step(const char *run, const trained *t, int64_t step, int drop, int dup) {
-    anvil_ckpt_layout lay = {2, 3, 2, 1};
+    anvil_ckpt_layout lay = {2, 3, 2, 1, 1};
     anvil_ckpt_state st = state_of(t, step);
     st.layout = &lay;
     char tmp[PATH_MAX + 64], out[PATH_MAX];

@@ -65,6 +65,7 @@ typedef struct {
     /* Ranks per tensor-parallel group (0 or 1: none). Tensor-parallel runs gather their shards and
      * save whole tensors, so any layout can read them back. */
     int tensor_parallel;
+    int pipeline_parallel; /* stages (0 or 1: none); saved whole the same way */
 } anvil_ckpt_layout;
 
 /* What to save. step counts completed optimizer steps, so a resumed run

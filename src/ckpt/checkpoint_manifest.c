@@ -78,7 +78,9 @@ char *ckpt_build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file *f
     ok = ok && cJSON_AddNumberToObject(o, "world", s->layout.world) && cJSON_AddNumberToObject(o, "rank", 0) &&
          cJSON_AddNumberToObject(o, "zero_stage", s->layout.zero_stage) &&
          cJSON_AddNumberToObject(o, "shard_group", s->layout.shard_group) &&
-         cJSON_AddNumberToObject(o, "tensor_parallel", s->layout.tensor_parallel > 1 ? s->layout.tensor_parallel : 1);
+         cJSON_AddNumberToObject(o, "tensor_parallel", s->layout.tensor_parallel > 1 ? s->layout.tensor_parallel : 1) &&
+         cJSON_AddNumberToObject(o, "pipeline_parallel",
+                                 s->layout.pipeline_parallel > 1 ? s->layout.pipeline_parallel : 1);
     cJSON *arr = ok ? cJSON_AddArrayToObject(root, "files") : NULL;
     ok = ok && arr;
     for (int i = 0; ok && i < nfiles; i++) {

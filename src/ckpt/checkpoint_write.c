@@ -204,7 +204,7 @@ anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const 
         anvil_ckpt_snapshot_free(s);
         return NULL;
     }
-    s->layout = st->layout ? *st->layout : (anvil_ckpt_layout){1, 0, 1, 1};
+    s->layout = st->layout ? *st->layout : (anvil_ckpt_layout){1, 0, 1, 1, 1};
     s->acfg = *ac;
     s->t = st->opt->t;
     s->loader = st->loader;

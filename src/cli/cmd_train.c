@@ -82,6 +82,10 @@ static const char *usage =
     "  --tp T                  tensor parallelism: each layer split over groups of T neighbouring ranks\n"
     "                          (heads and vocabulary split), data parallel over the ranks / T groups;\n"
     "                          checkpoints hold whole tensors, so any layout resumes them\n"
+    "  --pp P                  pipeline parallelism: the layers split into P stages of tensor-parallel\n"
+    "                          groups (TP innermost, then data parallel, then PP), the accumulation\n"
+    "                          steps (--total-batch-tokens) flowing through as micro-batches\n"
+    "  --pp-schedule S         1f1b (default: at most P micro-batches alive per stage) or gpipe\n"
     "  --collective-timeout S  abort the job (exit 76) when a collective waits longer than S seconds,\n"
     "                          naming the ranks that did not answer (default 600)\n"
     "  --batch and --total-batch-tokens: the batch is per rank; the total counts all ranks\n"
@@ -185,6 +189,11 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(o, "--zero")) bad = arg_int(cmd, o, v, 0, 3, &c.zero_stage);
         else if (!strcmp(o, "--shard-group-size")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.shard_group_size);
         else if (!strcmp(o, "--tp")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.tensor_parallel);
+        else if (!strcmp(o, "--pp")) bad = arg_int(cmd, o, v, 1, 1 << 20, &c.pipeline_parallel);
+        else if (!strcmp(o, "--pp-schedule")) {
+            if (!strcmp(v, "gpipe")) c.pipeline_gpipe = 1;
+            else if (strcmp(v, "1f1b")) return cli_usage_error(cmd, "--pp-schedule must be 1f1b or gpipe, got '%s'", v);
+        }
         else if (!strcmp(o, "--collective-timeout")) bad = arg_double(cmd, o, v, &coll_timeout);
         else if (!strcmp(o, "--metrics-port")) bad = arg_int(cmd, o, v, 0, 65535, &c.metrics_port);
         else if (!strcmp(o, "--profile")) c.profile_dir = v;

@@ -7,6 +7,7 @@
 
 struct anvil_pp {
     anvil_gpt2_config cfg;
+    const anvil_kernels *stage_k;
     const anvil_grid *grid;
     anvil_tp *stage;
     anvil_group *tied; /* the first and last stage, which share wte (NULL when one stage) */
@@ -38,6 +39,7 @@ anvil_pp *anvil_pp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, con
         return NULL;
     }
     p->cfg = *cfg;
+    p->stage_k = k;
     p->grid = grid;
     p->schedule = schedule;
     p->micro = micro;
@@ -139,6 +141,14 @@ static int backward(anvil_pp *p, step_args *a, int mb) {
     return 0;
 }
 
+/* Only the last stage has the loss: the stages sum what they have. */
+static int share_loss(anvil_pp *p, double last_stage_loss, float *loss) {
+    double l = p->s == p->P - 1 ? last_stage_loss : 0.0;
+    if (p->P > 1 && anvil_allreduce(p->grid->pp_group, &l, 1, ANVIL_F64, "pp loss")) return -1;
+    *loss = (float)l;
+    return 0;
+}
+
 static int run_schedule(anvil_pp *p, step_args *a) {
     int m = p->micro;
     if (p->schedule == ANVIL_PP_GPIPE) {
@@ -172,11 +182,23 @@ int anvil_pp_forward_backward(anvil_pp *p, const int32_t *inputs, const int32_t 
         anvil_allreduce(p->tied, anvil_tp_grads(st) + off[ANVIL_GPT2_WTE], off[ANVIL_GPT2_WTE + 1] - off[ANVIL_GPT2_WTE],
                         ANVIL_F32, "pp tied wte gradient"))
         return -1;
-    /* Only the last stage has the loss; the stages sum what they have. */
-    double l = p->s == p->P - 1 ? a.loss_sum / p->micro : 0.0;
-    if (p->P > 1 && anvil_allreduce(p->grid->pp_group, &l, 1, ANVIL_F64, "pp loss")) return -1;
-    *loss = (float)l;
-    return 0;
+    return share_loss(p, a.loss_sum / p->micro, loss);
+}
+
+int anvil_pp_forward(anvil_pp *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
+    step_args a = {inputs, targets, B, T, 0.0f, 0.0};
+    if (anvil_tp_stage_ready(p->stage, B, T) || forward(p, &a, 0)) return -1;
+    p->in_flight--;
+    return drain_slot(p, 0) ? -1 : share_loss(p, a.loss_sum, loss);
+}
+
+int anvil_pp_unshard(anvil_pp *p, const float *local, float *full) {
+    const anvil_kernels *k = p->stage_k;
+    size_t n = anvil_gpt2_num_params(&p->cfg);
+    /* Each stage writes its own tensors over zeros; the sum over the stages is the whole. */
+    k->zero(full, n * sizeof(float));
+    if (anvil_tp_unshard(p->stage, local, full)) return -1;
+    return p->P > 1 ? anvil_allreduce(p->grid->pp_group, full, n, ANVIL_F32, "pp gather parameters") : 0;
 }
 
 int anvil_pp_grad_sumsq(anvil_pp *p, double *sumsq) {

@@ -45,6 +45,11 @@ void anvil_pp_layers(const anvil_pp *p, int *l0, int *l1);
  * sets *loss to that mean on every rank. Collective over the grid's PP and TP groups. */
 int anvil_pp_forward_backward(anvil_pp *p, const int32_t *inputs, const int32_t *targets, int B, int T,
                               float grad_scale, float *loss);
+/* Evaluation: one micro-batch forward through the stages; *loss on every rank. Collective. */
+int anvil_pp_forward(anvil_pp *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
+/* Collective over the PP and TP groups: the whole buffer (parameters or a moment; anvil_gpt2's
+ * layout, backend memory) on every rank from every stage's local shard. 0 or -1 after anvil_fail. */
+int anvil_pp_unshard(anvil_pp *p, const float *local, float *full);
 /* The whole model's squared gradient norm, every tensor counted once. Collective. */
 int anvil_pp_grad_sumsq(anvil_pp *p, double *sumsq);
 /* The most micro-batches whose activations this stage held at once, over every step so far. */

@@ -76,6 +76,15 @@ uint64_t anvil_tp_bytes(const anvil_tp *m) { return m->bytes; }
 
 static int per_layer(int i) { return i >= ANVIL_GPT2_LN1W && i <= ANVIL_GPT2_FCPROJB; }
 
+/* Whether this stage's copy of tensor i is its own: every stage keeps the head tensors' place, but
+ * wte and wpe belong to the first stage (the last one's wte is an equal copy, its gradients summed
+ * with the first's) and the final LayerNorm to the last. */
+static int owned(const anvil_tp *m, int i) {
+    if (i == ANVIL_GPT2_WTE || i == ANVIL_GPT2_WPE) return m->first;
+    if (i == ANVIL_GPT2_LNFW || i == ANVIL_GPT2_LNFB) return m->last;
+    return 1;
+}
+
 anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g, int l0, int l1,
                              int nslots) {
     anvil_tp *m = calloc(1, sizeof *m);
@@ -250,7 +259,7 @@ int anvil_tp_unshard(anvil_tp *m, const float *local, float *full) {
     m->bytes += tp * n * sizeof(float);
     if ((rc = anvil_allgather(m->g, mine, all, counts, ANVIL_F32, "tp gather parameters"))) goto out;
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
-        for (int r = 0; r < m->tp; r++)
+        for (int r = 0; owned(m, i) && r < m->tp; r++)
             shard_copy(m, i, r, whole + m->full_offsets[i], all + (size_t)r * n + m->offsets[i], 0);
     m->k->upload(full, whole, nfull * sizeof(float));
 out:
@@ -470,14 +479,6 @@ int anvil_tp_forward_backward(anvil_tp *m, const int32_t *inputs, const int32_t 
                               float grad_scale, float *loss) {
     if (anvil_tp_stage_forward(m, 0, inputs, targets, B, T, loss)) return -1;
     return anvil_tp_stage_backward(m, 0, grad_scale);
-}
-
-/* Whether this stage's copy of tensor i counts in the norm: wte, shared by the first and last stage
- * (equal gradients once the pipeline has summed them), counts on the first only. */
-static int owned(const anvil_tp *m, int i) {
-    if (i == ANVIL_GPT2_WTE || i == ANVIL_GPT2_WPE) return m->first;
-    if (i == ANVIL_GPT2_LNFW || i == ANVIL_GPT2_LNFB) return m->last;
-    return 1;
 }
 
 int anvil_tp_grad_sumsq(anvil_tp *m, double *sumsq) {

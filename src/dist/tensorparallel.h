@@ -55,6 +55,8 @@ int anvil_tp_is_split(int i);
  * full on each of them. Return 0 or -1 after anvil_fail. */
 int anvil_tp_shard(anvil_tp *m, const float *full, float *local);
 int anvil_tp_unshard(anvil_tp *m, const float *local, float *full);
+/* (A stage writes only its own tensors into full: its layers, wte and wpe on the first stage, the
+ * final LayerNorm on the last; the rest of full is left as it was.) */
 
 void anvil_tp_zero_grad(anvil_tp *m);
 /* One training micro-step over B sequences of T tokens (the same on every rank of the group):

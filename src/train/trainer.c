@@ -19,6 +19,7 @@
 #include "dist/comm.h"
 #include "dist/dataparallel.h"
 #include "dist/grid.h"
+#include "dist/pipeline.h"
 #include "dist/tensorparallel.h"
 #include "kernels/isa.h"
 #include "obs/heartbeat.h"
@@ -62,19 +63,20 @@ int anvil_train_check(const anvil_train_config *c) {
         return anvil_fail("train: --dtype bf16: %s", why);
     }
     int world = anvil_dist_world_size(), tp = c->tensor_parallel > 1 ? c->tensor_parallel : 1;
-    if (anvil_grid_check(world, tp, 1, &m)) return -1;
-    if (tp > 1 && (c->zero_stage || c->shard_group_size))
-        return anvil_fail("train: --zero and --shard-group-size do not combine with --tp yet");
-    if (tp > 1 && c->matmul_dtype == ANVIL_MATMUL_BF16)
-        return anvil_fail("train: --tp runs in fp32 only; drop --dtype bf16");
-    /* Tensor-parallel ranks share their batch: the data ranks are the data-parallel replicas. */
-    int data_ranks = world / tp;
+    int pp = c->pipeline_parallel > 1 ? c->pipeline_parallel : 1;
+    if (anvil_grid_check(world, tp, pp, &m)) return -1;
+    if (tp * pp > 1 && (c->zero_stage || c->shard_group_size))
+        return anvil_fail("train: --zero and --shard-group-size do not combine with --tp or --pp yet");
+    if (tp * pp > 1 && c->matmul_dtype == ANVIL_MATMUL_BF16)
+        return anvil_fail("train: --tp and --pp run in fp32 only; drop --dtype bf16");
+    /* The ranks of one model replica share their batch: the data ranks are the data-parallel replicas. */
+    int data_ranks = world / (tp * pp);
     int64_t bt = (int64_t)c->B * c->T * data_ranks;
     if (c->total_batch_tokens < 0 || (c->total_batch_tokens && c->total_batch_tokens % bt)) {
         if (data_ranks > 1)
             return anvil_fail("train: --total-batch-tokens (%lld) must be a positive multiple of batch*seq*%s "
                               "(%d*%d*%d = %lld)",
-                              (long long)c->total_batch_tokens, tp > 1 ? "data-parallel ranks" : "ranks", c->B, c->T,
+                              (long long)c->total_batch_tokens, tp * pp > 1 ? "data-parallel ranks" : "ranks", c->B, c->T,
                               data_ranks, (long long)bt);
         return anvil_fail("train: --total-batch-tokens (%lld) must be a positive multiple of batch*seq (%lld)",
                           (long long)c->total_batch_tokens, (long long)bt);
@@ -130,14 +132,16 @@ static double peak_rss_mb(void) {
 
 /* Mean loss over the first val_batches batches of the val split (always
  * the same batches, so successive validations are comparable). */
-static int validate(const anvil_train_config *c, anvil_gpt2 *m, anvil_tp *tp, anvil_loader *val, int32_t *x,
-                    int32_t *y, float *out) {
+static int validate(const anvil_train_config *c, anvil_gpt2 *m, anvil_tp *tp, anvil_pp *pp, anvil_loader *val,
+                    int32_t *x, int32_t *y, float *out) {
     anvil_loader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < c->val_batches; i++) {
         float l;
         if (anvil_loader_next(val, x, y)) return -1;
-        if (tp ? anvil_tp_forward(tp, x, y, c->B, c->T, &l) : anvil_gpt2_forward(m, x, y, c->B, c->T, &l)) return -1;
+        if (pp ? anvil_pp_forward(pp, x, y, c->B, c->T, &l)
+               : tp ? anvil_tp_forward(tp, x, y, c->B, c->T, &l) : anvil_gpt2_forward(m, x, y, c->B, c->T, &l))
+            return -1;
         sum += l;
     }
     if (anvil_dist_world_size() > 1 && anvil_allreduce(anvil_dist_world(), &sum, 1, ANVIL_F64, "validation loss"))
@@ -225,7 +229,8 @@ typedef struct {
      * model above then keeps no weights (gathered when sampling or saving). */
     anvil_grid grid;
     int have_grid;
-    anvil_tp *tp;
+    anvil_tp *tp;  /* the rank's shard: of every layer, or of its pipeline stage's (owned by pp) */
+    anvil_pp *pp;
     anvil_adamw tp_opt;
     int data_rank, data_ranks; /* which slice of the data this rank reads, of how many */
     anvil_loader *train, *val;
@@ -305,6 +310,11 @@ static int resume_from(anvil_run *r) {
     return rc;
 }
 
+/* A whole buffer from the shards of tensor and pipeline parallelism (a collective). */
+static int unshard(anvil_run *r, const float *local, float *full) {
+    return r->pp ? anvil_pp_unshard(r->pp, local, full) : anvil_tp_unshard(r->tp, local, full);
+}
+
 /* The whole weights on every rank, for sampling and saving: stage 3 keeps
  * none, so they are gathered (a collective) into *gathered, which the caller
  * frees; otherwise the model's own. */
@@ -317,7 +327,7 @@ static int whole_model(anvil_run *r, anvil_gpt2 *whole, float **gathered) {
     }
     if (!(*gathered = m->k->alloc(m->nparams * sizeof(float))))
         return anvil_fail("train: out of memory gathering the parameters");
-    if (r->tp ? anvil_tp_unshard(r->tp, anvil_tp_params(r->tp), *gathered) : anvil_dp_gather_params(r->dp, *gathered)) {
+    if (r->tp ? unshard(r, anvil_tp_params(r->tp), *gathered) : anvil_dp_gather_params(r->dp, *gathered)) {
         m->k->free(*gathered);
         *gathered = NULL;
         return -1;
@@ -338,7 +348,7 @@ static int save_tp_checkpoint(anvil_run *r, anvil_ckpt_state *st, int force_sync
                                     anvil_gpt2_param_decays);
     if (!rc) {
         opt.t = r->tp_opt.t;
-        rc = anvil_tp_unshard(r->tp, r->tp_opt.m, opt.m) || anvil_tp_unshard(r->tp, r->tp_opt.v, opt.v) ? -1 : 0;
+        rc = unshard(r, r->tp_opt.m, opt.m) || unshard(r, r->tp_opt.v, opt.v) ? -1 : 0;
         st->model = &whole;
         st->opt = &opt;
         /* The snapshot is taken within the call, so the gathered copies can go right after. */
@@ -354,19 +364,20 @@ static int save_tp_checkpoint(anvil_run *r, anvil_ckpt_state *st, int force_sync
 static int save_checkpoint(anvil_run *r, int64_t step, int force_sync) {
     const anvil_train_config *c = r->c;
     /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
-    anvil_ckpt_layout lay = {r->world, 0, 1, 1};
+    anvil_ckpt_layout lay = {r->world, 0, 1, 1, 1};
     anvil_ckpt_state st = {&r->model, r->opt, {0}, r->data_rng, step, r->tokens_seen,
                            r->tok_name[0] ? r->tok_name : NULL, c->config_json,
                            r->world > 1 ? &lay : NULL};
     if (r->train) st.loader = anvil_loader_get_state(r->train);
     if (r->tp) {
         lay.tensor_parallel = r->grid.tp;
+        lay.pipeline_parallel = r->grid.pp;
         return save_tp_checkpoint(r, &st, force_sync);
     }
     if (!r->sharded) return anvil_checkpointer_save(r->ckpt, &st, NULL, force_sync);
     anvil_checkpointer_shard sh;
     anvil_dp_shard_id(r->dp, &sh.g, &sh.k, &sh.writer);
-    lay = (anvil_ckpt_layout){r->world, c->zero_stage, sh.k, 1};
+    lay = (anvil_ckpt_layout){r->world, c->zero_stage, sh.k, 1, 1};
     st.layout = &lay;
     sh.nslices = anvil_dp_num_slices(r->dp);
     anvil_ckpt_slice *sl = calloc((size_t)sh.nslices + 1, sizeof *sl);
@@ -484,8 +495,10 @@ static int open_data(anvil_run *r) {
         if (!(r->metrics = anvil_metrics_open(path))) return -1;
         if (keep_tokenizer(r)) return -1;
     }
-    r->x = malloc(r->bt * sizeof(int32_t));
-    r->y = malloc(r->bt * sizeof(int32_t));
+    /* A pipeline's step reads all its micro-batches before it starts. */
+    size_t tokens = r->bt * (size_t)(c->pipeline_parallel > 1 ? r->accum : 1);
+    r->x = malloc(tokens * sizeof(int32_t));
+    r->y = malloc(tokens * sizeof(int32_t));
     r->step_ms = malloc(sizeof(double) * (size_t)c->steps);
     if (!r->x || !r->y || !r->step_ms) return anvil_fail("train: out of memory");
     return 0;
@@ -496,7 +509,13 @@ static int open_data(anvil_run *r) {
 static int open_tensor_parallel(anvil_run *r) {
     const anvil_train_config *c = r->c;
     anvil_gpt2 *m = &r->model;
-    if (!(r->tp = anvil_tp_new(&m->cfg, r->k, r->grid.tp_group))) return -1;
+    if (r->grid.pp > 1) {
+        anvil_pp_schedule sched = c->pipeline_gpipe ? ANVIL_PP_GPIPE : ANVIL_PP_1F1B;
+        if (!(r->pp = anvil_pp_new(&m->cfg, r->k, &r->grid, r->accum, sched))) return -1;
+        r->tp = anvil_pp_stage(r->pp);
+    } else if (!(r->tp = anvil_tp_new(&m->cfg, r->k, r->grid.tp_group))) {
+        return -1;
+    }
     if (anvil_tp_shard(r->tp, m->params, anvil_tp_params(r->tp)) ||
         anvil_adamw_init_whole(&r->tp_opt, r->k, &c->adamw, anvil_tp_offsets(r->tp), ANVIL_GPT2_NPARAM,
                                anvil_gpt2_param_decays) ||
@@ -507,8 +526,11 @@ static int open_tensor_parallel(anvil_run *r) {
     r->opt = &r->tp_opt;
     m->k->free(m->params);
     m->params = NULL;
-    fprintf(c->log, "tensor parallel: %d groups of %d ranks, data parallel over %d; %.2fM parameters per rank\n",
-            r->grid.world / r->grid.tp, r->grid.tp, r->data_ranks, (double)anvil_tp_num_params(r->tp) / 1e6);
+    fprintf(c->log,
+            "model parallel: %d tensor-parallel ranks x %d pipeline stages (%s, %d micro-batches), data parallel "
+            "over %d; %.2fM parameters on rank 0\n",
+            r->grid.tp, r->grid.pp, c->pipeline_gpipe ? "GPipe" : "1F1B", r->accum, r->data_ranks,
+            (double)anvil_tp_num_params(r->tp) / 1e6);
     return 0;
 }
 
@@ -578,8 +600,9 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     r->world = anvil_dist_world_size();
     r->data_rank = r->rank;
     r->data_ranks = r->world;
-    if (c->tensor_parallel > 1) {
-        if (anvil_grid_init(&r->grid, anvil_dist_world(), c->tensor_parallel, 1)) return -1;
+    if (c->tensor_parallel > 1 || c->pipeline_parallel > 1) {
+        int tp = c->tensor_parallel > 1 ? c->tensor_parallel : 1, pp = c->pipeline_parallel > 1 ? c->pipeline_parallel : 1;
+        if (anvil_grid_init(&r->grid, anvil_dist_world(), tp, pp)) return -1;
         r->have_grid = 1;
         r->data_rank = r->grid.dp_rank;
         r->data_ranks = r->grid.dp;
@@ -632,11 +655,15 @@ static int run_step(anvil_run *r, int step) {
         anvil_gpt2_zero_grad(m);
     }
     double loss_sum = 0.0;
+    /* A pipeline takes the step's micro-batches together: they are read first, one after another. */
+    int pipelined = r->pp != NULL;
     for (int micro = 0; micro < r->accum; micro++) {
         double wait = anvil_trace_begin();
-        if (c->synthetic) fill_synthetic(&r->data_rng, r->x, r->y, r->bt, m->cfg.vocab_size);
-        else if (anvil_loader_next(r->train, r->x, r->y)) return -1;
+        int32_t *x = r->x + (pipelined ? micro * r->bt : 0), *y = r->y + (pipelined ? micro * r->bt : 0);
+        if (c->synthetic) fill_synthetic(&r->data_rng, x, y, r->bt, m->cfg.vocab_size);
+        else if (anvil_loader_next(r->train, x, y)) return -1;
         anvil_trace_end(wait, "data", c->synthetic ? "synthetic batch" : "loader wait", -1, -1);
+        if (pipelined) continue;
         float l;
         if (r->dp) anvil_dp_set_last_micro(r->dp, micro == r->accum - 1);
         float scale = 1.0f / ((float)r->accum * (float)r->data_ranks);
@@ -644,6 +671,11 @@ static int run_step(anvil_run *r, int step) {
                   : anvil_gpt2_forward_backward(m, r->x, r->y, c->B, c->T, scale, &l))
             return -1;
         loss_sum += l;
+    }
+    if (pipelined) {
+        float l;
+        if (anvil_pp_forward_backward(r->pp, r->x, r->y, c->B, c->T, 1.0f / (float)r->data_ranks, &l)) return -1;
+        loss_sum = (double)l * r->accum;
     }
     r->agreed = (step_agreement){loss_sum, stop_signal != 0,
                                  r->rank == 0 && r->ckpt && anvil_checkpointer_due(r->ckpt, step + 1)};
@@ -665,7 +697,7 @@ static int run_step(anvil_run *r, int step) {
         if (anvil_dp_step(r->dp, r->lr, c->grad_clip, &r->norm)) return -1;
     } else if (r->tp) {
         double sumsq;
-        if (anvil_tp_grad_sumsq(r->tp, &sumsq)) return -1;
+        if (r->pp ? anvil_pp_grad_sumsq(r->pp, &sumsq) : anvil_tp_grad_sumsq(r->tp, &sumsq)) return -1;
         r->norm = anvil_adamw_step(r->opt, anvil_tp_params(r->tp), anvil_tp_grads(r->tp), sumsq, c->grad_clip, r->lr);
     } else {
         double sumsq = anvil_adamw_grad_sumsq(r->opt, m->grads);
@@ -727,7 +759,7 @@ static int validate_and_sample(anvil_run *r, int step, int last) {
     if (r->val && ((c->val_every && (step + 1) % c->val_every == 0) || last)) {
         float vl;
         double span = anvil_trace_begin();
-        if (validate(c, &r->model, r->tp, r->val, r->x, r->y, &vl)) return -1;
+        if (validate(c, &r->model, r->tp, r->pp, r->val, r->x, r->y, &vl)) return -1;
         anvil_trace_end(span, "validation", "validation", -1, -1);
         r->res->val_loss = vl;
         anvil_telemetry_validated(r->tel, step + 1, vl);
@@ -839,7 +871,8 @@ static int run_close(anvil_run *r, int rc) {
     if (anvil_checkpointer_free(r->ckpt) && rc != -1) rc = -1;
     if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
     anvil_dp_free(r->dp);
-    anvil_tp_free(r->tp);
+    if (r->pp) anvil_pp_free(r->pp);
+    else anvil_tp_free(r->tp);
     anvil_adamw_free(&r->tp_opt);
     if (r->have_grid) anvil_grid_free(&r->grid);
     if (r->signals_set) {

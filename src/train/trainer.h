@@ -46,6 +46,8 @@ typedef struct {
     int zero_stage;          /* data parallelism across the ranks of src/dist: 0 replicated, 1-3 ZeRO */
     int shard_group_size;    /* MiCS: shard model state within groups of this many ranks (0: all) */
     int tensor_parallel;     /* ranks per tensor-parallel group (0 or 1: none); data parallel over the rest */
+    int pipeline_parallel;   /* pipeline stages (0 or 1: none); the accumulation steps are its micro-batches */
+    int pipeline_gpipe;      /* 1: GPipe's schedule instead of 1F1B */
     const char *resume;      /* "auto": newest valid checkpoint of out_dir, if any; or a checkpoint folder */
     const char *config_json; /* the run's options as a JSON object, recorded in each checkpoint */
     int log_every;       /* log-line period when not on a terminal */
