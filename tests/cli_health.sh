@@ -8,6 +8,9 @@
 #   - each fault of the ANVIL_HEALTH_FAULT test hook (slow-gemm, bad-gemm,
 #     bad-allreduce, bad-memory) is named with its rank and host, one line,
 #     and the exit status is 1;
+#   - --tp 2 on 4 ranks runs the all-reduce within each group of 2 and names
+#     each group's bandwidth; a wrong sum in one group is named; --tp 3 on 4
+#     ranks is refused;
 #   - anvil train on 2 ranks runs the quick check first, is stopped by a
 #     wrong all-reduce before its first step, and --no-health skips it.
 # The slow factor is lowered (0.1, 0.25 for slow-gemm, whose rank is 20x
@@ -114,6 +117,24 @@ launch_opts=(--mca-tcp)
 healthy 3 "TCP"
 fault 3 bad-allreduce 2 "all-reduce result is wrong" "TCP"
 launch_opts=()
+
+# Per TP group: 4 ranks as two groups of 2, each named with its ranks and bandwidth, every sum exact
+# (a wrong one in group 1 is named); groups that do not divide the world are refused.
+if launch -n 4 -- health "${small[@]}" --slow-factor 0.1 --tp 2 > "$tmp/out" 2> "$tmp/err" &&
+  grep -q "^\[rank 0\] tp group 0 (ranks 0-1): all-reduce of [0-9]* bytes busbw [0-9.]* GB/s" "$tmp/out" &&
+  grep -q "^\[rank 0\] tp group 1 (ranks 2-3): all-reduce of" "$tmp/out"; then
+  ok "--tp 2: each TP group's all-reduce bandwidth"
+else
+  bad "--tp 2: $(tail -3 "$tmp/out") $(tail -2 "$tmp/err")"
+fi
+ANVIL_HEALTH_FAULT=3:bad-allreduce launch -n 4 -- health "${small[@]}" --tp 2 > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "rank 3 ($host) all-reduce result is wrong" "$tmp/err" &&
+  ok "--tp 2: a wrong sum in TP group 1 is named" || bad "--tp 2 with a fault: exit $rc, $(tail -2 "$tmp/err")"
+launch -n 4 -- health "${small[@]}" --tp 3 > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "tp 3 does not divide the 4 ranks" "$tmp/err" && ok "--tp 3 on 4 ranks is refused" ||
+  bad "--tp 3 on 4 ranks: exit $rc, $(tail -2 "$tmp/err")"
 
 # Before training: the quick check runs on 2 ranks, a wrong all-reduce stops
 # the job before any step, and --no-health skips the check.

@@ -34,6 +34,8 @@ static const char *usage =
     "  --threads N             OpenMP threads (default: cores / ranks on this host)\n"
     "  --collective-timeout S  give up on a collective after S seconds, exit 76 (default 60)\n"
     "  --json                  print the report as one JSON object instead of the table\n"
+    "  --tp T                  all-reduce within groups of T consecutive ranks (the tensor-parallel\n"
+    "                          groups of train --tp), all groups at once, and report each group\n"
     "\n"
     "Exit status: 0 healthy; 1 unhealthy (one line per problem on stderr) or the check failed;\n"
     "2 bad usage. anvil train runs the --quick check when it has more than one rank: a failed\n"
@@ -143,7 +145,7 @@ int cmd_health(int argc, char **argv) {
     anvil_health_config c;
     anvil_health_defaults(&c);
     bool json = false, quick = false;
-    int threads = 0, mem_mb = -1, gemm_n = 0, iters = 0;
+    int threads = 0, mem_mb = -1, gemm_n = 0, iters = 0, tp = 0;
     int64_t min_bytes = 0, max_bytes = 0;
     bool have_slow = false;
     double slow = 0.0, timeout = 60.0;
@@ -166,6 +168,7 @@ int cmd_health(int argc, char **argv) {
         else if (!strcmp(o, "--slow-factor")) bad = arg_double(cmd, o, v, &slow), have_slow = true;
         else if (!strcmp(o, "--threads")) bad = arg_int(cmd, o, v, 1, 4096, &threads);
         else if (!strcmp(o, "--collective-timeout")) bad = arg_double(cmd, o, v, &timeout);
+        else if (!strcmp(o, "--tp")) bad = arg_int(cmd, o, v, 1, 1 << 20, &tp);
         else return cli_usage_error(cmd, "unknown option '%s'", o);
         if (bad) return 2;
     }
@@ -175,6 +178,7 @@ int cmd_health(int argc, char **argv) {
     if (min_bytes) c.min_bytes = (size_t)min_bytes;
     if (max_bytes) c.max_bytes = (size_t)max_bytes;
     if (iters) c.iters = iters;
+    c.group_size = tp;
     if (have_slow && !(slow >= 0.0 && slow < 1.0))
         return cli_usage_error(cmd, "--slow-factor must be in [0, 1), got %g", slow);
     if (have_slow) c.slow_factor = slow;
@@ -191,6 +195,9 @@ int cmd_health(int argc, char **argv) {
     if (anvil_dist_rank() == 0) {
         if (json) print_json(&r, stdout);
         else print_table(&r, stdout);
+        for (int q = 0; !json && q < r.ngroups && r.nsizes; q++)
+            printf("tp group %d (ranks %d-%d): all-reduce of %zu bytes busbw %.2f GB/s\n", q, q * r.group_size,
+                   (q + 1) * r.group_size - 1, r.sizes[r.nsizes - 1].bytes, r.group_busbw_gb_s[q]);
         fflush(stdout);
         if (r.nproblems + r.nslow) print_problems(cmd, &r, "unhealthy");
         else if (!json) printf("healthy: %d rank%s in %.1f s\n", r.world, r.world > 1 ? "s" : "", r.elapsed_s);

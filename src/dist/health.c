@@ -290,8 +290,12 @@ int anvil_health_run(const anvil_health_config *cfg, anvil_health_report *rep) {
     if (cfg->min_bytes < sizeof(float) || cfg->max_bytes < cfg->min_bytes || cfg->iters < 1 || cfg->gemm_n < 1)
         return anvil_fail("health: bad configuration (sizes %zu..%zu bytes, %d iterations, GEMM %d)", cfg->min_bytes,
                           cfg->max_bytes, cfg->iters, cfg->gemm_n);
+    int gs = cfg->group_size > 1 ? cfg->group_size : n;
+    if (n % gs)
+        return anvil_fail("health: --tp %d does not divide the %d ranks into groups", cfg->group_size, n);
     size_t sizes[64];
     int ns = size_list(cfg, sizes, 64);
+    anvil_group *g = w;
     size_t *counts = malloc(sizeof(size_t) * (size_t)n);
     char *hosts = calloc((size_t)n, 64);
     size_t reclen = REC_FIXED + 2 * (size_t)ns;
@@ -306,6 +310,17 @@ int anvil_health_run(const anvil_health_config *cfg, anvil_health_report *rep) {
         goto out;
     }
     rep->nsizes = ns;
+    if (gs < n) {
+        char name[32];
+        snprintf(name, sizeof name, "tp group %d", me / gs);
+        if (!(g = anvil_group_split(w, me / gs, me % gs, name))) goto out;
+        rep->group_size = gs;
+        rep->ngroups = n / gs;
+        if (!(rep->group_busbw_gb_s = calloc((size_t)rep->ngroups, sizeof(double)))) {
+            anvil_fail("health: out of memory");
+            goto out;
+        }
+    }
 
     for (int r = 0; r < n; r++) counts[r] = 64;
     char myhost[64] = {0};
@@ -346,12 +361,12 @@ int anvil_health_run(const anvil_health_config *cfg, anvil_health_report *rep) {
         int ok = 1;
         if (anvil_barrier(w, "health: all-reduce sweep")) goto out;
         for (int it = -1; it < cfg->iters; it++) {
-            fill(buf, cnt, me);
+            fill(buf, cnt, anvil_group_rank(g));
             double t0 = anvil_now();
-            if (anvil_allreduce(w, buf, cnt, ANVIL_F32, "health: all-reduce")) goto out;
+            if (anvil_allreduce(g, buf, cnt, ANVIL_F32, "health: all-reduce")) goto out;
             double t = anvil_now() - t0;
             if (faulty(cfg, ANVIL_HEALTH_FAULT_BAD_ALLREDUCE)) buf[cnt / 2] += 1.0f;
-            ok &= exact(buf, cnt, n);
+            ok &= exact(buf, cnt, gs);
             if (it >= 0) times[it] = t;
         }
         mine[REC_FIXED + 2 * s] = median(times, cfg->iters);
@@ -387,13 +402,23 @@ int anvil_health_run(const anvil_health_config *cfg, anvil_health_report *rep) {
         }
         if (z->time_s > 0) {
             z->algbw_gb_s = (double)z->bytes / z->time_s / 1e9;
-            z->busbw_gb_s = z->algbw_gb_s * 2.0 * (n - 1) / n;
+            z->busbw_gb_s = z->algbw_gb_s * 2.0 * (gs - 1) / gs;
         }
+    }
+    /* Each group at the largest size: its slowest rank's median. */
+    for (int q = 0; q < rep->ngroups && missing == 0; q++) {
+        double t = 0.0;
+        for (int r = q * gs; r < (q + 1) * gs; r++) {
+            double tr = all[reclen * (size_t)r + REC_FIXED + 2 * (size_t)(ns - 1)];
+            t = tr > t ? tr : t;
+        }
+        rep->group_busbw_gb_s[q] = t > 0 ? (double)sizes[ns - 1] / t / 1e9 * 2.0 * (gs - 1) / gs : 0.0;
     }
     if (missing) rep->nsizes = 0;
     rc = judge(cfg, rep);
     rep->elapsed_s = anvil_now() - t_start;
 out:
+    if (g != w) anvil_group_free(g);
     free(buf);
     free(counts);
     free(hosts);
@@ -411,5 +436,6 @@ void anvil_health_report_free(anvil_health_report *rep) {
     free(rep->slow);
     free(rep->ranks);
     free(rep->sizes);
+    free(rep->group_busbw_gb_s);
     memset(rep, 0, sizeof *rep);
 }

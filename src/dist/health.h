@@ -35,6 +35,10 @@ typedef struct {
     size_t min_bytes, max_bytes; /* all-reduce sizes per rank: min_bytes, x4, ... up to max_bytes */
     int iters;                  /* timed all-reduces per size (after one warm-up) */
     double slow_factor;         /* a rank below slow_factor x the median speed is named; 0 disables */
+    /* 0 or 1: the all-reduce runs over the world. Otherwise over groups of this many consecutive
+     * ranks, the tensor-parallel groups of dist/grid.h ("tp group G"), all groups at once, and the
+     * report gives each group's bandwidth as well. */
+    int group_size;
     /* Test hook: rank fault_rank misbehaves as fault says. */
     int fault_rank;
     anvil_health_fault_kind fault;
@@ -82,6 +86,10 @@ typedef struct {
     char **slow;
     int nslow;
     double elapsed_s;
+    /* With group_size > 1: the groups' bus bandwidth at the largest size (busbw counts the group's
+     * ranks), group g being ranks g*group_size onwards. */
+    int group_size, ngroups;
+    double *group_busbw_gb_s;
 } anvil_health_report;
 
 /* Collective over the world. Returns 0 with rep filled (healthy when
