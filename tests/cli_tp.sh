@@ -16,7 +16,7 @@
 #     process;
 #   - layouts that cannot work exit 78 with one line, before any step;
 #   - a rank stopped inside a TP group: the watchdog names the group and the
-#     rank, exit 76.
+#     rank, exit 76; a stopped pipeline stage: exit 76, naming it.
 . "$(dirname "$0")/tools/cli_common.sh"
 command -v mpirun > /dev/null || { missing "mpirun is not installed"; finish; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -111,8 +111,9 @@ refuse "more stages than layers" "--pp 4 makes more pipeline stages than the mod
 # the peer waits in a TP collective, unless the stop lands in the microseconds between the step's
 # last TP all-reduce and its world-wide agreement, when it names 'world' instead: then once more.
 hang() {
+  rm -rf "$tmp/hang"
   "${mpi_env[@]}" timeout 120 "$anvil" launch -n 2 -- train --data "$tmp/data" --preset tiny --seq 64 --batch 2 \
-    --steps 1000000 --tp 2 --no-progress --log-every 1 --sample-every -1 --collective-timeout 3 --out "$tmp/hang" \
+    --steps 1000000 --no-progress --log-every 1 --sample-every -1 --collective-timeout 3 --out "$tmp/hang" "$@" \
     > /dev/null 2> "$tmp/hang.log" &
   local job=$! victim= p
   for _ in $(seq 300); do grep -q "^\[rank 0\] step" "$tmp/hang.log" 2> /dev/null && break; sleep 0.1; done
@@ -124,12 +125,20 @@ hang() {
   wait $job
   hang_rc=$?
   kill -CONT "$victim" 2> /dev/null
-  [ $hang_rc -eq 76 ] && grep -q "in group 'tp group 0'" "$tmp/hang.log" && grep -q "from rank 1" "$tmp/hang.log"
+  [ $hang_rc -eq 76 ] && grep -q "from rank 1" "$tmp/hang.log"
 }
-if hang || { grep -q "in group 'world'" "$tmp/hang.log" && rm -rf "$tmp/hang" && hang; }; then
+if { hang --tp 2 && grep -q "in group 'tp group 0'" "$tmp/hang.log"; } ||
+  { grep -q "in group 'world'" "$tmp/hang.log" && hang --tp 2 && grep -q "in group 'tp group 0'" "$tmp/hang.log"; }; then
   ok "rank 1 stopped: the watchdog names tp group 0 and rank 1, exit 76"
 else
   bad "stopped rank: exit ${hang_rc:-none}, $(grep -i "timeout\|no answer" "$tmp/hang.log" | head -2)"
+fi
+# The last of 2 pipeline stages stopped: the first waits for it point to point (or in a collective of
+# the step) and the job stops with exit 76, naming rank 1.
+if hang --pp 2 --total-batch-tokens 256; then
+  ok "last stage stopped: exit 76, $(grep -o "timeout on rank 0.*rank 1[^;]*" "$tmp/hang.log" | head -1)"
+else
+  bad "stopped stage: exit ${hang_rc:-none}, $(grep -i "timeout\|no answer" "$tmp/hang.log" | head -2)"
 fi
 
 finish

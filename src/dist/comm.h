@@ -75,8 +75,9 @@ anvil_req *anvil_ibroadcast(anvil_group *g, void *buf, size_t n, anvil_dtype t, 
 anvil_req *anvil_ibarrier(anvil_group *g, const char *what);
 /* Point to point between two ranks of g (pipeline stages), n elements, matched by tag. Unlike the
  * collectives these are posted at once from the calling thread, not queued, so they never wait
- * behind collectives of other groups; the watchdog does not time them. Buffers stay untouched
- * until anvil_wait. */
+ * behind collectives of other groups. anvil_wait polls them and, past the collective timeout,
+ * aborts the job with ANVIL_EXIT_COLLECTIVE_TIMEOUT and one line naming the peer. Buffers stay
+ * untouched until anvil_wait. */
 anvil_req *anvil_isend(anvil_group *g, const void *buf, size_t n, anvil_dtype t, int dest, int tag, const char *what);
 anvil_req *anvil_irecv(anvil_group *g, void *buf, size_t n, anvil_dtype t, int src, int tag, const char *what);
 

@@ -147,12 +147,12 @@ static int mpi_p2p_start(struct anvil_req *r) {
     return rc == MPI_SUCCESS ? 0 : mpi_error(r, rc);
 }
 
-static int mpi_p2p_wait(struct anvil_req *r) {
-    int rc = MPI_Wait((MPI_Request *)r->handle, MPI_STATUS_IGNORE);
+static int mpi_p2p_test(struct anvil_req *r, int *done) {
+    int rc = MPI_Test((MPI_Request *)r->handle, done, MPI_STATUS_IGNORE);
     return rc == MPI_SUCCESS ? 0 : mpi_error(r, rc);
 }
 
-const dist_backend dist_mpi_backend = {"mpi", mpi_run, mpi_group_free, mpi_p2p_start, mpi_p2p_wait};
+const dist_backend dist_mpi_backend = {"mpi", mpi_run, mpi_group_free, mpi_p2p_start, mpi_p2p_test};
 
 static MPI_Comm world_comm;
 static anvil_group world_group = {.name = "world"};

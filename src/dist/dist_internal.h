@@ -51,10 +51,10 @@ typedef struct {
      * writes a message to r->err and returns -1. */
     int (*run)(struct anvil_req *r);
     void (*group_free)(anvil_group *g);
-    /* Point to point: starts a send or receive without blocking, and waits for it. Same error
-     * convention as run. */
+    /* Point to point: starts a send or receive without blocking, and tests whether it completed
+     * (*done). Same error convention as run. */
     int (*p2p_start)(struct anvil_req *r);
-    int (*p2p_wait)(struct anvil_req *r);
+    int (*p2p_test)(struct anvil_req *r, int *done);
 } dist_backend;
 
 extern const dist_backend dist_local_backend;
