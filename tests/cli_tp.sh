@@ -93,7 +93,7 @@ fi
 refuse() {
   local what=$1 want=$2 n=$3
   shift 3
-  "${mpi_env[@]}" timeout 60 "$anvil" launch -n "$n" -- train "${common[@]}" --batch 2 "$@" \
+  "${mpi_env[@]}" timeout 60 "$anvil" launch -n "$n" --log-dir "$tmp/logs" -- train "${common[@]}" --batch 2 "$@" \
     > /dev/null 2> "$tmp/refuse.log"
   local rc=$?
   if [ $rc -eq 78 ] && grep -q -e "$want" "$tmp/refuse.log" && ! grep -q "step \|health:" "$tmp/refuse.log"; then
