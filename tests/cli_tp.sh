@@ -55,7 +55,7 @@ run() {
 run tp2 2 --batch 8 --tp 2 && compare ref tp2
 run tp4 4 --batch 8 --tp 4 && compare ref tp4
 run tp2_dp2 4 --batch 4 --tp 2 --ckpt-every 10 && compare ref tp2_dp2
-grep -q "2 tensor-parallel ranks x 1 pipeline stages (1F1B, 1 micro-batches), data parallel over 2" "$tmp/tp2_dp2.log" &&
+grep -q "model parallel: 2 tensor-parallel ranks, data parallel over 2" "$tmp/tp2_dp2.log" &&
   ok "the 4-rank run reports its grid" || bad "no grid line in the log"
 
 ck="$tmp/tp2_dp2/ckpt/step_00000010"

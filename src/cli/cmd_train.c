@@ -80,7 +80,7 @@ static const char *usage =
     "                          3: also the parameters, gathered layer by layer\n"
     "  --shard-group-size K    MiCS: shard within groups of K ranks, replicate across groups (ZeRO 1-3)\n"
     "  --tp T                  tensor parallelism: each layer split over groups of T neighbouring ranks\n"
-    "                          (heads and vocabulary split), data parallel over the ranks / T groups;\n"
+    "                          (heads and vocabulary split), data parallel over ranks / (T*P) replicas;\n"
     "                          checkpoints hold whole tensors, so any layout resumes them\n"
     "  --pp P                  pipeline parallelism: the layers split into P stages of tensor-parallel\n"
     "                          groups (TP innermost, then data parallel, then PP), the accumulation\n"

@@ -526,11 +526,12 @@ static int open_tensor_parallel(anvil_run *r) {
     r->opt = &r->tp_opt;
     m->k->free(m->params);
     m->params = NULL;
-    fprintf(c->log,
-            "model parallel: %d tensor-parallel ranks x %d pipeline stages (%s, %d micro-batches), data parallel "
-            "over %d; %.2fM parameters on rank 0\n",
-            r->grid.tp, r->grid.pp, c->pipeline_gpipe ? "GPipe" : "1F1B", r->accum, r->data_ranks,
-            (double)anvil_tp_num_params(r->tp) / 1e6);
+    char stages[96] = "";
+    if (r->grid.pp > 1)
+        snprintf(stages, sizeof stages, " x %d pipeline stages (%s, %d micro-batches)", r->grid.pp,
+                 c->pipeline_gpipe ? "GPipe" : "1F1B", r->accum);
+    fprintf(c->log, "model parallel: %d tensor-parallel ranks%s, data parallel over %d; %.2fM parameters on rank 0\n",
+            r->grid.tp, stages, r->data_ranks, (double)anvil_tp_num_params(r->tp) / 1e6);
     return 0;
 }
 
