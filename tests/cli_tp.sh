@@ -13,7 +13,8 @@
 #     4, with 4 micro-batches of 4 x 64 tokens, against one process
 #     accumulating the same 4 batches (their own tolerances: accumulation
 #     differs more, as in cli_dist.sh); the --pp 2 checkpoint resumes in one
-#     process;
+#     process; the --pp 2 --tp 2 one, (DP, PP, TP) = (1, 2, 2), resumes at
+#     (2, 1, 2), at (4, 1, 1) and in one process;
 #   - layouts that cannot work exit 78 with one line, before any step;
 #   - a rank stopped inside a TP group: the watchdog names the group and the
 #     rank, exit 76; a stopped pipeline stage: exit 76, naming it.
@@ -79,7 +80,19 @@ tol=(6.5e-6 6e-4 3e-5)
 run pp2 2 --batch 4 --total-batch-tokens 1024 --pp 2 --ckpt-every 10 && compare ref_acc pp2
 grep -q "1 tensor-parallel ranks x 2 pipeline stages (1F1B, 4 micro-batches)" "$tmp/pp2.log" &&
   ok "the pipeline reports its schedule" || bad "no pipeline line in the log"
-run pp2_tp2 4 --batch 4 --total-batch-tokens 1024 --pp 2 --tp 2 --pp-schedule gpipe && compare ref_acc pp2_tp2
+run pp2_tp2 4 --batch 4 --total-batch-tokens 1024 --pp 2 --tp 2 --pp-schedule gpipe --ckpt-every 10 &&
+  compare ref_acc pp2_tp2
+# Resharding: the (DP, PP, TP) = (1, 2, 2) checkpoint holds whole tensors, so it resumes at (2, 1, 2),
+# at (4, 1, 1) and in one process with the same global batch, each continuing like ref_acc.
+ck="$tmp/pp2_tp2/ckpt/step_00000010"
+run grid_to_dp2_tp2 4 --batch 4 --total-batch-tokens 1024 --tp 2 --resume "$ck" && compare ref_acc grid_to_dp2_tp2
+run grid_to_dp4 4 --batch 4 --total-batch-tokens 1024 --resume "$ck" && compare ref_acc grid_to_dp4
+if "$anvil" train "${common[@]}" --batch 4 --total-batch-tokens 1024 --resume "$ck" --out "$tmp/grid_to_1" \
+  > /dev/null 2> "$tmp/grid_to_1.log"; then
+  compare ref_acc grid_to_1
+else
+  bad "resuming the (1, 2, 2) checkpoint in one process: $(tail -1 "$tmp/grid_to_1.log")"
+fi
 ck="$tmp/pp2/ckpt/step_00000010"
 if grep -Eq '"pipeline_parallel":[[:space:]]*2' "$ck/manifest.json" &&
   "$anvil" train "${common[@]}" --batch 4 --total-batch-tokens 1024 --resume "$ck" --out "$tmp/pp_to_1" \
