@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 struct anvil_pp {
@@ -16,11 +17,17 @@ struct anvil_pp {
     anvil_req **sends; /* per slot: the forward output's send and the input gradient's, in flight */
     int in_flight, max_in_flight;
     uint64_t bytes_sent;
+    double waited; /* blocked on neighbours since the current step or evaluation began */
+    double idle_s, schedule_s;
 };
 
 anvil_tp *anvil_pp_stage(anvil_pp *p) { return p->stage; }
 int anvil_pp_max_in_flight(const anvil_pp *p) { return p->max_in_flight; }
 uint64_t anvil_pp_bytes_sent(const anvil_pp *p) { return p->bytes_sent; }
+void anvil_pp_idle(const anvil_pp *p, double *idle_s, double *schedule_s) {
+    *idle_s = p->idle_s;
+    *schedule_s = p->schedule_s;
+}
 
 void anvil_pp_layers(const anvil_pp *p, int *l0, int *l1) {
     *l0 = p->l0;
@@ -83,11 +90,21 @@ void anvil_pp_free(anvil_pp *p) {
 /* Waits for the sends from a slot before it is written again. */
 static int drain_slot(anvil_pp *p, int slot) {
     int rc = 0;
+    double t0 = anvil_now();
     for (int j = 0; j < 2; j++) {
         anvil_req **r = &p->sends[2 * slot + j];
         if (*r && anvil_wait(*r)) rc = -1;
         *r = NULL;
     }
+    p->waited += anvil_now() - t0;
+    return rc;
+}
+
+/* A blocking receive from a neighbour: the time it waits is the stage's share of the bubble. */
+static int receive(anvil_pp *p, float *buf, size_t n, int peer, int tag, const char *what) {
+    double t0 = anvil_now();
+    int rc = anvil_wait(anvil_irecv(p->grid->pp_group, buf, n, ANVIL_F32, peer, tag, what));
+    p->waited += anvil_now() - t0;
     return rc;
 }
 
@@ -105,8 +122,7 @@ static int forward(anvil_pp *p, step_args *a, int mb) {
     int slot = mb % p->nslots;
     size_t BT = (size_t)a->B * a->T, n = BT * (size_t)p->cfg.n_embd;
     if (drain_slot(p, slot)) return -1;
-    if (p->s > 0 && anvil_wait(anvil_irecv(p->grid->pp_group, anvil_tp_stage_input(p->stage, slot), n, ANVIL_F32,
-                                           p->s - 1, tag_of(mb, 0), "pp activation")))
+    if (p->s > 0 && receive(p, anvil_tp_stage_input(p->stage, slot), n, p->s - 1, tag_of(mb, 0), "pp activation"))
         return -1;
     float loss = 0.0f;
     if (anvil_tp_stage_forward(p->stage, slot, a->inputs + mb * BT, a->targets + mb * BT, a->B, a->T, &loss))
@@ -126,8 +142,7 @@ static int forward(anvil_pp *p, step_args *a, int mb) {
 static int backward(anvil_pp *p, step_args *a, int mb) {
     int slot = mb % p->nslots;
     size_t n = (size_t)a->B * a->T * (size_t)p->cfg.n_embd;
-    if (p->s < p->P - 1 && anvil_wait(anvil_irecv(p->grid->pp_group, anvil_tp_stage_grad(p->stage, slot), n,
-                                                  ANVIL_F32, p->s + 1, tag_of(mb, 1), "pp gradient")))
+    if (p->s < p->P - 1 && receive(p, anvil_tp_stage_grad(p->stage, slot), n, p->s + 1, tag_of(mb, 1), "pp gradient"))
         return -1;
     if (anvil_tp_stage_backward(p->stage, slot, a->grad_scale / (float)p->micro)) return -1;
     p->in_flight--;
@@ -171,9 +186,14 @@ static int run_schedule(anvil_pp *p, step_args *a) {
 int anvil_pp_forward_backward(anvil_pp *p, const int32_t *inputs, const int32_t *targets, int B, int T,
                               float grad_scale, float *loss) {
     step_args a = {inputs, targets, B, T, grad_scale, 0.0};
-    if (anvil_tp_stage_ready(p->stage, B, T) || run_schedule(p, &a)) return -1;
+    if (anvil_tp_stage_ready(p->stage, B, T)) return -1;
+    double t0 = anvil_now();
+    p->waited = 0.0;
+    if (run_schedule(p, &a)) return -1;
     for (int slot = 0; slot < p->nslots; slot++)
         if (drain_slot(p, slot)) return -1;
+    p->schedule_s += anvil_now() - t0;
+    p->idle_s += p->waited;
     /* The tied wte: the first stage's embedding gradient plus the last stage's LM head gradient. */
     anvil_tp *st = p->stage;
     const size_t *off = anvil_tp_offsets(st);

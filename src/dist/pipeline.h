@@ -56,5 +56,10 @@ int anvil_pp_grad_sumsq(anvil_pp *p, double *sumsq);
 int anvil_pp_max_in_flight(const anvil_pp *p);
 /* Bytes this rank has sent to neighbouring stages so far. */
 uint64_t anvil_pp_bytes_sent(const anvil_pp *p);
+/* Seconds this rank spent in the training steps' schedules so far (from its first micro-batch to
+ * its last send completing), and of those the seconds blocked waiting on a neighbour: a receive,
+ * or a send not yet taken. Their ratio is the stage's idle share, the bubble (P-1)/(m+P-1) when
+ * stages take equal time and communication is free. */
+void anvil_pp_idle(const anvil_pp *p, double *idle_s, double *schedule_s);
 
 #endif
