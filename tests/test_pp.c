@@ -8,7 +8,8 @@
  * wpe and the final LayerNorm where they live), that GPipe and 1F1B give
  * identical weights, that 1F1B never holds more than P - s micro-batches'
  * activations on stage s (GPipe: all m), and the bytes sent between stages
- * against 2*B*T*C floats per micro-batch per boundary. */
+ * against 2*B*T*C floats per micro-batch per boundary, and that the time a
+ * stage waited on its neighbours lies within its schedules' time. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,9 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
     res->local = malloc(res->nlocal * sizeof(float));
     memcpy(res->local, anvil_tp_params(st), res->nlocal * sizeof(float));
     res->max_in_flight = anvil_pp_max_in_flight(pp);
+    double idle, busy;
+    anvil_pp_idle(pp, &idle, &busy);
+    CHECK(busy > 0.0 && idle >= 0.0 && idle <= busy);
     free(full);
     free(in);
     free(tg);
