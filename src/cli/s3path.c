@@ -1,0 +1,108 @@
+/* Staging s3:// prefixes through local folders for the commands. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/s3path.h"
+#include "core/error.h"
+#include "core/fsutil.h"
+
+int s3path_tmpdir(char *out, size_t cap) {
+    const char *t = getenv("TMPDIR");
+    snprintf(out, cap, "%s/anvil-s3-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(out)) return anvil_fail("%s: cannot create a staging folder: %s", out, strerror(errno));
+    return 0;
+}
+
+int s3path_fetch_file(anvil_s3 *s3, const char *uri, const char *path) {
+    char *bucket, *key;
+    if (anvil_s3_parse_uri(uri, &bucket, &key)) return -1;
+    int rc = key[0] ? anvil_s3_get_file(s3, bucket, key, path) : anvil_fail("'%s' names a bucket, not an object", uri);
+    free(bucket);
+    free(key);
+    return rc;
+}
+
+int s3path_push_file(anvil_s3 *s3, const char *path, const char *uri) {
+    char *bucket, *key;
+    if (anvil_s3_parse_uri(uri, &bucket, &key)) return -1;
+    int rc = key[0] ? anvil_s3_put_file(s3, bucket, key, path) : anvil_fail("'%s' names a bucket, not an object", uri);
+    free(bucket);
+    free(key);
+    return rc;
+}
+
+typedef struct {
+    anvil_s3 *s3;
+    const char *bucket, *dir;
+    size_t prefix_len;
+    int n;
+} fetch_ctx;
+
+static int fetch_one(void *ud, const char *key, uint64_t size) {
+    (void)size;
+    fetch_ctx *c = ud;
+    const char *rel = key + c->prefix_len;
+    /* A key is a name, not a path: one that would climb out of the staging folder is refused. */
+    if (!*rel || strstr(rel, "..") || rel[0] == '/' || strchr(rel, '/'))
+        return anvil_fail("s3://%s/%s: not a plain file name under the prefix (anvil reads one level)", c->bucket, key);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", c->dir, rel);
+    if (anvil_s3_get_file(c->s3, c->bucket, key, path)) return -1;
+    c->n++;
+    return 0;
+}
+
+int s3path_fetch_dir(anvil_s3 *s3, const char *uri, const char *dir) {
+    char *bucket, *key;
+    if (anvil_s3_parse_uri(uri, &bucket, &key)) return -1;
+    size_t kl = strlen(key);
+    char *prefix = malloc(kl + 2);
+    if (!prefix) {
+        free(bucket);
+        free(key);
+        return anvil_fail("out of memory");
+    }
+    snprintf(prefix, kl + 2, "%s%s", key, kl && key[kl - 1] != '/' ? "/" : "");
+    fetch_ctx c = {s3, bucket, dir, strlen(prefix), 0};
+    int rc = anvil_s3_list(s3, bucket, prefix, fetch_one, &c);
+    if (!rc && !c.n) rc = anvil_fail("%s: no objects under this prefix", uri);
+    free(prefix);
+    free(bucket);
+    free(key);
+    return rc;
+}
+
+int s3path_push_dir(anvil_s3 *s3, const char *dir, const char *uri) {
+    DIR *d = opendir(dir);
+    if (!d) return anvil_fail("%s: %s", dir, strerror(errno));
+    int rc = 0;
+    const struct dirent *e;
+    size_t ul = strlen(uri);
+    while (!rc && (e = readdir(d))) {
+        char path[4096], *dst;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (e->d_name[0] == '.' || stat(path, &sb) || !S_ISREG(sb.st_mode)) continue;
+        if (!(dst = malloc(ul + strlen(e->d_name) + 2))) {
+            rc = anvil_fail("out of memory");
+            break;
+        }
+        sprintf(dst, "%s%s%s", uri, ul && uri[ul - 1] == '/' ? "" : "/", e->d_name);
+        rc = s3path_push_file(s3, path, dst);
+        free(dst);
+    }
+    closedir(d);
+    return rc;
+}
+
+void s3path_print_stats(anvil_s3 *s3) {
+    anvil_s3_stats st;
+    char line[512];
+    anvil_s3_get_stats(s3, &st);
+    anvil_s3_format_stats(&st, line, sizeof line);
+    fprintf(stderr, "s3: %s\n", line);
+}
