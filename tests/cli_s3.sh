@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# anvil's S3 client end to end, against a real S3 server (Ceph radosgw on
+# 127.0.0.1, brought up once for the whole script) behind a fault-injecting
+# proxy (s3/faultproxy.py) that counts requests by type and in flight.
+# Usage: cli_s3.sh /path/to/anvil
+. "$(dirname "$0")/tools/cli_common.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+command -v python3 > /dev/null || { missing "python3 is not installed"; finish; }
+
+rgw=$tmp/rgw
+at_exit() { bash "$here/s3/radosgw.sh" stop "$rgw"; }
+bash "$here/s3/radosgw.sh" start "$rgw" || { bad "radosgw did not start (logs above)"; finish; }
+. "$rgw/env"
+direct=$AWS_ENDPOINT_URL
+python3 "$here/s3/faultproxy.py" "$direct" "$tmp/proxy_port" &
+for _ in $(seq 100); do [ -f "$tmp/proxy_port" ] && break; sleep 0.1; done
+[ -f "$tmp/proxy_port" ] || { bad "the fault proxy did not start"; finish; }
+export AWS_ENDPOINT_URL=http://127.0.0.1:$(cat "$tmp/proxy_port")
+ctl() { curl -sf "$AWS_ENDPOINT_URL/__ctl/$1"; }
+# The proxy's count of requests of one type since the last reset.
+count() { ctl stats | python3 -c "import json,sys; print(json.load(sys.stdin)['counts'].get('$1', 0))"; }
+# A counter from the "s3: requests ..." line that --stats prints.
+client_stat() { grep -o " $2=[0-9]*" "$1" | tail -n 1 | cut -d= -f2; }
+
+# The bucket, made with curl's own SigV4 (anvil has no bucket commands).
+curl -sf --aws-sigv4 "aws:amz:$AWS_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -X PUT \
+  -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
+  "$direct/anvil-test" > /dev/null || { bad "could not create the bucket"; finish; }
+
+head -c 300000 /dev/urandom > "$tmp/small"
+# Over two 5 MiB parts: three parts and a short last one.
+head -c 12000000 /dev/urandom > "$tmp/big"
+
+# Keys that SigV4 encodes: a dot-dot segment, spaces, unicode, reserved characters.
+keys=("dots/../up" "sp ace/a b c" "uni/ünïcødé-😀" "res/q?&=+#%;,@!\$'()*" "tilde~_-.x/.hidden")
+i=0
+for k in "${keys[@]}"; do
+  i=$((i + 1))
+  "$anvil" s3 cp "$tmp/small" "s3://anvil-test/$k" 2> "$tmp/err" || { bad "upload of '$k': $(cat "$tmp/err")"; continue; }
+  "$anvil" s3 cp "s3://anvil-test/$k" "$tmp/back$i" 2> "$tmp/err" && cmp -s "$tmp/small" "$tmp/back$i" &&
+    ok "key '$k' round-trips" || bad "key '$k' did not round-trip: $(cat "$tmp/err")"
+done
+"$anvil" s3 ls s3://anvil-test/ > "$tmp/ls" 2> "$tmp/err" || bad "ls failed: $(cat "$tmp/err")"
+for k in "${keys[@]}"; do
+  grep -qxF "      300000 $k" "$tmp/ls" || bad "ls lacks '$k': $(cat "$tmp/ls")"
+done
+[ "$(wc -l < "$tmp/ls")" = "${#keys[@]}" ] && ok "ls lists the ${#keys[@]} keys as stored" || bad "ls: $(cat "$tmp/ls")"
+
+# Multipart: 12 MB at 5 MiB parts is a create, three parts and a complete.
+ctl reset > /dev/null
+ANVIL_S3_PART_SIZE=5242880 "$anvil" s3 cp "$tmp/big" s3://anvil-test/mp/big 2> "$tmp/err" || bad "multipart upload: $(cat "$tmp/err")"
+[ "$(count PART)" = 3 ] && [ "$(count POST)" = 2 ] && [ "$(count PUT)" = 0 ] && ok "multipart: 3 parts, create and complete" ||
+  bad "multipart requests: $(ctl stats)"
+"$anvil" s3 cp s3://anvil-test/mp/big "$tmp/big.back" 2> "$tmp/err" && cmp -s "$tmp/big" "$tmp/big.back" &&
+  ok "the multipart object reads back byte-identical" || bad "multipart read-back: $(cat "$tmp/err")"
+
+# awscli against the server itself, both ways.
+if command -v aws > /dev/null && aws --version > /dev/null 2>&1; then
+  awsx() { aws --endpoint-url "$direct" --region "$AWS_REGION" "$@"; }
+  awsx s3 cp s3://anvil-test/mp/big "$tmp/big.aws" --quiet 2> "$tmp/err" && cmp -s "$tmp/big" "$tmp/big.aws" &&
+    ok "awscli reads what anvil uploaded, byte-identical" || bad "awscli download: $(cat "$tmp/err")"
+  awsx s3 cp "$tmp/big" "s3://anvil-test/by aws/ü big" --quiet 2> "$tmp/err" || bad "awscli upload: $(cat "$tmp/err")"
+  "$anvil" s3 cp "s3://anvil-test/by aws/ü big" "$tmp/big.fromaws" 2> "$tmp/err" && cmp -s "$tmp/big" "$tmp/big.fromaws" &&
+    ok "anvil reads what awscli uploaded, byte-identical" || bad "anvil download of awscli's object: $(cat "$tmp/err")"
+else
+  missing "awscli (aws) is not installed: the cross-check with awscli is skipped"
+fi
+
+# 503 SlowDown three times: retried, counted by the client and seen at the proxy.
+ctl reset > /dev/null
+ctl "fault?kind=503&n=3" > /dev/null
+"$anvil" s3 cp "$tmp/small" s3://anvil-test/retry/a --stats 2> "$tmp/err" && ok "survived 3 x 503 SlowDown" ||
+  bad "503s not survived: $(cat "$tmp/err")"
+[ "$(client_stat "$tmp/err" retries)" = 3 ] && [ "$(count PUT)" = 4 ] && ok "3 retries counted, 4 PUTs at the proxy" ||
+  bad "retries: $(cat "$tmp/err"); proxy $(ctl stats)"
+
+# Connections reset mid-body twice: each GET after a reset asks for the bytes from where the last
+# one broke off (an RST drops what the client had not read yet, so the proxy sends some twice),
+# and the client takes in the object's bytes exactly once.
+ctl reset > /dev/null
+ctl "fault?kind=reset&n=2" > /dev/null
+"$anvil" s3 cp s3://anvil-test/mp/big "$tmp/big.reset" --stats 2> "$tmp/err" && cmp -s "$tmp/big" "$tmp/big.reset" &&
+  ok "survived 2 resets mid-body, byte-identical" || bad "resets: $(cat "$tmp/err")"
+ranges=$(ctl stats | python3 -c "import json,sys; print(' '.join(r.split('=')[1].split('-')[0] for r in json.load(sys.stdin)['ranges']))")
+read -r r1 r2 r3 <<< "$ranges"
+[ "$(client_stat "$tmp/err" retries)" = 2 ] && [ "$(client_stat "$tmp/err" bytes_down)" = 12000000 ] &&
+  [ "$r1" = 0 ] && [ "${r2:-0}" -gt 0 ] && [ "${r3:-0}" -gt "${r2:-0}" ] &&
+  ok "2 retries counted; GETs from bytes $r1, $r2, $r3; 12000000 bytes taken in" ||
+  bad "resume: $(cat "$tmp/err"); proxy $(ctl stats)"
+
+# Retries stop at the limit.
+ctl reset > /dev/null
+ctl "fault?kind=503&n=50" > /dev/null
+ANVIL_S3_MAX_ATTEMPTS=3 "$anvil" s3 cp "$tmp/small" s3://anvil-test/retry/b 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && grep -q "SlowDown.*gave up after 3 attempts" "$tmp/err" && [ "$(count PUT)" = 3 ] &&
+  ok "503s without end: 3 attempts, then one line and exit 1" || bad "limit: rc $rc, $(cat "$tmp/err"), $(ctl stats)"
+ctl reset > /dev/null
+
+# A wrong secret: one line naming the bucket, key and S3 code, exit 1, one request, no secret shown.
+AWS_SECRET_ACCESS_KEY=not-the-secret-42 "$anvil" s3 cp "$tmp/small" s3://anvil-test/x/y 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "s3://anvil-test/x/y: HTTP 403 SignatureDoesNotMatch" "$tmp/err" &&
+  ok "wrong secret: one line, exit 1" || bad "wrong secret: rc $rc, $(cat "$tmp/err")"
+[ "$(count PUT)" = 1 ] && ok "wrong secret: one request, no retry" || bad "wrong secret retried: $(ctl stats)"
+grep -q "not-the-secret-42\|$AWS_SECRET_ACCESS_KEY" "$tmp/err" && bad "a secret was printed" || ok "no secret printed"
+"$anvil" s3 cp s3://anvil-test/no/such "$tmp/none" 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && grep -q "s3://anvil-test/no/such: no such object" "$tmp/err" && ok "a missing object: one line, exit 1" ||
+  bad "missing object: rc $rc, $(cat "$tmp/err")"
+
+# Credentials from a profile of the AWS files, region from the config file.
+printf '[other]\naws_access_key_id = nope\n[t]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+  "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > "$tmp/credentials"
+printf '[profile t]\nregion = %s\n' "$AWS_REGION" > "$tmp/config"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_REGION AWS_PROFILE=t AWS_SHARED_CREDENTIALS_FILE="$tmp/credentials" \
+  AWS_CONFIG_FILE="$tmp/config" "$anvil" s3 ls s3://anvil-test/mp/ > "$tmp/ls" 2> "$tmp/err" && grep -q " mp/big$" "$tmp/ls" &&
+  ok "credentials from profile t of the credentials file" || bad "profile: $(cat "$tmp/err")"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME="$tmp/nohome" "$anvil" s3 ls s3://anvil-test 2> "$tmp/err"
+rc=$?
+[ $rc = 78 ] && grep -q "no credentials" "$tmp/err" && ok "no credentials: exit 78" || bad "no credentials: rc $rc, $(cat "$tmp/err")"
+
+# rm, then the key is gone.
+"$anvil" s3 rm "s3://anvil-test/sp ace/a b c" 2> "$tmp/err" && ! "$anvil" s3 ls "s3://anvil-test/sp ace" | grep -q . &&
+  ok "rm removes the object" || bad "rm: $(cat "$tmp/err")"
+
+finish
