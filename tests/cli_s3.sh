@@ -124,4 +124,20 @@ rc=$?
 "$anvil" s3 rm "s3://anvil-test/sp ace/a b c" 2> "$tmp/err" && ! "$anvil" s3 ls "s3://anvil-test/sp ace" | grep -q . &&
   ok "rm removes the object" || bad "rm: $(cat "$tmp/err")"
 
+# export and import through s3://: the same bytes as through local folders.
+for i in $(seq 400); do echo "line $i of a small corpus for the export check, $((i * 7919 % 1000))"; done > "$tmp/corpus.txt"
+"$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/corpus.txt" > /dev/null 2>&1 &&
+  "$anvil" train --data "$tmp/data" --preset tiny --batch 4 --seq 64 --steps 2 --no-progress --sample-every -1 \
+    --out "$tmp/run" > /dev/null 2>&1 || bad "could not train the model for the export check"
+"$anvil" export --model "$tmp/run/model.safetensors" --out "$tmp/hf" --no-progress > /dev/null &&
+  "$anvil" import --hf "$tmp/hf" --out "$tmp/back.safetensors" --no-progress > /dev/null || bad "local export/import failed"
+"$anvil" export --model "$tmp/run/model.safetensors" --out s3://anvil-test/hf/tiny --no-progress > /dev/null 2> "$tmp/err" &&
+  "$anvil" import --hf s3://anvil-test/hf/tiny --out s3://anvil-test/models/tiny.safetensors --no-progress > /dev/null 2>> "$tmp/err" &&
+  "$anvil" export --model s3://anvil-test/models/tiny.safetensors --out "$tmp/hf_s3" --no-progress > /dev/null 2>> "$tmp/err" &&
+  "$anvil" s3 cp s3://anvil-test/models/tiny.safetensors "$tmp/back_s3.safetensors" 2>> "$tmp/err" ||
+  bad "export/import through s3:// failed: $(cat "$tmp/err")"
+cmp -s "$tmp/back.safetensors" "$tmp/back_s3.safetensors" && cmp -s "$tmp/hf/model.safetensors" "$tmp/hf_s3/model.safetensors" &&
+  cmp -s "$tmp/hf/config.json" "$tmp/hf_s3/config.json" && ok "export/import through s3:// give the local route's bytes" ||
+  bad "export/import through s3:// differ from the local route"
+
 finish

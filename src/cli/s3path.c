@@ -106,3 +106,56 @@ void s3path_print_stats(anvil_s3 *s3) {
     anvil_s3_format_stats(&st, line, sizeof line);
     fprintf(stderr, "s3: %s\n", line);
 }
+
+static int stage_open(s3path_stage *st, const char *path) {
+    memset(st, 0, sizeof *st);
+    st->local = path;
+    if (!anvil_s3_is_uri(path)) return 0;
+    st->uri = path;
+    if (!(st->s3 = anvil_s3_open())) return -1;
+    if (s3path_tmpdir(st->dir, sizeof st->dir)) {
+        st->dir[0] = 0;
+        return -1;
+    }
+    st->local = st->dir;
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+int s3path_in(s3path_stage *st, const char *path, const char *leaf_suffix, const char *leaf) {
+    if (stage_open(st, path)) return -1;
+    if (!st->s3) return 0;
+    if (leaf_suffix && ends_with(path, leaf_suffix)) {
+        st->file = 1;
+        snprintf(st->path, sizeof st->path, "%s/%s", st->dir, leaf);
+        st->local = st->path;
+        return s3path_fetch_file(st->s3, path, st->path);
+    }
+    return s3path_fetch_dir(st->s3, path, st->dir);
+}
+
+int s3path_out(s3path_stage *st, const char *path, const char *leaf) {
+    if (stage_open(st, path)) return -1;
+    if (!st->s3) return 0;
+    if (leaf) {
+        st->file = 1;
+        snprintf(st->path, sizeof st->path, "%s/%s", st->dir, leaf);
+        st->local = st->path;
+    }
+    return 0;
+}
+
+int s3path_out_push(s3path_stage *st) {
+    if (!st->s3) return 0;
+    return st->file ? s3path_push_file(st->s3, st->path, st->uri) : s3path_push_dir(st->s3, st->dir, st->uri);
+}
+
+void s3path_done(s3path_stage *st) {
+    if (st->dir[0]) anvil_remove_tree(st->dir);
+    anvil_s3_close(st->s3);
+    memset(st, 0, sizeof *st);
+}

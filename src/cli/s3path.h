@@ -18,6 +18,23 @@ int s3path_push_dir(anvil_s3 *s3, const char *dir, const char *uri);
 /* One object to or from one local file. */
 int s3path_fetch_file(anvil_s3 *s3, const char *uri, const char *path);
 int s3path_push_file(anvil_s3 *s3, const char *path, const char *uri);
+/* A command's path that may be s3://: staged through a private local folder, which `local` names
+ * (or the file `leaf` in it); for a local path, `local` is the path itself and nothing is staged. */
+typedef struct {
+    anvil_s3 *s3; /* NULL when the path is local */
+    const char *uri, *local;
+    int file; /* the URI names one object (else a prefix of several) */
+    char dir[4096], path[4200];
+} s3path_stage;
+/* An input: an s3:// key ending in `leaf_suffix` (e.g. ".safetensors"; NULL for none) is one object,
+ * downloaded to dir/leaf; any other s3:// prefix is downloaded whole into dir. -1 after anvil_fail. */
+int s3path_in(s3path_stage *st, const char *path, const char *leaf_suffix, const char *leaf);
+/* An output: `local` is where to write it (dir/leaf when leaf, else dir); s3path_out_push uploads
+ * it to the URI afterwards (the file as the object, or the folder's files under the prefix). */
+int s3path_out(s3path_stage *st, const char *path, const char *leaf);
+int s3path_out_push(s3path_stage *st);
+/* Removes the staging folder and closes the client; safe on a zeroed or failed stage. */
+void s3path_done(s3path_stage *st);
 /* Prints the client's counters as one "s3: ..." line on stderr. */
 void s3path_print_stats(anvil_s3 *s3);
 
