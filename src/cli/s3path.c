@@ -10,6 +10,11 @@
 #include "core/error.h"
 #include "core/fsutil.h"
 
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
 int s3path_tmpdir(char *out, size_t cap) {
     const char *t = getenv("TMPDIR");
     snprintf(out, cap, "%s/anvil-s3-XXXXXX", t && *t ? t : "/tmp");
@@ -39,6 +44,7 @@ typedef struct {
     anvil_s3 *s3;
     const char *bucket, *dir;
     size_t prefix_len;
+    const char *skip_suffix;
     int n;
 } fetch_ctx;
 
@@ -46,6 +52,7 @@ static int fetch_one(void *ud, const char *key, uint64_t size) {
     (void)size;
     fetch_ctx *c = ud;
     const char *rel = key + c->prefix_len;
+    if (c->skip_suffix && ends_with(rel, c->skip_suffix)) return 0;
     /* A key is a name, not a path: one that would climb out of the staging folder is refused. */
     if (!*rel || strstr(rel, "..") || rel[0] == '/' || strchr(rel, '/'))
         return anvil_fail("s3://%s/%s: not a plain file name under the prefix (anvil reads one level)", c->bucket, key);
@@ -56,7 +63,7 @@ static int fetch_one(void *ud, const char *key, uint64_t size) {
     return 0;
 }
 
-int s3path_fetch_dir(anvil_s3 *s3, const char *uri, const char *dir) {
+int s3path_fetch_dir(anvil_s3 *s3, const char *uri, const char *dir, const char *skip_suffix) {
     char *bucket, *key;
     if (anvil_s3_parse_uri(uri, &bucket, &key)) return -1;
     size_t kl = strlen(key);
@@ -67,7 +74,7 @@ int s3path_fetch_dir(anvil_s3 *s3, const char *uri, const char *dir) {
         return anvil_fail("out of memory");
     }
     snprintf(prefix, kl + 2, "%s%s", key, kl && key[kl - 1] != '/' ? "/" : "");
-    fetch_ctx c = {s3, bucket, dir, strlen(prefix), 0};
+    fetch_ctx c = {s3, bucket, dir, strlen(prefix), skip_suffix, 0};
     int rc = anvil_s3_list(s3, bucket, prefix, fetch_one, &c);
     if (!rc && !c.n) rc = anvil_fail("%s: no objects under this prefix", uri);
     free(prefix);
@@ -76,26 +83,33 @@ int s3path_fetch_dir(anvil_s3 *s3, const char *uri, const char *dir) {
     return rc;
 }
 
+static int push_named(anvil_s3 *s3, const char *dir, const char *name, const char *uri) {
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (name[0] == '.' || stat(path, &sb) || !S_ISREG(sb.st_mode)) return 0;
+    size_t ul = strlen(uri), n = ul + strlen(name) + 2;
+    char *dst = malloc(n);
+    if (!dst) return anvil_fail("out of memory");
+    snprintf(dst, n, "%s%s%s", uri, ul && uri[ul - 1] == '/' ? "" : "/", name);
+    int rc = s3path_push_file(s3, path, dst);
+    free(dst);
+    return rc;
+}
+
 int s3path_push_dir(anvil_s3 *s3, const char *dir, const char *uri) {
-    DIR *d = opendir(dir);
-    if (!d) return anvil_fail("%s: %s", dir, strerror(errno));
-    int rc = 0;
-    const struct dirent *e;
-    size_t ul = strlen(uri);
-    while (!rc && (e = readdir(d))) {
-        char path[4096], *dst;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (e->d_name[0] == '.' || stat(path, &sb) || !S_ISREG(sb.st_mode)) continue;
-        if (!(dst = malloc(ul + strlen(e->d_name) + 2))) {
-            rc = anvil_fail("out of memory");
-            break;
-        }
-        sprintf(dst, "%s%s%s", uri, ul && uri[ul - 1] == '/' ? "" : "/", e->d_name);
-        rc = s3path_push_file(s3, path, dst);
-        free(dst);
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort);
+    if (n < 0) return anvil_fail("%s: %s", dir, strerror(errno));
+    int rc = 0, manifest = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(names[i]->d_name, "manifest.json")) manifest = 1;
+        else if (!rc) rc = push_named(s3, dir, names[i]->d_name, uri);
+        free(names[i]);
     }
-    closedir(d);
+    free(names);
+    /* A manifest names the files beside it: it goes last, once they are all there. */
+    if (!rc && manifest) rc = push_named(s3, dir, "manifest.json", uri);
     return rc;
 }
 
@@ -121,9 +135,10 @@ static int stage_open(s3path_stage *st, const char *path) {
     return 0;
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
+int s3path_in_meta(s3path_stage *st, const char *path) {
+    if (stage_open(st, path)) return -1;
+    if (!st->s3) return 0;
+    return s3path_fetch_dir(st->s3, path, st->dir, ".bin");
 }
 
 int s3path_in(s3path_stage *st, const char *path, const char *leaf_suffix, const char *leaf) {
@@ -135,7 +150,7 @@ int s3path_in(s3path_stage *st, const char *path, const char *leaf_suffix, const
         st->local = st->path;
         return s3path_fetch_file(st->s3, path, st->path);
     }
-    return s3path_fetch_dir(st->s3, path, st->dir);
+    return s3path_fetch_dir(st->s3, path, st->dir, NULL);
 }
 
 int s3path_out(s3path_stage *st, const char *path, const char *leaf) {

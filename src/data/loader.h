@@ -15,7 +15,10 @@
 #ifndef ANVIL_DATA_LOADER_H
 #define ANVIL_DATA_LOADER_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "s3/s3.h"
 
 typedef struct anvil_loader anvil_loader;
 
@@ -32,7 +35,9 @@ typedef struct {
     uint64_t shuffle_seed; /* 0 when not shuffled */
 } anvil_loader_state;
 
-/* Validates every shard up front; a shard with fewer than world*B*T+1 tokens
+/* pattern may be s3://bucket/glob: the objects of one listing that match it, read with ranged GETs
+ * (anvil_loader_set_s3), credentials and endpoint as src/s3/s3.h takes them.
+ * Validates every shard up front; a shard with fewer than world*B*T+1 tokens
  * cannot supply one batch and is an error naming it. Token ids are checked
  * against vocab_size on every read. */
 anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size);
@@ -54,6 +59,13 @@ void anvil_loader_set_prefetch(anvil_loader *L, int on);
 int anvil_loader_set_shuffle(anvil_loader *L, uint64_t seed);
 /* Back to the first batch of the first shard, epoch 0 (the order stays). */
 void anvil_loader_reset(anvil_loader *L);
+
+/* Shards on S3: GETs of `range` bytes (default ANVIL_S3_READ_RANGE, at least ANVIL_S3_MIN_READ_RANGE)
+ * with up to `inflight` in flight (default ANVIL_S3_READ_INFLIGHT), reading ahead of the loader.
+ * Set before the first next; ignored for local shards. */
+int anvil_loader_set_s3(anvil_loader *L, size_t range, int inflight);
+/* The S3 client's counters: 1 and *st filled for shards on S3, else 0. */
+int anvil_loader_s3_stats(anvil_loader *L, anvil_s3_stats *st);
 
 anvil_loader_state anvil_loader_get_state(const anvil_loader *L);
 /* Restores a state from get_state so the batches that follow are identical.

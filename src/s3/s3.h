@@ -88,6 +88,20 @@ int anvil_s3_get_file(anvil_s3 *s3, const char *bucket, const char *key, const c
 typedef int (*anvil_s3_list_fn)(void *ctx, const char *key, uint64_t size);
 int anvil_s3_list(anvil_s3 *s3, const char *bucket, const char *prefix, anvil_s3_list_fn fn, void *ctx);
 
+/* Sequential reading of one object for the data loader: ranged GETs of `range` bytes on block
+ * boundaries, each block fetched once, up to `inflight` GETs at once (its own threads, started at
+ * the first read), reading ahead of the caller by that many blocks while reads go forward. */
+#define ANVIL_S3_READ_RANGE (16u << 20)
+#define ANVIL_S3_MIN_READ_RANGE (4u << 20)
+#define ANVIL_S3_READ_INFLIGHT 4
+typedef struct anvil_s3_reader anvil_s3_reader;
+anvil_s3_reader *anvil_s3_reader_open(anvil_s3 *s3, const char *bucket, const char *key, uint64_t size, size_t range,
+                                      int inflight);
+/* Bytes [off, off+len) of the object into buf; -1 after anvil_fail (a GET that failed past its
+ * retries, or a range outside the object). */
+int anvil_s3_reader_read(anvil_s3_reader *r, uint64_t off, size_t len, void *buf);
+void anvil_s3_reader_close(anvil_s3_reader *r);
+
 /* --- The parsers behind the client, public for their tests and fuzz target. --- */
 
 /* Percent-encodes s as SigV4 wants: every byte but A-Z a-z 0-9 - _ . ~ becomes %XX (upper-case),

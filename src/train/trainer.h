@@ -20,6 +20,8 @@ typedef struct {
     int synthetic;             /* uniform random tokens instead of shards (benchmarks) */
     int shuffle;               /* 1: each epoch reads the train shards, and their batches, in an order drawn from seed */
     int B, T;                  /* micro-batch of each rank */
+    size_t s3_range;           /* shards on S3: bytes per ranged GET (0: ANVIL_S3_READ_RANGE) */
+    int s3_inflight;           /* shards on S3: GETs in flight per loader (0: ANVIL_S3_READ_INFLIGHT) */
     int64_t total_batch_tokens; /* tokens per optimizer step over all ranks; a multiple of B*T*ranks
                                  * (0 means B*T*ranks) */
     int steps;
