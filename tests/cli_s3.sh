@@ -140,4 +140,70 @@ cmp -s "$tmp/back.safetensors" "$tmp/back_s3.safetensors" && cmp -s "$tmp/hf/mod
   cmp -s "$tmp/hf/config.json" "$tmp/hf_s3/config.json" && ok "export/import through s3:// give the local route's bytes" ||
   bad "export/import through s3:// differ from the local route"
 
+# ---- data from S3 ----
+# prep writes to S3; training from there gives the local run's losses and model, bit for bit.
+"$anvil" prep --out s3://anvil-test/ds --delimiter '\n' --val-fraction 0.05 --no-progress "$tmp/corpus.txt" > "$tmp/prep.out" 2> "$tmp/err" &&
+  grep -q "wrote s3://anvil-test/ds/manifest.json" "$tmp/prep.out" || bad "prep --out s3://: $(cat "$tmp/err")"
+"$anvil" s3 ls s3://anvil-test/ds/ > "$tmp/ls" 2>&1
+[ "$(awk '{print $2}' "$tmp/ls" | tr '\n' ' ')" = "ds/manifest.json ds/train_000000.bin ds/val_000000.bin " ] &&
+  ok "prep --out s3:// wrote the shards and the manifest" || bad "prep to S3 wrote: $(cat "$tmp/ls")"
+train_args=(--preset tiny --batch 4 --seq 64 --steps 8 --val-every 4 --no-progress --sample-every -1 --seed 9)
+"$anvil" train --data "$tmp/data" "${train_args[@]}" --out "$tmp/run_local" > /dev/null 2>&1 || bad "local training failed"
+"$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --out "$tmp/run_s3" > /dev/null 2> "$tmp/err" ||
+  bad "training from S3 failed: $(cat "$tmp/err")"
+losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl" | tr '\n' ' '; }
+[ -n "$(losses "$tmp/run_local")" ] && [ "$(losses "$tmp/run_local")" = "$(losses "$tmp/run_s3")" ] &&
+  cmp -s "$tmp/run_local/model.safetensors" "$tmp/run_s3/model.safetensors" &&
+  ok "train --data s3://: the same $(losses "$tmp/run_s3" | wc -w) losses and model bytes as from local shards" ||
+  bad "training from S3 differs: $(losses "$tmp/run_local") vs $(losses "$tmp/run_s3")"
+
+# Request discipline, counted at the proxy, on two 32 MiB shards read for one epoch through the
+# loader (with its prefetch, which reads the next epoch's first blocks too).
+probe=${LOADER_PROBE:-}
+if [ -n "$probe" ] && [ -x "$probe" ]; then
+  "$probe" write "$tmp/shards" 2 16776704 || bad "could not write the shards"
+  for f in "$tmp/shards"/*.bin; do
+    AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "$f" "s3://anvil-test/shards/$(basename "$f")" 2> "$tmp/err" || bad "upload: $(cat "$tmp/err")"
+  done
+  want=$("$probe" read "$tmp/shards/train_*.bin" 8 1024 16 4 | head -n 1)
+  # Prints "GETS PEAK GETS_PER_GIB SIZES", the sizes of the GETs' ranges in MiB.
+  discipline() {
+    ctl stats | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+gets = s["counts"].get("GET", 0)
+sizes = sorted({(int(b) - int(a) + 1) >> 20 for a, b in (r.split("=")[1].split("-") for r in s["ranges"])})
+print(gets, s["peak"], round(gets * 2**30 / s["bytes_down"], 2), ",".join(map(str, sizes)))'
+  }
+  ctl reset > /dev/null
+  got=$("$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 16 4 2> "$tmp/err" | head -n 1)
+  [ -n "$want" ] && [ "$got" = "$want" ] && ok "an epoch from S3 reads the local shards' tokens ($got)" ||
+    bad "loader from S3: '$got', want '$want': $(cat "$tmp/err")"
+  read -r gets peak per_gib sizes <<< "$(discipline)"
+  python3 -c "import sys; sys.exit(not ($per_gib <= 64 and $peak <= 4 and '$sizes' == '16'))" &&
+    ok "16 MiB ranges: $gets GETs, $per_gib GETs per GiB (at most 64), peak $peak in flight (at most 4)" ||
+    bad "discipline at 16 MiB: $gets GETs, $per_gib per GiB, peak $peak, range sizes $sizes MiB"
+  ctl reset > /dev/null
+  got=$("$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 4 3 2> "$tmp/err" | head -n 1)
+  read -r gets peak per_gib sizes <<< "$(discipline)"
+  [ "$got" = "$want" ] && python3 -c "import sys; sys.exit(not ($per_gib <= 256 and $peak <= 3 and '$sizes' == '4'))" &&
+    ok "4 MiB ranges, 3 in flight: the same tokens, $gets GETs ($per_gib per GiB), peak $peak in flight (at most 3)" ||
+    bad "discipline at 4 MiB: '$got', $gets GETs, $per_gib per GiB, peak $peak, sizes $sizes: $(cat "$tmp/err")"
+  "$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 2 4 > /dev/null 2> "$tmp/err"
+  rc=$?
+  [ $rc = 1 ] && grep -q "at least 4194304" "$tmp/err" && ok "ranges under 4 MiB are refused" ||
+    bad "a 2 MiB range: rc $rc, $(cat "$tmp/err")"
+  # Faults while the loader streams: the same tokens, the retries counted.
+  ctl reset > /dev/null
+  ctl "fault?kind=reset&n=2" > /dev/null
+  ctl "fault?kind=503&n=3&type=GET" > /dev/null
+  "$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 16 4 > "$tmp/probe.out" 2> "$tmp/err"
+  [ "$(head -n 1 "$tmp/probe.out")" = "$want" ] && [ "$(client_stat "$tmp/probe.out" retries)" -ge 5 ] &&
+    ok "2 resets and 3 x 503 while streaming: the same tokens, $(client_stat "$tmp/probe.out" retries) retries counted" ||
+    bad "faults while streaming: $(cat "$tmp/probe.out" "$tmp/err")"
+  ctl reset > /dev/null
+else
+  bad "LOADER_PROBE is not set to tests/tools/loader_probe (CTest sets it)"
+fi
+
 finish

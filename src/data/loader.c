@@ -31,6 +31,7 @@ struct anvil_loader {
     anvil_s3 *s3;    /* shards on S3: the client, the GET size and the GETs in flight */
     size_t s3_range;
     int s3_inflight;
+    uint64_t *s3_sizes; /* from the listing */
     int64_t cur_index;
     anvil_loader_state st;
     int32_t *buf; /* B*T+1 */
@@ -59,6 +60,7 @@ static int open_shard(anvil_loader *L, anvil_shard *s, const char *path) {
 typedef struct {
     const char *bucket, *key_pattern;
     char **paths;
+    uint64_t *sizes;
     size_t n, cap;
 } s3_match;
 
@@ -69,31 +71,37 @@ static int s3_match_one(void *ctx, const char *key, uint64_t size) {
     if (m->n == m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 16;
         char **p = realloc(m->paths, cap * sizeof *p);
-        if (!p) return anvil_fail("out of memory");
-        m->paths = p;
+        if (p) m->paths = p;
+        uint64_t *z = realloc(m->sizes, cap * sizeof *z);
+        if (z) m->sizes = z;
+        if (!p || !z) return anvil_fail("out of memory");
         m->cap = cap;
     }
     size_t len = strlen(m->bucket) + strlen(key) + 7;
     if (!(m->paths[m->n] = malloc(len))) return anvil_fail("out of memory");
-    snprintf(m->paths[m->n++], len, "s3://%s/%s", m->bucket, key);
+    snprintf(m->paths[m->n], len, "s3://%s/%s", m->bucket, key);
+    m->sizes[m->n++] = size;
     return 0;
 }
 
-/* The objects matching an s3://bucket/pattern glob: one listing of the prefix before the first
- * wildcard, matched as glob(3) would match paths. */
+/* The objects matching an s3://bucket/pattern glob, with their sizes: one listing of the prefix
+ * before the first wildcard, matched as glob(3) would match paths. S3 lists keys in byte order,
+ * the order of the loader's shards. */
 static int expand_s3(anvil_loader *L, const char *pattern) {
     char *bucket, *key;
     if (anvil_s3_parse_uri(pattern, &bucket, &key)) return -1;
     size_t plen = strcspn(key, "*?[\\");
     char *prefix = strndup(key, plen);
-    s3_match m = {bucket, key, NULL, 0, 0};
+    s3_match m = {bucket, key, NULL, NULL, 0, 0};
     int rc = prefix ? anvil_s3_list(L->s3, bucket, prefix, s3_match_one, &m) : anvil_fail("out of memory");
     if (!rc && !m.n) rc = anvil_fail("loader: no objects match '%s'", pattern);
     if (rc) {
         for (size_t i = 0; i < m.n; i++) free(m.paths[i]);
         free(m.paths);
+        free(m.sizes);
     } else {
         L->paths = m.paths;
+        L->s3_sizes = m.sizes;
         L->nshards = (int)m.n;
     }
     free(prefix);
@@ -121,6 +129,7 @@ void anvil_loader_close(anvil_loader *L) {
     pthread_cond_destroy(&L->cv);
     if (L->cur_index >= 0) anvil_shard_close(&L->cur);
     anvil_s3_close(L->s3);
+    free(L->s3_sizes);
     for (int i = 0; i < L->nshards; i++) free(L->paths[i]);
     free(L->paths);
     free(L->ntokens);
@@ -154,7 +163,43 @@ static int expand_local(anvil_loader *L, const char *pattern) {
     return 0;
 }
 
+/* Reads shard i's token count. A shard on S3 is not read up front, which would cost a GET of each
+ * beside the ones of its data: the first is opened (and stays open, its first blocks on the way for
+ * the first batch), the others' counts follow from their listed sizes at the first one's token
+ * width, and each header is checked when its shard is opened for reading. */
+static int validate_shard(anvil_loader *L, int i) {
+    if (L->s3 && i > 0) {
+        uint64_t size = L->s3_sizes[i];
+        int tb = L->cur.token_bytes;
+        if (size < ANVIL_SHARD_HEADER_BYTES || (size - ANVIL_SHARD_HEADER_BYTES) % (uint64_t)tb)
+            return anvil_fail("shard %s: %llu bytes is not a header and whole %d-byte tokens, as in %s", L->paths[i],
+                              (unsigned long long)size, tb, L->paths[0]);
+        L->ntokens[i] = (int64_t)((size - ANVIL_SHARD_HEADER_BYTES) / (uint64_t)tb);
+        return 0;
+    }
+    anvil_shard s;
+    if (open_shard(L, &s, L->paths[i])) return -1;
+    L->ntokens[i] = s.ntokens;
+    if (L->s3) {
+        L->cur = s;
+        L->cur_index = 0;
+    } else {
+        anvil_shard_close(&s);
+    }
+    return 0;
+}
+
 anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size) {
+    return anvil_loader_open_s3(pattern, B, T, rank, world, vocab_size, ANVIL_S3_READ_RANGE, ANVIL_S3_READ_INFLIGHT);
+}
+
+anvil_loader *anvil_loader_open_s3(const char *pattern, int B, int T, int rank, int world, int vocab_size, size_t range,
+                                   int inflight) {
+    if (range < ANVIL_S3_MIN_READ_RANGE || inflight < 1) {
+        anvil_fail("loader %s: S3 reads of %zu bytes (at least %u) with %d in flight (at least 1)", pattern, range,
+                   ANVIL_S3_MIN_READ_RANGE, inflight);
+        return NULL;
+    }
     if (B <= 0 || T <= 0 || world <= 0 || rank < 0 || rank >= world || vocab_size <= 0) {
         anvil_fail("loader %s: bad geometry B=%d T=%d rank=%d world=%d vocab_size=%d", pattern, B, T, rank, world,
                    vocab_size);
@@ -184,8 +229,8 @@ anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int
         return NULL;
     }
     if (anvil_s3_is_uri(pattern)) {
-        L->s3_range = ANVIL_S3_READ_RANGE;
-        L->s3_inflight = ANVIL_S3_READ_INFLIGHT;
+        L->s3_range = range;
+        L->s3_inflight = inflight;
         if (!(L->s3 = anvil_s3_open()) || expand_s3(L, pattern)) {
             anvil_loader_close(L);
             return NULL;
@@ -199,17 +244,14 @@ anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int
         anvil_loader_close(L);
         return NULL;
     }
-    /* glob sorts by the locale's collation, S3 lists in byte order; the shard order depends on neither. */
-    qsort(L->paths, (size_t)L->nshards, sizeof *L->paths, cmp_str);
+    /* glob sorts by the locale's collation; the shard order must not depend on it. */
+    if (!L->s3) qsort(L->paths, (size_t)L->nshards, sizeof *L->paths, cmp_str);
 
     for (int i = 0; i < L->nshards; i++) {
-        anvil_shard s;
-        if (open_shard(L, &s, L->paths[i])) {
+        if (validate_shard(L, i)) {
             anvil_loader_close(L);
             return NULL;
         }
-        L->ntokens[i] = s.ntokens;
-        anvil_shard_close(&s);
         if (L->ntokens[i] < L->global + 1) {
             anvil_fail("shard %s: %lld tokens, too few for one batch of world*B*T+1 = %d*%d*%d+1 = %lld tokens",
                        L->paths[i], (long long)L->ntokens[i], world, B, T, (long long)(L->global + 1));
@@ -468,18 +510,6 @@ int64_t anvil_loader_total_tokens(const anvil_loader *L) {
     int64_t n = 0;
     for (int i = 0; i < L->nshards; i++) n += L->ntokens[i];
     return n;
-}
-
-int anvil_loader_set_s3(anvil_loader *L, size_t range, int inflight) {
-    if (!L->s3) return 0;
-    if (range < ANVIL_S3_MIN_READ_RANGE || inflight < 1)
-        return anvil_fail("loader %s: S3 reads of %zu bytes (at least %u) with %d in flight (at least 1)", L->paths[0],
-                          range, ANVIL_S3_MIN_READ_RANGE, inflight);
-    if (L->cur_index >= 0 || L->have_thread)
-        return anvil_fail("loader %s: the S3 read settings are set before the first batch", L->paths[0]);
-    L->s3_range = range;
-    L->s3_inflight = inflight;
-    return 0;
 }
 
 int anvil_loader_s3_stats(anvil_loader *L, anvil_s3_stats *st) {

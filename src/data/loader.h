@@ -36,11 +36,16 @@ typedef struct {
 } anvil_loader_state;
 
 /* pattern may be s3://bucket/glob: the objects of one listing that match it, read with ranged GETs
- * (anvil_loader_set_s3), credentials and endpoint as src/s3/s3.h takes them.
+ * of ANVIL_S3_READ_RANGE bytes, ANVIL_S3_READ_INFLIGHT at once (anvil_loader_open_s3 sets both),
+ * credentials and endpoint as src/s3/s3.h takes them.
  * Validates every shard up front; a shard with fewer than world*B*T+1 tokens
  * cannot supply one batch and is an error naming it. Token ids are checked
  * against vocab_size on every read. */
 anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size);
+/* anvil_loader_open with shards on S3 read by GETs of `range` bytes (at least
+ * ANVIL_S3_MIN_READ_RANGE), `inflight` at once, reading ahead of the loader. */
+anvil_loader *anvil_loader_open_s3(const char *pattern, int B, int T, int rank, int world, int vocab_size, size_t range,
+                                   int inflight);
 void anvil_loader_close(anvil_loader *L);
 
 /* Fills B*T inputs and B*T targets (targets[i] is the token after inputs[i]). */
@@ -60,10 +65,6 @@ int anvil_loader_set_shuffle(anvil_loader *L, uint64_t seed);
 /* Back to the first batch of the first shard, epoch 0 (the order stays). */
 void anvil_loader_reset(anvil_loader *L);
 
-/* Shards on S3: GETs of `range` bytes (default ANVIL_S3_READ_RANGE, at least ANVIL_S3_MIN_READ_RANGE)
- * with up to `inflight` in flight (default ANVIL_S3_READ_INFLIGHT), reading ahead of the loader.
- * Set before the first next; ignored for local shards. */
-int anvil_loader_set_s3(anvil_loader *L, size_t range, int inflight);
 /* The S3 client's counters: 1 and *st filled for shards on S3, else 0. */
 int anvil_loader_s3_stats(anvil_loader *L, anvil_s3_stats *st);
 

@@ -79,16 +79,15 @@ int anvil_shard_open_s3(anvil_shard *s, anvil_s3 *s3, const char *uri, size_t ra
     if (anvil_s3_parse_uri(uri, &bucket, &key)) return -1;
     uint64_t size = 0;
     int32_t hdr[3];
-    size_t got = 0;
     int rc = anvil_s3_head(s3, bucket, key, &size);
     if (rc > 0) rc = anvil_fail("shard %s: no such object", uri);
     if (!rc && size < ANVIL_SHARD_HEADER_BYTES)
         rc = anvil_fail("shard %s: object is %llu bytes, shorter than the %d-byte header", uri, (unsigned long long)size,
                         ANVIL_SHARD_HEADER_BYTES);
-    if (!rc) rc = anvil_s3_get_range(s3, bucket, key, 0, sizeof hdr, hdr, &got);
-    if (!rc && got != sizeof hdr) rc = anvil_fail("shard %s: cannot read the header: %zu bytes came", uri, got);
-    if (!rc) rc = check_header(uri, hdr, (long long)size);
     if (!rc && !(s->remote = anvil_s3_reader_open(s3, bucket, key, size, range, inflight))) rc = -1;
+    /* The header comes with the first block, which the first batch needs too: no GET of its own. */
+    if (!rc) rc = anvil_s3_reader_read(s->remote, 0, sizeof hdr, hdr);
+    if (!rc) rc = check_header(uri, hdr, (long long)size);
     if (!rc) rc = set_fields(s, uri, hdr);
     free(bucket);
     free(key);

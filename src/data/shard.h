@@ -30,9 +30,9 @@ typedef struct {
  * file size that matches the header exactly (a truncated or padded file is
  * rejected rather than read as garbage). */
 int anvil_shard_open(anvil_shard *s, const char *path);
-/* The same for an object s3://bucket/key, through the client s3 (a HEAD for its size and a GET of its
- * header); reads then go through an anvil_s3_reader of `range` bytes per GET and up to `inflight`
- * GETs at once, reading ahead. */
+/* The same for an object s3://bucket/key, through the client s3: a HEAD for its size, then every read
+ * (the header's first) through an anvil_s3_reader of `range` bytes per GET and up to `inflight` GETs
+ * at once, reading ahead. */
 int anvil_shard_open_s3(anvil_shard *s, anvil_s3 *s3, const char *uri, size_t range, int inflight);
 void anvil_shard_close(anvil_shard *s);
 

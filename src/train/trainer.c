@@ -425,12 +425,10 @@ static int open_data(anvil_run *r) {
     if (!c->synthetic) {
         size_t range = c->s3_range ? c->s3_range : ANVIL_S3_READ_RANGE;
         int inflight = c->s3_inflight ? c->s3_inflight : ANVIL_S3_READ_INFLIGHT;
-        r->train = anvil_loader_open(c->train_pattern, c->B, c->T, r->rank, r->world, vocab);
-        if (!r->train || (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed)) ||
-            anvil_loader_set_s3(r->train, range, inflight))
-            return bad_input(r);
-        if (c->val_pattern && (!(r->val = anvil_loader_open(c->val_pattern, c->B, c->T, r->rank, r->world, vocab)) ||
-                               anvil_loader_set_s3(r->val, range, inflight)))
+        r->train = anvil_loader_open_s3(c->train_pattern, c->B, c->T, r->rank, r->world, vocab, range, inflight);
+        if (!r->train || (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed))) return bad_input(r);
+        if (c->val_pattern &&
+            !(r->val = anvil_loader_open_s3(c->val_pattern, c->B, c->T, r->rank, r->world, vocab, range, inflight)))
             return bad_input(r);
     }
     if (c->out_dir && r->rank == 0) {
