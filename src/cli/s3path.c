@@ -22,22 +22,23 @@ int s3path_tmpdir(char *out, size_t cap) {
     return 0;
 }
 
-int s3path_fetch_file(anvil_s3 *s3, const char *uri, const char *path) {
+/* op (anvil_s3_get_file or anvil_s3_put_file) on the object uri names and the local path. */
+static int object_op(anvil_s3 *s3, const char *uri, const char *path,
+                     int (*op)(anvil_s3 *, const char *, const char *, const char *)) {
     char *bucket, *key;
     if (anvil_s3_parse_uri(uri, &bucket, &key)) return -1;
-    int rc = key[0] ? anvil_s3_get_file(s3, bucket, key, path) : anvil_fail("'%s' names a bucket, not an object", uri);
+    int rc = key[0] ? op(s3, bucket, key, path) : anvil_fail("'%s' names a bucket, not an object", uri);
     free(bucket);
     free(key);
     return rc;
 }
 
+int s3path_fetch_file(anvil_s3 *s3, const char *uri, const char *path) {
+    return object_op(s3, uri, path, anvil_s3_get_file);
+}
+
 int s3path_push_file(anvil_s3 *s3, const char *path, const char *uri) {
-    char *bucket, *key;
-    if (anvil_s3_parse_uri(uri, &bucket, &key)) return -1;
-    int rc = key[0] ? anvil_s3_put_file(s3, bucket, key, path) : anvil_fail("'%s' names a bucket, not an object", uri);
-    free(bucket);
-    free(key);
-    return rc;
+    return object_op(s3, uri, path, anvil_s3_put_file);
 }
 
 typedef struct {
