@@ -211,6 +211,8 @@ typedef struct {
     anvil_adamw *opt;      /* the optimizer that steps: whole_opt, or the rank's blocks' at ZeRO */
     anvil_dp *dp;
     anvil_loader *train, *val;
+    anvil_s3_stats s3_last; /* the train loader's S3 counters at the last "s3" record, and its time */
+    double s3_last_t;
     anvil_metrics *metrics;
     anvil_checkpointer *ckpt;
     anvil_telemetry *tel;
@@ -608,6 +610,35 @@ static int ckpt_metrics(anvil_run *r) {
     return 0;
 }
 
+/* For shards on S3, an "s3" record of the train loader's requests every log_every steps: counts,
+ * rates by type since the last record, retries, bytes and latency percentiles. */
+static int s3_metrics(anvil_run *r, int step) {
+    const anvil_train_config *c = r->c;
+    anvil_s3_stats st;
+    if (!r->metrics || !r->train || !anvil_loader_s3_stats(r->train, &st)) return 0;
+    if ((step + 1) % c->log_every && step + 1 != c->steps) return 0;
+    double now = anvil_now(), dt = r->s3_last_t > 0 ? now - r->s3_last_t : now - r->t_start;
+    if (dt <= 0) dt = 1e-9;
+    const anvil_s3_stats *p = &r->s3_last;
+    const char *keys[] = {"step", "get", "head", "list", "get_per_s", "head_per_s", "list_per_s", "retries",
+                          "bytes_down", "mb_down_per_s", "p50_ms", "p99_ms"};
+    double vals[] = {step + 1,
+                     (double)st.requests[ANVIL_S3_GET],
+                     (double)st.requests[ANVIL_S3_HEAD],
+                     (double)st.requests[ANVIL_S3_LIST],
+                     (double)(st.requests[ANVIL_S3_GET] - p->requests[ANVIL_S3_GET]) / dt,
+                     (double)(st.requests[ANVIL_S3_HEAD] - p->requests[ANVIL_S3_HEAD]) / dt,
+                     (double)(st.requests[ANVIL_S3_LIST] - p->requests[ANVIL_S3_LIST]) / dt,
+                     (double)st.retries,
+                     (double)st.bytes_down,
+                     (double)(st.bytes_down - p->bytes_down) / dt / 1e6,
+                     st.p50_ms,
+                     st.p99_ms};
+    r->s3_last = st;
+    r->s3_last_t = now;
+    return anvil_metrics_write(r->metrics, "s3", keys, vals, 12);
+}
+
 /* Timing, the result so far, metrics and the log line or progress bar. */
 static int record_step(anvil_run *r, int step) {
     const anvil_train_config *c = r->c;
@@ -620,7 +651,7 @@ static int record_step(anvil_run *r, int step) {
     if (r->metrics) {
         const char *keys[] = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops"};
         double vals[] = {step + 1, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops};
-        if (anvil_metrics_write(r->metrics, "train", keys, vals, 7)) return -1;
+        if (anvil_metrics_write(r->metrics, "train", keys, vals, 7) || s3_metrics(r, step)) return -1;
     }
     if (anvil_checkpointer_step_done(r->ckpt, dt * 1e3, r->timed > c->timing_warmup) || ckpt_metrics(r)) return -1;
     if (c->progress) {
