@@ -157,6 +157,9 @@ losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl" | tr '\n' ' '; }
   ok "train --data s3://: the same $(losses "$tmp/run_s3" | wc -w) losses and model bytes as from local shards" ||
   bad "training from S3 differs: $(losses "$tmp/run_local") vs $(losses "$tmp/run_s3")"
 
+grep -q '"kind":"s3","step":8,"get":[1-9]' "$tmp/run_s3/metrics.jsonl" && ! grep -q '"kind":"s3"' "$tmp/run_local/metrics.jsonl" &&
+  ok "metrics.jsonl has the S3 requests of the run from S3" || bad "no s3 record: $(grep s3 "$tmp/run_s3/metrics.jsonl")"
+
 # Request discipline, counted at the proxy, on two 32 MiB shards read for one epoch through the
 # loader (with its prefetch, which reads the next epoch's first blocks too).
 probe=${LOADER_PROBE:-}
