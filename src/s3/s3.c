@@ -6,7 +6,6 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <sodium.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,10 +185,6 @@ void anvil_s3_close(anvil_s3 *s) {
     free(s->sigv4);
     pthread_mutex_destroy(&s->mu);
     free(s);
-}
-
-const char *anvil_s3_endpoint(const anvil_s3 *s) {
-    return s->endpoint;
 }
 
 static double bucket_ms(int b) {

@@ -54,7 +54,6 @@ void anvil_s3_close(anvil_s3 *s3);
 void anvil_s3_get_stats(anvil_s3 *s3, anvil_s3_stats *out);
 /* "requests get=N head=N ... retries=N bytes_down=N bytes_up=N p50_ms=X p99_ms=X", one line. */
 void anvil_s3_format_stats(const anvil_s3_stats *st, char *out, size_t cap);
-const char *anvil_s3_endpoint(const anvil_s3 *s3);
 
 /* 1 when path starts with "s3://". */
 int anvil_s3_is_uri(const char *path);
