@@ -157,6 +157,13 @@ losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl" | tr '\n' ' '; }
   ok "train --data s3://: the same $(losses "$tmp/run_s3" | wc -w) losses and model bytes as from local shards" ||
   bad "training from S3 differs: $(losses "$tmp/run_local") vs $(losses "$tmp/run_s3")"
 
+# Resuming mid-run from a checkpoint, with the shards on S3, lands on the same model.
+"$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --ckpt-every 4 --out "$tmp/run_s3r" > /dev/null 2>&1 &&
+  rm -rf "$tmp/run_s3r/ckpt/step_00000008" "$tmp/run_s3r/model.safetensors" &&
+  echo step_00000004 > "$tmp/run_s3r/ckpt/latest" &&
+  "$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --ckpt-every 4 --out "$tmp/run_s3r" --resume auto > /dev/null 2> "$tmp/err" &&
+  cmp -s "$tmp/run_local/model.safetensors" "$tmp/run_s3r/model.safetensors" &&
+  ok "a run from S3 resumed at step 4 ends with the local run's model" || bad "resume from S3: $(cat "$tmp/err")"
 grep -q '"kind":"s3","step":8,"get":[1-9]' "$tmp/run_s3/metrics.jsonl" && ! grep -q '"kind":"s3"' "$tmp/run_local/metrics.jsonl" &&
   ok "metrics.jsonl has the S3 requests of the run from S3" || bad "no s3 record: $(grep s3 "$tmp/run_s3/metrics.jsonl")"
 
