@@ -216,4 +216,52 @@ else
   bad "LOADER_PROBE is not set to tests/tools/loader_probe (CTest sets it)"
 fi
 
+# Checkpoints to S3. A run uploading each checkpoint while PUTs are held 300 ms at the proxy is
+# killed (-9) once step 4's upload has begun (objects of step 4 on S3, its index not); the local
+# folder is deleted; --resume auto then downloads step 2, the newest checkpoint whose index exists,
+# and the run ends with the uninterrupted run's model bytes.
+ck=s3://anvil-test/ck
+ck_args=("${train_args[@]}" --ckpt-every 2 --keep-last 2 --ckpt-uri "$ck" --ckpt-prefixes 4)
+s3keys() { AWS_ENDPOINT_URL=$direct "$anvil" s3 ls "$ck/" 2> /dev/null | awk '{print $2}'; }
+ctl reset > /dev/null
+ctl "fault?kind=slow&n=1000&ms=300&type=PUT" > /dev/null
+"$anvil" train --data "$tmp/data" "${ck_args[@]}" --out "$tmp/run_ck" > /dev/null 2> "$tmp/ck.err" &
+pid=$!
+for _ in $(seq 300); do
+  keys=$(s3keys)
+  grep -q '^ck/[0-9a-f][0-9a-f]/step_00000004/' <<< "$keys" && ! grep -q '^ck/step_00000004/' <<< "$keys" && break
+  keys=
+  sleep 0.05
+done
+kill -9 $pid 2> /dev/null
+wait $pid 2> /dev/null
+ctl reset > /dev/null
+[ -n "$keys" ] && grep -qx 'ck/step_00000002/manifest.json' <<< "$keys" &&
+  ok "killed -9 with step 4's objects uploading ($(grep -c step_00000004/ <<< "$keys") up, no index) after step 2's index" ||
+  bad "the kill did not land in step 4's upload: $(tr '\n' ' ' <<< "$(s3keys)") $(cat "$tmp/ck.err")"
+rm -rf "$tmp/run_ck"
+"$anvil" train --data "$tmp/data" "${ck_args[@]}" --out "$tmp/run_ck" --resume auto > /dev/null 2> "$tmp/err" &&
+  grep -q "resumed from .*step_00000002 (step 2)" "$tmp/err" &&
+  cmp -s "$tmp/run_local/model.safetensors" "$tmp/run_ck/model.safetensors" &&
+  ok "resume auto from S3: step 2 downloaded, the final model equals the uninterrupted run's" ||
+  bad "resume from S3 checkpoints: $(cat "$tmp/err")"
+# Retention: exactly the two newest indexes, and only their objects, spread over prefixes.
+keys=$(s3keys)
+idx=$(grep -c '^ck/step_[0-9]*/manifest.json$' <<< "$keys")
+stray=$(grep -v -e 'step_00000006/' -e 'step_00000008/' <<< "$keys" | grep -c .)
+hh=$(grep -o '^ck/[0-9a-f][0-9a-f]/' <<< "$keys" | sort -u | wc -l)
+[ "$idx" = 2 ] && grep -qx 'ck/step_00000008/manifest.json' <<< "$keys" && [ "$stray" = 0 ] && [ "$hh" -ge 2 ] &&
+  ok "keep-last 2 on S3: the indexes of steps 6 and 8 and their objects only, over $hh prefixes" ||
+  bad "retention on S3: $idx indexes, $stray stray keys, $hh prefixes: $(tr '\n' ' ' <<< "$keys")"
+# A flipped byte in an object: the download is refused with one line naming the key.
+obj=$(grep '/step_00000008/model' <<< "$keys" | head -n 1)
+[ -n "$obj" ] || obj=$(grep '^ck/[0-9a-f][0-9a-f]/step_00000008/' <<< "$keys" | head -n 1)
+AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "s3://anvil-test/$obj" "$tmp/obj" 2> /dev/null &&
+  printf '\x5a' | dd of="$tmp/obj" bs=1 seek=100 conv=notrunc status=none &&
+  AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "$tmp/obj" "s3://anvil-test/$obj" 2> /dev/null || bad "could not corrupt $obj"
+"$anvil" train --data "$tmp/data" "${ck_args[@]}" --out "$tmp/run_bad" --resume auto > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc != 0 ] && [ "$(grep -c "s3://anvil-test/$obj: CRC-32C" "$tmp/err")" = 1 ] && [ ! -d "$tmp/run_bad/ckpt/step_00000008" ] &&
+  ok "a corrupted object is refused (exit $rc): $(grep CRC "$tmp/err")" || bad "corrupted object: rc $rc, $(cat "$tmp/err")"
+
 finish

@@ -18,6 +18,7 @@
 #include "obs/heartbeat.h"
 #include "obs/logmetric.h"
 #include "tok/tokenizer.h"
+#include "train/ckpt_remote.h"
 #include "train/trainer.h"
 
 static const char *usage =
@@ -79,6 +80,10 @@ static const char *usage =
     "  --keep-every J          ... plus every J-th step for good\n"
     "  --ckpt-sync             write on the training thread instead\n"
     "  --resume auto|DIR       continue from the newest valid checkpoint of --out (auto), or from DIR\n"
+    "  --ckpt-uri s3://B/P     upload each checkpoint to S3 too, in the background (the index\n"
+    "                          P/step_N/manifest.json last); --resume auto downloads the newest one\n"
+    "                          there, CRC-checked, when --out has none; --keep-last applies there too\n"
+    "  --ckpt-prefixes N       spread the uploaded objects over N key prefixes P/00..P/NN (default 16)\n"
     "several processes (start them with 'anvil launch -n N -- train ...'):\n"
     "  --zero S                0: replicate everything, gradients all-reduced in buckets while the backward\n"
     "                          runs (default); 1: shard the AdamW moments (ZeRO-1); 2: also the gradients;\n"
@@ -165,6 +170,8 @@ static int train_main(int argc, char **argv, s3path_stage *meta) {
         else if (!strcmp(o, "--ckpt-every")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.ckpt_every);
         else if (!strcmp(o, "--ckpt-minutes")) bad = arg_double(cmd, o, v, &c.ckpt_minutes);
         else if (!strcmp(o, "--keep-last")) bad = arg_int(cmd, o, v, 1, 1 << 30, &c.keep_last);
+        else if (!strcmp(o, "--ckpt-uri")) c.ckpt_uri = v;
+        else if (!strcmp(o, "--ckpt-prefixes")) bad = arg_int(cmd, o, v, 1, ANVIL_CKPT_REMOTE_MAX_PREFIXES, &c.ckpt_prefixes);
         else if (!strcmp(o, "--keep-every")) bad = arg_i64(cmd, o, v, 0, INT64_MAX, &c.keep_every);
         else if (!strcmp(o, "--layers")) bad = arg_int(cmd, o, v, 1, 1000, &layers);
         else if (!strcmp(o, "--heads")) bad = arg_int(cmd, o, v, 1, 4096, &heads);

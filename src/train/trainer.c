@@ -22,9 +22,11 @@
 #include "obs/heartbeat.h"
 #include "obs/metrics.h"
 #include "obs/trace.h"
+#include "s3/s3.h"
 #include "sample/sampler.h"
 #include "tok/tokenizer.h"
 #include "train/checkpointer.h"
+#include "train/ckpt_remote.h"
 #include "train/profile.h"
 #include "train/telemetry.h"
 
@@ -90,6 +92,8 @@ int anvil_train_check(const anvil_train_config *c) {
     if (c->synthetic && c->shuffle) return anvil_fail("train: --shuffle needs shards, not --synthetic");
     if ((c->ckpt_every || c->ckpt_minutes > 0 || c->resume) && !c->out_dir)
         return anvil_fail("train: checkpoints and --resume need a run folder (--out)");
+    if (c->ckpt_uri && (!c->out_dir || !anvil_s3_is_uri(c->ckpt_uri)))
+        return anvil_fail("train: --ckpt-uri %s: needs --out and an s3://bucket/prefix URI", c->ckpt_uri);
     if (c->ckpt_every < 0 || c->ckpt_minutes < 0 || c->keep_last < 1 || c->keep_every < 0)
         return anvil_fail("train: checkpoint intervals must be >= 0 and --keep-last >= 1");
     if (c->profile_dir && (c->profile_first < 1 || c->profile_last < c->profile_first))
@@ -215,6 +219,7 @@ typedef struct {
     double s3_last_t;
     anvil_metrics *metrics;
     anvil_checkpointer *ckpt;
+    anvil_ckpt_remote *remote; /* rank 0 with --ckpt-uri */
     anvil_telemetry *tel;
     int32_t *x, *y;
     double *step_ms; /* per step, for the medians */
@@ -261,6 +266,26 @@ static int bad_input(anvil_run *r) {
     return -1;
 }
 
+/* With no local checkpoint, rank 0 downloads the newest one from --ckpt-uri into the run folder,
+ * which the other ranks then read as a local one (they share it, as they share local checkpoints).
+ * 1 with its folder in dir, 0 when S3 has none, -1 on every rank when the download failed. */
+static int fetch_remote(anvil_run *r, char *dir, size_t cap) {
+    const anvil_train_config *c = r->c;
+    int64_t found = 0;
+    if (r->rank == 0) {
+        found = anvil_ckpt_remote_fetch_latest(c->ckpt_uri, c->out_dir, dir, cap);
+        if (found > 0) fprintf(c->log, "resume: downloaded %s from %s\n", dir, c->ckpt_uri);
+    }
+    if (r->world > 1) {
+        int64_t all = found;
+        if (anvil_allreduce(anvil_dist_world(), &all, 1, ANVIL_I64, "checkpoint download")) return -1;
+        if (all < 0) return r->rank == 0 ? -1 : anvil_fail("rank 0 could not download the checkpoint from %s", c->ckpt_uri);
+        char warn[4096] = "";
+        if (all > 0 && r->rank != 0) found = anvil_ckpt_find_latest_valid(c->out_dir, dir, cap, warn, sizeof warn);
+    }
+    return (int)found;
+}
+
 /* Restores model, optimizer, loader and RNG from the checkpoint that
  * c->resume names; r->start receives its step (0 when "auto" finds none). */
 static int resume_from(anvil_run *r) {
@@ -270,6 +295,7 @@ static int resume_from(anvil_run *r) {
         int found = anvil_ckpt_find_latest_valid(c->out_dir, dir, sizeof dir, warn, sizeof warn);
         if (warn[0]) fprintf(c->log, "warning: %s", warn);
         if (found < 0) return -1;
+        if (found == 0 && c->ckpt_uri && (found = fetch_remote(r, dir, sizeof dir)) < 0) return -1;
         if (found == 0) {
             fprintf(c->log, "resume: no checkpoint in %s yet; starting from step 0\n", c->out_dir);
             return 0;
@@ -465,8 +491,12 @@ static int open_parallel(anvil_run *r) {
     }
     /* With a run folder every rank has a checkpointer: a stop signal saves even without a policy. */
     if (c->out_dir) {
+        if (c->ckpt_uri && r->rank == 0 &&
+            !(r->remote = anvil_ckpt_remote_open(c->ckpt_uri, c->ckpt_prefixes ? c->ckpt_prefixes : ANVIL_CKPT_REMOTE_PREFIXES,
+                                                 c->keep_last, c->keep_every, c->log)))
+            return -1;
         anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
-                                        c->keep_every, !c->ckpt_sync, c->log, c->progress};
+                                        c->keep_every, !c->ckpt_sync, c->log, c->progress, r->remote};
         if (!(r->ckpt = anvil_checkpointer_new(&cc))) return -1;
     }
     r->sched = c->lr;
@@ -782,6 +812,10 @@ static int run_finish(anvil_run *r) {
 /* Frees everything and returns rc, or -1 when a checkpoint write failed. */
 static int run_close(anvil_run *r, int rc) {
     if (anvil_checkpointer_free(r->ckpt) && rc != -1) rc = -1;
+    if (anvil_ckpt_remote_close(r->remote) && rc != -1) {
+        fprintf(r->c->log, "error: %s\n", anvil_errmsg());
+        rc = -1;
+    }
     if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
     anvil_dp_free(r->dp);
     if (r->signals_set) {

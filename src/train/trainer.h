@@ -48,6 +48,9 @@ typedef struct {
     int zero_stage;          /* data parallelism across the ranks of src/dist: 0 replicated, 1-3 ZeRO */
     int shard_group_size;    /* MiCS: shard model state within groups of this many ranks (0: all) */
     const char *resume;      /* "auto": newest valid checkpoint of out_dir, if any; or a checkpoint folder */
+    const char *ckpt_uri;    /* s3://bucket/prefix: checkpoints uploaded there too, and "auto" resumes from there
+                              * when out_dir has none (NULL: local only) */
+    int ckpt_prefixes;       /* key prefixes the uploaded objects spread over (0: ANVIL_CKPT_REMOTE_PREFIXES) */
     const char *config_json; /* the run's options as a JSON object, recorded in each checkpoint */
     int log_every;       /* log-line period when not on a terminal */
     int timing_warmup;   /* first steps left out of the timing medians */
