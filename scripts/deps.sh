@@ -2,7 +2,7 @@
 # Installs the Debian packages anvil builds, runs and tests with, when any is
 # missing. Needs root (or sudo) only when something must be installed.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev zlib1g-dev libzstd-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libsodium-dev libcairo2-dev bible-kjv bible-kjv-text)
+pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev zlib1g-dev libzstd-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libsodium-dev libcairo2-dev libexpat1-dev bible-kjv bible-kjv-text)
 # radosgw, ceph-mon and ceph-osd: the S3 server of the S3 tests (tests/s3/radosgw.sh); uuid-runtime
 # gives it uuidgen; chromium loads the job service's dashboard in cli_serve.
 [ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-14-dev libomp-dev zstd qemu-user strace curl prometheus chromium radosgw ceph-mon ceph-osd uuid-runtime)

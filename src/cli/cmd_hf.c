@@ -7,6 +7,7 @@
 #include "ckpt/model_file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/s3path.h"
 #include "core/error.h"
 #include "obs/metrics.h"
 
@@ -20,6 +21,8 @@ static const char *export_usage =
     "                 its newest valid checkpoint); the tokenizer.tiktoken that 'anvil train'\n"
     "                 kept beside the model is copied along\n"
     "  --out DIR      the folder to write (created if needed)\n"
+    "Either may be s3://bucket/prefix (an s3:// --model ending in .safetensors is that one object;\n"
+    "see 'anvil s3 --help' for credentials).\n"
     "  --no-progress  no progress on standard error (by default a bar on a terminal, else a\n"
     "                 line at every tenth of the tensors converted or every 10 s)\n";
 
@@ -30,6 +33,7 @@ static const char *import_usage =
     "the 'transformer.' name prefix; F32, F16 or BF16) into an anvil model file.\n"
     "  --hf DIR       the Hugging Face folder\n"
     "  --out FILE     the anvil model.safetensors to write\n"
+    "Either may be s3://: --hf a prefix holding the folder's files, --out an object key.\n"
     "  --no-progress  no progress on standard error (by default a bar on a terminal, else a\n"
     "                 line at every tenth of the tensors converted or every 10 s)\n";
 
@@ -76,15 +80,14 @@ static void tensors_done(void *ctx, uint64_t done, uint64_t total) {
     anvil_meter_update(ctx, (double)done, (double)total, "");
 }
 
-int cmd_export(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
-    int rc, show_progress;
-    if (two_paths("export", export_usage, "--model", argc, argv, &in, &out, &show_progress, &rc)) return rc;
+/* export from a local model to a local folder; *tokenizer says whether the model's tokenizer.tiktoken
+ * went along. -1 after anvil_fail. */
+static int export_local(const char *in, const char *out, int show_progress, int *tokenizer) {
     anvil_gpt2 m;
     char warn[4096];
-    rc = anvil_model_load_any(in, anvil_kernels_cpu(), &m, warn, sizeof warn);
+    int rc = anvil_model_load_any(in, anvil_kernels_cpu(), &m, warn, sizeof warn);
     fputs(warn, stderr);
-    if (rc) return cli_fail("export");
+    if (rc) return -1;
     char own[4096], pattern[32];
     anvil_meter meter;
     anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "export", "tensors");
@@ -94,11 +97,26 @@ int cmd_export(int argc, char **argv) {
     anvil_gpt2_free(&m);
     if (rc) {
         anvil_meter_break(&meter);
-        return cli_fail("export");
+        return -1;
     }
     anvil_meter_finish(&meter, meter.done, meter.total, "");
+    *tokenizer = own[0] != 0;
+    return 0;
+}
+
+int cmd_export(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    int rc, show_progress, tokenizer = 0;
+    if (two_paths("export", export_usage, "--model", argc, argv, &in, &out, &show_progress, &rc)) return rc;
+    s3path_stage sin, sout;
+    memset(&sout, 0, sizeof sout);
+    rc = s3path_in(&sin, in, ".safetensors", "model.safetensors") || s3path_out(&sout, out, NULL) ||
+         export_local(sin.local, sout.local, show_progress, &tokenizer) || s3path_out_push(&sout);
+    s3path_done(&sin);
+    s3path_done(&sout);
+    if (rc) return cli_fail("export");
     printf("wrote %s/model.safetensors and %s/config.json%s\n", out, out,
-           own[0] ? " and the model's tokenizer.tiktoken" : "");
+           tokenizer ? " and the model's tokenizer.tiktoken" : "");
     return 0;
 }
 
@@ -106,15 +124,26 @@ int cmd_import(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     int rc, show_progress;
     if (two_paths("import", import_usage, "--hf", argc, argv, &in, &out, &show_progress, &rc)) return rc;
+    s3path_stage sin, sout;
+    memset(&sout, 0, sizeof sout);
+    if (s3path_in(&sin, in, NULL, NULL) || s3path_out(&sout, out, "model.safetensors")) {
+        s3path_done(&sin);
+        s3path_done(&sout);
+        return cli_fail("import");
+    }
     anvil_gpt2 m;
     anvil_meter meter;
     anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "import", "tensors");
-    if (anvil_hf_import_progress(in, anvil_kernels_cpu(), &m, meter.mode != ANVIL_METER_OFF ? tensors_done : NULL,
-                                 &meter)) {
+    if (anvil_hf_import_progress(sin.local, anvil_kernels_cpu(), &m,
+                                 meter.mode != ANVIL_METER_OFF ? tensors_done : NULL, &meter)) {
         anvil_meter_break(&meter);
+        s3path_done(&sin);
+        s3path_done(&sout);
         return cli_fail("import");
     }
-    rc = anvil_model_save(out, &m, NULL);
+    rc = anvil_model_save(sout.local, &m, NULL) || s3path_out_push(&sout);
+    s3path_done(&sin);
+    s3path_done(&sout);
     if (rc) anvil_meter_break(&meter);
     else anvil_meter_finish(&meter, meter.done, meter.total, "");
     if (!rc)

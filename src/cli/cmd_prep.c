@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/s3path.h"
 #include "core/clock.h"
 #include "core/exit.h"
 #include "data/prep.h"
@@ -26,7 +27,8 @@ static const char usage_text[] =
     "is left as it is; a shard that fails its checksum is written again.\n"
     "\n"
     "options:\n"
-    "  --out DIR            output folder (created if missing)\n"
+    "  --out DIR            output folder (created if missing); s3://bucket/prefix writes the\n"
+    "                       shards there, through a staging folder, and manifest.json last\n"
     "  --val-fraction F     share of documents for validation, in [0, 1] (default 0.01)\n"
     "  --delimiter STR      split the input into documents at STR; \\n \\t \\r \\\\ \\xHH\n"
     "                       escapes allowed, e.g. '\\n\\n\\n' (default: one document per file)\n"
@@ -178,6 +180,16 @@ int cmd_prep(int argc, char **argv) {
         return rc;
     }
 
+    /* An s3:// output is written to a staging folder, then uploaded with its manifest last. */
+    const char *out_uri = o.out_dir;
+    s3path_stage out;
+    if (s3path_out(&out, out_uri, NULL)) {
+        s3path_done(&out);
+        free(inputs);
+        free(delim);
+        return cli_fail(cmd);
+    }
+    o.out_dir = out.local;
     o.inputs = inputs;
     o.ninputs = ninputs;
     anvil_prep_stats st;
@@ -189,7 +201,8 @@ int cmd_prep(int argc, char **argv) {
         o.progress_ctx = &pp;
     }
     double t0 = anvil_now();
-    int failed = anvil_prep_run(&o, &st);
+    int failed = anvil_prep_run(&o, &st) || s3path_out_push(&out);
+    s3path_done(&out);
     char detail[160];
     progress_detail(&pp, detail, sizeof detail);
     if (!failed) anvil_meter_finish(&pp.meter, (double)pp.last.bytes_read, (double)pp.last.bytes_total, detail);
@@ -212,7 +225,7 @@ int cmd_prep(int argc, char **argv) {
         printf("  kept %d shard%s of an earlier run (checksums verified)\n", st.kept_shards,
                st.kept_shards == 1 ? "" : "s");
     if (st.bad_lines) printf("  skipped %lld bad JSON line%s\n", (long long)st.bad_lines, st.bad_lines == 1 ? "" : "s");
-    printf("  wrote %s/manifest.json\n", o.out_dir);
+    printf("  wrote %s/manifest.json\n", out_uri);
     free(inputs);
     free(delim);
     return 0;

@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/s3path.h"
 #include "core/error.h"
 #include "core/exit.h"
 #include "data/prep.h"
@@ -17,6 +18,7 @@
 #include "obs/heartbeat.h"
 #include "obs/logmetric.h"
 #include "tok/tokenizer.h"
+#include "train/ckpt_remote.h"
 #include "train/trainer.h"
 
 static const char *usage =
@@ -27,6 +29,10 @@ static const char *usage =
     "data:\n"
     "  --data DIR              a folder made by 'anvil prep' (train_*.bin, val_*.bin, manifest.json)\n"
     "  --train GLOB            train shards (instead of --data); --val GLOB for validation shards\n"
+    "                          DIR and GLOB may be s3://bucket/prefix: shards stream in with ranged GETs,\n"
+    "                          read ahead; credentials as 'anvil s3 --help' says\n"
+    "  --s3-range-mib N        bytes per ranged GET of shards on S3, in MiB (default 16, at least 4)\n"
+    "  --s3-inflight N         ranged GETs in flight per loader (default 4)\n"
     "  --synthetic             uniform random tokens instead of shards\n"
     "  --shuffle               each epoch visits the train shards and their batches in a new order drawn\n"
     "                          from --seed (resumes bit-exactly; validation stays in order)\n"
@@ -74,6 +80,10 @@ static const char *usage =
     "  --keep-every J          ... plus every J-th step for good\n"
     "  --ckpt-sync             write on the training thread instead\n"
     "  --resume auto|DIR       continue from the newest valid checkpoint of --out (auto), or from DIR\n"
+    "  --ckpt-uri s3://B/P     upload each checkpoint to S3 too, in the background (the index\n"
+    "                          P/step_N/manifest.json last); --resume auto downloads the newest one\n"
+    "                          there, CRC-checked, when --out has none; --keep-last applies there too\n"
+    "  --ckpt-prefixes N       spread the uploaded objects over N key prefixes P/00..P/NN (default 16)\n"
     "several processes (start them with 'anvil launch -n N -- train ...'):\n"
     "  --zero S                0: replicate everything, gradients all-reduced in buckets while the backward\n"
     "                          runs (default); 1: shard the AdamW moments (ZeRO-1); 2: also the gradients;\n"
@@ -120,11 +130,12 @@ static char *argv_json(int argc, char **argv, anvil_matmul_dtype dtype) {
     return s;
 }
 
-int cmd_train(int argc, char **argv) {
+/* meta: where an s3:// --data prefix's manifest and tokenizer are staged, for the caller to remove. */
+static int train_main(int argc, char **argv, s3path_stage *meta) {
     const char *cmd = "train";
     anvil_train_config c;
     anvil_train_defaults(&c);
-    const char *preset = "tiny", *data = NULL, *schedule = "cosine", *dtype = "fp32";
+    const char *preset = "tiny", *data = NULL, *meta_dir = NULL, *schedule = "cosine", *dtype = "fp32";
     int layers = 0, heads = 0, embd = 0, block = 0, vocab = 0, seq = 0, threads = 0, summary = 0, progress = 1;
     int health = 1;
     int64_t seed = 1337;
@@ -149,6 +160,12 @@ int cmd_train(int argc, char **argv) {
         if (!(v = arg_value(cmd, argc, argv, &i))) return 2;
         int bad = 0;
         if (!strcmp(o, "--data")) data = v;
+        else if (!strcmp(o, "--s3-range-mib")) {
+            int mib;
+            bad = arg_int(cmd, o, v, ANVIL_S3_MIN_READ_RANGE >> 20, 1024, &mib);
+            c.s3_range = (size_t)mib << 20;
+        } else if (!strcmp(o, "--s3-inflight"))
+            bad = arg_int(cmd, o, v, 1, 64, &c.s3_inflight);
         else if (!strcmp(o, "--train")) c.train_pattern = v;
         else if (!strcmp(o, "--val")) c.val_pattern = v;
         else if (!strcmp(o, "--preset")) preset = v;
@@ -160,6 +177,8 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(o, "--ckpt-every")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.ckpt_every);
         else if (!strcmp(o, "--ckpt-minutes")) bad = arg_double(cmd, o, v, &c.ckpt_minutes);
         else if (!strcmp(o, "--keep-last")) bad = arg_int(cmd, o, v, 1, 1 << 30, &c.keep_last);
+        else if (!strcmp(o, "--ckpt-uri")) c.ckpt_uri = v;
+        else if (!strcmp(o, "--ckpt-prefixes")) bad = arg_int(cmd, o, v, 1, ANVIL_CKPT_REMOTE_MAX_PREFIXES, &c.ckpt_prefixes);
         else if (!strcmp(o, "--keep-every")) bad = arg_i64(cmd, o, v, 0, INT64_MAX, &c.keep_every);
         else if (!strcmp(o, "--layers")) bad = arg_int(cmd, o, v, 1, 1000, &layers);
         else if (!strcmp(o, "--heads")) bad = arg_int(cmd, o, v, 1, 4096, &heads);
@@ -228,7 +247,9 @@ int cmd_train(int argc, char **argv) {
     if (data) {
         if (c.train_pattern || c.val_pattern) return cli_usage_error(cmd, "--data cannot be combined with --train/--val");
         int eot;
-        if (anvil_data_manifest_vocab(data, &c.model.vocab_size, &eot)) return cli_config_fail(cmd);
+        if (s3path_in_meta(meta, data)) return cli_config_fail(cmd);
+        meta_dir = meta->local;
+        if (anvil_data_manifest_vocab(meta_dir, &c.model.vocab_size, &eot)) return cli_config_fail(cmd);
         snprintf(train_glob, sizeof train_glob, "%s/train_*.bin", data);
         snprintf(val_glob, sizeof val_glob, "%s/val_*.bin", data);
         c.train_pattern = train_glob;
@@ -266,7 +287,7 @@ int cmd_train(int argc, char **argv) {
 
     anvil_tok *tok = NULL;
     char tok_file[4096] = "";
-    if (data && anvil_data_manifest_tokenizer(data, &tok, tok_file, sizeof tok_file)) return cli_config_fail(cmd);
+    if (data && anvil_data_manifest_tokenizer(meta_dir, &tok, tok_file, sizeof tok_file)) return cli_config_fail(cmd);
     c.tokenizer = tok;
     c.tokenizer_file = tok_file[0] ? tok_file : NULL;
     char *config_json = argv_json(argc, argv, c.matmul_dtype);
@@ -287,7 +308,7 @@ int cmd_train(int argc, char **argv) {
     if (r.val_loss == r.val_loss) fprintf(stderr, ", val loss %.4f", r.val_loss);
     /* Nats per token depend on the tokenizer; bits per byte of text do not. */
     int64_t val_tokens, val_bytes;
-    if (r.val_loss == r.val_loss && data && anvil_data_manifest_split(data, "val", &val_tokens, &val_bytes) == 0 &&
+    if (r.val_loss == r.val_loss && data && anvil_data_manifest_split(meta_dir, "val", &val_tokens, &val_bytes) == 0 &&
         val_bytes > 0)
         fprintf(stderr, " (%.4f bits/byte at the val split's %.3f bytes/token)",
                 r.val_loss / log(2.0) * (double)val_tokens / (double)val_bytes, (double)val_bytes / (double)val_tokens);
@@ -302,4 +323,12 @@ int cmd_train(int argc, char **argv) {
                r.val_loss == r.val_loss ? r.val_loss : -1.0, r.ms_per_step_median, r.tokens_per_s_median,
                r.gflops_median, r.peak_rss_mb, r.comm_wait_share);
     return 0;
+}
+
+int cmd_train(int argc, char **argv) {
+    s3path_stage meta;
+    memset(&meta, 0, sizeof meta);
+    int rc = train_main(argc, argv, &meta);
+    s3path_done(&meta);
+    return rc;
 }

@@ -22,6 +22,7 @@ int cmd_role(int argc, char **argv);
 int cmd_quota(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_s3(int argc, char **argv);
 
 /* The quick health check anvil train runs on more than one rank, between
  * anvil_dist_init and training; collective. Prints on rank 0 and returns 0

@@ -19,6 +19,7 @@ static const struct {
     {"ckpt", cmd_ckpt, "inspect and verify training checkpoints"},
     {"export", cmd_export, "write a Hugging Face GPT-2 checkpoint"},
     {"import", cmd_import, "read a Hugging Face GPT-2 checkpoint"},
+    {"s3", cmd_s3, "copy, list and remove objects on S3 (s3:// paths)"},
     {"info", cmd_info, "show model presets, sizes and the kernels in use"},
     {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged"},
     {"profile", cmd_profile, "summarize a trace that train --profile wrote: where the time goes"},

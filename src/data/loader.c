@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <fnmatch.h>
 #include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,6 +28,10 @@ struct anvil_loader {
     char **paths;
     int64_t *ntokens;
     anvil_shard cur; /* the open shard, cur_index < 0 when none */
+    anvil_s3 *s3;    /* shards on S3: the client, the GET size and the GETs in flight */
+    size_t s3_range;
+    int s3_inflight;
+    uint64_t *s3_sizes; /* from the listing */
     int64_t cur_index;
     anvil_loader_state st;
     int32_t *buf; /* B*T+1 */
@@ -48,6 +53,63 @@ struct anvil_loader {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+static int open_shard(anvil_loader *L, anvil_shard *s, const char *path) {
+    return L->s3 ? anvil_shard_open_s3(s, L->s3, path, L->s3_range, L->s3_inflight) : anvil_shard_open(s, path);
+}
+
+typedef struct {
+    const char *bucket, *key_pattern;
+    char **paths;
+    uint64_t *sizes;
+    size_t n, cap;
+} s3_match;
+
+static int s3_match_one(void *ctx, const char *key, uint64_t size) {
+    (void)size;
+    s3_match *m = ctx;
+    if (fnmatch(m->key_pattern, key, FNM_PATHNAME)) return 0;
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 16;
+        char **p = realloc(m->paths, cap * sizeof *p);
+        if (p) m->paths = p;
+        uint64_t *z = realloc(m->sizes, cap * sizeof *z);
+        if (z) m->sizes = z;
+        if (!p || !z) return anvil_fail("out of memory");
+        m->cap = cap;
+    }
+    size_t len = strlen(m->bucket) + strlen(key) + 7;
+    if (!(m->paths[m->n] = malloc(len))) return anvil_fail("out of memory");
+    snprintf(m->paths[m->n], len, "s3://%s/%s", m->bucket, key);
+    m->sizes[m->n++] = size;
+    return 0;
+}
+
+/* The objects matching an s3://bucket/pattern glob, with their sizes: one listing of the prefix
+ * before the first wildcard, matched as glob(3) would match paths. S3 lists keys in byte order,
+ * the order of the loader's shards. */
+static int expand_s3(anvil_loader *L, const char *pattern) {
+    char *bucket, *key;
+    if (anvil_s3_parse_uri(pattern, &bucket, &key)) return -1;
+    size_t plen = strcspn(key, "*?[\\");
+    char *prefix = strndup(key, plen);
+    s3_match m = {bucket, key, NULL, NULL, 0, 0};
+    int rc = prefix ? anvil_s3_list(L->s3, bucket, prefix, s3_match_one, &m) : anvil_fail("out of memory");
+    if (!rc && !m.n) rc = anvil_fail("loader: no objects match '%s'", pattern);
+    if (rc) {
+        for (size_t i = 0; i < m.n; i++) free(m.paths[i]);
+        free(m.paths);
+        free(m.sizes);
+    } else {
+        L->paths = m.paths;
+        L->s3_sizes = m.sizes;
+        L->nshards = (int)m.n;
+    }
+    free(prefix);
+    free(bucket);
+    free(key);
+    return rc;
+}
+
 static void stop_thread(anvil_loader *L) {
     if (!L->have_thread) return;
     pthread_mutex_lock(&L->mu);
@@ -66,6 +128,8 @@ void anvil_loader_close(anvil_loader *L) {
     pthread_mutex_destroy(&L->mu);
     pthread_cond_destroy(&L->cv);
     if (L->cur_index >= 0) anvil_shard_close(&L->cur);
+    anvil_s3_close(L->s3);
+    free(L->s3_sizes);
     for (int i = 0; i < L->nshards; i++) free(L->paths[i]);
     free(L->paths);
     free(L->ntokens);
@@ -75,7 +139,67 @@ void anvil_loader_close(anvil_loader *L) {
     free(L);
 }
 
+/* The files matching a local glob. */
+static int expand_local(anvil_loader *L, const char *pattern) {
+    glob_t g;
+    int rc = glob(pattern, GLOB_ERR, NULL, &g);
+    if (rc != 0) {
+        if (rc == GLOB_NOMATCH) anvil_fail("loader: no files match '%s'", pattern);
+        else anvil_fail("loader: cannot expand '%s' (unreadable folder?)", pattern);
+        globfree(&g);
+        return -1;
+    }
+    if (!(L->paths = calloc(g.gl_pathc, sizeof *L->paths))) {
+        globfree(&g);
+        return anvil_fail("loader %s: out of memory", pattern);
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        L->paths[i] = strdup(g.gl_pathv[i]);
+        if (!L->paths[i]) break;
+        L->nshards++;
+    }
+    globfree(&g);
+    if ((size_t)L->nshards != g.gl_pathc) return anvil_fail("loader %s: out of memory", pattern);
+    return 0;
+}
+
+/* Reads shard i's token count. A shard on S3 is not read up front, which would cost a GET of each
+ * beside the ones of its data: the first is opened (and stays open, its first blocks on the way for
+ * the first batch), the others' counts follow from their listed sizes at the first one's token
+ * width, and each header is checked when its shard is opened for reading. */
+static int validate_shard(anvil_loader *L, int i) {
+    if (L->s3 && i > 0) {
+        uint64_t size = L->s3_sizes[i];
+        int tb = L->cur.token_bytes;
+        if (size < ANVIL_SHARD_HEADER_BYTES || (size - ANVIL_SHARD_HEADER_BYTES) % (uint64_t)tb)
+            return anvil_fail("shard %s: %llu bytes is not a header and whole %d-byte tokens, as in %s", L->paths[i],
+                              (unsigned long long)size, tb, L->paths[0]);
+        L->ntokens[i] = (int64_t)((size - ANVIL_SHARD_HEADER_BYTES) / (uint64_t)tb);
+        return 0;
+    }
+    anvil_shard s;
+    if (open_shard(L, &s, L->paths[i])) return -1;
+    L->ntokens[i] = s.ntokens;
+    if (L->s3) {
+        L->cur = s;
+        L->cur_index = 0;
+    } else {
+        anvil_shard_close(&s);
+    }
+    return 0;
+}
+
 anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size) {
+    return anvil_loader_open_s3(pattern, B, T, rank, world, vocab_size, ANVIL_S3_READ_RANGE, ANVIL_S3_READ_INFLIGHT);
+}
+
+anvil_loader *anvil_loader_open_s3(const char *pattern, int B, int T, int rank, int world, int vocab_size, size_t range,
+                                   int inflight) {
+    if (range < ANVIL_S3_MIN_READ_RANGE || inflight < 1) {
+        anvil_fail("loader %s: S3 reads of %zu bytes (at least %u) with %d in flight (at least 1)", pattern, range,
+                   ANVIL_S3_MIN_READ_RANGE, inflight);
+        return NULL;
+    }
     if (B <= 0 || T <= 0 || world <= 0 || rank < 0 || rank >= world || vocab_size <= 0) {
         anvil_fail("loader %s: bad geometry B=%d T=%d rank=%d world=%d vocab_size=%d", pattern, B, T, rank, world,
                    vocab_size);
@@ -98,46 +222,36 @@ anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->cv, NULL);
 
-    glob_t g;
-    int rc = glob(pattern, GLOB_ERR, NULL, &g);
-    if (rc != 0) {
-        if (rc == GLOB_NOMATCH) anvil_fail("loader: no files match '%s'", pattern);
-        else anvil_fail("loader: cannot expand '%s' (unreadable folder?)", pattern);
-        globfree(&g);
+    L->buf = malloc((size_t)(L->bt + 1) * sizeof *L->buf);
+    if (!L->buf) {
+        anvil_fail("loader %s: out of memory", pattern);
+        anvil_loader_close(L);
+        return NULL;
+    }
+    if (anvil_s3_is_uri(pattern)) {
+        L->s3_range = range;
+        L->s3_inflight = inflight;
+        if (!(L->s3 = anvil_s3_open()) || expand_s3(L, pattern)) {
+            anvil_loader_close(L);
+            return NULL;
+        }
+    } else if (expand_local(L, pattern)) {
+        anvil_loader_close(L);
+        return NULL;
+    }
+    if (!(L->ntokens = calloc((size_t)L->nshards, sizeof *L->ntokens))) {
+        anvil_fail("loader %s: out of memory", pattern);
         anvil_loader_close(L);
         return NULL;
     }
     /* glob sorts by the locale's collation; the shard order must not depend on it. */
-    L->paths = calloc(g.gl_pathc, sizeof *L->paths);
-    L->ntokens = calloc(g.gl_pathc, sizeof *L->ntokens);
-    L->buf = malloc((size_t)(L->bt + 1) * sizeof *L->buf);
-    if (!L->paths || !L->ntokens || !L->buf) {
-        globfree(&g);
-        anvil_fail("loader %s: out of memory", pattern);
-        anvil_loader_close(L);
-        return NULL;
-    }
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        L->paths[i] = strdup(g.gl_pathv[i]);
-        if (!L->paths[i]) break;
-        L->nshards++;
-    }
-    globfree(&g);
-    if ((size_t)L->nshards != g.gl_pathc) {
-        anvil_fail("loader %s: out of memory", pattern);
-        anvil_loader_close(L);
-        return NULL;
-    }
-    qsort(L->paths, (size_t)L->nshards, sizeof *L->paths, cmp_str);
+    if (!L->s3) qsort(L->paths, (size_t)L->nshards, sizeof *L->paths, cmp_str);
 
     for (int i = 0; i < L->nshards; i++) {
-        anvil_shard s;
-        if (anvil_shard_open(&s, L->paths[i])) {
+        if (validate_shard(L, i)) {
             anvil_loader_close(L);
             return NULL;
         }
-        L->ntokens[i] = s.ntokens;
-        anvil_shard_close(&s);
         if (L->ntokens[i] < L->global + 1) {
             anvil_fail("shard %s: %lld tokens, too few for one batch of world*B*T+1 = %d*%d*%d+1 = %lld tokens",
                        L->paths[i], (long long)L->ntokens[i], world, B, T, (long long)(L->global + 1));
@@ -152,7 +266,7 @@ static int open_file(anvil_loader *L, int64_t file) {
     if (L->cur_index == file) return 0;
     if (L->cur_index >= 0) anvil_shard_close(&L->cur);
     L->cur_index = -1;
-    if (anvil_shard_open(&L->cur, L->paths[file])) return -1;
+    if (open_shard(L, &L->cur, L->paths[file])) return -1;
     L->cur_index = file;
     if (L->cur.ntokens != L->ntokens[file])
         return anvil_fail("shard %s: now %lld tokens, %lld when the loader opened it", L->cur.path,
@@ -396,4 +510,10 @@ int64_t anvil_loader_total_tokens(const anvil_loader *L) {
     int64_t n = 0;
     for (int i = 0; i < L->nshards; i++) n += L->ntokens[i];
     return n;
+}
+
+int anvil_loader_s3_stats(anvil_loader *L, anvil_s3_stats *st) {
+    if (!L->s3) return 0;
+    anvil_s3_get_stats(L->s3, st);
+    return 1;
 }

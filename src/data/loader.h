@@ -15,7 +15,10 @@
 #ifndef ANVIL_DATA_LOADER_H
 #define ANVIL_DATA_LOADER_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "s3/s3.h"
 
 typedef struct anvil_loader anvil_loader;
 
@@ -32,10 +35,17 @@ typedef struct {
     uint64_t shuffle_seed; /* 0 when not shuffled */
 } anvil_loader_state;
 
-/* Validates every shard up front; a shard with fewer than world*B*T+1 tokens
+/* pattern may be s3://bucket/glob: the objects of one listing that match it, read with ranged GETs
+ * of ANVIL_S3_READ_RANGE bytes, ANVIL_S3_READ_INFLIGHT at once (anvil_loader_open_s3 sets both),
+ * credentials and endpoint as src/s3/s3.h takes them.
+ * Validates every shard up front; a shard with fewer than world*B*T+1 tokens
  * cannot supply one batch and is an error naming it. Token ids are checked
  * against vocab_size on every read. */
 anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size);
+/* anvil_loader_open with shards on S3 read by GETs of `range` bytes (at least
+ * ANVIL_S3_MIN_READ_RANGE), `inflight` at once, reading ahead of the loader. */
+anvil_loader *anvil_loader_open_s3(const char *pattern, int B, int T, int rank, int world, int vocab_size, size_t range,
+                                   int inflight);
 void anvil_loader_close(anvil_loader *L);
 
 /* Fills B*T inputs and B*T targets (targets[i] is the token after inputs[i]). */
@@ -54,6 +64,9 @@ void anvil_loader_set_prefetch(anvil_loader *L, int on);
 int anvil_loader_set_shuffle(anvil_loader *L, uint64_t seed);
 /* Back to the first batch of the first shard, epoch 0 (the order stays). */
 void anvil_loader_reset(anvil_loader *L);
+
+/* The S3 client's counters: 1 and *st filled for shards on S3, else 0. */
+int anvil_loader_s3_stats(anvil_loader *L, anvil_s3_stats *st);
 
 anvil_loader_state anvil_loader_get_state(const anvil_loader *L);
 /* Restores a state from get_state so the batches that follow are identical.

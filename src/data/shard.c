@@ -15,6 +15,32 @@
 #error "shards are little-endian and are read and written in place"
 #endif
 
+/* Checks a shard's first three header words against its size in bytes; -1 after anvil_fail. */
+static int check_header(const char *path, const int32_t hdr[3], long long size) {
+    if (hdr[0] != ANVIL_SHARD_MAGIC)
+        return anvil_fail("shard %s: bad magic %d at byte offset 0 (want %d)", path, hdr[0], ANVIL_SHARD_MAGIC);
+    if (hdr[1] != ANVIL_SHARD_V16 && hdr[1] != ANVIL_SHARD_V32)
+        return anvil_fail("shard %s: unknown version %d at byte offset 4 (want %d for uint16 or %d for uint32 tokens)",
+                          path, hdr[1], ANVIL_SHARD_V16, ANVIL_SHARD_V32);
+    if (hdr[2] <= 0) return anvil_fail("shard %s: token count %d at byte offset 8 must be positive", path, hdr[2]);
+    int tb = hdr[1] == ANVIL_SHARD_V16 ? 2 : 4;
+    long long want = ANVIL_SHARD_HEADER_BYTES + (long long)hdr[2] * tb;
+    if (size != want)
+        return anvil_fail("shard %s: file is %lld bytes but the header says %d tokens (byte offset 8) of %d bytes, i.e. "
+                          "%lld bytes",
+                          path, size, hdr[2], tb, want);
+    return 0;
+}
+
+/* Fills in what the header says; path is copied. */
+static int set_fields(anvil_shard *s, const char *path, const int32_t hdr[3]) {
+    if (!(s->path = strdup(path))) return anvil_fail("shard %s: out of memory", path);
+    s->version = hdr[1];
+    s->token_bytes = hdr[1] == ANVIL_SHARD_V16 ? 2 : 4;
+    s->ntokens = hdr[2];
+    return 0;
+}
+
 int anvil_shard_open(anvil_shard *s, const char *path) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
@@ -38,54 +64,52 @@ int anvil_shard_open(anvil_shard *s, const char *path) {
         close(fd);
         return anvil_fail("shard %s: cannot read the header: %s", path, strerror(e));
     }
-    const char *err = NULL;
-    char msg[256];
-    if (hdr[0] != ANVIL_SHARD_MAGIC) {
-        snprintf(msg, sizeof msg, "bad magic %d at byte offset 0 (want %d)", hdr[0], ANVIL_SHARD_MAGIC);
-        err = msg;
-    } else if (hdr[1] != ANVIL_SHARD_V16 && hdr[1] != ANVIL_SHARD_V32) {
-        snprintf(msg, sizeof msg, "unknown version %d at byte offset 4 (want %d for uint16 or %d for uint32 tokens)",
-                 hdr[1], ANVIL_SHARD_V16, ANVIL_SHARD_V32);
-        err = msg;
-    } else if (hdr[2] <= 0) {
-        snprintf(msg, sizeof msg, "token count %d at byte offset 8 must be positive", hdr[2]);
-        err = msg;
-    } else {
-        int tb = hdr[1] == ANVIL_SHARD_V16 ? 2 : 4;
-        long long want = ANVIL_SHARD_HEADER_BYTES + (long long)hdr[2] * tb;
-        if ((long long)st.st_size != want) {
-            snprintf(msg, sizeof msg,
-                     "file is %lld bytes but the header says %d tokens (byte offset 8) of %d bytes, i.e. %lld bytes",
-                     (long long)st.st_size, hdr[2], tb, want);
-            err = msg;
-        }
-    }
-    if (err) {
+    if (check_header(path, hdr, (long long)st.st_size) || set_fields(s, path, hdr)) {
         close(fd);
-        return anvil_fail("shard %s: %s", path, err);
-    }
-    s->path = strdup(path);
-    if (!s->path) {
-        close(fd);
-        return anvil_fail("shard %s: out of memory", path);
+        return -1;
     }
     s->fd = fd;
-    s->version = hdr[1];
-    s->token_bytes = hdr[1] == ANVIL_SHARD_V16 ? 2 : 4;
-    s->ntokens = hdr[2];
     return 0;
+}
+
+int anvil_shard_open_s3(anvil_shard *s, anvil_s3 *s3, const char *uri, size_t range, int inflight) {
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    char *bucket, *key;
+    if (anvil_s3_parse_uri(uri, &bucket, &key)) return -1;
+    uint64_t size = 0;
+    int32_t hdr[3];
+    int rc = anvil_s3_head(s3, bucket, key, &size);
+    if (rc > 0) rc = anvil_fail("shard %s: no such object", uri);
+    if (!rc && size < ANVIL_SHARD_HEADER_BYTES)
+        rc = anvil_fail("shard %s: object is %llu bytes, shorter than the %d-byte header", uri, (unsigned long long)size,
+                        ANVIL_SHARD_HEADER_BYTES);
+    if (!rc && !(s->remote = anvil_s3_reader_open(s3, bucket, key, size, range, inflight))) rc = -1;
+    /* The header comes with the first block, which the first batch needs too: no GET of its own. */
+    if (!rc) rc = anvil_s3_reader_read(s->remote, 0, sizeof hdr, hdr);
+    if (!rc) rc = check_header(uri, hdr, (long long)size);
+    if (!rc) rc = set_fields(s, uri, hdr);
+    free(bucket);
+    free(key);
+    if (rc) anvil_shard_close(s);
+    return rc;
 }
 
 void anvil_shard_close(anvil_shard *s) {
     if (s->fd >= 0) close(s->fd);
+    anvil_s3_reader_close(s->remote);
+    s->remote = NULL;
     free(s->path);
     s->path = NULL;
     s->fd = -1;
 }
 
 /* pread until done: a regular file returns everything at once, but a network
- * filesystem or a signal may split it. */
-static int pread_full(int fd, void *buf, size_t n, off_t off, const char *path) {
+ * filesystem or a signal may split it. A shard on S3 reads through its reader. */
+static int pread_full(const anvil_shard *s, void *buf, size_t n, off_t off) {
+    if (s->remote) return anvil_s3_reader_read(s->remote, (uint64_t)off, n, buf);
+    int fd = s->fd;
+    const char *path = s->path;
     char *p = buf;
     while (n) {
         ssize_t got = pread(fd, p, n, off);
@@ -107,13 +131,13 @@ int anvil_shard_read(const anvil_shard *s, int64_t pos, int64_t n, int32_t *out,
     off_t off = ANVIL_SHARD_HEADER_BYTES + (off_t)pos * s->token_bytes;
     size_t nbytes = (size_t)n * (size_t)s->token_bytes;
     if (s->token_bytes == 4) {
-        if (pread_full(s->fd, out, nbytes, off, s->path)) return -1;
+        if (pread_full(s, out, nbytes, off)) return -1;
     } else {
         /* Read the uint16 ids into the upper half of out and widen forwards:
          * out[i] (bytes 4i..4i+3) never reaches an id not yet widened, which
          * starts at byte 2n+2j for j > i. */
         unsigned char *raw = (unsigned char *)out + 2 * (size_t)n;
-        if (pread_full(s->fd, raw, nbytes, off, s->path)) return -1;
+        if (pread_full(s, raw, nbytes, off)) return -1;
         for (int64_t i = 0; i < n; i++) out[i] = (int32_t)(raw[2 * i] | (raw[2 * i + 1] << 8));
     }
     if (vocab_size > 0) {

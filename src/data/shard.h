@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "s3/s3.h"
+
 #define ANVIL_SHARD_MAGIC 20240520
 #define ANVIL_SHARD_HEADER_BYTES 1024
 #define ANVIL_SHARD_V16 1
@@ -17,7 +19,8 @@
 
 typedef struct {
     char *path;
-    int fd;
+    int fd;                  /* -1 for a shard on S3 */
+    anvil_s3_reader *remote; /* a shard on S3: its reads */
     int version;
     int token_bytes; /* 2 or 4 */
     int64_t ntokens;
@@ -27,9 +30,13 @@ typedef struct {
  * file size that matches the header exactly (a truncated or padded file is
  * rejected rather than read as garbage). */
 int anvil_shard_open(anvil_shard *s, const char *path);
+/* The same for an object s3://bucket/key, through the client s3: a HEAD for its size, then every read
+ * (the header's first) through an anvil_s3_reader of `range` bytes per GET and up to `inflight` GETs
+ * at once, reading ahead. */
+int anvil_shard_open_s3(anvil_shard *s, anvil_s3 *s3, const char *uri, size_t range, int inflight);
 void anvil_shard_close(anvil_shard *s);
 
-/* Reads tokens [pos, pos+n) into out with one pread. With vocab_size > 0,
+/* Reads tokens [pos, pos+n) into out with one pread (or one read of the S3 reader). With vocab_size > 0,
  * every id must be < vocab_size: a bad id is reported with the file and its
  * token offset, since it would otherwise index past the embedding table. */
 int anvil_shard_read(const anvil_shard *s, int64_t pos, int64_t n, int32_t *out, int vocab_size);

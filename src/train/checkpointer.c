@@ -174,6 +174,7 @@ static void finish(anvil_checkpointer *cp) {
     } else if (!rc) {
         rc = anvil_ckpt_snapshot_write(cp->snap, cp->cfg.run_dir, cp->path, sizeof cp->path);
     }
+    if (!rc && cp->cfg.remote && anvil_ckpt_remote_push(cp->cfg.remote, cp->path, cp->step)) rc = -1;
     if (!rc && anvil_ckpt_prune(cp->cfg.run_dir, cp->cfg.keep_last, cp->cfg.keep_every) < 0) rc = -1;
     if (rc && !cp->take_rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
     cp->write_rc = rc;

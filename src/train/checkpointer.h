@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "ckpt/checkpoint.h"
+#include "train/ckpt_remote.h"
 
 typedef struct {
     const char *run_dir;
@@ -27,6 +28,7 @@ typedef struct {
     int async;            /* 1: write in the background */
     FILE *log;
     int progress;         /* 1: log's last line may be a progress bar, ended before a line between steps */
+    anvil_ckpt_remote *remote; /* rank 0: where each committed checkpoint is uploaded (NULL: nowhere) */
 } anvil_checkpointer_config;
 
 /* This rank's part of a sharded checkpoint: shard g of k, its slices (copied

@@ -25,9 +25,11 @@
 #include "obs/heartbeat.h"
 #include "obs/metrics.h"
 #include "obs/trace.h"
+#include "s3/s3.h"
 #include "sample/sampler.h"
 #include "tok/tokenizer.h"
 #include "train/checkpointer.h"
+#include "train/ckpt_remote.h"
 #include "train/profile.h"
 #include "train/telemetry.h"
 
@@ -102,6 +104,8 @@ int anvil_train_check(const anvil_train_config *c) {
     if (c->synthetic && c->shuffle) return anvil_fail("train: --shuffle needs shards, not --synthetic");
     if ((c->ckpt_every || c->ckpt_minutes > 0 || c->resume) && !c->out_dir)
         return anvil_fail("train: checkpoints and --resume need a run folder (--out)");
+    if (c->ckpt_uri && (!c->out_dir || !anvil_s3_is_uri(c->ckpt_uri)))
+        return anvil_fail("train: --ckpt-uri %s: needs --out and an s3://bucket/prefix URI", c->ckpt_uri);
     if (c->ckpt_every < 0 || c->ckpt_minutes < 0 || c->keep_last < 1 || c->keep_every < 0)
         return anvil_fail("train: checkpoint intervals must be >= 0 and --keep-last >= 1");
     if (c->profile_dir && (c->profile_first < 1 || c->profile_last < c->profile_first))
@@ -234,8 +238,11 @@ typedef struct {
     anvil_adamw tp_opt;
     int data_rank, data_ranks; /* which slice of the data this rank reads, of how many */
     anvil_loader *train, *val;
+    anvil_s3_stats s3_last; /* the train loader's S3 counters at the last "s3" record, and its time */
+    double s3_last_t;
     anvil_metrics *metrics;
     anvil_checkpointer *ckpt;
+    anvil_ckpt_remote *remote; /* rank 0 with --ckpt-uri */
     anvil_telemetry *tel;
     int32_t *x, *y;
     double *step_ms; /* per step, for the medians */
@@ -282,6 +289,26 @@ static int bad_input(anvil_run *r) {
     return -1;
 }
 
+/* With no local checkpoint, rank 0 downloads the newest one from --ckpt-uri into the run folder,
+ * which the other ranks then read as a local one (they share it, as they share local checkpoints).
+ * 1 with its folder in dir, 0 when S3 has none, -1 on every rank when the download failed. */
+static int fetch_remote(anvil_run *r, char *dir, size_t cap) {
+    const anvil_train_config *c = r->c;
+    int64_t found = 0;
+    if (r->rank == 0) {
+        found = anvil_ckpt_remote_fetch_latest(c->ckpt_uri, c->out_dir, dir, cap);
+        if (found > 0) fprintf(c->log, "resume: downloaded %s from %s\n", dir, c->ckpt_uri);
+    }
+    if (r->world > 1) {
+        int64_t all = found;
+        if (anvil_allreduce(anvil_dist_world(), &all, 1, ANVIL_I64, "checkpoint download")) return -1;
+        if (all < 0) return r->rank == 0 ? -1 : anvil_fail("rank 0 could not download the checkpoint from %s", c->ckpt_uri);
+        char warn[4096] = "";
+        if (all > 0 && r->rank != 0) found = anvil_ckpt_find_latest_valid(c->out_dir, dir, cap, warn, sizeof warn);
+    }
+    return (int)found;
+}
+
 /* Restores model, optimizer, loader and RNG from the checkpoint that
  * c->resume names; r->start receives its step (0 when "auto" finds none). */
 static int resume_from(anvil_run *r) {
@@ -291,6 +318,7 @@ static int resume_from(anvil_run *r) {
         int found = anvil_ckpt_find_latest_valid(c->out_dir, dir, sizeof dir, warn, sizeof warn);
         if (warn[0]) fprintf(c->log, "warning: %s", warn);
         if (found < 0) return -1;
+        if (found == 0 && c->ckpt_uri && (found = fetch_remote(r, dir, sizeof dir)) < 0) return -1;
         if (found == 0) {
             fprintf(c->log, "resume: no checkpoint in %s yet; starting from step 0\n", c->out_dir);
             return 0;
@@ -479,10 +507,12 @@ static int open_data(anvil_run *r) {
     const anvil_train_config *c = r->c;
     int vocab = r->model.cfg.vocab_size;
     if (!c->synthetic) {
-        r->train = anvil_loader_open(c->train_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab);
+        size_t range = c->s3_range ? c->s3_range : ANVIL_S3_READ_RANGE;
+        int inflight = c->s3_inflight ? c->s3_inflight : ANVIL_S3_READ_INFLIGHT;
+        r->train = anvil_loader_open_s3(c->train_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab, range, inflight);
         if (!r->train || (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed))) return bad_input(r);
         if (c->val_pattern &&
-            !(r->val = anvil_loader_open(c->val_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab)))
+            !(r->val = anvil_loader_open_s3(c->val_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab, range, inflight)))
             return bad_input(r);
     }
     if (c->out_dir && r->rank == 0) {
@@ -552,8 +582,12 @@ static int open_parallel(anvil_run *r) {
     }
     /* With a run folder every rank has a checkpointer: a stop signal saves even without a policy. */
     if (c->out_dir) {
+        if (c->ckpt_uri && r->rank == 0 &&
+            !(r->remote = anvil_ckpt_remote_open(c->ckpt_uri, c->ckpt_prefixes ? c->ckpt_prefixes : ANVIL_CKPT_REMOTE_PREFIXES,
+                                                 c->keep_last, c->keep_every, c->log)))
+            return -1;
         anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
-                                        c->keep_every, !c->ckpt_sync, c->log, c->progress};
+                                        c->keep_every, !c->ckpt_sync, c->log, c->progress, r->remote};
         if (!(r->ckpt = anvil_checkpointer_new(&cc))) return -1;
     }
     r->sched = c->lr;
@@ -727,6 +761,35 @@ static int ckpt_metrics(anvil_run *r) {
     return 0;
 }
 
+/* For shards on S3, an "s3" record of the train loader's requests every log_every steps: counts,
+ * rates by type since the last record, retries, bytes and latency percentiles. */
+static int s3_metrics(anvil_run *r, int step) {
+    const anvil_train_config *c = r->c;
+    anvil_s3_stats st;
+    if (!r->metrics || !r->train || !anvil_loader_s3_stats(r->train, &st)) return 0;
+    if ((step + 1) % c->log_every && step + 1 != c->steps) return 0;
+    double now = anvil_now(), dt = r->s3_last_t > 0 ? now - r->s3_last_t : now - r->t_start;
+    if (dt <= 0) dt = 1e-9;
+    const anvil_s3_stats *p = &r->s3_last;
+    const char *keys[] = {"step", "get", "head", "list", "get_per_s", "head_per_s", "list_per_s", "retries",
+                          "bytes_down", "mb_down_per_s", "p50_ms", "p99_ms"};
+    double vals[] = {step + 1,
+                     (double)st.requests[ANVIL_S3_GET],
+                     (double)st.requests[ANVIL_S3_HEAD],
+                     (double)st.requests[ANVIL_S3_LIST],
+                     (double)(st.requests[ANVIL_S3_GET] - p->requests[ANVIL_S3_GET]) / dt,
+                     (double)(st.requests[ANVIL_S3_HEAD] - p->requests[ANVIL_S3_HEAD]) / dt,
+                     (double)(st.requests[ANVIL_S3_LIST] - p->requests[ANVIL_S3_LIST]) / dt,
+                     (double)st.retries,
+                     (double)st.bytes_down,
+                     (double)(st.bytes_down - p->bytes_down) / dt / 1e6,
+                     st.p50_ms,
+                     st.p99_ms};
+    r->s3_last = st;
+    r->s3_last_t = now;
+    return anvil_metrics_write(r->metrics, "s3", keys, vals, 12);
+}
+
 /* Timing, the result so far, metrics and the log line or progress bar. */
 static int record_step(anvil_run *r, int step) {
     const anvil_train_config *c = r->c;
@@ -739,7 +802,7 @@ static int record_step(anvil_run *r, int step) {
     if (r->metrics) {
         const char *keys[] = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops"};
         double vals[] = {step + 1, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops};
-        if (anvil_metrics_write(r->metrics, "train", keys, vals, 7)) return -1;
+        if (anvil_metrics_write(r->metrics, "train", keys, vals, 7) || s3_metrics(r, step)) return -1;
     }
     if (anvil_checkpointer_step_done(r->ckpt, dt * 1e3, r->timed > c->timing_warmup) || ckpt_metrics(r)) return -1;
     if (c->progress) {
@@ -870,6 +933,10 @@ static int run_finish(anvil_run *r) {
 /* Frees everything and returns rc, or -1 when a checkpoint write failed. */
 static int run_close(anvil_run *r, int rc) {
     if (anvil_checkpointer_free(r->ckpt) && rc != -1) rc = -1;
+    if (anvil_ckpt_remote_close(r->remote) && rc != -1) {
+        fprintf(r->c->log, "error: %s\n", anvil_errmsg());
+        rc = -1;
+    }
     if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
     anvil_dp_free(r->dp);
     if (r->pp) anvil_pp_free(r->pp);

@@ -20,6 +20,8 @@ typedef struct {
     int synthetic;             /* uniform random tokens instead of shards (benchmarks) */
     int shuffle;               /* 1: each epoch reads the train shards, and their batches, in an order drawn from seed */
     int B, T;                  /* micro-batch of each rank */
+    size_t s3_range;           /* shards on S3: bytes per ranged GET (0: ANVIL_S3_READ_RANGE) */
+    int s3_inflight;           /* shards on S3: GETs in flight per loader (0: ANVIL_S3_READ_INFLIGHT) */
     int64_t total_batch_tokens; /* tokens per optimizer step over all ranks; a multiple of B*T*ranks
                                  * (0 means B*T*ranks) */
     int steps;
@@ -49,6 +51,9 @@ typedef struct {
     int pipeline_parallel;   /* pipeline stages (0 or 1: none); the accumulation steps are its micro-batches */
     int pipeline_gpipe;      /* 1: GPipe's schedule instead of 1F1B */
     const char *resume;      /* "auto": newest valid checkpoint of out_dir, if any; or a checkpoint folder */
+    const char *ckpt_uri;    /* s3://bucket/prefix: checkpoints uploaded there too, and "auto" resumes from there
+                              * when out_dir has none (NULL: local only) */
+    int ckpt_prefixes;       /* key prefixes the uploaded objects spread over (0: ANVIL_CKPT_REMOTE_PREFIXES) */
     const char *config_json; /* the run's options as a JSON object, recorded in each checkpoint */
     int log_every;       /* log-line period when not on a terminal */
     int timing_warmup;   /* first steps left out of the timing medians */

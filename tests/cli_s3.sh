@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# anvil's S3 client end to end, against a real S3 server (Ceph radosgw on
+# 127.0.0.1, brought up once for the whole script) behind a fault-injecting
+# proxy (s3/faultproxy.py) that counts requests by type and in flight.
+# Usage: cli_s3.sh /path/to/anvil
+. "$(dirname "$0")/tools/cli_common.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+command -v python3 > /dev/null || { missing "python3 is not installed"; finish; }
+
+rgw=$tmp/rgw
+at_exit() { bash "$here/s3/radosgw.sh" stop "$rgw"; }
+bash "$here/s3/radosgw.sh" start "$rgw" || { bad "radosgw did not start (logs above)"; finish; }
+. "$rgw/env"
+direct=$AWS_ENDPOINT_URL
+python3 "$here/s3/faultproxy.py" "$direct" "$tmp/proxy_port" &
+for _ in $(seq 100); do [ -f "$tmp/proxy_port" ] && break; sleep 0.1; done
+[ -f "$tmp/proxy_port" ] || { bad "the fault proxy did not start"; finish; }
+export AWS_ENDPOINT_URL=http://127.0.0.1:$(cat "$tmp/proxy_port")
+ctl() { curl -sf "$AWS_ENDPOINT_URL/__ctl/$1"; }
+# The proxy's count of requests of one type since the last reset.
+count() { ctl stats | python3 -c "import json,sys; print(json.load(sys.stdin)['counts'].get('$1', 0))"; }
+# A counter from the "s3: requests ..." line that --stats prints.
+client_stat() { grep -o " $2=[0-9]*" "$1" | tail -n 1 | cut -d= -f2; }
+
+# The bucket, made with curl's own SigV4 (anvil has no bucket commands).
+curl -sf --aws-sigv4 "aws:amz:$AWS_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -X PUT \
+  -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
+  "$direct/anvil-test" > /dev/null || { bad "could not create the bucket"; finish; }
+
+head -c 300000 /dev/urandom > "$tmp/small"
+# Over two 5 MiB parts: three parts and a short last one.
+head -c 12000000 /dev/urandom > "$tmp/big"
+
+# Keys that SigV4 encodes: a dot-dot segment, spaces, unicode, reserved characters.
+keys=("dots/../up" "sp ace/a b c" "uni/ünïcødé-😀" "res/q?&=+#%;,@!\$'()*" "tilde~_-.x/.hidden")
+i=0
+for k in "${keys[@]}"; do
+  i=$((i + 1))
+  "$anvil" s3 cp "$tmp/small" "s3://anvil-test/$k" 2> "$tmp/err" || { bad "upload of '$k': $(cat "$tmp/err")"; continue; }
+  "$anvil" s3 cp "s3://anvil-test/$k" "$tmp/back$i" 2> "$tmp/err" && cmp -s "$tmp/small" "$tmp/back$i" &&
+    ok "key '$k' round-trips" || bad "key '$k' did not round-trip: $(cat "$tmp/err")"
+done
+"$anvil" s3 ls s3://anvil-test/ > "$tmp/ls" 2> "$tmp/err" || bad "ls failed: $(cat "$tmp/err")"
+for k in "${keys[@]}"; do
+  grep -qxF "      300000 $k" "$tmp/ls" || bad "ls lacks '$k': $(cat "$tmp/ls")"
+done
+[ "$(wc -l < "$tmp/ls")" = "${#keys[@]}" ] && ok "ls lists the ${#keys[@]} keys as stored" || bad "ls: $(cat "$tmp/ls")"
+
+# Multipart: 12 MB at 5 MiB parts is a create, three parts and a complete.
+ctl reset > /dev/null
+ANVIL_S3_PART_SIZE=5242880 "$anvil" s3 cp "$tmp/big" s3://anvil-test/mp/big 2> "$tmp/err" || bad "multipart upload: $(cat "$tmp/err")"
+[ "$(count PART)" = 3 ] && [ "$(count POST)" = 2 ] && [ "$(count PUT)" = 0 ] && ok "multipart: 3 parts, create and complete" ||
+  bad "multipart requests: $(ctl stats)"
+"$anvil" s3 cp s3://anvil-test/mp/big "$tmp/big.back" 2> "$tmp/err" && cmp -s "$tmp/big" "$tmp/big.back" &&
+  ok "the multipart object reads back byte-identical" || bad "multipart read-back: $(cat "$tmp/err")"
+
+# awscli against the server itself, both ways.
+if command -v aws > /dev/null && aws --version > /dev/null 2>&1; then
+  awsx() { aws --endpoint-url "$direct" --region "$AWS_REGION" "$@"; }
+  awsx s3 cp s3://anvil-test/mp/big "$tmp/big.aws" --quiet 2> "$tmp/err" && cmp -s "$tmp/big" "$tmp/big.aws" &&
+    ok "awscli reads what anvil uploaded, byte-identical" || bad "awscli download: $(cat "$tmp/err")"
+  awsx s3 cp "$tmp/big" "s3://anvil-test/by aws/ü big" --quiet 2> "$tmp/err" || bad "awscli upload: $(cat "$tmp/err")"
+  "$anvil" s3 cp "s3://anvil-test/by aws/ü big" "$tmp/big.fromaws" 2> "$tmp/err" && cmp -s "$tmp/big" "$tmp/big.fromaws" &&
+    ok "anvil reads what awscli uploaded, byte-identical" || bad "anvil download of awscli's object: $(cat "$tmp/err")"
+else
+  missing "awscli (aws) is not installed: the cross-check with awscli is skipped"
+fi
+
+# 503 SlowDown three times: retried, counted by the client and seen at the proxy.
+ctl reset > /dev/null
+ctl "fault?kind=503&n=3" > /dev/null
+"$anvil" s3 cp "$tmp/small" s3://anvil-test/retry/a --stats 2> "$tmp/err" && ok "survived 3 x 503 SlowDown" ||
+  bad "503s not survived: $(cat "$tmp/err")"
+[ "$(client_stat "$tmp/err" retries)" = 3 ] && [ "$(count PUT)" = 4 ] && ok "3 retries counted, 4 PUTs at the proxy" ||
+  bad "retries: $(cat "$tmp/err"); proxy $(ctl stats)"
+
+# Connections reset mid-body twice: each GET after a reset asks for the bytes from where the last
+# one broke off (an RST drops what the client had not read yet, so the proxy sends some twice),
+# and the client takes in the object's bytes exactly once.
+ctl reset > /dev/null
+ctl "fault?kind=reset&n=2" > /dev/null
+"$anvil" s3 cp s3://anvil-test/mp/big "$tmp/big.reset" --stats 2> "$tmp/err" && cmp -s "$tmp/big" "$tmp/big.reset" &&
+  ok "survived 2 resets mid-body, byte-identical" || bad "resets: $(cat "$tmp/err")"
+ranges=$(ctl stats | python3 -c "import json,sys; print(' '.join(r.split('=')[1].split('-')[0] for r in json.load(sys.stdin)['ranges']))")
+read -r r1 r2 r3 <<< "$ranges"
+[ "$(client_stat "$tmp/err" retries)" = 2 ] && [ "$(client_stat "$tmp/err" bytes_down)" = 12000000 ] &&
+  [ "$r1" = 0 ] && [ "${r2:-0}" -gt 0 ] && [ "${r3:-0}" -gt "${r2:-0}" ] &&
+  ok "2 retries counted; GETs from bytes $r1, $r2, $r3; 12000000 bytes taken in" ||
+  bad "resume: $(cat "$tmp/err"); proxy $(ctl stats)"
+
+# Retries stop at the limit.
+ctl reset > /dev/null
+ctl "fault?kind=503&n=50" > /dev/null
+ANVIL_S3_MAX_ATTEMPTS=3 "$anvil" s3 cp "$tmp/small" s3://anvil-test/retry/b 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && grep -q "SlowDown.*gave up after 3 attempts" "$tmp/err" && [ "$(count PUT)" = 3 ] &&
+  ok "503s without end: 3 attempts, then one line and exit 1" || bad "limit: rc $rc, $(cat "$tmp/err"), $(ctl stats)"
+ctl reset > /dev/null
+
+# A wrong secret: one line naming the bucket, key and S3 code, exit 1, one request, no secret shown.
+AWS_SECRET_ACCESS_KEY=not-the-secret-42 "$anvil" s3 cp "$tmp/small" s3://anvil-test/x/y 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "s3://anvil-test/x/y: HTTP 403 SignatureDoesNotMatch" "$tmp/err" &&
+  ok "wrong secret: one line, exit 1" || bad "wrong secret: rc $rc, $(cat "$tmp/err")"
+[ "$(count PUT)" = 1 ] && ok "wrong secret: one request, no retry" || bad "wrong secret retried: $(ctl stats)"
+grep -q "not-the-secret-42\|$AWS_SECRET_ACCESS_KEY" "$tmp/err" && bad "a secret was printed" || ok "no secret printed"
+"$anvil" s3 cp s3://anvil-test/no/such "$tmp/none" 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && grep -q "s3://anvil-test/no/such: no such object" "$tmp/err" && ok "a missing object: one line, exit 1" ||
+  bad "missing object: rc $rc, $(cat "$tmp/err")"
+
+# Credentials from a profile of the AWS files, region from the config file.
+printf '[other]\naws_access_key_id = nope\n[t]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+  "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > "$tmp/credentials"
+printf '[profile t]\nregion = %s\n' "$AWS_REGION" > "$tmp/config"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_REGION AWS_PROFILE=t AWS_SHARED_CREDENTIALS_FILE="$tmp/credentials" \
+  AWS_CONFIG_FILE="$tmp/config" "$anvil" s3 ls s3://anvil-test/mp/ > "$tmp/ls" 2> "$tmp/err" && grep -q " mp/big$" "$tmp/ls" &&
+  ok "credentials from profile t of the credentials file" || bad "profile: $(cat "$tmp/err")"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME="$tmp/nohome" "$anvil" s3 ls s3://anvil-test 2> "$tmp/err"
+rc=$?
+[ $rc = 78 ] && grep -q "no credentials" "$tmp/err" && ok "no credentials: exit 78" || bad "no credentials: rc $rc, $(cat "$tmp/err")"
+
+# rm, then the key is gone.
+"$anvil" s3 rm "s3://anvil-test/sp ace/a b c" 2> "$tmp/err" && ! "$anvil" s3 ls "s3://anvil-test/sp ace" | grep -q . &&
+  ok "rm removes the object" || bad "rm: $(cat "$tmp/err")"
+
+# export and import through s3://: the same bytes as through local folders.
+for i in $(seq 400); do echo "line $i of a small corpus for the export check, $((i * 7919 % 1000))"; done > "$tmp/corpus.txt"
+"$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/corpus.txt" > /dev/null 2>&1 &&
+  "$anvil" train --data "$tmp/data" --preset tiny --batch 4 --seq 64 --steps 2 --no-progress --sample-every -1 \
+    --out "$tmp/run" > /dev/null 2>&1 || bad "could not train the model for the export check"
+"$anvil" export --model "$tmp/run/model.safetensors" --out "$tmp/hf" --no-progress > /dev/null &&
+  "$anvil" import --hf "$tmp/hf" --out "$tmp/back.safetensors" --no-progress > /dev/null || bad "local export/import failed"
+"$anvil" export --model "$tmp/run/model.safetensors" --out s3://anvil-test/hf/tiny --no-progress > /dev/null 2> "$tmp/err" &&
+  "$anvil" import --hf s3://anvil-test/hf/tiny --out s3://anvil-test/models/tiny.safetensors --no-progress > /dev/null 2>> "$tmp/err" &&
+  "$anvil" export --model s3://anvil-test/models/tiny.safetensors --out "$tmp/hf_s3" --no-progress > /dev/null 2>> "$tmp/err" &&
+  "$anvil" s3 cp s3://anvil-test/models/tiny.safetensors "$tmp/back_s3.safetensors" 2>> "$tmp/err" ||
+  bad "export/import through s3:// failed: $(cat "$tmp/err")"
+cmp -s "$tmp/back.safetensors" "$tmp/back_s3.safetensors" && cmp -s "$tmp/hf/model.safetensors" "$tmp/hf_s3/model.safetensors" &&
+  cmp -s "$tmp/hf/config.json" "$tmp/hf_s3/config.json" && ok "export/import through s3:// give the local route's bytes" ||
+  bad "export/import through s3:// differ from the local route"
+
+# ---- data from S3 ----
+# prep writes to S3; training from there gives the local run's losses and model, bit for bit.
+"$anvil" prep --out s3://anvil-test/ds --delimiter '\n' --val-fraction 0.05 --no-progress "$tmp/corpus.txt" > "$tmp/prep.out" 2> "$tmp/err" &&
+  grep -q "wrote s3://anvil-test/ds/manifest.json" "$tmp/prep.out" || bad "prep --out s3://: $(cat "$tmp/err")"
+"$anvil" s3 ls s3://anvil-test/ds/ > "$tmp/ls" 2>&1
+[ "$(awk '{print $2}' "$tmp/ls" | tr '\n' ' ')" = "ds/manifest.json ds/train_000000.bin ds/val_000000.bin " ] &&
+  ok "prep --out s3:// wrote the shards and the manifest" || bad "prep to S3 wrote: $(cat "$tmp/ls")"
+train_args=(--preset tiny --batch 4 --seq 64 --steps 8 --val-every 4 --no-progress --sample-every -1 --seed 9)
+"$anvil" train --data "$tmp/data" "${train_args[@]}" --out "$tmp/run_local" > /dev/null 2>&1 || bad "local training failed"
+"$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --out "$tmp/run_s3" > /dev/null 2> "$tmp/err" ||
+  bad "training from S3 failed: $(cat "$tmp/err")"
+losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl" | tr '\n' ' '; }
+[ -n "$(losses "$tmp/run_local")" ] && [ "$(losses "$tmp/run_local")" = "$(losses "$tmp/run_s3")" ] &&
+  cmp -s "$tmp/run_local/model.safetensors" "$tmp/run_s3/model.safetensors" &&
+  ok "train --data s3://: the same $(losses "$tmp/run_s3" | wc -w) losses and model bytes as from local shards" ||
+  bad "training from S3 differs: $(losses "$tmp/run_local") vs $(losses "$tmp/run_s3")"
+
+# Resuming mid-run from a checkpoint, with the shards on S3, lands on the same model.
+"$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --ckpt-every 4 --out "$tmp/run_s3r" > /dev/null 2>&1 &&
+  rm -rf "$tmp/run_s3r/ckpt/step_00000008" "$tmp/run_s3r/model.safetensors" &&
+  echo step_00000004 > "$tmp/run_s3r/ckpt/latest" &&
+  "$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --ckpt-every 4 --out "$tmp/run_s3r" --resume auto > /dev/null 2> "$tmp/err" &&
+  cmp -s "$tmp/run_local/model.safetensors" "$tmp/run_s3r/model.safetensors" &&
+  ok "a run from S3 resumed at step 4 ends with the local run's model" || bad "resume from S3: $(cat "$tmp/err")"
+grep -q '"kind":"s3","step":8,"get":[1-9]' "$tmp/run_s3/metrics.jsonl" && ! grep -q '"kind":"s3"' "$tmp/run_local/metrics.jsonl" &&
+  ok "metrics.jsonl has the S3 requests of the run from S3" || bad "no s3 record: $(grep s3 "$tmp/run_s3/metrics.jsonl")"
+
+# Request discipline, counted at the proxy, on two 32 MiB shards read for one epoch through the
+# loader (with its prefetch, which reads the next epoch's first blocks too).
+probe=${LOADER_PROBE:-}
+if [ -n "$probe" ] && [ -x "$probe" ]; then
+  "$probe" write "$tmp/shards" 2 16776704 || bad "could not write the shards"
+  for f in "$tmp/shards"/*.bin; do
+    AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "$f" "s3://anvil-test/shards/$(basename "$f")" 2> "$tmp/err" || bad "upload: $(cat "$tmp/err")"
+  done
+  want=$("$probe" read "$tmp/shards/train_*.bin" 8 1024 16 4 | head -n 1)
+  # Prints "GETS PEAK GETS_PER_GIB SIZES", the sizes of the GETs' ranges in MiB.
+  discipline() {
+    ctl stats | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+gets = s["counts"].get("GET", 0)
+sizes = sorted({(int(b) - int(a) + 1) >> 20 for a, b in (r.split("=")[1].split("-") for r in s["ranges"])})
+print(gets, s["peak"], round(gets * 2**30 / s["bytes_down"], 2), ",".join(map(str, sizes)))'
+  }
+  ctl reset > /dev/null
+  got=$("$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 16 4 2> "$tmp/err" | head -n 1)
+  [ -n "$want" ] && [ "$got" = "$want" ] && ok "an epoch from S3 reads the local shards' tokens ($got)" ||
+    bad "loader from S3: '$got', want '$want': $(cat "$tmp/err")"
+  read -r gets peak per_gib sizes <<< "$(discipline)"
+  python3 -c "import sys; sys.exit(not ($per_gib <= 64 and $peak <= 4 and '$sizes' == '16'))" &&
+    ok "16 MiB ranges: $gets GETs, $per_gib GETs per GiB (at most 64), peak $peak in flight (at most 4)" ||
+    bad "discipline at 16 MiB: $gets GETs, $per_gib per GiB, peak $peak, range sizes $sizes MiB"
+  ctl reset > /dev/null
+  got=$("$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 4 3 2> "$tmp/err" | head -n 1)
+  read -r gets peak per_gib sizes <<< "$(discipline)"
+  [ "$got" = "$want" ] && python3 -c "import sys; sys.exit(not ($per_gib <= 256 and $peak <= 3 and '$sizes' == '4'))" &&
+    ok "4 MiB ranges, 3 in flight: the same tokens, $gets GETs ($per_gib per GiB), peak $peak in flight (at most 3)" ||
+    bad "discipline at 4 MiB: '$got', $gets GETs, $per_gib per GiB, peak $peak, sizes $sizes: $(cat "$tmp/err")"
+  "$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 2 4 > /dev/null 2> "$tmp/err"
+  rc=$?
+  [ $rc = 1 ] && grep -q "at least 4194304" "$tmp/err" && ok "ranges under 4 MiB are refused" ||
+    bad "a 2 MiB range: rc $rc, $(cat "$tmp/err")"
+  # Faults while the loader streams: the same tokens, the retries counted.
+  ctl reset > /dev/null
+  ctl "fault?kind=reset&n=2" > /dev/null
+  ctl "fault?kind=503&n=3&type=GET" > /dev/null
+  "$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 16 4 > "$tmp/probe.out" 2> "$tmp/err"
+  [ "$(head -n 1 "$tmp/probe.out")" = "$want" ] && [ "$(client_stat "$tmp/probe.out" retries)" -ge 5 ] &&
+    ok "2 resets and 3 x 503 while streaming: the same tokens, $(client_stat "$tmp/probe.out" retries) retries counted" ||
+    bad "faults while streaming: $(cat "$tmp/probe.out" "$tmp/err")"
+  ctl reset > /dev/null
+else
+  bad "LOADER_PROBE is not set to tests/tools/loader_probe (CTest sets it)"
+fi
+
+# Checkpoints to S3. A run uploading each checkpoint while PUTs are held 300 ms at the proxy is
+# killed (-9) once step 4's upload has begun (objects of step 4 on S3, its index not); the local
+# folder is deleted; --resume auto then downloads step 2, the newest checkpoint whose index exists,
+# and the run ends with the uninterrupted run's model bytes.
+ck=s3://anvil-test/ck
+ck_args=("${train_args[@]}" --ckpt-every 2 --keep-last 2 --ckpt-uri "$ck" --ckpt-prefixes 4)
+s3keys() { AWS_ENDPOINT_URL=$direct "$anvil" s3 ls "$ck/" 2> /dev/null | awk '{print $2}'; }
+ctl reset > /dev/null
+ctl "fault?kind=slow&n=1000&ms=300&type=PUT" > /dev/null
+"$anvil" train --data "$tmp/data" "${ck_args[@]}" --out "$tmp/run_ck" > /dev/null 2> "$tmp/ck.err" &
+pid=$!
+for _ in $(seq 300); do
+  keys=$(s3keys)
+  grep -q '^ck/[0-9a-f][0-9a-f]/step_00000004/' <<< "$keys" && ! grep -q '^ck/step_00000004/' <<< "$keys" && break
+  keys=
+  sleep 0.05
+done
+kill -9 $pid 2> /dev/null
+wait $pid 2> /dev/null
+ctl reset > /dev/null
+[ -n "$keys" ] && grep -qx 'ck/step_00000002/manifest.json' <<< "$keys" &&
+  ok "killed -9 with step 4's objects uploading ($(grep -c step_00000004/ <<< "$keys") up, no index) after step 2's index" ||
+  bad "the kill did not land in step 4's upload: $(tr '\n' ' ' <<< "$(s3keys)") $(cat "$tmp/ck.err")"
+rm -rf "$tmp/run_ck"
+"$anvil" train --data "$tmp/data" "${ck_args[@]}" --out "$tmp/run_ck" --resume auto > /dev/null 2> "$tmp/err" &&
+  grep -q "resumed from .*step_00000002 (step 2)" "$tmp/err" &&
+  cmp -s "$tmp/run_local/model.safetensors" "$tmp/run_ck/model.safetensors" &&
+  ok "resume auto from S3: step 2 downloaded, the final model equals the uninterrupted run's" ||
+  bad "resume from S3 checkpoints: $(cat "$tmp/err")"
+# Retention: exactly the two newest indexes, and only their objects, spread over prefixes.
+keys=$(s3keys)
+idx=$(grep -c '^ck/step_[0-9]*/manifest.json$' <<< "$keys")
+stray=$(grep -v -e 'step_00000006/' -e 'step_00000008/' <<< "$keys" | grep -c .)
+hh=$(grep -o '^ck/[0-9a-f][0-9a-f]/' <<< "$keys" | sort -u | wc -l)
+[ "$idx" = 2 ] && grep -qx 'ck/step_00000008/manifest.json' <<< "$keys" && [ "$stray" = 0 ] && [ "$hh" -ge 2 ] &&
+  ok "keep-last 2 on S3: the indexes of steps 6 and 8 and their objects only, over $hh prefixes" ||
+  bad "retention on S3: $idx indexes, $stray stray keys, $hh prefixes: $(tr '\n' ' ' <<< "$keys")"
+# A flipped byte in an object: the download is refused with one line naming the key.
+obj=$(grep '/step_00000008/model' <<< "$keys" | head -n 1)
+[ -n "$obj" ] || obj=$(grep '^ck/[0-9a-f][0-9a-f]/step_00000008/' <<< "$keys" | head -n 1)
+AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "s3://anvil-test/$obj" "$tmp/obj" 2> /dev/null &&
+  printf '\x5a' | dd of="$tmp/obj" bs=1 seek=100 conv=notrunc status=none &&
+  AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "$tmp/obj" "s3://anvil-test/$obj" 2> /dev/null || bad "could not corrupt $obj"
+"$anvil" train --data "$tmp/data" "${ck_args[@]}" --out "$tmp/run_bad" --resume auto > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc != 0 ] && [ "$(grep -c "s3://anvil-test/$obj: CRC-32C" "$tmp/err")" = 1 ] && [ ! -d "$tmp/run_bad/ckpt/step_00000008" ] &&
+  ok "a corrupted object is refused (exit $rc): $(grep CRC "$tmp/err")" || bad "corrupted object: rc $rc, $(cat "$tmp/err")"
+
+finish

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""A fault-injecting HTTP proxy in front of an S3 server, for the S3 tests.
+
+    faultproxy.py UPSTREAM_URL PORT_FILE
+
+Listens on a free port of 127.0.0.1 (written to PORT_FILE) and forwards every
+request to UPSTREAM_URL unchanged, Host header included, so that SigV4
+signatures made for the proxy's address still check at the server. It counts
+requests by type (GET, HEAD, PUT, PART, LIST, POST, DELETE), the peak
+number being served at once, the bytes of bodies it sent and the Range
+header of each GET. Paths under /__ctl/ steer it:
+
+    /__ctl/fault?kind=503&n=N[&type=T]   answer the next N requests (of type T)
+                                         503 SlowDown, without forwarding them
+    /__ctl/fault?kind=reset&n=N          cut the next N successful GET bodies
+                                         after half their bytes (TCP RST)
+    /__ctl/fault?kind=slow&n=N&ms=M      hold the next N requests M ms first
+    /__ctl/stats                         the counters, as JSON
+    /__ctl/reset                         zero the counters, drop the faults
+"""
+import http.client
+import http.server
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+import urllib.parse
+
+upstream = urllib.parse.urlsplit(sys.argv[1])
+lock = threading.Lock()
+state = {}
+
+
+def clear():
+    state.update(counts={}, inflight=0, peak=0, faults=[], bytes_down=0, ranges=[])
+
+
+clear()
+
+SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+            b'<Message>Please reduce your request rate.</Message></Error>')
+
+
+def kind_of(method, query):
+    q = urllib.parse.parse_qs(query, keep_blank_values=True)
+    if method == "GET" and "list-type" in q:
+        return "LIST"
+    if method == "PUT" and "partNumber" in q:
+        return "PART"
+    return method
+
+
+def take_fault(kind, rtype):
+    """The first pending fault of this kind that applies to rtype, used up by one."""
+    with lock:
+        for f in state["faults"]:
+            if f["kind"] == kind and f["n"] > 0 and f.get("type") in (None, rtype):
+                f["n"] -= 1
+                return f
+    return None
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, body, ctype="application/json"):
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def control(self, path, query):
+        q = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}
+        with lock:
+            if path == "/__ctl/reset":
+                clear()
+            elif path == "/__ctl/fault":
+                f = {"kind": q["kind"], "n": int(q.get("n", "1")), "ms": int(q.get("ms", "0"))}
+                if "type" in q:
+                    f["type"] = q["type"]
+                state["faults"].append(f)
+            body = json.dumps({k: state[k] for k in ("counts", "peak", "bytes_down", "ranges")}).encode()
+        self.reply(200, body)
+
+    def handle_any(self):
+        path, _, query = self.path.partition("?")
+        if path.startswith("/__ctl/"):
+            return self.control(path, query)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        rtype = kind_of(self.command, query)
+        with lock:
+            state["counts"][rtype] = state["counts"].get(rtype, 0) + 1
+            state["inflight"] += 1
+            state["peak"] = max(state["peak"], state["inflight"])
+            if rtype == "GET":
+                state["ranges"].append(self.headers.get("Range", ""))
+        try:
+            self.forward(rtype, body)
+        finally:
+            with lock:
+                state["inflight"] -= 1
+
+    def forward(self, rtype, body):
+        slow = take_fault("slow", rtype)
+        if slow:
+            time.sleep(slow["ms"] / 1000)
+        if take_fault("503", rtype):
+            return self.reply(503, SLOWDOWN, "application/xml")
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("expect", "connection")}
+        conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
+        try:
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        self.send_response(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                self.send_header(k, v)
+        length = int(resp.getheader("Content-Length") or 0) if self.command == "HEAD" else len(data)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        if rtype == "GET" and resp.status // 100 == 2 and len(data) > 1 and take_fault("reset", rtype):
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            with lock:
+                state["bytes_down"] += len(data) // 2
+            # SO_LINGER 0: the close sends an RST, as a reset connection does.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            return
+        self.wfile.write(data)
+        with lock:
+            state["bytes_down"] += len(data)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = handle_any
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+srv = Server(("127.0.0.1", 0), Handler)
+with open(sys.argv[2] + ".tmp", "w") as f:
+    f.write(str(srv.server_address[1]))
+# Renamed into place, so the test never reads a half-written port.
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+srv.serve_forever()
