@@ -35,6 +35,7 @@ typedef struct {
     anvil_attempt_ref ref;
     const char *run_dir; /* the job's run folder: the attempt's working folder, its logs in RUN/logs */
     int hosts, procs_per_host;
+    double time_left_s; /* what max_runtime_s leaves the attempt (retries share it); 0: no limit */
     int argc;
     char *const *argv; /* the anvil subcommand with its options (--out RUN, --resume auto), NULL-ended */
     char *const *envp; /* the whole environment of the attempt, NULL-ended */
@@ -63,7 +64,8 @@ typedef struct {
     int (*stop)(anvil_backend *b, const anvil_attempt_ref *a);
     /* Ends every process of the attempt at once. */
     int (*kill)(anvil_backend *b, const anvil_attempt_ref *a);
-    /* Adds what the backend knows of a running attempt to o (describe's "backend" object). */
+    /* Adds what the backend knows of the job's current attempt (handle "" when none runs) to o
+     * (describe's "backend" object). */
     int (*describe)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
     void (*free)(anvil_backend *b);
 } anvil_backend_ops;
@@ -72,8 +74,38 @@ struct anvil_backend {
     const anvil_backend_ops *ops;
 };
 
+/* The exit file of an attempt, STATE/jobs/<id>/exit_<attempt>, into path: what runs the attempt writes
+ * its exit status there (one number, atomically) before the attempt ends, on either backend, so a
+ * daemon that was down meanwhile still learns how it ended. */
+void anvil_attempt_exit_path(const char *state_dir, const anvil_attempt_ref *a, char *path, size_t cap);
+/* The exit status in an attempt's exit file, or -1 when there is none (yet). */
+int anvil_attempt_read_exit(const char *state_dir, const anvil_attempt_ref *a);
+
 /* The local backend: state_dir holds jobs/<id>/exit_<n>; self is the anvil binary the attempts run.
  * NULL after anvil_fail. */
 anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
+
+/* The Slurm backend (backend_slurm.c): each attempt is one batch job of the cluster that sbatch, scontrol
+ * and scancel (in PATH, SLURM_CONF as the daemon has it) reach, its handle the Slurm job ID.
+ *   - start writes STATE/jobs/<id>/slurm_<n>.sh, a batch script that runs `srun --mpi=pmix` with the
+ *     spec's hosts and processes per host in the background, forwards SIGUSR1 to it (srun passes it
+ *     on to the ranks: the trainer's checkpoint-and-stop), and writes srun's exit status to the exit
+ *     file; it is submitted held (sbatch --hold), recorded, then released. Its options:
+ *     --signal=B:USR1@<grace> and --time from time_left_s (a time limit checkpoints first),
+ *     --open-mode=append (RUN/logs/launcher.log gathers every attempt), --requeue, and --exclude
+ *     of the job's bad nodes.
+ *   - poll: the exit file, else `scontrol show job`. A job Slurm requeued (a node failed) is
+ *     cancelled and the attempt lost, so that the supervisor's retry is a new submission that
+ *     leaves the node out rather than a wait on Slurm's requeue delay; a job Slurm no longer knows
+ *     is lost too.
+ *   - An attempt that failed marks its bad nodes in STATE/jobs/<id>/excluded (one "node<TAB>why"
+ *     a line): the node where srun saw a rank killed by a signal, and any node of the attempt
+ *     that Slurm reports DOWN or NOT_RESPONDING. A rank's own nonzero exit marks no node: that
+ *     is the program's failure, not the machine's.
+ *   - stop: `scancel --batch -s USR1` (the script forwards it); kill: `scancel`.
+ * partition and account may be NULL (the cluster's defaults); grace_s is the daemon's stop grace.
+ * NULL after anvil_fail. */
+anvil_backend *anvil_backend_slurm_new(const char *state_dir, const char *self, const char *partition,
+                                       const char *account, double grace_s);
 
 #endif

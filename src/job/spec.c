@@ -149,8 +149,6 @@ static int take_resources(const cJSON *v, anvil_job_spec *s) {
         int rc;
         if (!strcmp(e->string, "hosts")) {
             rc = anvil_json_int(e, "spec", "resources.hosts", 1, 1024, &s->hosts);
-            if (!rc && s->hosts != 1)
-                rc = anvil_fail("spec: resources.hosts: the local backend runs jobs on 1 host (got %d)", s->hosts);
         } else if (!strcmp(e->string, "procs_per_host")) {
             rc = anvil_json_int(e, "spec", "resources.procs_per_host", 1, 1024, &s->procs_per_host);
         } else {

@@ -226,9 +226,15 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
     if (c.oom) {
         anvil_fail("out of memory");
     } else {
+        /* Retries share max_runtime_s, counted from the first attempt's start (see advance). */
+        double left = 0;
+        if (spec.max_runtime_s > 0) {
+            left = spec.max_runtime_s - (j->first_started_at ? anvil_store_now() - j->first_started_at : 0);
+            if (left < 1) left = 1;
+        }
         anvil_attempt_spec a = {.ref = attempt_of(j), .run_dir = j->run_dir, .hosts = spec.hosts,
-                                .procs_per_host = spec.procs_per_host, .argc = c.argc, .argv = c.argv,
-                                .envp = c.envp};
+                                .procs_per_host = spec.procs_per_host, .time_left_s = left,
+                                .argc = c.argc, .argv = c.argv, .envp = c.envp};
         started ctx = {sup, j};
         rc = sup->backend->ops->start(sup->backend, &a, record_start, &ctx);
     }
@@ -425,7 +431,7 @@ cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *j) {
         return NULL;
     }
     anvil_attempt_ref a = attempt_of(j);
-    if (j->handle[0] && !strcmp(j->backend, sup->backend->ops->name) &&
+    if (!strcmp(j->backend, sup->backend->ops->name) &&
         sup->backend->ops->describe(sup->backend, &a, o)) {
         cJSON_Delete(o);
         return NULL;
