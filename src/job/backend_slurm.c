@@ -135,18 +135,20 @@ static void job_dir(const slurm_backend *sb, int64_t id, char *path, size_t cap)
     snprintf(path, cap, "%s/jobs/%lld", sb->state_dir, (long long)id);
 }
 
-/* The value of KEY=VALUE in scontrol's one-line output (values end at a space), malloc'd; NULL when
- * absent or out of memory. */
-static char *field_of(const char *line, const char *key) {
+/* The value of KEY=VALUE in scontrol's one-line output, malloc'd; NULL when absent or out of memory.
+ * Values end at a space, except with rest, for the free text scontrol puts last (a node's Reason). */
+static char *field_to(const char *line, const char *key, bool rest) {
     size_t klen = strlen(key);
     for (const char *p = line; (p = strstr(p, key)); p += klen) {
         if ((p == line || isspace((unsigned char)p[-1])) && p[klen] == '=') {
             const char *v = p + klen + 1;
-            return strndup(v, strcspn(v, " \n"));
+            return strndup(v, strcspn(v, rest ? "\n" : " \n"));
         }
     }
     return NULL;
 }
+
+static char *field_of(const char *line, const char *key) { return field_to(line, key, false); }
 
 /* The bad nodes of a job: "node\twhy" lines of STATE/jobs/<id>/excluded; "" when none (malloc'd). */
 static char *excluded_text(const slurm_backend *sb, int64_t id) {
@@ -259,7 +261,7 @@ static int exclude_down_nodes(const slurm_backend *sb, const anvil_attempt_ref *
             free(info);
             continue;
         }
-        char *state = field_of(info, "State"), *reason = field_of(info, "Reason");
+        char *state = field_of(info, "State"), *reason = field_to(info, "Reason", true);
         if (state && (strstr(state, "DOWN") || strstr(state, "NOT_RESPONDING") || strstr(state, "DRAIN") ||
                       strstr(state, "FAIL"))) {
             char why[1024];
@@ -376,10 +378,18 @@ static int slurm_start(anvil_backend *b, const anvil_attempt_spec *a, anvil_atte
     if (rc) return -1;
     char **env = submit_env(a), *out = NULL;
     if (!env) return anvil_fail("out of memory");
-    rc = run_client((char *[]){"sbatch", "--parsable", "--hold", path, NULL}, env, &out);
+    /* Slurm queues a job that no configuration of the cluster can ever run (more nodes than the
+     * partition has, or than its bad nodes leave); asked first, it says so, and the job fails now. */
+    rc = run_client((char *[]){"sbatch", "--test-only", path, NULL}, env, &out);
+    if (rc > 0) {
+        anvil_fail("sbatch --test-only %s: %s", path, first_line(out));
+    } else if (!rc) {
+        free(out);
+        rc = run_client((char *[]){"sbatch", "--parsable", "--hold", path, NULL}, env, &out);
+        if (rc > 0) anvil_fail("sbatch %s: %s", path, first_line(out));
+    }
     free(env);
     if (rc) {
-        if (rc > 0) anvil_fail("sbatch %s: %s", path, first_line(out));
         free(out);
         return -1;
     }
