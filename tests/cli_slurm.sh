@@ -30,6 +30,7 @@ ok "munged, slurmctld and 3 slurmd up in $(python3 -c "print(round($(date +%s.%N
 "$anvil" serve --init --state "$state" > "$tmp/token" 2> /dev/null || bad "serve --init"
 export ANVIL_TOKEN=$(cat "$tmp/token")
 "$anvil" serve --state "$state" --port 0 --backend slurm --partition test --stop-grace 10 >> "$tmp/serve.log" 2>&1 &
+daemon=$!
 for _ in $(seq 100); do [ -s "$state/serve.port" ] && break; sleep 0.05; done
 [ -s "$state/serve.port" ] || { bad "the daemon did not start: $(tail -n 1 "$tmp/serve.log")"; finish; }
 job() { timeout 180 "$anvil" job --state "$state" "$@"; }
@@ -57,6 +58,9 @@ wait_ckpt() {
   done
   return 1
 }
+# Enough steps that a rank can be killed after the checkpoint at step 100 (fewer under the sanitizers,
+# where a step takes 15 times longer).
+steps=${CLI_SLURM_STEPS:-1000}
 train=(train --data "$tmp/data" --preset tiny --batch 4 --seq 32 --no-progress --sample-every -1 --seed 9
        --threads 1 --ckpt-every 25 --keep-last 2)
 # Open MPI's allocations outlive LeakSanitizer (as in cli_dist.sh): no leak checks in the jobs.
@@ -77,7 +81,7 @@ export asan_off
 submit() { spec "$@" > "$tmp/$1.json" && job submit "$tmp/$1.json" | grep -o 'job [0-9]*' | cut -d' ' -f2; }
 
 # ---- 2 nodes x 1 process: Completed, as a local 2-process run ----
-id=$(submit two "$tmp/two" 2 1 '{}' 1000)
+id=$(submit two "$tmp/two" 2 1 '{}' "$steps")
 job wait "$id" > "$tmp/out"
 rc=$?
 script=$state/jobs/$id/slurm_1.sh
@@ -91,7 +95,7 @@ grep -q "^srun --mpi=pmix .*--nodes=2 --ntasks-per-node=1 " "$script" && ok "sba
   bad "srun line: $(grep srun "$script")"
 grep -q "memory (ZeRO-0, shard group 1, 2 replicas)" "$tmp/two/logs/launcher.log" &&
   ok "the two ranks trained as one MPI job (2 replicas)" || bad "not one 2-rank job: $(tail -n 5 "$tmp/two/logs/launcher.log")"
-timeout 120 "$anvil" launch -n 2 -- "${train[@]}" --steps 1000 --out "$tmp/local" > "$tmp/local.log" 2>&1 ||
+ASAN_OPTIONS=$asan_off timeout 300 "$anvil" launch -n 2 -- "${train[@]}" --steps "$steps" --out "$tmp/local" > "$tmp/local.log" 2>&1 ||
   bad "the local reference run: $(tail -n 3 "$tmp/local.log")"
 slurm_loss=$(grep -o 'final loss [0-9.]*' "$tmp/two/logs/launcher.log")
 local_loss=$(grep -o 'final loss [0-9.]*' "$tmp/local.log")
@@ -107,7 +111,7 @@ job wait "$id" > /dev/null
   bad "4 nodes: $(field "$id" status): $(field "$id" failure_reason)"
 
 # ---- SIGKILL of the rank on n2: a retry without n2, from the checkpoint ----
-id=$(submit killed "$tmp/killed" 2 1 '{"max_retries": 2}' 1000)
+id=$(submit killed "$tmp/killed" 2 1 '{"max_retries": 2}' "$steps")
 wait_ckpt "$tmp/killed" 100 || bad "the job wrote no checkpoint: $(tail -n 3 "$tmp/killed/logs/launcher.log")"
 victim=$(rank_on "$tmp/killed" n2)
 [ -n "$victim" ] && kill -9 "$victim" || bad "no rank on n2"
@@ -164,4 +168,9 @@ job wait "$id" > /dev/null
   ok "the retry resumed from the checkpoint; anvil job stop: Stopped after a checkpoint (exit 75)" ||
   bad "stop: $(history "$id")"
 
+# The daemon stops on SIGTERM (under ASan, with its leak check).
+kill "$daemon"
+wait "$daemon"
+rc=$?
+[ $rc = 0 ] && ok "the daemon stopped on SIGTERM" || bad "the daemon exited $rc on SIGTERM: $(tail -n 5 "$tmp/serve.log")"
 finish

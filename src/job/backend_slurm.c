@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -18,11 +19,39 @@
 
 extern char **environ;
 
+/* How often poll asks slurmctld about an attempt it last found running. The exit file is read on every
+ * poll, so an attempt's end is seen at once; only a job Slurm ends or requeues waits up to this long. */
+#define ASK_EVERY_S 2.0
+#define RECENT_MAX 64
+
 typedef struct {
     anvil_backend base;
     char *state_dir, *self, *partition, *account;
     double grace_s;
+    /* When scontrol last said these attempts run: a cache that only spares slurmctld (a restarted
+     * daemon asks at once). Used by poll alone, which the supervisor calls from one thread. */
+    struct {
+        int64_t job_id;
+        int attempt;
+        double at;
+    } recent[RECENT_MAX];
 } slurm_backend;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The cache slot of an attempt: its own, else the oldest. */
+static int recent_slot(const slurm_backend *sb, const anvil_attempt_ref *a) {
+    int oldest = 0;
+    for (int i = 0; i < RECENT_MAX; i++) {
+        if (sb->recent[i].job_id == a->job_id && sb->recent[i].attempt == a->attempt) return i;
+        if (sb->recent[i].at < sb->recent[oldest].at) oldest = i;
+    }
+    return oldest;
+}
 
 static slurm_backend *slurm_of(anvil_backend *b) { return (slurm_backend *)b; }
 
@@ -446,6 +475,9 @@ static int slurm_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
     slurm_backend *sb = slurm_of(b);
     *code = anvil_attempt_read_exit(sb->state_dir, a);
     if (*code >= 0) return exited(sb, a, *code, code);
+    int slot = recent_slot(sb, a);
+    bool mine = sb->recent[slot].job_id == a->job_id && sb->recent[slot].attempt == a->attempt;
+    if (mine && now_s() - sb->recent[slot].at < ASK_EVERY_S) return ANVIL_ATTEMPT_RUNNING;
     char *info;
     int gone = show_job(a, &info);
     if (gone < 0) return -1;
@@ -469,6 +501,11 @@ static int slurm_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
     else if (!strcmp(state, "PENDING") && reason && !strcmp(reason, "JobHeldUser"))
         /* Submitted and recorded by a daemon that stopped before releasing it. */
         rc = run_quiet((char *[]){"scontrol", "release", (char *)a->handle, NULL}) ? -1 : ANVIL_ATTEMPT_RUNNING;
+    if (rc == ANVIL_ATTEMPT_RUNNING) {
+        sb->recent[slot].job_id = a->job_id;
+        sb->recent[slot].attempt = a->attempt;
+        sb->recent[slot].at = now_s();
+    }
     free(state);
     free(restarts);
     free(reason);
