@@ -8,7 +8,10 @@
 #   - SIGKILL of the rank on n2: describe names n2 excluded and why, the retry is a new batch job
 #     with --exclude=n2 that runs on n1 and n3, resumes from the checkpoint and ends bit-identical;
 #   - max_runtime_s: the graceful stop through scancel --batch, a checkpoint, Stopped (exit 75);
-#   - kill -9 of n2's slurmd: Slurm marks it DOWN, the retry leaves it out and Completes.
+#   - describe of a running job: its Slurm job ID, state and node list;
+#   - a stop of a job Slurm cannot start yet: cancelled at once, Stopped;
+#   - kill -9 of n2's slurmd: Slurm marks it DOWN, the retry leaves it out, resumes from the
+#     checkpoint, and `anvil job stop` stops it after a checkpoint.
 # Needs slurm-wlm and munge (scripts/deps.sh --test); without them it says SKIP and exits 77.
 . "$(dirname "$0")/tools/cli_common.sh"
 . "$(dirname "$0")/tools/slurm_cluster.sh"
@@ -151,11 +154,25 @@ b = json.load(open(sys.argv[1]))['backend']
 sys.exit(not (b['slurm_job_id'].isdigit() and b['state'] == 'RUNNING' and b['node_list'] == 'n[1-2]'))" "$tmp/describe.json" &&
   ok "describe while running: $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['backend'])" "$tmp/describe.json")" ||
   bad "describe while running: $(cat "$tmp/describe.json")"
+# ---- meanwhile, a stop of a job Slurm cannot start yet (3 nodes, 2 of them busy): cancelled at once ----
+pending=$(submit pending "$tmp/pending" 3 1 '{}' 10)
+until_s=$(($(date +%s) + 60))
+while [ "$(field "$pending" backend state 2> /dev/null)" != PENDING ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
+reason=$(field "$pending" backend reason 2> /dev/null)
+t_stop=$(date +%s.%N)
+job stop "$pending" > /dev/null
+job wait "$pending" > /dev/null
+took=$(python3 -c "print(round($(date +%s.%N) - $t_stop, 1))")
+[ "$(field "$pending" status)" = Stopped ] && [ ! -e "$state/jobs/$pending/nodes_1" ] &&
+  python3 -c "import sys; sys.exit(not $took < 5)" &&
+  ok "a stop of a job pending in Slurm ($reason): cancelled, Stopped in $took s (the grace is 10 s)" ||
+  bad "pending stop: $took s: $(history "$pending" | tr '\n' ' '; tail -n 5 "$tmp/serve.log")"
 kill -9 "${slurm_node_pid[n2]}"
 t_kill=$(date +%s)
-for _ in $(seq 900); do
+until_s=$((t_kill + 120))
+while [ "$(date +%s)" -lt $until_s ]; do
   [ "$(field "$id" attempt)" = 2 ] && [ -f "$tmp/nodefail/ckpt/latest" ] && grep -q "attempt 2:" "$tmp/nodefail/logs/launcher.log" && break
-  sleep 0.1
+  sleep 0.2
 done
 excluded=$(field "$id" backend excluded_nodes)
 if [ "$(field "$id" attempt)" = 2 ] && [ "$(cat "$state/jobs/$id/nodes_2" 2> /dev/null)" = "n[1,3]" ] &&

@@ -102,6 +102,19 @@ static void put_quoted(text *t, const char *s) {
     puts_(t, "'");
 }
 
+/* A shell line that writes what command prints to path atomically: a temporary file, fsync'd, renamed. */
+static void put_atomic_write(text *t, const char *command, const char *path) {
+    putf(t, "%s > ", command);
+    put_quoted(t, path);
+    puts_(t, ".tmp && sync ");
+    put_quoted(t, path);
+    puts_(t, ".tmp && mv -f ");
+    put_quoted(t, path);
+    puts_(t, ".tmp ");
+    put_quoted(t, path);
+    puts_(t, "\n");
+}
+
 /* Runs a Slurm client (argv[0] looked up in PATH) with env, its stdout and stderr together in *out
  * (malloc'd, at most 64 KiB kept). Its exit status, or -1 after anvil_fail when it could not run. */
 static int run_client(char *const *argv, char *const *env, char **out) {
@@ -345,14 +358,9 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
     putf(&t, "echo \"anvil: job %lld attempt %d: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n",
          (long long)a->ref.job_id, a->ref.attempt);
     snprintf(base, sizeof base, "%s/nodes_%d", dir, a->ref.attempt);
-    puts_(&t, "printf '%s\\n' \"$SLURM_JOB_NODELIST\" > ");
-    put_quoted(&t, base);
-    puts_(&t, ".tmp && mv -f ");
-    put_quoted(&t, base);
-    puts_(&t, ".tmp ");
-    put_quoted(&t, base);
+    put_atomic_write(&t, "printf '%s\\n' \"$SLURM_JOB_NODELIST\"", base);
     /* srun passes SIGUSR1 on to every rank; the wait it interrupts is taken up again. */
-    puts_(&t, "\nstopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\n");
+    puts_(&t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\n");
     putf(&t, "srun --mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", a->hosts, a->procs_per_host);
     put_quoted(&t, sb->self);
     for (int i = 0; i < a->argc; i++) {
@@ -361,15 +369,8 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
     }
     puts_(&t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
     anvil_attempt_exit_path(sb->state_dir, &a->ref, base, sizeof base);
-    puts_(&t, "printf '%d\\n' \"$rc\" > ");
-    put_quoted(&t, base);
-    puts_(&t, ".tmp && sync ");
-    put_quoted(&t, base);
-    puts_(&t, ".tmp && mv -f ");
-    put_quoted(&t, base);
-    puts_(&t, ".tmp ");
-    put_quoted(&t, base);
-    puts_(&t, "\nexit \"$rc\"\n");
+    put_atomic_write(&t, "printf '%d\\n' \"$rc\"", base);
+    puts_(&t, "exit \"$rc\"\n");
     if (t.oom) {
         free(t.s);
         anvil_fail("out of memory");
@@ -512,16 +513,31 @@ static int slurm_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
     return rc;
 }
 
-/* SIGUSR1 to the batch script, which forwards it to srun and so to every rank. */
+/* SIGUSR1 to the batch script, which forwards it to srun and so to every rank. Only a running job gets
+ * it: scancel retries a signal to a pending job for about 95 s before it gives up, and a pending job
+ * has run nothing that a checkpoint could keep, so it is cancelled at once. */
 static int slurm_stop(anvil_backend *b, const anvil_attempt_ref *a) {
     (void)b;
-    char *out;
-    int rc = run_client((char *[]){"scancel", "--batch", "--signal=USR1", (char *)a->handle, NULL}, environ, &out);
-    /* A job still pending has no batch script to signal: the kill after the grace cancels it. */
-    if (rc > 0 && !strstr(out, "pending") && !strstr(out, "Invalid job id") && !strstr(out, "already completing"))
-        anvil_fail("job %lld: scancel --batch --signal=USR1 %s: %s", (long long)a->job_id, a->handle, first_line(out));
-    else if (rc > 0) rc = 0;
-    free(out);
+    char *info;
+    int gone = show_job(a, &info);
+    if (gone) return gone < 0 ? -1 : 0;
+    char *state = field_of(info, "JobState");
+    free(info);
+    int rc = 0;
+    if (state && !strcmp(state, "PENDING")) {
+        rc = run_quiet((char *[]){"scancel", (char *)a->handle, NULL});
+    } else if (state && !strcmp(state, "RUNNING")) {
+        char *out;
+        rc = run_client((char *[]){"scancel", "--batch", "--signal=USR1", (char *)a->handle, NULL}, environ, &out);
+        /* It may have ended meanwhile. */
+        if (rc > 0 && !strstr(out, "Invalid job id") && !strstr(out, "already completing"))
+            anvil_fail("job %lld: scancel --batch --signal=USR1 %s: %s", (long long)a->job_id, a->handle,
+                       first_line(out));
+        else if (rc > 0) rc = 0;
+        free(out);
+    }
+    /* Any other state (configuring, completing, requeued) ends on its own or by the kill after the grace. */
+    free(state);
     return rc ? -1 : 0;
 }
 
