@@ -102,7 +102,8 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *     a line): the node where srun saw a rank killed by a signal, and any node of the attempt
  *     that Slurm reports DOWN or NOT_RESPONDING. A rank's own nonzero exit marks no node: that
  *     is the program's failure, not the machine's.
- *   - stop: `scancel --batch -s USR1` (the script forwards it); kill: `scancel`.
+ *   - stop: `scancel --batch --signal=USR1` of a running job (the script forwards it); a job still
+ *     pending is cancelled. kill: `scancel --signal=KILL --full`.
  * partition and account may be NULL (the cluster's defaults); grace_s is the daemon's stop grace.
  * NULL after anvil_fail. */
 anvil_backend *anvil_backend_slurm_new(const char *state_dir, const char *self, const char *partition,
