@@ -144,6 +144,40 @@ if [ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" secondary_status)" 
   ok "max_runtime_s: SIGUSR1 through scancel --batch, checkpoint $(cat "$tmp/limited/ckpt/latest"), Stopped (MaxRuntimeExceeded)"
 else bad "max_runtime_s: $(history "$id"; tail -n 4 "$tmp/limited/logs/launcher.log")"; fi
 
+# ---- keep_alive_s: the finished job's allocation held as a warm pool until its TTL, or a release ----
+# Pool file of Slurm job $1: its status line's value ("" when none).
+pool_status() { sed -n 's/^status=//p' "$state/pools/$1" 2> /dev/null; }
+# Waits (up to $2 s) until pool $1 is Terminated and Slurm has forgotten its job or ended it.
+wait_pool_gone() {
+  local until_s=$(($(date +%s) + $2))
+  while [ "$(date +%s)" -lt $until_s ]; do
+    [ "$(pool_status "$1")" = Terminated ] && [ -z "$(squeue -h -j "$1" -t PD,R,CG 2> /dev/null)" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+slurm_id_of() { grep -o "anvil: job $1 attempt 1: Slurm job [0-9]*" "$2/logs/launcher.log" | grep -o '[0-9]*$'; }
+id=$(submit warm "$tmp/warm" 2 1 '{"keep_alive_s": 5}' 10)
+job wait "$id" > /dev/null
+sid=$(slurm_id_of "$id" "$tmp/warm")
+t_done=$(date +%s.%N)
+if [ "$(field "$id" status)" = Completed ] && [ "$(pool_status "$sid")" = Available ] &&
+   grep -qx "hosts=2" "$state/pools/$sid" && [ "$(squeue -h -j "$sid" -o %T)" = RUNNING ]; then
+  ok "keep_alive_s 5: the job Completed while its Slurm job $sid holds the allocation (pool Available)"
+else bad "warm pool: $(history "$id"; cat "$state/pools/$sid" 2> /dev/null; squeue -j "$sid" 2>&1)"; fi
+grep -q "^#SBATCH --time" "$state/jobs/$id/slurm_1.sh" && bad "--time without max_runtime_s"
+if wait_pool_gone "$sid" 30; then
+  ok "TTL expiry: pool Terminated and Slurm job $sid gone $(python3 -c "print(round($(date +%s.%N) - $t_done, 1))") s after completion"
+else bad "TTL expiry: $(cat "$state/pools/$sid"; squeue -j "$sid" 2>&1)"; fi
+id=$(submit held "$tmp/held" 1 1 '{"keep_alive_s": 600}' 10)
+job wait "$id" > /dev/null
+sid=$(slurm_id_of "$id" "$tmp/held")
+[ "$(pool_status "$sid")" = Available ] || bad "a 600 s pool: $(history "$id"; cat "$state/pools/$sid" 2> /dev/null)"
+t_rel=$(date +%s.%N)
+touch "$state/pools/$sid.release"
+wait_pool_gone "$sid" 15 && ok "release: the 600 s pool Terminated, Slurm job $sid gone in $(python3 -c "print(round($(date +%s.%N) - $t_rel, 1))") s" ||
+  bad "release: $(cat "$state/pools/$sid"; squeue -j "$sid" 2>&1)"
+
 # ---- kill -9 of n2's slurmd: the node goes DOWN, the retry leaves it out ----
 id=$(submit nodefail "$tmp/nodefail" 2 1 '{"max_retries": 2}' 100000)
 wait_ckpt "$tmp/nodefail" 50 || bad "the job wrote no checkpoint"

@@ -36,6 +36,7 @@ typedef struct {
     const char *run_dir; /* the job's run folder: the attempt's working folder, its logs in RUN/logs */
     int hosts, procs_per_host;
     double time_left_s; /* what max_runtime_s leaves the attempt (retries share it); 0: no limit */
+    double keep_alive_s; /* the spec's: how long a backend that can may hold the attempt's hosts after it completed */
     int argc;
     char *const *argv; /* the anvil subcommand with its options (--out RUN, --resume auto), NULL-ended */
     char *const *envp; /* the whole environment of the attempt, NULL-ended */
@@ -94,6 +95,12 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *     --signal=B:USR1@<grace> and --time from time_left_s (a time limit checkpoints first),
  *     --open-mode=append (RUN/logs/launcher.log gathers every attempt), --requeue, and --exclude
  *     of the job's bad nodes.
+ *   - keep_alive_s > 0: once the step has exited 0 and the exit file is written (the attempt has ended
+ *     for the supervisor), the batch script does not exit but holds the allocation as a warm pool,
+ *     STATE/pools/<Slurm job ID> (KEY=VALUE lines: status Available, partition, hosts,
+ *     procs_per_host, expires as Unix time), for up to keep_alive_s; it ends early when
+ *     STATE/pools/<Slurm job ID>.release appears, and marks the pool Terminated as it exits. --time
+ *     includes the TTL, so Slurm's limit never cuts a pool short.
  *   - poll: the exit file, else `scontrol show job`. A job Slurm requeued (a node failed) is
  *     cancelled and the attempt lost, so that the supervisor's retry is a new submission that
  *     leaves the node out rather than a wait on Slurm's requeue delay; a job Slurm no longer knows

@@ -323,6 +323,29 @@ static int exclude_bad_nodes(const slurm_backend *sb, const anvil_attempt_ref *a
     return exclude_killed_rank(sb, a) || exclude_down_nodes(sb, a) ? -1 : 0;
 }
 
+/* The warm pool's parts of the batch script (job/backend.h). The first, before the exit file is written,
+ * records the pool Available after a step that exited 0, so that it is there once the job has completed;
+ * the second keeps the allocation for keep_alive_s, polling once a second for the release file. */
+static void put_pool_open(text *t, const slurm_backend *sb, const anvil_attempt_spec *a) {
+    char pools[PATH_MAX];
+    snprintf(pools, sizeof pools, "%s/pools", sb->state_dir);
+    puts_(t, "pools=");
+    put_quoted(t, pools);
+    puts_(t, "\npf=$pools/$SLURM_JOB_ID\npartition=");
+    put_quoted(t, sb->partition ? sb->partition : "");
+    putf(t, "\nend=$(( $(date +%%s) + %ld ))\n", (long)ceil(a->keep_alive_s));
+    putf(t, "pool() {\n  printf 'status=%%s\\npartition=%%s\\nhosts=%d\\nprocs_per_host=%d\\nexpires=%%s\\n' "
+            "\"$1\" \"$partition\" \"$end\" > \"$pf.tmp\" && sync \"$pf.tmp\" && mv -f \"$pf.tmp\" \"$pf\"\n}\n",
+         a->hosts, a->procs_per_host);
+    puts_(t, "[ \"$rc\" = 0 ] && mkdir -p \"$pools\" && pool Available\n");
+}
+
+static void put_pool_hold(text *t) {
+    puts_(t, "if [ \"$rc\" = 0 ]; then\n");
+    puts_(t, "  while [ \"$(date +%s)\" -lt \"$end\" ] && [ ! -e \"$pf.release\" ]; do sleep 1; done\n");
+    puts_(t, "  pool Terminated\nfi\n");
+}
+
 /* The batch script of an attempt: the sbatch options as #SBATCH lines, so that the file alone shows
  * what was asked of Slurm. */
 static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) {
@@ -338,7 +361,8 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
     if (sb->account) putf(&t, "#SBATCH --account=%s\n", sb->account);
     putf(&t, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=%d\n", a->hosts, a->procs_per_host);
     /* The USR1 comes grace seconds before the limit, which leaves the checkpoint its time. */
-    if (a->time_left_s > 0) putf(&t, "#SBATCH --time=%ld\n", (long)ceil((a->time_left_s + (double)grace) / 60));
+    if (a->time_left_s > 0)
+        putf(&t, "#SBATCH --time=%ld\n", (long)ceil((a->time_left_s + a->keep_alive_s + (double)grace) / 60));
     putf(&t, "#SBATCH --signal=B:USR1@%ld\n#SBATCH --open-mode=append\n#SBATCH --requeue\n", grace);
     putf(&t, "#SBATCH --chdir=%s\n#SBATCH --output=%s/logs/launcher.log\n", a->run_dir, a->run_dir);
     char *bad = excluded_text(sb, a->ref.job_id);
@@ -368,8 +392,10 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
         put_quoted(&t, a->argv[i]);
     }
     puts_(&t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
+    if (a->keep_alive_s > 0) put_pool_open(&t, sb, a);
     anvil_attempt_exit_path(sb->state_dir, &a->ref, base, sizeof base);
     put_atomic_write(&t, "printf '%d\\n' \"$rc\"", base);
+    if (a->keep_alive_s > 0) put_pool_hold(&t);
     puts_(&t, "exit \"$rc\"\n");
     if (t.oom) {
         free(t.s);
