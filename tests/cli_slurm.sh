@@ -157,18 +157,36 @@ wait_pool_gone() {
   return 1
 }
 slurm_id_of() { grep -o "anvil: job $1 attempt 1: Slurm job [0-9]*" "$2/logs/launcher.log" | grep -o '[0-9]*$'; }
-id=$(submit warm "$tmp/warm" 2 1 '{"keep_alive_s": 5}' 10)
+id=$(submit warm "$tmp/warm" 2 1 '{"keep_alive_s": 8}' 10)
 job wait "$id" > /dev/null
 sid=$(slurm_id_of "$id" "$tmp/warm")
-t_done=$(date +%s.%N)
 if [ "$(field "$id" status)" = Completed ] && [ "$(pool_status "$sid")" = Available ] &&
-   grep -qx "hosts=2" "$state/pools/$sid" && [ "$(squeue -h -j "$sid" -o %T)" = RUNNING ]; then
-  ok "keep_alive_s 5: the job Completed while its Slurm job $sid holds the allocation (pool Available)"
+   [ "$(field "$id" backend warm_pool_status)" = Available ] && [ "$(squeue -h -j "$sid" -o %T)" = RUNNING ]; then
+  ok "keep_alive_s 8: the job Completed while its Slurm job $sid holds the allocation (pool Available)"
 else bad "warm pool: $(history "$id"; cat "$state/pools/$sid" 2> /dev/null; squeue -j "$sid" 2>&1)"; fi
 grep -q "^#SBATCH --time" "$state/jobs/$id/slurm_1.sh" && bad "--time without max_runtime_s"
+creator=$id
+id=$(submit reuse "$tmp/reuse" 2 1 '{}' 10)
+job wait "$id" > /dev/null
+if [ "$(field "$id" status)" = Completed ] && [ "$(field "$id" backend warm_pool_status)" = Reused ] &&
+   [ "$(field "$id" backend warm_pool_id)" = "$sid" ] && [ "$(slurm_id_of "$id" "$tmp/reuse")" = "$sid" ] &&
+   [ ! -e "$state/jobs/$id/slurm_1.sh" ]; then
+  ok "a matching job (2x1) ran in the pool: Reused, Slurm job $sid, no sbatch"
+else bad "reuse: $(history "$id"; field "$id" backend; tail -n 3 "$tmp/reuse/logs/launcher.log")"; fi
+until_s=$(($(date +%s) + 5))
+while [ "$(pool_status "$sid")" != Available ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
+[ "$(field "$creator" backend warm_pool_status)" = Available ] && ok "the pool Available again after the reusing job" ||
+  bad "after reuse: $(cat "$state/pools/$sid")"
+id=$(submit other "$tmp/other" 1 1 '{}' 10)
+job wait "$id" > /dev/null
+osid=$(slurm_id_of "$id" "$tmp/other")
+[ "$(field "$id" status)" = Completed ] && [ -n "$osid" ] && [ "$osid" != "$sid" ] && [ -e "$state/jobs/$id/slurm_1.sh" ] &&
+  ok "a 1-host job did not use the 2-host pool: its own Slurm job $osid" || bad "non-matching: $(history "$id"; field "$id" backend)"
+t_done=$(date +%s.%N)
 if wait_pool_gone "$sid" 30; then
-  ok "TTL expiry: pool Terminated and Slurm job $sid gone $(python3 -c "print(round($(date +%s.%N) - $t_done, 1))") s after completion"
+  ok "TTL expiry: pool Terminated and Slurm job $sid gone $(python3 -c "print(round($(date +%s.%N) - $t_done, 1))") s later"
 else bad "TTL expiry: $(cat "$state/pools/$sid"; squeue -j "$sid" 2>&1)"; fi
+[ "$(field "$creator" backend warm_pool_status)" = Terminated ] || bad "describe after expiry: $(field "$creator" backend)"
 id=$(submit held "$tmp/held" 1 1 '{"keep_alive_s": 600}' 10)
 job wait "$id" > /dev/null
 sid=$(slurm_id_of "$id" "$tmp/held")

@@ -37,6 +37,7 @@ typedef struct {
     int hosts, procs_per_host;
     double time_left_s; /* what max_runtime_s leaves the attempt (retries share it); 0: no limit */
     double keep_alive_s; /* the spec's: how long a backend that can may hold the attempt's hosts after it completed */
+    const char *owner;   /* whose warm pools the attempt may use and leaves: the job's role, else its user */
     int argc;
     char *const *argv; /* the anvil subcommand with its options (--out RUN, --resume auto), NULL-ended */
     char *const *envp; /* the whole environment of the attempt, NULL-ended */

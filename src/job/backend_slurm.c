@@ -1,9 +1,11 @@
 /* The Slurm backend (job/backend.h): each attempt is one Slurm batch job. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -324,8 +326,10 @@ static int exclude_bad_nodes(const slurm_backend *sb, const anvil_attempt_ref *a
 }
 
 /* The warm pool's parts of the batch script (job/backend.h). The first, before the exit file is written,
- * records the pool Available after a step that exited 0, so that it is there once the job has completed;
- * the second keeps the allocation for keep_alive_s, polling once a second for the release file. */
+ * records the pool Available after a step that exited 0, so that it is there once the job has completed.
+ * The second holds the allocation: InUse while a job's claim file is there, the TTL counted again from
+ * the claim's end; at the TTL or on the release file the script takes the claim itself (O_EXCL, as a
+ * job does), so that no job can claim a pool whose holder is leaving. */
 static void put_pool_open(text *t, const slurm_backend *sb, const anvil_attempt_spec *a) {
     char pools[PATH_MAX];
     snprintf(pools, sizeof pools, "%s/pools", sb->state_dir);
@@ -333,17 +337,26 @@ static void put_pool_open(text *t, const slurm_backend *sb, const anvil_attempt_
     put_quoted(t, pools);
     puts_(t, "\npf=$pools/$SLURM_JOB_ID\npartition=");
     put_quoted(t, sb->partition ? sb->partition : "");
-    putf(t, "\nend=$(( $(date +%%s) + %ld ))\n", (long)ceil(a->keep_alive_s));
-    putf(t, "pool() {\n  printf 'status=%%s\\npartition=%%s\\nhosts=%d\\nprocs_per_host=%d\\nexpires=%%s\\n' "
-            "\"$1\" \"$partition\" \"$end\" > \"$pf.tmp\" && sync \"$pf.tmp\" && mv -f \"$pf.tmp\" \"$pf\"\n}\n",
-         a->hosts, a->procs_per_host);
+    puts_(t, "\nowner=");
+    put_quoted(t, a->owner ? a->owner : "");
+    putf(t, "\nttl=%ld\nend=$(( $(date +%%s) + ttl ))\n", (long)ceil(a->keep_alive_s));
+    putf(t,
+         "pool() {\n  printf 'status=%%s\\njob=%lld\\nowner=%%s\\npartition=%%s\\nhosts=%d\\nprocs_per_host=%d\\n"
+         "nodes=%%s\\nexpires=%%s\\n' \"$1\" \"$owner\" \"$partition\" \"$SLURM_JOB_NODELIST\" \"$end\" > \"$pf.tmp\" && "
+         "sync \"$pf.tmp\" && mv -f \"$pf.tmp\" \"$pf\"\n}\n",
+         (long long)a->ref.job_id, a->hosts, a->procs_per_host);
     puts_(t, "[ \"$rc\" = 0 ] && mkdir -p \"$pools\" && pool Available\n");
 }
 
 static void put_pool_hold(text *t) {
-    puts_(t, "if [ \"$rc\" = 0 ]; then\n");
-    puts_(t, "  while [ \"$(date +%s)\" -lt \"$end\" ] && [ ! -e \"$pf.release\" ]; do sleep 1; done\n");
-    puts_(t, "  pool Terminated\nfi\n");
+    puts_(t, "if [ \"$rc\" = 0 ]; then\n  used=\n  while :; do\n"
+             "    if [ -e \"$pf.claim\" ]; then\n"
+             "      [ -n \"$used\" ] || { used=1; pool InUse; }\n"
+             "    elif [ -n \"$used\" ]; then\n"
+             "      used=\n      end=$(( $(date +%s) + ttl ))\n      pool Available\n"
+             "    elif [ \"$(date +%s)\" -ge \"$end\" ] || [ -e \"$pf.release\" ]; then\n"
+             "      (set -o noclobber; echo holder > \"$pf.claim\") 2> /dev/null && break\n"
+             "      continue\n    fi\n    sleep 1\n  done\n  pool Terminated\nfi\n");
 }
 
 /* The batch script of an attempt: the sbatch options as #SBATCH lines, so that the file alone shows
@@ -418,15 +431,236 @@ static char **submit_env(const anvil_attempt_spec *a) {
     return env;
 }
 
+/* scontrol's one line about the attempt's job: 0 with *out, 1 when Slurm no longer knows the job,
+ * -1 after anvil_fail. */
+static int show_job(const anvil_attempt_ref *a, char **out) {
+    int rc = run_client((char *[]){"scontrol", "-o", "show", "job", (char *)a->handle, NULL}, environ, out);
+    if (rc > 0 && strstr(*out, "Invalid job id")) rc = 1;
+    else if (rc > 0) rc = anvil_fail("scontrol show job %s: %s", a->handle, first_line(*out));
+    if (rc) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* ---- Warm pools: an attempt whose step runs in the allocation another job's batch script holds ---- */
+
+/* A warm attempt's handle is "<the holder's Slurm job ID>:<pid of the script that runs the step>". */
+static pid_t warm_pid(const anvil_attempt_ref *a) {
+    const char *colon = strchr(a->handle, ':');
+    if (!colon) return 0;
+    char *end;
+    long v = strtol(colon + 1, &end, 10);
+    return end != colon + 1 && !*end && v > 1 && v <= INT_MAX ? (pid_t)v : 0;
+}
+
+/* The attempt with the Slurm job ID alone as its handle (kept in buf). */
+static anvil_attempt_ref slurm_ref(const anvil_attempt_ref *a, char *buf, size_t cap) {
+    anvil_attempt_ref r = *a;
+    snprintf(buf, cap, "%.*s", (int)strcspn(a->handle, ":"), a->handle);
+    r.handle = buf;
+    return r;
+}
+
+static void pool_path(const slurm_backend *sb, const char *id, const char *suffix, char *path, size_t cap) {
+    snprintf(path, cap, "%s/pools/%s%s", sb->state_dir, id, suffix);
+}
+
+/* The pool's file, malloc'd; NULL when it has none. */
+static char *pool_text(const slurm_backend *sb, const char *id) {
+    char path[PATH_MAX + 64], *data;
+    size_t len;
+    pool_path(sb, id, "", path, sizeof path);
+    return anvil_read_file_max(path, 65536, &data, &len) ? NULL : data;
+}
+
+static bool pool_is(const char *info, const char *key, const char *want) {
+    char *v = field_of(info, key);
+    bool same = v && !strcmp(v, want);
+    free(v);
+    return same;
+}
+
+/* The pool's status as SageMaker names it: the holder writes Available and Terminated; a claim the
+ * holder has not seen yet already makes it InUse. */
+static const char *pool_status(const slurm_backend *sb, const char *id, const char *info) {
+    char claim[PATH_MAX + 64];
+    pool_path(sb, id, ".claim", claim, sizeof claim);
+    if (pool_is(info, "status", "Terminated")) return "Terminated";
+    if (pool_is(info, "status", "InUse") || !access(claim, F_OK)) return "InUse";
+    return "Available";
+}
+
+/* Claims an Available pool that fits the attempt (owner, hosts, processes per host; the partition is the
+ * daemon's), its holder's Slurm job ID into holder and its nodes into nodes: true when one was claimed.
+ * The claim file, created O_EXCL, is what makes it the attempt's: the holder and other daemons respect it. */
+static bool claim_pool(const slurm_backend *sb, const anvil_attempt_spec *a, char *holder, size_t hcap, char *nodes,
+                       size_t ncap) {
+    char dir[PATH_MAX], want[32];
+    snprintf(dir, sizeof dir, "%s/pools", sb->state_dir);
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    bool got = false;
+    for (struct dirent *e; !got && (e = readdir(d));) {
+        const char *id = e->d_name;
+        if (!*id || id[strspn(id, "0123456789")] || strlen(id) >= hcap) continue;
+        char *info = pool_text(sb, id), *expires = info ? field_of(info, "expires") : NULL, *where = NULL;
+        bool fits = info && expires && !strcmp(pool_status(sb, id, info), "Available") &&
+                    pool_is(info, "owner", a->owner ? a->owner : "") &&
+                    (snprintf(want, sizeof want, "%d", a->hosts), pool_is(info, "hosts", want)) &&
+                    (snprintf(want, sizeof want, "%d", a->procs_per_host), pool_is(info, "procs_per_host", want)) &&
+                    atoll(expires) > (long long)time(NULL) + 1 && (where = field_of(info, "nodes")) &&
+                    strlen(where) < ncap;
+        char path[PATH_MAX + 64], mine[64];
+        pool_path(sb, id, ".release", path, sizeof path);
+        fits = fits && access(path, F_OK);
+        pool_path(sb, id, ".claim", path, sizeof path);
+        snprintf(mine, sizeof mine, "job %lld attempt %d\n", (long long)a->ref.job_id, a->ref.attempt);
+        if (fits && !anvil_write_new_file(path, mine, strlen(mine))) {
+            /* The holder may have been ended by Slurm (scancel, a node's failure) without a word. */
+            anvil_attempt_ref r = {.job_id = a->ref.job_id, .attempt = a->ref.attempt, .handle = id};
+            char *job;
+            if (!show_job(&r, &job) && pool_is(job, "JobState", "RUNNING")) {
+                snprintf(holder, hcap, "%s", id);
+                snprintf(nodes, ncap, "%s", where);
+                got = true;
+            } else if (info) {
+                /* Ours now, and dead: marked so, the claim left in place so nobody tries it again. */
+                char *dead = strdup(info);
+                if (dead && !strncmp(dead, "status=", 7)) {
+                    text t = {0};
+                    puts_(&t, "status=Terminated");
+                    puts_(&t, dead + strcspn(dead, "\n"));
+                    pool_path(sb, id, "", path, sizeof path);
+                    if (!t.oom) anvil_write_file_atomic(path, t.s, t.len);
+                    free(t.s);
+                }
+                free(dead);
+            }
+            free(job);
+        }
+        free(where);
+        free(expires);
+        free(info);
+    }
+    closedir(d);
+    return got;
+}
+
+/* The script that runs a warm attempt's step in the holder's allocation, as the batch script would
+ * (the same first log line, node list, SIGUSR1 forwarding and exit file), then gives the pool back. */
+static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, const char *holder, const char *nodes) {
+    char dir[PATH_MAX], path[PATH_MAX + 64];
+    job_dir(sb, a->ref.job_id, dir, sizeof dir);
+    text t = {0};
+    putf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, in the warm pool of Slurm job %s.\n", (long long)a->ref.job_id,
+         a->ref.attempt, holder);
+    putf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n", (long long)a->ref.job_id,
+         a->ref.attempt, holder, nodes);
+    snprintf(path, sizeof path, "%s/nodes_%d", dir, a->ref.attempt);
+    put_atomic_write(&t, "printf '%s\\n' \"$nodes\"", path);
+    puts_(&t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\n");
+    putf(&t, "srun --jobid=%s --mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", holder, a->hosts,
+         a->procs_per_host);
+    put_quoted(&t, sb->self);
+    for (int i = 0; i < a->argc; i++) {
+        puts_(&t, " ");
+        put_quoted(&t, a->argv[i]);
+    }
+    puts_(&t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
+    anvil_attempt_exit_path(sb->state_dir, &a->ref, path, sizeof path);
+    put_atomic_write(&t, "printf '%d\\n' \"$rc\"", path);
+    pool_path(sb, holder, ".claim", path, sizeof path);
+    puts_(&t, "rm -f ");
+    put_quoted(&t, path);
+    puts_(&t, "\nexit \"$rc\"\n");
+    if (t.oom) {
+        free(t.s);
+        anvil_fail("out of memory");
+        return NULL;
+    }
+    return t.s;
+}
+
+/* Starts the attempt in the claimed pool: its script forked into a session of its own, which waits until
+ * the handle is recorded (as the local backend's wrapper does), its output appended to the run's log.
+ * The pool's claim is given back when this fails. */
+static int start_warm(slurm_backend *sb, const anvil_attempt_spec *a, const char *holder, const char *nodes,
+                      anvil_attempt_record_fn record, void *ctx) {
+    char dir[PATH_MAX], script_path[PATH_MAX + 32], log[PATH_MAX + 32], claim[PATH_MAX + 64], pool[PATH_MAX + 64];
+    job_dir(sb, a->ref.job_id, dir, sizeof dir);
+    snprintf(script_path, sizeof script_path, "%s/warm_%d.sh", dir, a->ref.attempt);
+    snprintf(log, sizeof log, "%s/logs/launcher.log", a->run_dir);
+    snprintf(pool, sizeof pool, "%s/pool_%d", dir, a->ref.attempt);
+    pool_path(sb, holder, ".claim", claim, sizeof claim);
+    char *script = warm_script(sb, a, holder, nodes), **env = submit_env(a);
+    int go[2] = {-1, -1}, rc = -1;
+    if (!script || !env) {
+        if (script) anvil_fail("out of memory");
+        goto done;
+    }
+    if (anvil_write_file_atomic(script_path, script, strlen(script)) ||
+        anvil_write_file_atomic(pool, holder, strlen(holder)))
+        goto done;
+    if (pipe2(go, O_CLOEXEC)) {
+        anvil_fail("pipe: %s", strerror(errno));
+        goto done;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        anvil_fail("fork: %s", strerror(errno));
+        goto done;
+    }
+    if (pid == 0) {
+        close(go[1]);
+        setsid();
+        char byte;
+        if (read(go[0], &byte, 1) != 1) _exit(127);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        int in = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (in < 0 || out < 0 || chdir(a->run_dir)) _exit(127);
+        dup2(in, STDIN_FILENO);
+        dup2(out, STDOUT_FILENO);
+        dup2(out, STDERR_FILENO);
+        execve("/bin/bash", (char *[]){"bash", script_path, NULL}, env);
+        _exit(127);
+    }
+    close(go[0]);
+    go[0] = -1;
+    char handle[64];
+    snprintf(handle, sizeof handle, "%s:%d", holder, (int)pid);
+    rc = record(ctx, handle);
+    if (!rc && write(go[1], "g", 1) != 1) rc = anvil_fail("cannot start the attempt: %s", strerror(errno));
+    if (rc) {
+        close(go[1]);
+        go[1] = -1;
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+done:
+    if (rc) unlink(claim);
+    if (go[0] >= 0) close(go[0]);
+    if (go[1] >= 0) close(go[1]);
+    free(script);
+    free(env);
+    return rc;
+}
+
 /* Submits the attempt held, records its Slurm job ID, then releases it: a daemon killed in between
  * leaves a held job the store knows of (poll releases it) and never one it does not. */
 static int slurm_start(anvil_backend *b, const anvil_attempt_spec *a, anvil_attempt_record_fn record, void *ctx) {
     slurm_backend *sb = slurm_of(b);
-    char dir[PATH_MAX], logs[PATH_MAX], path[PATH_MAX + 32];
+    char dir[PATH_MAX], logs[PATH_MAX], path[PATH_MAX + 32], holder[32], nodes[4096];
     job_dir(sb, a->ref.job_id, dir, sizeof dir);
     snprintf(logs, sizeof logs, "%s/logs", a->run_dir);
     snprintf(path, sizeof path, "%s/slurm_%d.sh", dir, a->ref.attempt);
     if (anvil_mkdir_p(dir) || anvil_mkdir_p(logs)) return -1;
+    if (claim_pool(sb, a, holder, sizeof holder, nodes, sizeof nodes))
+        return start_warm(sb, a, holder, nodes, record, ctx);
     char *script = batch_script(sb, a);
     if (!script) return -1;
     int rc = anvil_write_file_atomic(path, script, strlen(script));
@@ -479,27 +713,25 @@ static bool final_state(const char *s) {
     return false;
 }
 
-/* scontrol's one line about the attempt's job: 0 with *out, 1 when Slurm no longer knows the job,
- * -1 after anvil_fail. */
-static int show_job(const anvil_attempt_ref *a, char **out) {
-    int rc = run_client((char *[]){"scontrol", "-o", "show", "job", (char *)a->handle, NULL}, environ, out);
-    if (rc > 0 && strstr(*out, "Invalid job id")) rc = 1;
-    else if (rc > 0) rc = anvil_fail("scontrol show job %s: %s", a->handle, first_line(*out));
-    if (rc) {
-        free(*out);
-        *out = NULL;
-    }
-    return rc;
-}
-
 static int exited(slurm_backend *sb, const anvil_attempt_ref *a, int code, int *out) {
     *out = code;
     if (code != 0 && code != 75 && exclude_bad_nodes(sb, a)) return -1;
     return ANVIL_ATTEMPT_EXITED;
 }
 
+/* A warm attempt runs while its script does; the script writes the exit file before it exits. */
+static int warm_poll(slurm_backend *sb, const anvil_attempt_ref *a, pid_t pid, int *code) {
+    waitpid(pid, NULL, WNOHANG);
+    bool alive = !kill(pid, 0);
+    *code = anvil_attempt_read_exit(sb->state_dir, a);
+    if (*code >= 0) return exited(sb, a, *code, code);
+    return alive ? ANVIL_ATTEMPT_RUNNING : ANVIL_ATTEMPT_LOST;
+}
+
 static int slurm_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
     slurm_backend *sb = slurm_of(b);
+    pid_t pid = warm_pid(a);
+    if (pid) return warm_poll(sb, a, pid, code);
     *code = anvil_attempt_read_exit(sb->state_dir, a);
     if (*code >= 0) return exited(sb, a, *code, code);
     int slot = recent_slot(sb, a);
@@ -544,6 +776,11 @@ static int slurm_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
  * has run nothing that a checkpoint could keep, so it is cancelled at once. */
 static int slurm_stop(anvil_backend *b, const anvil_attempt_ref *a) {
     (void)b;
+    /* A warm attempt's script forwards it to its srun as the batch script does. */
+    pid_t pid = warm_pid(a);
+    if (pid) return kill(pid, SIGUSR1) && errno != ESRCH ? anvil_fail("job %lld: cannot signal %d: %s",
+                                                                      (long long)a->job_id, (int)pid, strerror(errno))
+                                                         : 0;
     char *info;
     int gone = show_job(a, &info);
     if (gone) return gone < 0 ? -1 : 0;
@@ -567,13 +804,51 @@ static int slurm_stop(anvil_backend *b, const anvil_attempt_ref *a) {
     return rc ? -1 : 0;
 }
 
+/* A warm attempt's step cannot be told from the holder's from here: the whole allocation goes, and the
+ * claim, left in place, keeps that pool from being claimed again. */
 static int slurm_kill(anvil_backend *b, const anvil_attempt_ref *a) {
     (void)b;
-    return run_quiet((char *[]){"scancel", "--signal=KILL", "--full", (char *)a->handle, NULL});
+    char id[32];
+    anvil_attempt_ref r = slurm_ref(a, id, sizeof id);
+    pid_t pid = warm_pid(a);
+    if (pid) kill(-pid, SIGKILL);
+    return run_quiet((char *[]){"scancel", "--signal=KILL", "--full", (char *)r.handle, NULL});
 }
 
 static int add_string(cJSON *o, const char *key, const char *value) {
     return value && !cJSON_AddStringToObject(o, key, value) ? anvil_fail("out of memory") : 0;
+}
+
+/* warm_pool_status and warm_pool_id: Reused for an attempt that ran in another job's pool, else the
+ * status of the pool this job left, if any. */
+static int describe_pool(const slurm_backend *sb, const anvil_attempt_ref *a, cJSON *o) {
+    char path[PATH_MAX + 32], *holder;
+    size_t len;
+    job_dir(sb, a->job_id, path, sizeof path);
+    snprintf(path + strlen(path), sizeof path - strlen(path), "/pool_%d", a->attempt);
+    if (!anvil_read_file_max(path, 64, &holder, &len)) {
+        int rc = add_string(o, "warm_pool_status", "Reused") || add_string(o, "warm_pool_id", holder) ? -1 : 0;
+        free(holder);
+        return rc;
+    }
+    snprintf(path, sizeof path, "%s/pools", sb->state_dir);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    char job[32];
+    snprintf(job, sizeof job, "%lld", (long long)a->job_id);
+    int rc = 0;
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        if (!e->d_name[0] || e->d_name[strspn(e->d_name, "0123456789")]) continue;
+        char *info = pool_text(sb, e->d_name);
+        if (info && pool_is(info, "job", job))
+            rc = add_string(o, "warm_pool_status", pool_status(sb, e->d_name, info)) ||
+                         add_string(o, "warm_pool_id", e->d_name)
+                     ? -1
+                     : 0;
+        free(info);
+    }
+    closedir(d);
+    return rc;
 }
 
 static int slurm_describe(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o) {
@@ -594,11 +869,14 @@ static int slurm_describe(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o
         line += end + (line[end] != 0);
     }
     free(bad);
+    if (!rc) rc = describe_pool(sb, a, o);
     if (rc || !a->handle[0]) return rc;
+    char id[32];
+    anvil_attempt_ref r = slurm_ref(a, id, sizeof id);
     char *info;
-    int gone = show_job(a, &info);
+    int gone = show_job(&r, &info);
     if (gone < 0) return -1;
-    if (add_string(o, "slurm_job_id", a->handle)) rc = -1;
+    if (add_string(o, "slurm_job_id", r.handle)) rc = -1;
     if (!rc && gone) rc = add_string(o, "state", "unknown to Slurm (ended)");
     static const char *const fields[][2] = {
         {"JobState", "state"}, {"Reason", "reason"}, {"NodeList", "node_list"}, {"Restarts", "restarts"}};

@@ -234,7 +234,7 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
         }
         anvil_attempt_spec a = {.ref = attempt_of(j), .run_dir = j->run_dir, .hosts = spec.hosts,
                                 .procs_per_host = spec.procs_per_host, .time_left_s = left,
-                                .keep_alive_s = spec.keep_alive_s,
+                                .keep_alive_s = spec.keep_alive_s, .owner = j->role[0] ? j->role : j->owner,
                                 .argc = c.argc, .argv = c.argv, .envp = c.envp};
         started ctx = {sup, j};
         rc = sup->backend->ops->start(sup->backend, &a, record_start, &ctx);
