@@ -187,14 +187,26 @@ if wait_pool_gone "$sid" 30; then
   ok "TTL expiry: pool Terminated and Slurm job $sid gone $(python3 -c "print(round($(date +%s.%N) - $t_done, 1))") s later"
 else bad "TTL expiry: $(cat "$state/pools/$sid"; squeue -j "$sid" 2>&1)"; fi
 [ "$(field "$creator" backend warm_pool_status)" = Terminated ] || bad "describe after expiry: $(field "$creator" backend)"
-id=$(submit held "$tmp/held" 1 1 '{"keep_alive_s": 600}' 10)
+id=$(submit held "$tmp/held" 2 1 '{"keep_alive_s": 600}' 10)
 job wait "$id" > /dev/null
 sid=$(slurm_id_of "$id" "$tmp/held")
-[ "$(pool_status "$sid")" = Available ] || bad "a 600 s pool: $(history "$id"; cat "$state/pools/$sid" 2> /dev/null)"
+timeout 60 "$anvil" pool --state "$state" list > "$tmp/pools"
+grep -q "^$sid  *Available  *admin  *all  *2  *1  *n\[1-2\]  *$id " "$tmp/pools" && ok "pool list: $(grep "^$sid " "$tmp/pools")" ||
+  bad "pool list: $(cat "$tmp/pools")"
+# The 2 held hosts count in the role's hosts quota; a 2x2 job cannot run in that 2x1 pool.
+timeout 60 "$anvil" quota --state "$state" set --role all --hosts 3 > /dev/null || bad "quota set"
+spec quota "$tmp/quota" 2 2 '{}' 10 > "$tmp/quota.json"
+msg=$(job submit "$tmp/quota.json" 2>&1)
+rc=$?
+[ $rc = 4 ] && [ "$msg" = "anvil job: error: ResourceLimitExceeded: role all: hosts 2 in use (warm pools included) + 2 requested > 3 (HTTP 429)" ] &&
+  ok "hosts quota 3 with a 2-host pool held: a 2-host job refused: $msg" || bad "quota with a pool: exit $rc: $msg"
+timeout 60 "$anvil" quota --state "$state" set --role all > /dev/null || bad "quota removal"
 t_rel=$(date +%s.%N)
-touch "$state/pools/$sid.release"
-wait_pool_gone "$sid" 15 && ok "release: the 600 s pool Terminated, Slurm job $sid gone in $(python3 -c "print(round($(date +%s.%N) - $t_rel, 1))") s" ||
+timeout 60 "$anvil" pool --state "$state" release "$sid" > "$tmp/out" || bad "pool release: $(cat "$tmp/out")"
+wait_pool_gone "$sid" 15 && ok "pool release: Terminated, Slurm job $sid gone in $(python3 -c "print(round($(date +%s.%N) - $t_rel, 1))") s" ||
   bad "release: $(cat "$state/pools/$sid"; squeue -j "$sid" 2>&1)"
+msg=$(timeout 60 "$anvil" pool --state "$state" release "$sid" 2>&1)
+[ $? = 4 ] && [ "$msg" = "anvil pool: error: warm pool $sid has ended already (HTTP 409)" ] && ok "a second release: $msg" || bad "second release: $msg"
 
 # ---- kill -9 of n2's slurmd: the node goes DOWN, the retry leaves it out ----
 id=$(submit nodefail "$tmp/nodefail" 2 1 '{"max_retries": 2}' 100000)

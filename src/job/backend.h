@@ -38,6 +38,7 @@ typedef struct {
     double time_left_s; /* what max_runtime_s leaves the attempt (retries share it); 0: no limit */
     double keep_alive_s; /* the spec's: how long a backend that can may hold the attempt's hosts after it completed */
     const char *owner;   /* whose warm pools the attempt may use and leaves: the job's role, else its user */
+    const char *user;    /* who submitted the job: who, with the admins, may see and release its pool */
     int argc;
     char *const *argv; /* the anvil subcommand with its options (--out RUN, --resume auto), NULL-ended */
     char *const *envp; /* the whole environment of the attempt, NULL-ended */
@@ -70,6 +71,16 @@ typedef struct {
      * (describe's "backend" object). */
     int (*describe)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
     void (*free)(anvil_backend *b);
+    /* Warm pools, NULL on a backend that keeps none. pools: an array of {"id", "status", "user", "owner",
+     * "partition", "hosts", "procs_per_host", "nodes", "expires", "job"}, those of user alone unless
+     * user is NULL; NULL after anvil_fail. release_pool: ends pool id early (its holder sees the release
+     * within a second) when user is NULL or its user: 0, 1 when there is no such pool (or not the user's),
+     * 2 when it has ended already, -1. pool_hosts: the hosts that the Available pools of user (when not NULL),
+     * or else of owner, hold, less one pool that a job of hosts x procs_per_host would run in (that job
+     * takes no new hosts). */
+    cJSON *(*pools)(anvil_backend *b, const char *user);
+    int (*release_pool)(anvil_backend *b, const char *id, const char *user);
+    double (*pool_hosts)(anvil_backend *b, const char *user, const char *owner, int hosts, int procs_per_host);
 } anvil_backend_ops;
 
 struct anvil_backend {

@@ -339,10 +339,12 @@ static void put_pool_open(text *t, const slurm_backend *sb, const anvil_attempt_
     put_quoted(t, sb->partition ? sb->partition : "");
     puts_(t, "\nowner=");
     put_quoted(t, a->owner ? a->owner : "");
+    puts_(t, "\nuser=");
+    put_quoted(t, a->user ? a->user : "");
     putf(t, "\nttl=%ld\nend=$(( $(date +%%s) + ttl ))\n", (long)ceil(a->keep_alive_s));
     putf(t,
-         "pool() {\n  printf 'status=%%s\\njob=%lld\\nowner=%%s\\npartition=%%s\\nhosts=%d\\nprocs_per_host=%d\\n"
-         "nodes=%%s\\nexpires=%%s\\n' \"$1\" \"$owner\" \"$partition\" \"$SLURM_JOB_NODELIST\" \"$end\" > \"$pf.tmp\" && "
+         "pool() {\n  printf 'status=%%s\\njob=%lld\\nowner=%%s\\nuser=%%s\\npartition=%%s\\nhosts=%d\\nprocs_per_host=%d\\n"
+         "nodes=%%s\\nexpires=%%s\\n' \"$1\" \"$owner\" \"$user\" \"$partition\" \"$SLURM_JOB_NODELIST\" \"$end\" > \"$pf.tmp\" && "
          "sync \"$pf.tmp\" && mv -f \"$pf.tmp\" \"$pf\"\n}\n",
          (long long)a->ref.job_id, a->hosts, a->procs_per_host);
     puts_(t, "[ \"$rc\" = 0 ] && mkdir -p \"$pools\" && pool Available\n");
@@ -490,6 +492,24 @@ static const char *pool_status(const slurm_backend *sb, const char *id, const ch
     if (pool_is(info, "status", "Terminated")) return "Terminated";
     if (pool_is(info, "status", "InUse") || !access(claim, F_OK)) return "InUse";
     return "Available";
+}
+
+/* The pools under STATE/pools, each given to fn with its file's text until fn returns nonzero. */
+static int each_pool(const slurm_backend *sb, int (*fn)(const slurm_backend *, const char *, const char *, void *),
+                     void *ctx) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/pools", sb->state_dir);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int rc = 0;
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        if (!e->d_name[0] || e->d_name[strspn(e->d_name, "0123456789")]) continue;
+        char *info = pool_text(sb, e->d_name);
+        if (info) rc = fn(sb, e->d_name, info, ctx);
+        free(info);
+    }
+    closedir(d);
+    return rc;
 }
 
 /* Claims an Available pool that fits the attempt (owner, hosts, processes per host; the partition is the
@@ -819,6 +839,19 @@ static int add_string(cJSON *o, const char *key, const char *value) {
     return value && !cJSON_AddStringToObject(o, key, value) ? anvil_fail("out of memory") : 0;
 }
 
+typedef struct {
+    const char *job;
+    cJSON *o;
+} describe_ctx;
+
+static int describe_one(const slurm_backend *sb, const char *id, const char *info, void *ctx) {
+    describe_ctx *d = ctx;
+    if (!pool_is(info, "job", d->job)) return 0;
+    return add_string(d->o, "warm_pool_status", pool_status(sb, id, info)) || add_string(d->o, "warm_pool_id", id)
+               ? -1
+               : 0;
+}
+
 /* warm_pool_status and warm_pool_id: Reused for an attempt that ran in another job's pool, else the
  * status of the pool this job left, if any. */
 static int describe_pool(const slurm_backend *sb, const anvil_attempt_ref *a, cJSON *o) {
@@ -831,24 +864,10 @@ static int describe_pool(const slurm_backend *sb, const anvil_attempt_ref *a, cJ
         free(holder);
         return rc;
     }
-    snprintf(path, sizeof path, "%s/pools", sb->state_dir);
-    DIR *d = opendir(path);
-    if (!d) return 0;
     char job[32];
     snprintf(job, sizeof job, "%lld", (long long)a->job_id);
-    int rc = 0;
-    for (struct dirent *e; !rc && (e = readdir(d));) {
-        if (!e->d_name[0] || e->d_name[strspn(e->d_name, "0123456789")]) continue;
-        char *info = pool_text(sb, e->d_name);
-        if (info && pool_is(info, "job", job))
-            rc = add_string(o, "warm_pool_status", pool_status(sb, e->d_name, info)) ||
-                         add_string(o, "warm_pool_id", e->d_name)
-                     ? -1
-                     : 0;
-        free(info);
-    }
-    closedir(d);
-    return rc;
+    describe_ctx ctx = {job, o};
+    return each_pool(sb, describe_one, &ctx);
 }
 
 static int slurm_describe(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o) {
@@ -889,6 +908,87 @@ static int slurm_describe(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o
     return rc;
 }
 
+typedef struct {
+    const char *user;
+    cJSON *arr;
+} pool_list;
+
+static int list_one(const slurm_backend *sb, const char *id, const char *info, void *ctx) {
+    pool_list *l = ctx;
+    if (l->user && !pool_is(info, "user", l->user)) return 0;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return anvil_fail("out of memory");
+    cJSON_AddItemToArray(l->arr, o);
+    int rc = add_string(o, "id", id) || add_string(o, "status", pool_status(sb, id, info)) ? -1 : 0;
+    static const char *const text_keys[] = {"user", "owner", "partition", "nodes"};
+    static const char *const number_keys[] = {"hosts", "procs_per_host", "expires", "job"};
+    for (size_t i = 0; !rc && i < sizeof text_keys / sizeof *text_keys; i++) {
+        char *v = field_of(info, text_keys[i]);
+        rc = add_string(o, text_keys[i], v ? v : "");
+        free(v);
+    }
+    for (size_t i = 0; !rc && i < sizeof number_keys / sizeof *number_keys; i++) {
+        char *v = field_of(info, number_keys[i]);
+        if (!cJSON_AddNumberToObject(o, number_keys[i], v ? atof(v) : 0)) rc = anvil_fail("out of memory");
+        free(v);
+    }
+    return rc;
+}
+
+static cJSON *slurm_pools(anvil_backend *b, const char *user) {
+    pool_list l = {user, cJSON_CreateArray()};
+    if (!l.arr) anvil_fail("out of memory");
+    if (l.arr && each_pool(slurm_of(b), list_one, &l)) {
+        cJSON_Delete(l.arr);
+        return NULL;
+    }
+    return l.arr;
+}
+
+static int slurm_release_pool(anvil_backend *b, const char *id, const char *user) {
+    slurm_backend *sb = slurm_of(b);
+    if (!*id || id[strspn(id, "0123456789")] || strlen(id) > 20) return 1;
+    char *info = pool_text(sb, id);
+    if (!info || (user && !pool_is(info, "user", user))) {
+        free(info);
+        return 1;
+    }
+    bool ended = !strcmp(pool_status(sb, id, info), "Terminated");
+    free(info);
+    if (ended) return 2;
+    char path[PATH_MAX + 64];
+    pool_path(sb, id, ".release", path, sizeof path);
+    return anvil_write_file_atomic(path, "", 0) ? -1 : 0;
+}
+
+typedef struct {
+    const char *key, *value;
+    char hosts[16], procs[16];
+    double held;
+    bool spared;
+} pool_count;
+
+static int count_one(const slurm_backend *sb, const char *id, const char *info, void *ctx) {
+    pool_count *c = ctx;
+    if (!pool_is(info, c->key, c->value) || strcmp(pool_status(sb, id, info), "Available")) return 0;
+    if (!c->spared && pool_is(info, "hosts", c->hosts) && pool_is(info, "procs_per_host", c->procs)) {
+        c->spared = true;
+        return 0;
+    }
+    char *hosts = field_of(info, "hosts");
+    c->held += hosts ? atof(hosts) : 0;
+    free(hosts);
+    return 0;
+}
+
+static double slurm_pool_hosts(anvil_backend *b, const char *user, const char *owner, int hosts, int procs_per_host) {
+    pool_count c = {.key = user ? "user" : "owner", .value = user ? user : owner};
+    snprintf(c.hosts, sizeof c.hosts, "%d", hosts);
+    snprintf(c.procs, sizeof c.procs, "%d", procs_per_host);
+    each_pool(slurm_of(b), count_one, &c);
+    return c.held;
+}
+
 static void slurm_free(anvil_backend *b) {
     slurm_backend *sb = slurm_of(b);
     if (!sb) return;
@@ -907,6 +1007,9 @@ static const anvil_backend_ops slurm_ops = {
     .kill = slurm_kill,
     .describe = slurm_describe,
     .free = slurm_free,
+    .pools = slurm_pools,
+    .release_pool = slurm_release_pool,
+    .pool_hosts = slurm_pool_hosts,
 };
 
 anvil_backend *anvil_backend_slurm_new(const char *state_dir, const char *self, const char *partition,

@@ -58,6 +58,8 @@ anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, 
     return sup;
 }
 
+anvil_backend *anvil_supervisor_backend(anvil_supervisor *sup) { return sup->backend; }
+
 void anvil_supervisor_free(anvil_supervisor *sup) {
     if (!sup) return;
     pthread_mutex_destroy(&sup->lock);
@@ -235,6 +237,7 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
         anvil_attempt_spec a = {.ref = attempt_of(j), .run_dir = j->run_dir, .hosts = spec.hosts,
                                 .procs_per_host = spec.procs_per_host, .time_left_s = left,
                                 .keep_alive_s = spec.keep_alive_s, .owner = j->role[0] ? j->role : j->owner,
+                                .user = j->owner,
                                 .argc = c.argc, .argv = c.argv, .envp = c.envp};
         started ctx = {sup, j};
         rc = sup->backend->ops->start(sup->backend, &a, record_start, &ctx);
