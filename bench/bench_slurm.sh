@@ -36,10 +36,11 @@ start_daemon local
 start_daemon slurm --backend slurm --partition test
 
 # Seconds from submit to the first training step of one job: hosts x procs per host.
-latency() { # backend, run, hosts, procs_per_host
+latency() { # backend, run, hosts, procs_per_host[, keep_alive_s]
   local state=$tmp/$1 out=$tmp/$2 t
   cat > "$tmp/$2.json" << EOF
 {"name": "$2", "output": "$out", "resources": {"hosts": $3, "procs_per_host": $4}, "env": {"OMP_NUM_THREADS": "1"},
+ "keep_alive_s": ${5:-0},
  "command": ["train", "--data", "$tmp/data", "--preset", "tiny", "--batch", "4", "--seq", "32", "--no-progress",
              "--sample-every", "-1", "--threads", "1", "--steps", "20"]}
 EOF
@@ -57,3 +58,9 @@ for backend in local slurm; do
   echo "$backend ($hosts host(s) x $pph): submit to first step, median of $reps: $(median < "$tmp/$backend.times") s" \
        "(all: $(tr '\n' ' ' < "$tmp/$backend.times"))"
 done
+# Warm: one job leaves its allocation held (keep_alive_s), then each job of the same shape runs in it.
+latency slurm warm0 2 1 300 > /dev/null
+for r in $(seq "$reps"); do latency slurm "warm$r" 2 1; done > "$tmp/warm.times"
+grep -q "(warm pool)" "$tmp/warm$reps/logs/launcher.log" || echo "bench_slurm: the last warm job did not reuse the pool" >&2
+echo "slurm warm pool (2 hosts x 1): submit to first step, median of $reps: $(median < "$tmp/warm.times") s" \
+     "(all: $(tr '\n' ' ' < "$tmp/warm.times"))"

@@ -484,14 +484,13 @@ static bool pool_is(const char *info, const char *key, const char *want) {
     return same;
 }
 
-/* The pool's status as SageMaker names it: the holder writes Available and Terminated; a claim the
- * holder has not seen yet already makes it InUse. */
+/* The pool's status as SageMaker names it. The claim file decides, not the holder's word, which lags
+ * by up to its 1 s poll: a pool is InUse while claimed, Available again once the claim is gone. */
 static const char *pool_status(const slurm_backend *sb, const char *id, const char *info) {
     char claim[PATH_MAX + 64];
     pool_path(sb, id, ".claim", claim, sizeof claim);
     if (pool_is(info, "status", "Terminated")) return "Terminated";
-    if (pool_is(info, "status", "InUse") || !access(claim, F_OK)) return "InUse";
-    return "Available";
+    return access(claim, F_OK) ? "Available" : "InUse";
 }
 
 /* The pools under STATE/pools, each given to fn with its file's text until fn returns nonzero. */
