@@ -541,7 +541,7 @@ static bool claim_pool(const slurm_backend *sb, const anvil_attempt_spec *a, cha
             anvil_attempt_ref r = {.job_id = a->ref.job_id, .attempt = a->ref.attempt, .handle = id};
             char *job;
             if (!show_job(&r, &job) && pool_is(job, "JobState", "RUNNING")) {
-                snprintf(holder, hcap, "%s", id);
+                memcpy(holder, id, strlen(id) + 1);
                 snprintf(nodes, ncap, "%s", where);
                 got = true;
             } else if (info) {
