@@ -10,6 +10,11 @@
 #   - max_runtime_s: the graceful stop through scancel --batch, a checkpoint, Stopped (exit 75);
 #   - describe of a running job: its Slurm job ID, state and node list;
 #   - a stop of a job Slurm cannot start yet: cancelled at once, Stopped;
+#   - warm pools: a job with keep_alive_s completes while its batch job holds the allocation
+#     (Available); a job of the same shape runs in it (Reused, the same Slurm job ID, no sbatch) and
+#     gives it back (Available); a 1-host job gets its own Slurm job; the TTL ends the holder
+#     (Terminated, gone from squeue); anvil pool list; the held hosts count in the hosts quota (429);
+#     anvil pool release ends a 600 s pool at once, and a second release is refused (409);
 #   - kill -9 of n2's slurmd: Slurm marks it DOWN, the retry leaves it out, resumes from the
 #     checkpoint, and `anvil job stop` stops it after a checkpoint.
 # Needs slurm-wlm and munge (scripts/deps.sh --test); without them it says SKIP and exits 77.
