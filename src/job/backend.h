@@ -94,6 +94,13 @@ void anvil_attempt_exit_path(const char *state_dir, const anvil_attempt_ref *a, 
 /* The exit status in an attempt's exit file, or -1 when there is none (yet). */
 int anvil_attempt_read_exit(const char *state_dir, const anvil_attempt_ref *a);
 
+/* Forks path (argv, envp) into a session of its own in run_dir, its output appended to log, and holds it
+ * on a pipe until record(ctx, handle_prefix followed by its pid, which is also its session's id) has
+ * stored the handle, so a daemon killed in between leaves nothing running the store does not know of.
+ * 0, or -1 after anvil_fail with nothing left running. Both backends start their wrappers so. */
+int anvil_attempt_spawn(const char *path, char *const *argv, char *const *envp, const char *run_dir, const char *log,
+                        const char *handle_prefix, anvil_attempt_record_fn record, void *ctx);
+
 /* The local backend: state_dir holds jobs/<id>/exit_<n>; self is the anvil binary the attempts run.
  * NULL after anvil_fail. */
 anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);

@@ -325,6 +325,21 @@ static int exclude_bad_nodes(const slurm_backend *sb, const anvil_attempt_ref *a
     return exclude_killed_rank(sb, a) || exclude_down_nodes(sb, a) ? -1 : 0;
 }
 
+/* The step: srun of the attempt's command in the background (in the allocation of Slurm job `jobid`
+ * when not NULL, else the script's own), its exit status in $rc. srun passes SIGUSR1 on to every rank;
+ * the wait it interrupts is taken up again. */
+static void put_step(text *t, const slurm_backend *sb, const anvil_attempt_spec *a, const char *jobid) {
+    puts_(t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\nsrun ");
+    if (jobid) putf(t, "--jobid=%s ", jobid);
+    putf(t, "--mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", a->hosts, a->procs_per_host);
+    put_quoted(t, sb->self);
+    for (int i = 0; i < a->argc; i++) {
+        puts_(t, " ");
+        put_quoted(t, a->argv[i]);
+    }
+    puts_(t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
+}
+
 /* The warm pool's parts of the batch script (job/backend.h). The first, before the exit file is written,
  * records the pool Available after a step that exited 0, so that it is there once the job has completed.
  * The second holds the allocation: InUse while a job's claim file is there, the TTL counted again from
@@ -398,15 +413,7 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
          (long long)a->ref.job_id, a->ref.attempt);
     snprintf(base, sizeof base, "%s/nodes_%d", dir, a->ref.attempt);
     put_atomic_write(&t, "printf '%s\\n' \"$SLURM_JOB_NODELIST\"", base);
-    /* srun passes SIGUSR1 on to every rank; the wait it interrupts is taken up again. */
-    puts_(&t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\n");
-    putf(&t, "srun --mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", a->hosts, a->procs_per_host);
-    put_quoted(&t, sb->self);
-    for (int i = 0; i < a->argc; i++) {
-        puts_(&t, " ");
-        put_quoted(&t, a->argv[i]);
-    }
-    puts_(&t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
+    put_step(&t, sb, a, NULL);
     if (a->keep_alive_s > 0) put_pool_open(&t, sb, a);
     anvil_attempt_exit_path(sb->state_dir, &a->ref, base, sizeof base);
     put_atomic_write(&t, "printf '%d\\n' \"$rc\"", base);
@@ -579,15 +586,7 @@ static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, c
          a->ref.attempt, holder, nodes);
     snprintf(path, sizeof path, "%s/nodes_%d", dir, a->ref.attempt);
     put_atomic_write(&t, "printf '%s\\n' \"$nodes\"", path);
-    puts_(&t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\n");
-    putf(&t, "srun --jobid=%s --mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", holder, a->hosts,
-         a->procs_per_host);
-    put_quoted(&t, sb->self);
-    for (int i = 0; i < a->argc; i++) {
-        puts_(&t, " ");
-        put_quoted(&t, a->argv[i]);
-    }
-    puts_(&t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
+    put_step(&t, sb, a, holder);
     anvil_attempt_exit_path(sb->state_dir, &a->ref, path, sizeof path);
     put_atomic_write(&t, "printf '%d\\n' \"$rc\"", path);
     pool_path(sb, holder, ".claim", path, sizeof path);
@@ -614,7 +613,7 @@ static int start_warm(slurm_backend *sb, const anvil_attempt_spec *a, const char
     snprintf(pool, sizeof pool, "%s/pool_%d", dir, a->ref.attempt);
     pool_path(sb, holder, ".claim", claim, sizeof claim);
     char *script = warm_script(sb, a, holder, nodes), **env = submit_env(a);
-    int go[2] = {-1, -1}, rc = -1;
+    int rc = -1;
     if (!script || !env) {
         if (script) anvil_fail("out of memory");
         goto done;
@@ -622,48 +621,12 @@ static int start_warm(slurm_backend *sb, const anvil_attempt_spec *a, const char
     if (anvil_write_file_atomic(script_path, script, strlen(script)) ||
         anvil_write_file_atomic(pool, holder, strlen(holder)))
         goto done;
-    if (pipe2(go, O_CLOEXEC)) {
-        anvil_fail("pipe: %s", strerror(errno));
-        goto done;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        anvil_fail("fork: %s", strerror(errno));
-        goto done;
-    }
-    if (pid == 0) {
-        close(go[1]);
-        setsid();
-        char byte;
-        if (read(go[0], &byte, 1) != 1) _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        int in = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (in < 0 || out < 0 || chdir(a->run_dir)) _exit(127);
-        dup2(in, STDIN_FILENO);
-        dup2(out, STDOUT_FILENO);
-        dup2(out, STDERR_FILENO);
-        execve("/bin/bash", (char *[]){"bash", script_path, NULL}, env);
-        _exit(127);
-    }
-    close(go[0]);
-    go[0] = -1;
-    char handle[64];
-    snprintf(handle, sizeof handle, "%s:%d", holder, (int)pid);
-    rc = record(ctx, handle);
-    if (!rc && write(go[1], "g", 1) != 1) rc = anvil_fail("cannot start the attempt: %s", strerror(errno));
-    if (rc) {
-        close(go[1]);
-        go[1] = -1;
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
-        }
-    }
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "%s:", holder);
+    rc = anvil_attempt_spawn("/bin/bash", (char *[]){"bash", script_path, NULL}, env, a->run_dir, log, prefix, record,
+                             ctx);
 done:
     if (rc) unlink(claim);
-    if (go[0] >= 0) close(go[0]);
-    if (go[1] >= 0) close(go[1]);
     free(script);
     free(env);
     return rc;
