@@ -127,6 +127,7 @@ expect_refusal 400 "malformed JSON" '{"name": "x", "command": ["train"'
 expect_refusal 400 "unknown field 'gpus'" '{"name": "x", "command": ["train"], "gpus": 8}'
 expect_refusal 400 "max_retries: must be >= 0" '{"name": "x", "command": ["train"], "max_retries": -1}'
 expect_refusal 400 "hang_timeout_s: must be >= 0" '{"name": "x", "command": ["train"], "hang_timeout_s": -5}'
+expect_refusal 400 "keep_alive_s: must be <= 86400 (got 86401)" '{"name": "x", "command": ["train"], "keep_alive_s": 86401}'
 expect_refusal 400 "resources: unknown field 'gpus'" '{"name": "x", "command": ["train"], "resources": {"gpus": 1}}'
 expect_refusal 400 "command: --out is not allowed" '{"name": "x", "command": ["train", "--out", "/tmp/x"]}'
 expect_refusal 400 "channels.train: $tmp/nonexistent" \

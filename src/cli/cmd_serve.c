@@ -25,6 +25,7 @@
 
 static const char *usage =
     "usage: anvil serve [--state DIR] [--port P] [--stop-grace S] [--max-running N]\n"
+    "                   [--backend local|slurm] [--partition P] [--account A]\n"
     "                   [--hook-command CMD] [--hook-url URL] [--hook-attempts N] [--hook-timeout S]\n"
     "       anvil serve --init [--state DIR]\n"
     "\n"
@@ -42,6 +43,11 @@ static const char *usage =
     "  --stop-grace S    seconds between a job's stop signal and SIGKILL (default 120)\n"
     "  --max-running N   run at most N jobs at once; later ones wait, Pending (Queued), first in\n"
     "                    first out (default 0: no limit)\n"
+    "  --backend B       where the jobs run: local (this machine, the default) or slurm (one batch\n"
+    "                    job per attempt, through sbatch, scontrol and scancel with the SLURM_CONF\n"
+    "                    of this daemon; see README: 'Running on a Slurm cluster')\n"
+    "  --partition P     (slurm) the partition the jobs are submitted to (default: the cluster's)\n"
+    "  --account A       (slurm) the account the jobs are charged to (default: the user's)\n"
     "  --hook-command CMD  on every change of a job's status, run CMD with /bin/sh, the event's JSON\n"
     "                    on its standard input (its output goes to DIR/hooks.log)\n"
     "  --hook-url URL    on every change of a job's status, POST the event's JSON to URL (http:// on\n"
@@ -95,7 +101,7 @@ static int init_state(anvil_store *st, const char *dir) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *state_arg = NULL;
+    const char *state_arg = NULL, *backend_name = "local", *partition = NULL, *account = NULL;
     int port = 7878, max_running = 0, hook_attempts = 8, nhooks = 0;
     double grace = 120, hook_timeout = 30;
     bool init = false;
@@ -116,6 +122,14 @@ int cmd_serve(int argc, char **argv) {
             if (grace < 0) return cli_usage_error("serve", "--stop-grace must be >= 0");
         } else if (!strcmp(a, "--max-running")) {
             if (!(v = arg_value("serve", argc, argv, &i)) || arg_int("serve", a, v, 0, 1 << 20, &max_running)) return 2;
+        } else if (!strcmp(a, "--backend")) {
+            if (!(backend_name = arg_value("serve", argc, argv, &i))) return 2;
+            if (strcmp(backend_name, "local") && strcmp(backend_name, "slurm"))
+                return cli_usage_error("serve", "--backend must be local or slurm, not '%s'", backend_name);
+        } else if (!strcmp(a, "--partition")) {
+            if (!(partition = arg_value("serve", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--account")) {
+            if (!(account = arg_value("serve", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--hook-command") || !strcmp(a, "--hook-url")) {
             anvil_hook_kind kind = a[7] == 'c' ? ANVIL_HOOK_COMMAND : ANVIL_HOOK_URL;
             if (!(v = arg_value("serve", argc, argv, &i))) return 2;
@@ -132,6 +146,9 @@ int cmd_serve(int argc, char **argv) {
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
     }
+    bool slurm = !strcmp(backend_name, "slurm");
+    if (!slurm && (partition || account))
+        return cli_usage_error("serve", "--partition and --account go with --backend slurm");
     char self[PATH_MAX], path[PATH_MAX + 32];
     ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sn <= 0) {
@@ -171,7 +188,9 @@ int cmd_serve(int argc, char **argv) {
     }
     char runs[PATH_MAX + 8];
     snprintf(runs, sizeof runs, "%s/runs", real);
-    anvil_backend *backend = st ? anvil_backend_local_new(real, self) : NULL;
+    anvil_backend *backend = !st     ? NULL
+                             : slurm ? anvil_backend_slurm_new(real, self, partition, account, grace)
+                                     : anvil_backend_local_new(real, self);
     anvil_supervisor *sup = backend ? anvil_supervisor_new(st, backend, &(anvil_supervisor_options){grace, max_running})
                                     : NULL;
     /* Hooks first: every change from here on is queued for them (job/hooks.h). */

@@ -20,6 +20,7 @@ int cmd_user(int argc, char **argv);
 int cmd_token(int argc, char **argv);
 int cmd_role(int argc, char **argv);
 int cmd_quota(int argc, char **argv);
+int cmd_pool(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_s3(int argc, char **argv);

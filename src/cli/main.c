@@ -31,6 +31,7 @@ static const struct {
     {"token", cmd_token, "make and revoke the job service's API tokens (admins)"},
     {"role", cmd_role, "add, grant and list the job service's roles"},
     {"quota", cmd_quota, "set and show the job service's quotas, with their usage"},
+    {"pool", cmd_pool, "list and release the job service's warm pools (Slurm allocations kept after a job)"},
     {"job-run", cmd_job_run, "(internal) the wrapper anvil serve runs each job attempt through"},
 };
 

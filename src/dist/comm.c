@@ -154,8 +154,9 @@ uint64_t dist_last_done(void) {
 
 int anvil_dist_init(const anvil_dist_config *cfg) {
     if (D.up) return 0;
-    const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
-    if (ws && *ws) {
+    /* srun --mpi=pmix starts the ranks directly: they see PMIx's variables, not mpirun's. */
+    const char *ws = getenv("OMPI_COMM_WORLD_SIZE"), *pmix = getenv("PMIX_RANK");
+    if ((ws && *ws) || (pmix && *pmix)) {
         if (dist_mpi_init(&D.world, D.host, sizeof D.host)) return -1;
         D.be = &dist_mpi_backend;
         D.threaded = 1;

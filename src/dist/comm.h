@@ -33,7 +33,7 @@ typedef struct {
 } anvil_dist_config;
 
 /* Starts the runtime once per process. Under mpirun (OMPI_COMM_WORLD_SIZE
- * set) this initializes MPI with thread support and starts the communication
+ * set) or srun --mpi=pmix (PMIX_RANK set) this initializes MPI with thread support and starts the communication
  * and watchdog threads; otherwise it sets up a world of one. Returns 0 or -1
  * after anvil_fail. */
 int anvil_dist_init(const anvil_dist_config *cfg);

@@ -221,7 +221,13 @@ static int submit(anvil_api_call *c) {
     if (!rc && (rc = anvil_policy_check(&role, &s, why, sizeof why)))
         api_reply_error(c, rc > 0 ? 403 : 500, "%s%s", rc > 0 ? "spec: " : "", rc > 0 ? why : anvil_errmsg());
     if (!rc) rc = spec_conflicts(c, &s);
-    if (!rc && (rc = anvil_quota_check(c->env->st, c->who.user, s.role, &s, why, sizeof why)))
+    double held[2] = {0, 0};
+    anvil_backend *b = anvil_supervisor_backend(c->env->sup);
+    if (b->ops->pool_hosts) {
+        held[0] = b->ops->pool_hosts(b, c->who.user, NULL, s.hosts, s.procs_per_host);
+        held[1] = s.role ? b->ops->pool_hosts(b, NULL, s.role, s.hosts, s.procs_per_host) : 0;
+    }
+    if (!rc && (rc = anvil_quota_check(c->env->st, c->who.user, s.role, &s, held, why, sizeof why)))
         api_reply_error(c, rc > 0 ? 429 : 500, "%s", rc > 0 ? why : anvil_errmsg());
     cJSON *canon = rc ? NULL : anvil_job_spec_to_json(&s);
     char *text = canon ? cJSON_PrintUnformatted(canon) : NULL;
@@ -365,6 +371,48 @@ static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
     return reply_job(c, 202, &j, false);
 }
 
+/* GET /v1/pools and POST /v1/pools/ID/release: the backend's warm pools, a user's own (admins: all). */
+static int pools(anvil_api_call *c, const char *rest, bool get, bool post) {
+    static const char *const none[] = {NULL};
+    anvil_backend *b = anvil_supervisor_backend(c->env->sup);
+    const char *user = c->who.admin ? NULL : c->who.user;
+    if (!*rest) {
+        c->action = "pool.list";
+        if (!get) return api_reply_error(c, 405, "use GET");
+        if (!api_known_args(c, none)) return -1;
+        cJSON *o = cJSON_CreateObject(), *arr = b->ops->pools ? b->ops->pools(b, user) : cJSON_CreateArray();
+        if (!o || !arr) {
+            cJSON_Delete(o);
+            cJSON_Delete(arr);
+            return api_reply_error(c, 500, "%s", arr ? "out of memory" : anvil_errmsg());
+        }
+        cJSON_AddItemToObject(o, "pools", arr);
+        return api_reply_json(c, 200, o);
+    }
+    size_t n = *rest == '/' ? strspn(rest + 1, "0123456789") : 0;
+    if (!n || n > 20 || strcmp(rest + 1 + n, "/release")) {
+        c->action = "request";
+        return api_reply_error(c, 404, "no such endpoint: %.200s", c->rq->path);
+    }
+    char id[24];
+    snprintf(id, sizeof id, "%.*s", (int)n, rest + 1);
+    c->action = "pool.release";
+    c->mutating = true;
+    snprintf(c->target, sizeof c->target, "pool %s", id);
+    if (!post) return api_reply_error(c, 405, "use POST");
+    if (!api_known_args(c, none)) return -1;
+    int rc = b->ops->release_pool ? b->ops->release_pool(b, id, user) : 1;
+    if (rc == 1) return api_reply_error(c, 404, "no warm pool %s", id);
+    if (rc == 2) return api_reply_error(c, 409, "warm pool %s has ended already", id);
+    if (rc < 0) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    cJSON *o = cJSON_CreateObject();
+    if (o && (!cJSON_AddStringToObject(o, "id", id) || !cJSON_AddStringToObject(o, "status", "Releasing"))) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    return api_reply_json(c, 202, o);
+}
+
 static int health(anvil_api_call *c) {
     static const char *const none[] = {NULL};
     if (!api_known_args(c, none)) return -1;
@@ -391,6 +439,7 @@ static int route(anvil_api_call *c) {
         return get ? list(c) : api_reply_error(c, 405, "use GET or POST");
     }
     if (!strncmp(path, "/v1/jobs/", 9)) return one_job(c, path + 9, get, post);
+    if (!strncmp(path, "/v1/pools", 9) && (!path[9] || path[9] == '/')) return pools(c, path + 9, get, post);
     if (!strcmp(path, "/metrics")) {
         c->action = "metrics";
         if (!get) return api_reply_error(c, 405, "use GET");

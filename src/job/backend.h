@@ -35,6 +35,10 @@ typedef struct {
     anvil_attempt_ref ref;
     const char *run_dir; /* the job's run folder: the attempt's working folder, its logs in RUN/logs */
     int hosts, procs_per_host;
+    double time_left_s; /* what max_runtime_s leaves the attempt (retries share it); 0: no limit */
+    double keep_alive_s; /* the spec's: how long a backend that can may hold the attempt's hosts after it completed */
+    const char *owner;   /* whose warm pools the attempt may use and leaves: the job's role, else its user */
+    const char *user;    /* who submitted the job: who, with the admins, may see and release its pool */
     int argc;
     char *const *argv; /* the anvil subcommand with its options (--out RUN, --resume auto), NULL-ended */
     char *const *envp; /* the whole environment of the attempt, NULL-ended */
@@ -63,17 +67,72 @@ typedef struct {
     int (*stop)(anvil_backend *b, const anvil_attempt_ref *a);
     /* Ends every process of the attempt at once. */
     int (*kill)(anvil_backend *b, const anvil_attempt_ref *a);
-    /* Adds what the backend knows of a running attempt to o (describe's "backend" object). */
+    /* Adds what the backend knows of the job's current attempt (handle "" when none runs) to o
+     * (describe's "backend" object). */
     int (*describe)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
     void (*free)(anvil_backend *b);
+    /* Warm pools, NULL on a backend that keeps none. pools: an array of {"id", "status", "user", "owner",
+     * "partition", "hosts", "procs_per_host", "nodes", "expires", "job"}, those of user alone unless
+     * user is NULL; NULL after anvil_fail. release_pool: ends pool id early (its holder sees the release
+     * within a second) when user is NULL or its user: 0, 1 when there is no such pool (or not the user's),
+     * 2 when it has ended already, -1. pool_hosts: the hosts that the Available pools of user (when not NULL),
+     * or else of owner, hold, less one pool that a job of hosts x procs_per_host would run in (that job
+     * takes no new hosts). */
+    cJSON *(*pools)(anvil_backend *b, const char *user);
+    int (*release_pool)(anvil_backend *b, const char *id, const char *user);
+    double (*pool_hosts)(anvil_backend *b, const char *user, const char *owner, int hosts, int procs_per_host);
 } anvil_backend_ops;
 
 struct anvil_backend {
     const anvil_backend_ops *ops;
 };
 
+/* The exit file of an attempt, STATE/jobs/<id>/exit_<attempt>, into path: what runs the attempt writes
+ * its exit status there (one number, atomically) before the attempt ends, on either backend, so a
+ * daemon that was down meanwhile still learns how it ended. */
+void anvil_attempt_exit_path(const char *state_dir, const anvil_attempt_ref *a, char *path, size_t cap);
+/* The exit status in an attempt's exit file, or -1 when there is none (yet). */
+int anvil_attempt_read_exit(const char *state_dir, const anvil_attempt_ref *a);
+
+/* Forks path (argv, envp) into a session of its own in run_dir, its output appended to log, and holds it
+ * on a pipe until record(ctx, handle_prefix followed by its pid, which is also its session's id) has
+ * stored the handle, so a daemon killed in between leaves nothing running the store does not know of.
+ * 0, or -1 after anvil_fail with nothing left running. Both backends start their wrappers so. */
+int anvil_attempt_spawn(const char *path, char *const *argv, char *const *envp, const char *run_dir, const char *log,
+                        const char *handle_prefix, anvil_attempt_record_fn record, void *ctx);
+
 /* The local backend: state_dir holds jobs/<id>/exit_<n>; self is the anvil binary the attempts run.
  * NULL after anvil_fail. */
 anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
+
+/* The Slurm backend (backend_slurm.c): each attempt is one batch job of the cluster that sbatch, scontrol
+ * and scancel (in PATH, SLURM_CONF as the daemon has it) reach, its handle the Slurm job ID.
+ *   - start writes STATE/jobs/<id>/slurm_<n>.sh, a batch script that runs `srun --mpi=pmix` with the
+ *     spec's hosts and processes per host in the background, forwards SIGUSR1 to it (srun passes it
+ *     on to the ranks: the trainer's checkpoint-and-stop), and writes srun's exit status to the exit
+ *     file; it is submitted held (sbatch --hold), recorded, then released. Its options:
+ *     --signal=B:USR1@<grace> and --time from time_left_s (a time limit checkpoints first),
+ *     --open-mode=append (RUN/logs/launcher.log gathers every attempt), --requeue, and --exclude
+ *     of the job's bad nodes.
+ *   - keep_alive_s > 0: once the step has exited 0 and the exit file is written (the attempt has ended
+ *     for the supervisor), the batch script does not exit but holds the allocation as a warm pool,
+ *     STATE/pools/<Slurm job ID> (KEY=VALUE lines: status Available, partition, hosts,
+ *     procs_per_host, expires as Unix time), for up to keep_alive_s; it ends early when
+ *     STATE/pools/<Slurm job ID>.release appears, and marks the pool Terminated as it exits. --time
+ *     includes the TTL, so Slurm's limit never cuts a pool short.
+ *   - poll: the exit file, else `scontrol show job`. A job Slurm requeued (a node failed) is
+ *     cancelled and the attempt lost, so that the supervisor's retry is a new submission that
+ *     leaves the node out rather than a wait on Slurm's requeue delay; a job Slurm no longer knows
+ *     is lost too.
+ *   - An attempt that failed marks its bad nodes in STATE/jobs/<id>/excluded (one "node<TAB>why"
+ *     a line): the node where srun saw a rank killed by a signal, and any node of the attempt
+ *     that Slurm reports DOWN or NOT_RESPONDING. A rank's own nonzero exit marks no node: that
+ *     is the program's failure, not the machine's.
+ *   - stop: `scancel --batch --signal=USR1` of a running job (the script forwards it); a job still
+ *     pending is cancelled. kill: `scancel --signal=KILL --full`.
+ * partition and account may be NULL (the cluster's defaults); grace_s is the daemon's stop grace.
+ * NULL after anvil_fail. */
+anvil_backend *anvil_backend_slurm_new(const char *state_dir, const char *self, const char *partition,
+                                       const char *account, double grace_s);
 
 #endif

@@ -59,15 +59,14 @@ static int session_signal(pid_t sid, int sig) {
     return n;
 }
 
-static void exit_file(const local_backend *lb, const anvil_attempt_ref *a, char *path, size_t cap) {
-    snprintf(path, cap, "%s/jobs/%lld/exit_%d", lb->state_dir, (long long)a->job_id, a->attempt);
+void anvil_attempt_exit_path(const char *state_dir, const anvil_attempt_ref *a, char *path, size_t cap) {
+    snprintf(path, cap, "%s/jobs/%lld/exit_%d", state_dir, (long long)a->job_id, a->attempt);
 }
 
-/* The attempt's exit status from its exit file, or -1 when there is none (yet). */
-static int read_exit(const local_backend *lb, const anvil_attempt_ref *a) {
+int anvil_attempt_read_exit(const char *state_dir, const anvil_attempt_ref *a) {
     char path[PATH_MAX], *text;
     size_t len;
-    exit_file(lb, a, path, sizeof path);
+    anvil_attempt_exit_path(state_dir, a, path, sizeof path);
     if (anvil_read_file_max(path, 64, &text, &len)) return -1;
     char *end;
     long code = strtol(text, &end, 10);
@@ -79,7 +78,7 @@ static int read_exit(const local_backend *lb, const anvil_attempt_ref *a) {
 /* The wrapper's argv, built before fork: the child may only call async-signal-safe functions. */
 static char **wrapper_argv(const local_backend *lb, const anvil_attempt_spec *a) {
     char exitf[PATH_MAX], procs[16], logs[PATH_MAX];
-    exit_file(lb, &a->ref, exitf, sizeof exitf);
+    anvil_attempt_exit_path(lb->state_dir, &a->ref, exitf, sizeof exitf);
     snprintf(procs, sizeof procs, "%d", a->procs_per_host * a->hosts);
     snprintf(logs, sizeof logs, "%s/logs", a->run_dir);
     const char *head[] = {"anvil", "job-run", "--exit-file", exitf, "--", "launch", "-n", procs, "--log-dir", logs, "--"};
@@ -99,29 +98,15 @@ static void free_argv(char **v) {
     free(v);
 }
 
-/* Forks the attempt into its own session. The child waits on a pipe until the handle is recorded, so
- * a daemon killed in between leaves no attempt the store does not know of. */
-static int local_start(anvil_backend *b, const anvil_attempt_spec *a, anvil_attempt_record_fn record, void *ctx) {
-    local_backend *lb = local_of(b);
-    char dir[PATH_MAX], logs[PATH_MAX], log[PATH_MAX + 16];
-    snprintf(dir, sizeof dir, "%s/jobs/%lld", lb->state_dir, (long long)a->ref.job_id);
-    snprintf(logs, sizeof logs, "%s/logs", a->run_dir);
-    snprintf(log, sizeof log, "%s/launcher.log", logs);
-    char **argv = wrapper_argv(lb, a);
-    int go[2] = {-1, -1}, rc = -1;
-    if (!argv) {
-        anvil_fail("out of memory");
-        goto done;
-    }
-    if (anvil_mkdir_p(dir) || anvil_mkdir_p(logs)) goto done;
-    if (pipe2(go, O_CLOEXEC)) {
-        anvil_fail("pipe: %s", strerror(errno));
-        goto done;
-    }
+int anvil_attempt_spawn(const char *path, char *const *argv, char *const *envp, const char *run_dir, const char *log,
+                        const char *handle_prefix, anvil_attempt_record_fn record, void *ctx) {
+    int go[2];
+    if (pipe2(go, O_CLOEXEC)) return anvil_fail("pipe: %s", strerror(errno));
     pid_t pid = fork();
     if (pid < 0) {
-        anvil_fail("fork: %s", strerror(errno));
-        goto done;
+        close(go[0]);
+        close(go[1]);
+        return anvil_fail("fork: %s", strerror(errno));
     }
     if (pid == 0) {
         close(go[1]);
@@ -133,29 +118,40 @@ static int local_start(anvil_backend *b, const anvil_attempt_spec *a, anvil_atte
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
         int in = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (in < 0 || out < 0 || chdir(a->run_dir)) _exit(127);
+        if (in < 0 || out < 0 || chdir(run_dir)) _exit(127);
         dup2(in, STDIN_FILENO);
         dup2(out, STDOUT_FILENO);
         dup2(out, STDERR_FILENO);
-        execve(lb->self, argv, a->envp);
+        execve(path, argv, envp);
         _exit(127);
     }
     close(go[0]);
-    go[0] = -1;
-    char handle[24];
-    snprintf(handle, sizeof handle, "%d", (int)pid);
-    rc = record(ctx, handle);
+    char handle[96];
+    snprintf(handle, sizeof handle, "%s%d", handle_prefix, (int)pid);
+    int rc = record(ctx, handle);
     if (!rc && write(go[1], "g", 1) != 1) rc = anvil_fail("cannot start the attempt: %s", strerror(errno));
-    if (rc) {
-        /* The child sees the pipe close and exits before running anything. */
-        close(go[1]);
-        go[1] = -1;
+    /* On failure the child sees the pipe close and exits before running anything. */
+    close(go[1]);
+    if (rc)
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
         }
-    }
-done:
-    if (go[0] >= 0) close(go[0]);
-    if (go[1] >= 0) close(go[1]);
+    return rc;
+}
+
+static int local_start(anvil_backend *b, const anvil_attempt_spec *a, anvil_attempt_record_fn record, void *ctx) {
+    local_backend *lb = local_of(b);
+    if (a->hosts != 1)
+        return anvil_fail("the local backend runs jobs on 1 host (resources.hosts is %d): run anvil serve --backend slurm "
+                          "for more", a->hosts);
+    char dir[PATH_MAX], logs[PATH_MAX], log[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/jobs/%lld", lb->state_dir, (long long)a->ref.job_id);
+    snprintf(logs, sizeof logs, "%s/logs", a->run_dir);
+    snprintf(log, sizeof log, "%s/launcher.log", logs);
+    char **argv = wrapper_argv(lb, a);
+    int rc = -1;
+    if (!argv) anvil_fail("out of memory");
+    else if (!anvil_mkdir_p(dir) && !anvil_mkdir_p(logs))
+        rc = anvil_attempt_spawn(lb->self, argv, a->envp, a->run_dir, log, "", record, ctx);
     free_argv(argv);
     return rc;
 }
@@ -168,7 +164,7 @@ static int local_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
     /* The session first, then the exit file, which the wrapper writes before it exits; the other
      * order could take an attempt ending between the two looks for a lost one. */
     bool alive = sid && session_signal(sid, 0) > 0;
-    *code = read_exit(local_of(b), a);
+    *code = anvil_attempt_read_exit(local_of(b)->state_dir, a);
     if (*code >= 0) return ANVIL_ATTEMPT_EXITED;
     return alive ? ANVIL_ATTEMPT_RUNNING : ANVIL_ATTEMPT_LOST;
 }

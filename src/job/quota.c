@@ -110,20 +110,22 @@ static int usage_of(anvil_store *st, bool is_role, const char *name, usage *u) {
 }
 
 /* One subject's check: 0, 1 with why, -1. */
-static int check_one(anvil_store *st, bool is_role, const char *name, const anvil_job_spec *s, char *why,
-                     size_t cap) {
+static int check_one(anvil_store *st, bool is_role, const char *name, const anvil_job_spec *s, double held,
+                     char *why, size_t cap) {
     anvil_quota_limits q;
     int rc = get_quota(st, is_role, name, &q);
     if (rc) return rc < 0 ? -1 : 0;
     usage u;
     if (usage_of(st, is_role, name, &u)) return -1;
+    u.hosts += held;
     const char *who = is_role ? "role" : "user";
     double want[] = {1, s->hosts, (double)s->hosts * s->procs_per_host};
     double have[] = {u.running_jobs, u.hosts, u.procs};
     for (int i = 0; i < 3; i++)
         if (*limit_at(&q, i) >= 0 && have[i] + want[i] > *limit_at(&q, i)) {
-            snprintf(why, cap, "ResourceLimitExceeded: %s %s: %s %g in use + %g requested > %g", who, name,
-                     limit_names[i], have[i], want[i], *limit_at(&q, i));
+            snprintf(why, cap, "ResourceLimitExceeded: %s %s: %s %g in use%s + %g requested > %g", who, name,
+                     limit_names[i], have[i], i == 1 && held > 0 ? " (warm pools included)" : "", want[i],
+                     *limit_at(&q, i));
             return 1;
         }
     if (q.max_runtime_s >= 0 && (s->max_runtime_s <= 0 || s->max_runtime_s > q.max_runtime_s)) {
@@ -138,10 +140,10 @@ static int check_one(anvil_store *st, bool is_role, const char *name, const anvi
     return 0;
 }
 
-int anvil_quota_check(anvil_store *st, const char *owner, const char *role, const anvil_job_spec *s, char *why,
-                      size_t cap) {
-    int rc = check_one(st, false, owner, s, why, cap);
-    return rc ? rc : role && role[0] ? check_one(st, true, role, s, why, cap) : 0;
+int anvil_quota_check(anvil_store *st, const char *owner, const char *role, const anvil_job_spec *s,
+                      const double held[2], char *why, size_t cap) {
+    int rc = check_one(st, false, owner, s, held[0], why, cap);
+    return rc ? rc : role && role[0] ? check_one(st, true, role, s, held[1], why, cap) : 0;
 }
 
 /* Whether name is one of the roles of anvil_auth_user_roles's list ("a, b"). */

@@ -1,7 +1,7 @@
 /* Quotas: what a user, or all the jobs of a role together, may hold at once.
  *
  *   running_jobs   jobs not ended (Pending, Starting, Running, Stopping)
- *   hosts          hosts those jobs hold
+ *   hosts          hosts those jobs hold, and the warm pools the subject's jobs left (Slurm)
  *   procs          processes those jobs run (hosts x processes per host)
  *   max_runtime_s  the largest max_runtime_s one job may ask for (a job without one is refused)
  *
@@ -31,9 +31,10 @@ typedef struct {
  * must exist: 1 when it does not, 0, or -1. */
 int anvil_quota_set(anvil_store *st, bool is_role, const char *name, const anvil_quota_limits *q,
                     const anvil_audit_entry *audit);
-/* Whether the job s of owner under role fits both quotas: 0; 1 with why (one line); -1. */
-int anvil_quota_check(anvil_store *st, const char *owner, const char *role, const anvil_job_spec *s, char *why,
-                      size_t cap);
+/* Whether the job s of owner under role fits both quotas: 0; 1 with why (one line); -1. held: the hosts
+ * that warm pools (job/backend.h) of owner and of role hold besides their jobs, which count as in use. */
+int anvil_quota_check(anvil_store *st, const char *owner, const char *role, const anvil_job_spec *s,
+                      const double held[2], char *why, size_t cap);
 /* {"quotas": [{"user" | "role": NAME, "limits": {...}, "usage": {"running_jobs", "hosts",
  * "procs"}}]}: every quota, or those of user and of the roles granted to user. NULL after anvil_fail. */
 cJSON *anvil_quota_json(anvil_store *st, const char *user);

@@ -149,8 +149,6 @@ static int take_resources(const cJSON *v, anvil_job_spec *s) {
         int rc;
         if (!strcmp(e->string, "hosts")) {
             rc = anvil_json_int(e, "spec", "resources.hosts", 1, 1024, &s->hosts);
-            if (!rc && s->hosts != 1)
-                rc = anvil_fail("spec: resources.hosts: the local backend runs jobs on 1 host (got %d)", s->hosts);
         } else if (!strcmp(e->string, "procs_per_host")) {
             rc = anvil_json_int(e, "spec", "resources.procs_per_host", 1, 1024, &s->procs_per_host);
         } else {
@@ -178,7 +176,8 @@ static int take_metrics(const cJSON *v, anvil_job_spec *s) {
 }
 
 static const char *const fields[] = {"name",    "command", "channels", "output", "resources",         "max_runtime_s",
-                                     "max_retries", "hang_timeout_s", "env", "tags", "role", "metric_definitions"};
+                                     "max_retries", "hang_timeout_s", "env", "tags", "role", "metric_definitions",
+                                     "keep_alive_s"};
 #define NFIELDS (sizeof fields / sizeof *fields)
 
 static int take_field(const cJSON *e, size_t f, anvil_job_spec *s) {
@@ -210,6 +209,8 @@ static int take_field(const cJSON *e, size_t f, anvil_job_spec *s) {
         return take_map(e, "spec", "tags", MAP_TAGS, &s->tags, &s->ntags);
     case 11:
         return take_metrics(e, s);
+    case 12:
+        return anvil_json_number(e, "spec", "keep_alive_s", ANVIL_JOB_KEEP_ALIVE_MAX_S, false, &s->keep_alive_s);
     default:
         if (anvil_json_string(e, "spec", "role", 64, &s->role)) return -1;
         return anvil_job_name_valid(s->role, 64)
@@ -299,6 +300,7 @@ cJSON *anvil_job_spec_to_json(const anvil_job_spec *s) {
         cJSON_AddNumberToObject(o, "max_runtime_s", s->max_runtime_s);
         cJSON_AddNumberToObject(o, "max_retries", s->max_retries);
         cJSON_AddNumberToObject(o, "hang_timeout_s", s->hang_timeout_s);
+        cJSON_AddNumberToObject(o, "keep_alive_s", s->keep_alive_s);
         cJSON_AddItemToObject(o, "env", env);
         cJSON_AddItemToObject(o, "tags", tags);
         cJSON_AddItemToObject(o, "metric_definitions", metrics);

@@ -7,7 +7,7 @@
  *   {"name": "small", "command": ["train", "--data", "/d", "--steps", "100"],
  *    "channels": {"train": "/d"}, "output": "/runs/small",
  *    "resources": {"hosts": 1, "procs_per_host": 2},
- *    "max_runtime_s": 3600, "max_retries": 3, "hang_timeout_s": 600,
+ *    "max_runtime_s": 3600, "max_retries": 3, "hang_timeout_s": 600, "keep_alive_s": 300,
  *    "env": {"OMP_NUM_THREADS": "2"}, "tags": {"team": "nlp"}, "role": "nlp",
  *    "metric_definitions": {"tok_s": "\\| ([0-9.]+) tok/s"}} */
 #ifndef ANVIL_JOB_SPEC_H
@@ -20,6 +20,9 @@
 
 /* The largest spec accepted, in bytes: the API's cap on every request body. */
 #define ANVIL_JOB_SPEC_MAX_BYTES 65536
+/* The longest a finished job's allocation is kept warm: an idle allocation holds a cluster's nodes
+ * from everyone else, so a day is the most any spec may ask. */
+#define ANVIL_JOB_KEEP_ALIVE_MAX_S 86400
 
 typedef struct {
     char *key, *value;
@@ -37,6 +40,9 @@ typedef struct {
     int hosts, procs_per_host;
     double max_runtime_s;  /* 0: no limit */
     double hang_timeout_s; /* 0: no hang detection */
+    /* On the Slurm backend, how long the allocation of a job that completed is kept as a warm pool
+     * after it (job/backend.h); 0: released at once. The local backend has nothing to keep. */
+    double keep_alive_s;
     int max_retries;
     int nenv;
     anvil_job_kv *env;

@@ -58,6 +58,8 @@ anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, 
     return sup;
 }
 
+anvil_backend *anvil_supervisor_backend(anvil_supervisor *sup) { return sup->backend; }
+
 void anvil_supervisor_free(anvil_supervisor *sup) {
     if (!sup) return;
     pthread_mutex_destroy(&sup->lock);
@@ -226,9 +228,17 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
     if (c.oom) {
         anvil_fail("out of memory");
     } else {
+        /* Retries share max_runtime_s, counted from the first attempt's start (see advance). */
+        double left = 0;
+        if (spec.max_runtime_s > 0) {
+            left = spec.max_runtime_s - (j->first_started_at ? anvil_store_now() - j->first_started_at : 0);
+            if (left < 1) left = 1;
+        }
         anvil_attempt_spec a = {.ref = attempt_of(j), .run_dir = j->run_dir, .hosts = spec.hosts,
-                                .procs_per_host = spec.procs_per_host, .argc = c.argc, .argv = c.argv,
-                                .envp = c.envp};
+                                .procs_per_host = spec.procs_per_host, .time_left_s = left,
+                                .keep_alive_s = spec.keep_alive_s, .owner = j->role[0] ? j->role : j->owner,
+                                .user = j->owner,
+                                .argc = c.argc, .argv = c.argv, .envp = c.envp};
         started ctx = {sup, j};
         rc = sup->backend->ops->start(sup->backend, &a, record_start, &ctx);
     }
@@ -425,7 +435,7 @@ cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *j) {
         return NULL;
     }
     anvil_attempt_ref a = attempt_of(j);
-    if (j->handle[0] && !strcmp(j->backend, sup->backend->ops->name) &&
+    if (!strcmp(j->backend, sup->backend->ops->name) &&
         sup->backend->ops->describe(sup->backend, &a, o)) {
         cJSON_Delete(o);
         return NULL;

@@ -53,8 +53,11 @@ int anvil_supervisor_tick(anvil_supervisor *sup);
  * not recorded), -1 on error. */
 int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, const anvil_audit_entry *audit, anvil_job *job);
 
-/* describe's "backend" object of job: the backend's name and, while an attempt runs, what the
- * backend knows of it. NULL after anvil_fail. */
+/* The backend the supervisor runs attempts through: for its warm pools (job/backend.h). */
+anvil_backend *anvil_supervisor_backend(anvil_supervisor *sup);
+
+/* describe's "backend" object of job: the backend's name and what the backend knows of the job
+ * (of its running attempt, and what it keeps between attempts). NULL after anvil_fail. */
 cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *job);
 
 #endif

@@ -1,0 +1,262 @@
+#!/usr/bin/env bash
+# The job service's Slurm backend against a real Slurm: a private munged, slurmctld and three slurmd
+# "nodes" n1-n3 on this machine (tests/tools/slurm_cluster.sh), brought up once and stopped by PID
+# at the end; one `anvil serve --backend slurm --partition test`, tiny models:
+#   - a 2-node x 1-process training job: Completed, its batch script carrying the sbatch options, its
+#     final weights bit-identical to a local `anvil launch -n 2` run of the same command;
+#   - a job needing more nodes than the cluster has: Failed at once with sbatch's reason;
+#   - SIGKILL of the rank on n2: describe names n2 excluded and why, the retry is a new batch job
+#     with --exclude=n2 that runs on n1 and n3, resumes from the checkpoint and ends bit-identical;
+#   - max_runtime_s: the graceful stop through scancel --batch, a checkpoint, Stopped (exit 75);
+#   - describe of a running job: its Slurm job ID, state and node list;
+#   - a stop of a job Slurm cannot start yet: cancelled at once, Stopped;
+#   - warm pools: a job with keep_alive_s completes while its batch job holds the allocation
+#     (Available); a job of the same shape runs in it (Reused, the same Slurm job ID, no sbatch) and
+#     gives it back (Available); a 1-host job gets its own Slurm job; the TTL ends the holder
+#     (Terminated, gone from squeue); anvil pool list; the held hosts count in the hosts quota (429);
+#     anvil pool release ends a 600 s pool at once, and a second release is refused (409);
+#   - kill -9 of n2's slurmd: Slurm marks it DOWN, the retry leaves it out, resumes from the
+#     checkpoint, and `anvil job stop` stops it after a checkpoint.
+# Needs slurm-wlm and munge (scripts/deps.sh --test); without them it says SKIP and exits 77.
+. "$(dirname "$0")/tools/cli_common.sh"
+. "$(dirname "$0")/tools/slurm_cluster.sh"
+why=$(slurm_missing)
+[ -n "$why" ] && { echo "SKIP: $why"; exit 77; }
+command -v mpirun > /dev/null || { echo "SKIP: mpirun is not installed"; exit 77; }
+# The cluster's jobs first (their slurmstepd processes do not carry $tmp in their names), then the rest.
+trap 'slurm_down; kill -9 $(jobs -p) 2> /dev/null; pkill -KILL -f "$tmp/" 2> /dev/null; rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+state=$tmp/state
+
+bible -f "gen1:1-gen10:26" > "$tmp/gen.txt" || { echo "FAIL: bible-kjv is not installed" >&2; exit 1; }
+"$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
+
+t0=$(date +%s.%N)
+slurm_up "$tmp/slurm" 3 || { bad "the cluster did not come up: $(tail -n 3 "$tmp"/slurm/log/*)"; finish; }
+ok "munged, slurmctld and 3 slurmd up in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+
+"$anvil" serve --init --state "$state" > "$tmp/token" 2> /dev/null || bad "serve --init"
+export ANVIL_TOKEN=$(cat "$tmp/token")
+"$anvil" serve --state "$state" --port 0 --backend slurm --partition test --stop-grace 10 >> "$tmp/serve.log" 2>&1 &
+daemon=$!
+for _ in $(seq 100); do [ -s "$state/serve.port" ] && break; sleep 0.05; done
+[ -s "$state/serve.port" ] || { bad "the daemon did not start: $(tail -n 1 "$tmp/serve.log")"; finish; }
+job() { timeout 180 "$anvil" job --state "$state" "$@"; }
+"$anvil" role add all --state "$state" --input-prefix "$tmp" --output-prefix "$tmp" --max-procs 4 --max-runtime-s 0 \
+  > /dev/null && "$anvil" role grant all admin --state "$state" > /dev/null || bad "the admin's role"
+# A field of a job's JSON (describe --json), e.g. `field 3 backend excluded_nodes`.
+field() {
+  job --json describe "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)$(printf '["%s"]' "${@:2}"))"
+}
+history() { job --json describe "$1" | python3 -c "
+import json, sys
+for e in json.load(sys.stdin)['history']: print(e['status'], e['secondary_status'], e['message'], sep='|')"; }
+# The training rank on node $2 of the run in $1 (srun starts every rank on this machine, with its node's name).
+rank_on() {
+  local p
+  for p in $(pgrep -f "^$anvil train .*--out $1( |\$)"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "SLURMD_NODENAME=$2" && { echo "$p"; return; }
+  done
+}
+# Waits (up to 60 s) until the run in $1 has a checkpoint at step $2 or later.
+wait_ckpt() {
+  for _ in $(seq 600); do
+    [ "$(sed 's/step_0*//' "$1/ckpt/latest" 2> /dev/null || echo 0)" -ge "$2" ] 2> /dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# Enough steps that a rank can be killed after the checkpoint at step 100 (fewer under the sanitizers,
+# where a step takes 15 times longer).
+steps=${CLI_SLURM_STEPS:-1000}
+train=(train --data "$tmp/data" --preset tiny --batch 4 --seq 32 --no-progress --sample-every -1 --seed 9
+       --threads 1 --ckpt-every 25 --keep-last 2)
+# Open MPI's allocations outlive LeakSanitizer (as in cli_dist.sh): no leak checks in the jobs.
+asan_off="${ASAN_OPTIONS:-}:detect_leaks=0"
+# A spec file for `job submit`: name, run folder, hosts, processes per host, extra fields, steps.
+spec() {
+  python3 - "$@" "${train[@]}" << 'EOF'
+import json, os, sys
+name, out, hosts, pph, extra, steps = sys.argv[1:7]
+spec = {"name": name, "output": out, "command": sys.argv[7:] + ["--steps", steps],
+        "resources": {"hosts": int(hosts), "procs_per_host": int(pph)},
+        "env": {"OMP_NUM_THREADS": "1", "ASAN_OPTIONS": os.environ["asan_off"]}}
+spec.update(json.loads(extra))
+print(json.dumps(spec))
+EOF
+}
+export asan_off
+submit() { spec "$@" > "$tmp/$1.json" && job submit "$tmp/$1.json" | grep -o 'job [0-9]*' | cut -d' ' -f2; }
+
+# ---- 2 nodes x 1 process: Completed, as a local 2-process run ----
+id=$(submit two "$tmp/two" 2 1 '{}' "$steps")
+job wait "$id" > "$tmp/out"
+rc=$?
+script=$state/jobs/$id/slurm_1.sh
+if [ $rc = 0 ] && [ "$(field "$id" status)" = Completed ] && [ "$(field "$id" backend name)" = slurm ]; then
+  ok "2 nodes x 1 process on Slurm: Completed ($(grep -o 'Slurm job [0-9]* on .*' "$tmp/two/logs/launcher.log"))"
+else bad "2x1 job: exit $rc: $(history "$id"; tail -n 5 "$tmp/two/logs/launcher.log")"; fi
+for opt in "--partition=test" "--nodes=2" "--ntasks-per-node=1" "--signal=B:USR1@10" "--open-mode=append" "--requeue"; do
+  grep -qx "#SBATCH $opt" "$script" || bad "the batch script lacks $opt: $(cat "$script")"
+done
+grep -q "^srun --mpi=pmix .*--nodes=2 --ntasks-per-node=1 " "$script" && ok "sbatch options and srun --mpi=pmix in $script" ||
+  bad "srun line: $(grep srun "$script")"
+grep -q "memory (ZeRO-0, shard group 1, 2 replicas)" "$tmp/two/logs/launcher.log" &&
+  ok "the two ranks trained as one MPI job (2 replicas)" || bad "not one 2-rank job: $(tail -n 5 "$tmp/two/logs/launcher.log")"
+ASAN_OPTIONS=$asan_off timeout 300 "$anvil" launch -n 2 -- "${train[@]}" --steps "$steps" --out "$tmp/local" > "$tmp/local.log" 2>&1 ||
+  bad "the local reference run: $(tail -n 3 "$tmp/local.log")"
+slurm_loss=$(grep -o 'final loss [0-9.]*' "$tmp/two/logs/launcher.log")
+local_loss=$(grep -o 'final loss [0-9.]*' "$tmp/local.log")
+[ -n "$slurm_loss" ] && [ "$slurm_loss" = "$local_loss" ] && cmp -s "$tmp/two/model.safetensors" "$tmp/local/model.safetensors" &&
+  ok "the same $slurm_loss and bit-identical weights as anvil launch -n 2 here" ||
+  bad "Slurm run '$slurm_loss' vs local '$local_loss'"
+
+# ---- more nodes than the cluster has: Failed at once, sbatch's reason ----
+id=$(submit four "$tmp/four" 4 1 '{}' 10)
+job wait "$id" > /dev/null
+[ "$(field "$id" status)" = Failed ] && field "$id" failure_reason | grep -q "sbatch --test-only .*node configuration is not available" &&
+  ok "4 nodes asked of 3: Failed: $(field "$id" failure_reason | cut -c1-160)" ||
+  bad "4 nodes: $(field "$id" status): $(field "$id" failure_reason)"
+
+# ---- SIGKILL of the rank on n2: a retry without n2, from the checkpoint ----
+id=$(submit killed "$tmp/killed" 2 1 '{"max_retries": 2}' "$steps")
+wait_ckpt "$tmp/killed" 100 || bad "the job wrote no checkpoint: $(tail -n 3 "$tmp/killed/logs/launcher.log")"
+victim=$(rank_on "$tmp/killed" n2)
+[ -n "$victim" ] && kill -9 "$victim" || bad "no rank on n2"
+job wait "$id" > "$tmp/out"
+rc=$?
+excluded=$(field "$id" backend excluded_nodes)
+if [ $rc = 0 ] && [ "$(field "$id" attempt)" = 2 ] && history "$id" | grep -q "Retrying (1/2)|exit 137"; then
+  ok "SIGKILLed rank on n2: Retrying (1/2), Completed"
+else bad "SIGKILLed rank: exit $rc: $(history "$id")"; fi
+python3 -c "import sys; e = $excluded; sys.exit(not (len(e) == 1 and e[0]['node'] == 'n2' and 'Killed' in e[0]['why']))" &&
+  ok "describe: excluded_nodes $excluded" || bad "excluded_nodes: $excluded"
+grep -qx "#SBATCH --exclude=n2" "$state/jobs/$id/slurm_2.sh" && [ "$(cat "$state/jobs/$id/nodes_2")" = "n[1,3]" ] &&
+  ok "the retry was a new batch job with --exclude=n2, on n[1,3]" ||
+  bad "retry: $(grep exclude "$state/jobs/$id/slurm_2.sh") on $(cat "$state/jobs/$id/nodes_2")"
+grep -q "resumed from .*step_" "$tmp/killed/logs/launcher.log" && ok "the retry resumed from the checkpoint" ||
+  bad "the retry did not resume"
+cmp -s "$tmp/two/model.safetensors" "$tmp/killed/model.safetensors" &&
+  ok "final weights bit-identical to the uninterrupted job's" || bad "final weights differ from the uninterrupted job's"
+
+# ---- max_runtime_s: checkpoint, Stopped ----
+id=$(submit limited "$tmp/limited" 2 1 '{"max_runtime_s": 8}' 1000000)
+job wait "$id" > /dev/null
+grep -qx "#SBATCH --time=1" "$state/jobs/$id/slurm_1.sh" || bad "no --time=1 for 8 s: $(grep time "$state/jobs/$id/slurm_1.sh")"
+if [ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" secondary_status)" = MaxRuntimeExceeded ] &&
+   [ "$(field "$id" exit_code)" = 75 ] && [ -f "$tmp/limited/ckpt/latest" ] &&
+   grep -q "stopped by signal 10 after step" "$tmp/limited/logs/launcher.log"; then
+  ok "max_runtime_s: SIGUSR1 through scancel --batch, checkpoint $(cat "$tmp/limited/ckpt/latest"), Stopped (MaxRuntimeExceeded)"
+else bad "max_runtime_s: $(history "$id"; tail -n 4 "$tmp/limited/logs/launcher.log")"; fi
+
+# ---- keep_alive_s: the finished job's allocation held as a warm pool until its TTL, or a release ----
+# Pool file of Slurm job $1: its status line's value ("" when none).
+pool_status() { sed -n 's/^status=//p' "$state/pools/$1" 2> /dev/null; }
+# Waits (up to $2 s) until pool $1 is Terminated and Slurm has forgotten its job or ended it.
+wait_pool_gone() {
+  local until_s=$(($(date +%s) + $2))
+  while [ "$(date +%s)" -lt $until_s ]; do
+    [ "$(pool_status "$1")" = Terminated ] && [ -z "$(squeue -h -j "$1" -t PD,R,CG 2> /dev/null)" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+slurm_id_of() { grep -o "anvil: job $1 attempt 1: Slurm job [0-9]*" "$2/logs/launcher.log" | grep -o '[0-9]*$'; }
+id=$(submit warm "$tmp/warm" 2 1 '{"keep_alive_s": 8}' 10)
+job wait "$id" > /dev/null
+sid=$(slurm_id_of "$id" "$tmp/warm")
+if [ "$(field "$id" status)" = Completed ] && [ "$(pool_status "$sid")" = Available ] &&
+   [ "$(field "$id" backend warm_pool_status)" = Available ] && [ "$(squeue -h -j "$sid" -o %T)" = RUNNING ]; then
+  ok "keep_alive_s 8: the job Completed while its Slurm job $sid holds the allocation (pool Available)"
+else bad "warm pool: $(history "$id"; cat "$state/pools/$sid" 2> /dev/null; squeue -j "$sid" 2>&1)"; fi
+grep -q "^#SBATCH --time" "$state/jobs/$id/slurm_1.sh" && bad "--time without max_runtime_s"
+creator=$id
+id=$(submit reuse "$tmp/reuse" 2 1 '{}' 10)
+job wait "$id" > /dev/null
+if [ "$(field "$id" status)" = Completed ] && [ "$(field "$id" backend warm_pool_status)" = Reused ] &&
+   [ "$(field "$id" backend warm_pool_id)" = "$sid" ] && [ "$(slurm_id_of "$id" "$tmp/reuse")" = "$sid" ] &&
+   [ ! -e "$state/jobs/$id/slurm_1.sh" ]; then
+  ok "a matching job (2x1) ran in the pool: Reused, Slurm job $sid, no sbatch"
+else bad "reuse: $(history "$id"; field "$id" backend; tail -n 3 "$tmp/reuse/logs/launcher.log")"; fi
+until_s=$(($(date +%s) + 5))
+while [ "$(pool_status "$sid")" != Available ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
+[ "$(field "$creator" backend warm_pool_status)" = Available ] && ok "the pool Available again after the reusing job" ||
+  bad "after reuse: $(cat "$state/pools/$sid")"
+id=$(submit other "$tmp/other" 1 1 '{}' 10)
+job wait "$id" > /dev/null
+osid=$(slurm_id_of "$id" "$tmp/other")
+[ "$(field "$id" status)" = Completed ] && [ -n "$osid" ] && [ "$osid" != "$sid" ] && [ -e "$state/jobs/$id/slurm_1.sh" ] &&
+  ok "a 1-host job did not use the 2-host pool: its own Slurm job $osid" || bad "non-matching: $(history "$id"; field "$id" backend)"
+t_done=$(date +%s.%N)
+if wait_pool_gone "$sid" 30; then
+  ok "TTL expiry: pool Terminated and Slurm job $sid gone $(python3 -c "print(round($(date +%s.%N) - $t_done, 1))") s later"
+else bad "TTL expiry: $(cat "$state/pools/$sid"; squeue -j "$sid" 2>&1)"; fi
+[ "$(field "$creator" backend warm_pool_status)" = Terminated ] || bad "describe after expiry: $(field "$creator" backend)"
+id=$(submit held "$tmp/held" 2 1 '{"keep_alive_s": 600}' 10)
+job wait "$id" > /dev/null
+sid=$(slurm_id_of "$id" "$tmp/held")
+timeout 60 "$anvil" pool --state "$state" list > "$tmp/pools"
+grep -q "^$sid  *Available  *admin  *all  *2  *1  *n\[1-2\]  *$id " "$tmp/pools" && ok "pool list: $(grep "^$sid " "$tmp/pools")" ||
+  bad "pool list: $(cat "$tmp/pools")"
+# The 2 held hosts count in the role's hosts quota; a 2x2 job cannot run in that 2x1 pool.
+timeout 60 "$anvil" quota --state "$state" set --role all --hosts 3 > /dev/null || bad "quota set"
+spec quota "$tmp/quota" 2 2 '{}' 10 > "$tmp/quota.json"
+msg=$(job submit "$tmp/quota.json" 2>&1)
+rc=$?
+[ $rc = 4 ] && [ "$msg" = "anvil job: error: ResourceLimitExceeded: role all: hosts 2 in use (warm pools included) + 2 requested > 3 (HTTP 429)" ] &&
+  ok "hosts quota 3 with a 2-host pool held: a 2-host job refused: $msg" || bad "quota with a pool: exit $rc: $msg"
+timeout 60 "$anvil" quota --state "$state" set --role all > /dev/null || bad "quota removal"
+t_rel=$(date +%s.%N)
+timeout 60 "$anvil" pool --state "$state" release "$sid" > "$tmp/out" || bad "pool release: $(cat "$tmp/out")"
+wait_pool_gone "$sid" 15 && ok "pool release: Terminated, Slurm job $sid gone in $(python3 -c "print(round($(date +%s.%N) - $t_rel, 1))") s" ||
+  bad "release: $(cat "$state/pools/$sid"; squeue -j "$sid" 2>&1)"
+msg=$(timeout 60 "$anvil" pool --state "$state" release "$sid" 2>&1)
+[ $? = 4 ] && [ "$msg" = "anvil pool: error: warm pool $sid has ended already (HTTP 409)" ] && ok "a second release: $msg" || bad "second release: $msg"
+
+# ---- kill -9 of n2's slurmd: the node goes DOWN, the retry leaves it out ----
+id=$(submit nodefail "$tmp/nodefail" 2 1 '{"max_retries": 2}' 100000)
+wait_ckpt "$tmp/nodefail" 50 || bad "the job wrote no checkpoint"
+job --json describe "$id" > "$tmp/describe.json"
+python3 -c "
+import json, sys
+b = json.load(open(sys.argv[1]))['backend']
+sys.exit(not (b['slurm_job_id'].isdigit() and b['state'] == 'RUNNING' and b['node_list'] == 'n[1-2]'))" "$tmp/describe.json" &&
+  ok "describe while running: $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['backend'])" "$tmp/describe.json")" ||
+  bad "describe while running: $(cat "$tmp/describe.json")"
+# ---- meanwhile, a stop of a job Slurm cannot start yet (3 nodes, 2 of them busy): cancelled at once ----
+pending=$(submit pending "$tmp/pending" 3 1 '{}' 10)
+until_s=$(($(date +%s) + 60))
+while [ "$(field "$pending" backend state 2> /dev/null)" != PENDING ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
+reason=$(field "$pending" backend reason 2> /dev/null)
+t_stop=$(date +%s.%N)
+job stop "$pending" > /dev/null
+job wait "$pending" > /dev/null
+took=$(python3 -c "print(round($(date +%s.%N) - $t_stop, 1))")
+[ "$(field "$pending" status)" = Stopped ] && [ ! -e "$state/jobs/$pending/nodes_1" ] &&
+  python3 -c "import sys; sys.exit(not $took < 5)" &&
+  ok "a stop of a job pending in Slurm ($reason): cancelled, Stopped in $took s (the grace is 10 s)" ||
+  bad "pending stop: $took s: $(history "$pending" | tr '\n' ' '; tail -n 5 "$tmp/serve.log")"
+kill -9 "${slurm_node_pid[n2]}"
+t_kill=$(date +%s)
+until_s=$((t_kill + 120))
+while [ "$(date +%s)" -lt $until_s ]; do
+  [ "$(field "$id" attempt)" = 2 ] && [ -f "$tmp/nodefail/ckpt/latest" ] && grep -q "attempt 2:" "$tmp/nodefail/logs/launcher.log" && break
+  sleep 0.2
+done
+excluded=$(field "$id" backend excluded_nodes)
+if [ "$(field "$id" attempt)" = 2 ] && [ "$(cat "$state/jobs/$id/nodes_2" 2> /dev/null)" = "n[1,3]" ] &&
+   python3 -c "import sys; e = $excluded; sys.exit(not (e[0]['node'] == 'n2' and 'DOWN' in e[0]['why']))"; then
+  ok "slurmd of n2 killed: a retry on n[1,3] $(($(date +%s) - t_kill)) s later, n2 excluded: ${excluded:0:160}"
+else bad "slurmd killed: $(history "$id"; field "$id" backend)"; fi
+job stop "$id" > /dev/null
+job wait "$id" > /dev/null
+[ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" exit_code)" = 75 ] && grep -q "resumed from" "$tmp/nodefail/logs/launcher.log" &&
+  ok "the retry resumed from the checkpoint; anvil job stop: Stopped after a checkpoint (exit 75)" ||
+  bad "stop: $(history "$id")"
+
+# The daemon stops on SIGTERM (under ASan, with its leak check).
+kill "$daemon"
+wait "$daemon"
+rc=$?
+[ $rc = 0 ] && ok "the daemon stopped on SIGTERM" || bad "the daemon exited $rc on SIGTERM: $(tail -n 5 "$tmp/serve.log")"
+finish
