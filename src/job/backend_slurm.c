@@ -344,7 +344,8 @@ static void put_step(text *t, const slurm_backend *sb, const anvil_attempt_spec 
  * records the pool Available after a step that exited 0, so that it is there once the job has completed.
  * The second holds the allocation: InUse while a job's claim file is there, the TTL counted again from
  * the claim's end; at the TTL or on the release file the script takes the claim itself (O_EXCL, as a
- * job does), so that no job can claim a pool whose holder is leaving. */
+ * job does), so that no job can claim a pool whose holder is leaving. A claim lost to a job at that
+ * moment is seen as InUse a second later; a state folder that is gone ends the hold. */
 static void put_pool_open(text *t, const slurm_backend *sb, const anvil_attempt_spec *a) {
     char pools[PATH_MAX];
     snprintf(pools, sizeof pools, "%s/pools", sb->state_dir);
@@ -366,14 +367,14 @@ static void put_pool_open(text *t, const slurm_backend *sb, const anvil_attempt_
 }
 
 static void put_pool_hold(text *t) {
-    puts_(t, "if [ \"$rc\" = 0 ]; then\n  used=\n  while :; do\n"
+    puts_(t, "if [ \"$rc\" = 0 ]; then\n  used=\n  while [ -d \"$pools\" ]; do\n"
              "    if [ -e \"$pf.claim\" ]; then\n"
              "      [ -n \"$used\" ] || { used=1; pool InUse; }\n"
              "    elif [ -n \"$used\" ]; then\n"
              "      used=\n      end=$(( $(date +%s) + ttl ))\n      pool Available\n"
              "    elif [ \"$(date +%s)\" -ge \"$end\" ] || [ -e \"$pf.release\" ]; then\n"
              "      (set -o noclobber; echo holder > \"$pf.claim\") 2> /dev/null && break\n"
-             "      continue\n    fi\n    sleep 1\n  done\n  pool Terminated\nfi\n");
+             "    fi\n    sleep 1\n  done\n  pool Terminated\nfi\n");
 }
 
 /* The batch script of an attempt: the sbatch options as #SBATCH lines, so that the file alone shows

@@ -4,6 +4,7 @@
 # exports SLURM_CONF, and waits until every node is idle; slurm_down stops what slurm_up started.
 # Nothing is installed here: slurm_missing says what is absent ("" when all is there).
 slurm_pids=()
+slurm_conf_path=
 
 slurm_missing() {
   local p
@@ -62,6 +63,7 @@ EOF
   done
   echo "PartitionName=test Nodes=ALL Default=YES State=UP MaxTime=INFINITE" >> "$d/slurm.conf"
   export SLURM_CONF=$d/slurm.conf
+  slurm_conf_path=$SLURM_CONF
   slurmctld -D -i -f "$SLURM_CONF" > "$d/log/slurmctld.out" 2>&1 &
   slurm_pids+=($!)
   for i in $(seq "$n"); do slurm_start_node "$d" "n$i"; done
@@ -91,4 +93,15 @@ slurm_down() {
     kill -9 "$p" 2> /dev/null
   done
   slurm_pids=()
+  # slurmstepd detaches from slurmd, so a job step can outlive the daemons: what is left of this
+  # cluster's jobs is found by its SLURM_CONF and a job ID (or slurmstepd's name) in its environment.
+  local e pid
+  for e in /proc/[0-9]*/environ; do
+    pid=${e#/proc/}
+    pid=${pid%/environ}
+    grep -qzx "SLURM_CONF=$slurm_conf_path" "$e" 2> /dev/null || continue
+    if grep -qz '^SLURM_JOB_ID=' "$e" 2> /dev/null || grep -q '^slurmstepd' "/proc/$pid/cmdline" 2> /dev/null; then
+      kill -9 "$pid" 2> /dev/null
+    fi
+  done
 }
