@@ -17,8 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (anvil_errmsg()[0] == '\0' || s.name || s.argv) __builtin_trap();
         return 0;
     }
-    if (!s.name || !s.name[0] || s.argc < 1 || !s.argv || s.argv[s.argc] || s.hosts != 1 || s.procs_per_host < 1 ||
-        s.max_retries < 0 || s.max_runtime_s < 0 || s.hang_timeout_s < 0 ||
+    if (!s.name || !s.name[0] || s.argc < 1 || !s.argv || s.argv[s.argc] || s.hosts < 1 || s.hosts > 1024 ||
+        s.procs_per_host < 1 || s.max_retries < 0 || s.max_runtime_s < 0 || s.hang_timeout_s < 0 ||
         s.keep_alive_s < 0 || s.keep_alive_s > ANVIL_JOB_KEEP_ALIVE_MAX_S)
         __builtin_trap();
     for (int i = 0; i < s.nchannels; i++)
