@@ -481,6 +481,8 @@ int anvil_tp_forward_backward(anvil_tp *m, const int32_t *inputs, const int32_t 
     return anvil_tp_stage_backward(m, 0, grad_scale);
 }
 
+int anvil_tp_owns(const anvil_tp *m, int i) { return owned(m, i); }
+
 int anvil_tp_grad_sumsq(anvil_tp *m, double *sumsq) {
     double split = 0.0, replicated = 0.0;
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {

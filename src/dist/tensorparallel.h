@@ -93,6 +93,9 @@ int anvil_tp_forward(anvil_tp *m, const int32_t *inputs, const int32_t *targets,
  * the group, replicated ones counted once; a stage counts wte and wpe on the first stage and lnf on
  * the last only. Collective; returns 0 or -1 after anvil_fail. */
 int anvil_tp_grad_sumsq(anvil_tp *m, double *sumsq);
+/* Whether this stage's gradient of tensor i is its to count in the model's norm: every layer's,
+ * wte and wpe on the first stage only (the last holds the tied wte too), lnf on the last only. */
+int anvil_tp_owns(const anvil_tp *m, int i);
 /* Bytes this rank has passed to the group's collectives so far. */
 uint64_t anvil_tp_bytes(const anvil_tp *m);
 

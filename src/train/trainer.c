@@ -19,6 +19,7 @@
 #include "dist/comm.h"
 #include "dist/dataparallel.h"
 #include "dist/grid.h"
+#include "dist/zero_grid.h"
 #include "dist/pipeline.h"
 #include "dist/tensorparallel.h"
 #include "kernels/isa.h"
@@ -67,8 +68,8 @@ int anvil_train_check(const anvil_train_config *c) {
     int world = anvil_dist_world_size(), tp = c->tensor_parallel > 1 ? c->tensor_parallel : 1;
     int pp = c->pipeline_parallel > 1 ? c->pipeline_parallel : 1;
     if (anvil_grid_check(world, tp, pp, &m)) return -1;
-    if (tp * pp > 1 && (c->zero_stage || c->shard_group_size))
-        return anvil_fail("train: --zero and --shard-group-size do not combine with --tp or --pp yet");
+    if (tp * pp > 1 && c->zero_stage && anvil_zg_check(c->zero_stage, c->shard_group_size, world / (tp * pp)))
+        return -1;
     if (tp * pp > 1 && c->matmul_dtype == ANVIL_MATMUL_BF16)
         return anvil_fail("train: --tp and --pp run in fp32 only; drop --dtype bf16");
     /* The ranks of one model replica share their batch: the data ranks are the data-parallel replicas. */
@@ -236,6 +237,7 @@ typedef struct {
     anvil_tp *tp;  /* the rank's shard: of every layer, or of its pipeline stage's (owned by pp) */
     anvil_pp *pp;
     anvil_adamw tp_opt;
+    anvil_zg *zg; /* ZeRO-1 on the data axis: tp_opt's moments then live in its blocks */
     int data_rank, data_ranks; /* which slice of the data this rank reads, of how many */
     anvil_loader *train, *val;
     anvil_s3_stats s3_last; /* the train loader's S3 counters at the last "s3" record, and its time */
@@ -375,13 +377,23 @@ static int save_tp_checkpoint(anvil_run *r, anvil_ckpt_state *st, int force_sync
     int rc = anvil_adamw_init_whole(&opt, r->k, &c->adamw, r->model.offsets, ANVIL_GPT2_NPARAM,
                                     anvil_gpt2_param_decays);
     if (!rc) {
-        opt.t = r->tp_opt.t;
-        rc = unshard(r, r->tp_opt.m, opt.m) || unshard(r, r->tp_opt.v, opt.v) ? -1 : 0;
+        float *lm = r->tp_opt.m, *lv = r->tp_opt.v, *blocks = NULL;
+        size_t n = anvil_tp_num_params(r->tp);
+        if (r->zg) {
+            /* ZeRO-1: the local moments are put back together from the data axis's blocks first. */
+            if (!(blocks = r->k->alloc(2 * n * sizeof(float)))) rc = anvil_fail("train: out of memory for a checkpoint");
+            lm = blocks;
+            lv = blocks ? blocks + n : NULL;
+            if (!rc) rc = anvil_zg_gather_moments(r->zg, lm, lv);
+        }
+        opt.t = r->opt->t;
+        if (!rc) rc = unshard(r, lm, opt.m) || unshard(r, lv, opt.v) ? -1 : 0;
         st->model = &whole;
         st->opt = &opt;
         /* The snapshot is taken within the call, so the gathered copies can go right after. */
         if (!rc) rc = anvil_checkpointer_save(r->ckpt, st, NULL, force_sync);
         anvil_adamw_free(&opt);
+        if (blocks) r->k->free(blocks);
     }
     r->k->free(gathered);
     return rc;
@@ -480,7 +492,7 @@ static int open_model(anvil_run *r) {
     r->res->params = (int64_t)anvil_gpt2_num_params(mc);
     r->ckpt_policy = c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume);
     r->opt = &r->whole_opt;
-    if ((!r->sharded || c->resume) && anvil_adamw_init_whole(&r->whole_opt, r->k, &c->adamw, r->model.offsets,
+    if ((!r->sharded || r->have_grid || c->resume) && anvil_adamw_init_whole(&r->whole_opt, r->k, &c->adamw, r->model.offsets,
                                                              ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays))
         return -1;
     return 0;
@@ -554,6 +566,11 @@ static int open_tensor_parallel(anvil_run *r) {
     r->tp_opt.t = r->whole_opt.t;
     anvil_adamw_free(&r->whole_opt);
     r->opt = &r->tp_opt;
+    if (c->zero_stage) {
+        if (!(r->zg = anvil_zg_new(&r->grid, r->tp, c->shard_group_size, &r->tp_opt))) return -1;
+        anvil_adamw_free(&r->tp_opt);
+        r->opt = anvil_zg_optimizer(r->zg);
+    }
     m->k->free(m->params);
     m->params = NULL;
     char stages[96] = "";
@@ -562,6 +579,11 @@ static int open_tensor_parallel(anvil_run *r) {
                  c->pipeline_gpipe ? "GPipe" : "1F1B", r->accum);
     fprintf(c->log, "model parallel: %d tensor-parallel ranks%s, data parallel over %d; %.2fM parameters on rank 0\n",
             r->grid.tp, stages, r->data_ranks, (double)anvil_tp_num_params(r->tp) / 1e6);
+    if (r->zg) {
+        int g, k;
+        anvil_zg_shard(r->zg, &g, &k);
+        fprintf(c->log, "ZeRO-1 on the data axis: moments sharded over %d ranks, %d replicas\n", k, r->data_ranks / k);
+    }
     return 0;
 }
 
@@ -716,8 +738,9 @@ static int run_step(anvil_run *r, int step) {
                                  r->rank == 0 && r->ckpt && anvil_checkpointer_due(r->ckpt, step + 1)};
     if (r->dp && anvil_dp_finish_grads(r->dp)) return -1;
     /* Tensor parallel with data parallelism: plain replicas of each shard, gradients all-reduced. */
-    if (r->tp && r->grid.dp > 1 &&
-        anvil_allreduce(r->grid.dp_group, anvil_tp_grads(r->tp), anvil_tp_num_params(r->tp), ANVIL_F32, "gradients"))
+    if (r->zg ? anvil_zg_reduce_grads(r->zg)
+              : r->tp && r->grid.dp > 1 && anvil_allreduce(r->grid.dp_group, anvil_tp_grads(r->tp),
+                                                           anvil_tp_num_params(r->tp), ANVIL_F32, "gradients"))
         return -1;
     if (r->world > 1 && anvil_allreduce(anvil_dist_world(), &r->agreed, 3, ANVIL_F64, "loss and flags")) return -1;
     /* Every rank's loss is summed, tensor-parallel ranks' too (each holds its group's loss). */
@@ -728,7 +751,9 @@ static int run_step(anvil_run *r, int step) {
     if (anvil_checkpointer_before_update(r->ckpt)) return -1;
     r->lr = anvil_lr_at(&r->sched, step);
     double opt = anvil_trace_begin();
-    if (r->sharded) {
+    if (r->zg) {
+        if (anvil_zg_step(r->zg, r->lr, c->grad_clip, &r->norm)) return -1;
+    } else if (r->sharded) {
         if (anvil_dp_step(r->dp, r->lr, c->grad_clip, &r->norm)) return -1;
     } else if (r->tp) {
         double sumsq;
@@ -942,6 +967,7 @@ static int run_close(anvil_run *r, int rc) {
     if (r->pp) anvil_pp_free(r->pp);
     else anvil_tp_free(r->tp);
     anvil_adamw_free(&r->tp_opt);
+    anvil_zg_free(r->zg);
     if (r->have_grid) anvil_grid_free(&r->grid);
     if (r->signals_set) {
         sigaction(SIGTERM, &r->old_term, NULL);
