@@ -62,11 +62,6 @@ run tp4 4 --batch 8 --tp 4 && compare ref tp4
 run tp2_dp2 4 --batch 4 --tp 2 --ckpt-every 10 && compare ref tp2_dp2
 grep -q "model parallel: 2 tensor-parallel ranks, data parallel over 2" "$tmp/tp2_dp2.log" &&
   ok "the 4-rank run reports its grid" || bad "no grid line in the log"
-# MiCS on the data axis: 4 DP replicas of a TP pair, moments sharded within pairs of DP ranks. Measured
-# (2026-12-02, avx512): loss 8.5e-8, gradient norm 9.6e-6 relative, weights 1.2e-5 absolute.
-run mics_dp4_tp2 8 --batch 2 --tp 2 --zero 1 --shard-group-size 2 && compare ref mics_dp4_tp2
-grep -q "ZeRO-1 on the data axis: moments sharded over 2 ranks, 2 replicas" "$tmp/mics_dp4_tp2.log" &&
-  ok "the MiCS grid run reports its shard groups" || bad "no ZeRO-1 line in the MiCS log"
 
 ck="$tmp/tp2_dp2/ckpt/step_00000010"
 if "$anvil" ckpt verify "$ck" > /dev/null && grep -Eq '"tensor_parallel":[[:space:]]*2' "$ck/manifest.json"; then
@@ -80,6 +75,13 @@ else
   bad "resuming the TP checkpoint in one process: $(tail -1 "$tmp/tp_to_1.log")"
 fi
 run one_to_tp 2 --batch 8 --tp 2 --resume "$tmp/ref/ckpt/step_00000010" && compare ref one_to_tp
+
+# MiCS on the data axis: 4 DP replicas of a TP pair, moments sharded within pairs of DP ranks. Measured
+# (2026-12-02, avx512): loss 8.5e-8, gradient norm 9.6e-6 relative, weights 1.2e-5 absolute; about 3x:
+tol=(2.5e-7 3e-5 3.6e-5)
+run mics_dp4_tp2 8 --batch 2 --tp 2 --zero 1 --shard-group-size 2 && compare ref mics_dp4_tp2
+grep -q "ZeRO-1 on the data axis: moments sharded over 2 ranks, 2 replicas" "$tmp/mics_dp4_tp2.log" &&
+  ok "the MiCS grid run reports its shard groups" || bad "no ZeRO-1 line in the MiCS log"
 
 # Pipelines against one process accumulating the same micro-batches. Worst measured (2026-12-02, avx512):
 # loss 2.2e-6 and gradient norm 2.1e-4 relative, weights 9.8e-6 absolute (pp2); about 3x those:
