@@ -1,7 +1,7 @@
 /* Pipeline parallelism (with tensor parallelism inside each stage) against
  * one process. CTest runs it alone and under mpirun with 2 and 4 ranks; it
  * tries every layout the world allows of (PP, TP) in {(1,1), (2,1), (4,1),
- * (2,2)}, each with GPipe and 1F1B, on a 4-layer model (4 heads, C = 64,
+ * (2,2)} (and DP 2 below), each with GPipe and 1F1B, on a 4-layer model (4 heads, C = 64,
  * vocabulary 257): 8 AdamW steps of 4 micro-batches of 2 x 16 tokens, against
  * one process accumulating the same micro-batches. Checks each step's loss
  * and gradient norm, the final weights of each stage's layers (and of wte,
@@ -9,7 +9,12 @@
  * identical weights, that 1F1B never holds more than P - s micro-batches'
  * activations on stage s (GPipe: all m), and the bytes sent between stages
  * against 2*B*T*C floats per micro-batch per boundary, and that the time a
- * stage waited on its neighbours lies within its schedules' time. */
+ * stage waited on its neighbours lies within its schedules' time. With a
+ * data axis, (DP, PP, TP) = (2, 1, 1) on 2 ranks and (2, 2, 1) on 4, the same
+ * steps run with ZeRO-1 over the DP group (dist/zero_grid.h): both replicas
+ * take the whole batch at half the gradient scale, so their sum is the
+ * reference's gradient, and the norm and weights match to the same
+ * tolerances. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +25,7 @@
 #include "dist/comm.h"
 #include "dist/grid.h"
 #include "dist/pipeline.h"
+#include "dist/zero_grid.h"
 #include "model/gpt2.h"
 #include "optim/optim.h"
 #include "testutil.h"
@@ -120,6 +126,8 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
     anvil_adamw opp;
     CHECK(anvil_adamw_init_whole(&opp, k, &ac, anvil_tp_offsets(st), ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays) ==
           0);
+    anvil_zg *zg = NULL;
+    if (grid->dp > 1) CHECK((zg = anvil_zg_new(grid, st, 0, &opp)) != NULL);
     int32_t *in = malloc(M * B * T * sizeof *in), *tg = malloc(M * B * T * sizeof *tg);
     anvil_rng rng;
     anvil_rng_seed(&rng, 4242);
@@ -127,12 +135,16 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
         fill_batch(&rng, cfg->vocab_size, in, tg);
         anvil_tp_zero_grad(st);
         uint64_t b0 = anvil_pp_bytes_sent(pp);
-        float lpp = 0.0f;
-        CHECK(anvil_pp_forward_backward(pp, in, tg, B, T, 1.0f, &lpp) == 0);
+        float lpp = 0.0f, npp = 0.0f;
+        CHECK(anvil_pp_forward_backward(pp, in, tg, B, T, 1.0f / (float)grid->dp, &lpp) == 0);
         res->bytes_per_step = anvil_pp_bytes_sent(pp) - b0;
-        double spp = 0.0;
-        CHECK(anvil_pp_grad_sumsq(pp, &spp) == 0);
-        float npp = anvil_adamw_step(&opp, anvil_tp_params(st), anvil_tp_grads(st), spp, 1.0f, 3e-3f);
+        if (zg) {
+            CHECK(anvil_zg_reduce_grads(zg) == 0 && anvil_zg_step(zg, 3e-3f, 1.0f, &npp) == 0);
+        } else {
+            double spp = 0.0;
+            CHECK(anvil_pp_grad_sumsq(pp, &spp) == 0);
+            npp = anvil_adamw_step(&opp, anvil_tp_params(st), anvil_tp_grads(st), spp, 1.0f, 3e-3f);
+        }
         res->worst_loss = fmaxf(res->worst_loss, fabsf(lpp - ref->loss[s]) / ref->loss[s]);
         res->worst_norm = fmaxf(res->worst_norm, fabsf(npp - ref->norm[s]) / ref->norm[s]);
     }
@@ -157,6 +169,7 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
     free(full);
     free(in);
     free(tg);
+    anvil_zg_free(zg);
     anvil_adamw_free(&opp);
     anvil_pp_free(pp);
     anvil_gpt2_free(&init);
@@ -173,9 +186,9 @@ static void test_layout(const anvil_gpt2_config *cfg, const reference *ref, int 
     run(cfg, &grid, ANVIL_PP_GPIPE, ref, &g);
     run(cfg, &grid, ANVIL_PP_1F1B, ref, &f);
     int s = grid.pp_rank, P = grid.pp;
-    printf("rank %d, PP %d x TP %d, stage %d: deviation loss %.3g / %.3g, grad norm %.3g / %.3g, weights %.3g / %.3g "
+    printf("rank %d, DP %d%s x PP %d x TP %d, stage %d: deviation loss %.3g / %.3g, grad norm %.3g / %.3g, weights %.3g / %.3g "
            "(GPipe / 1F1B); held %d / %d micro-batches; sent %llu bytes per step\n",
-           R, P, tp, s, g.worst_loss, f.worst_loss, g.worst_norm, f.worst_norm, g.weight_dev, f.weight_dev,
+           R, grid.dp, grid.dp > 1 ? " (ZeRO-1)" : "", P, tp, s, g.worst_loss, f.worst_loss, g.worst_norm, f.worst_norm, g.weight_dev, f.weight_dev,
            g.max_in_flight, f.max_in_flight, (unsigned long long)f.bytes_per_step);
     CHECK(g.worst_loss <= LOSS_RTOL && f.worst_loss <= LOSS_RTOL);
     CHECK(g.worst_norm <= NORM_RTOL && f.worst_norm <= NORM_RTOL);
@@ -205,9 +218,10 @@ int main(void) {
     CHECK(anvil_gpt2_config_check(&cfg) == 0);
     reference ref;
     run_reference(&cfg, &ref);
-    const int layouts[][2] = {{1, 1}, {2, 1}, {4, 1}, {2, 2}};
+    /* (PP, TP, DP) */
+    const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {2, 2, 1}, {1, 1, 2}, {2, 1, 2}};
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-        if (layouts[i][0] * layouts[i][1] == W) test_layout(&cfg, &ref, layouts[i][0], layouts[i][1]);
+        if (layouts[i][0] * layouts[i][1] * layouts[i][2] == W) test_layout(&cfg, &ref, layouts[i][0], layouts[i][1]);
     anvil_gpt2_free(&ref.model);
     char name[32];
     snprintf(name, sizeof name, "test_pp rank %d/%d", R, W);
