@@ -19,9 +19,9 @@
 #include "dist/comm.h"
 #include "dist/dataparallel.h"
 #include "dist/grid.h"
-#include "dist/zero_grid.h"
 #include "dist/pipeline.h"
 #include "dist/tensorparallel.h"
+#include "dist/zero_grid.h"
 #include "kernels/isa.h"
 #include "obs/heartbeat.h"
 #include "obs/metrics.h"
@@ -492,8 +492,10 @@ static int open_model(anvil_run *r) {
     r->res->params = (int64_t)anvil_gpt2_num_params(mc);
     r->ckpt_policy = c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume);
     r->opt = &r->whole_opt;
-    if ((!r->sharded || r->have_grid || c->resume) && anvil_adamw_init_whole(&r->whole_opt, r->k, &c->adamw, r->model.offsets,
-                                                             ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays))
+    /* A grid takes its shard (and, with ZeRO-1, its blocks) of the whole moments, fresh or resumed. */
+    if ((!r->sharded || r->have_grid || c->resume) &&
+        anvil_adamw_init_whole(&r->whole_opt, r->k, &c->adamw, r->model.offsets, ANVIL_GPT2_NPARAM,
+                               anvil_gpt2_param_decays))
         return -1;
     return 0;
 }
@@ -737,7 +739,8 @@ static int run_step(anvil_run *r, int step) {
     r->agreed = (step_agreement){loss_sum, stop_signal != 0,
                                  r->rank == 0 && r->ckpt && anvil_checkpointer_due(r->ckpt, step + 1)};
     if (r->dp && anvil_dp_finish_grads(r->dp)) return -1;
-    /* Tensor parallel with data parallelism: plain replicas of each shard, gradients all-reduced. */
+    /* Tensor parallel with data parallelism: plain replicas of each shard, gradients all-reduced, or
+     * with ZeRO-1 each rank's block reduced. */
     if (r->zg ? anvil_zg_reduce_grads(r->zg)
               : r->tp && r->grid.dp > 1 && anvil_allreduce(r->grid.dp_group, anvil_tp_grads(r->tp),
                                                            anvil_tp_num_params(r->tp), ANVIL_F32, "gradients"))
