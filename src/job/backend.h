@@ -19,6 +19,7 @@
 #ifndef ANVIL_JOB_BACKEND_H
 #define ANVIL_JOB_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
@@ -48,6 +49,9 @@ typedef enum {
     ANVIL_ATTEMPT_RUNNING,
     ANVIL_ATTEMPT_EXITED, /* with its exit status (128 + S for a signal S) */
     ANVIL_ATTEMPT_LOST,   /* no exit status and nothing of it left */
+    /* It ran nothing of the job: a check before it found nodes unfit, and the backend left them out of
+     * the job's next attempts (its describe names them). */
+    ANVIL_ATTEMPT_UNHEALTHY,
 } anvil_attempt_state;
 
 /* Stores the handle of an attempt that exists but has not run anything yet: 0, or -1 after
@@ -71,6 +75,10 @@ typedef struct {
      * (describe's "backend" object). */
     int (*describe)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
     void (*free)(anvil_backend *b);
+    /* The one line that says how a failed attempt ended, when the backend knows better than the run's
+     * launcher log's last error line (which rank failed first, and where); "" when it does not. NULL on a
+     * backend that never does. Called after poll said EXITED or LOST. */
+    void (*failure_line)(anvil_backend *b, const anvil_attempt_ref *a, char *line, size_t cap);
     /* Warm pools, NULL on a backend that keeps none. pools: an array of {"id", "status", "user", "owner",
      * "partition", "hosts", "procs_per_host", "nodes", "expires", "job"}, those of user alone unless
      * user is NULL; NULL after anvil_fail. release_pool: ends pool id early (its holder sees the release

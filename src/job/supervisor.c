@@ -248,14 +248,62 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
     return rc;
 }
 
+/* The secondary status of a retry after nodes failed the pre-flight check (ANVIL_ATTEMPT_UNHEALTHY). */
+static const char health_retry[] = "Retrying (node health)";
+
+/* The job's attempts that ended before the training because nodes failed the check: its history's
+ * health retries. -1 after anvil_fail. */
+static int health_retries(anvil_supervisor *sup, const anvil_job *j) {
+    anvil_job_event *events;
+    int n;
+    if (anvil_store_history(sup->st, j->id, &events, &n)) return -1;
+    int count = 0;
+    for (int i = 0; i < n; i++) count += !strcmp(events[i].secondary, health_retry);
+    anvil_job_events_free(events, n);
+    return count;
+}
+
+/* An attempt that ran nothing of the job because nodes failed the pre-flight check: a new one, which
+ * the backend starts without those nodes, however many retries max_retries allows, since no part of
+ * the job failed. Each such attempt leaves at least one more node out, so there are no more of them than
+ * the cluster has nodes; when too few are left, the next start fails the job with the backend's reason. */
+static int retry_unhealthy(anvil_supervisor *sup, anvil_job *j) {
+    j->exit_code = -1;
+    j->stop_deadline = 0;
+    if (!set_text(&j->handle, "")) return anvil_fail("out of memory");
+    const char *message;
+    if (j->stop != ANVIL_STOP_NONE) {
+        j->status = ANVIL_JOB_STOPPED;
+        j->ended_at = anvil_store_now();
+        message = "stopped before the training began (nodes failed the pre-flight health check)";
+        if (!set_text(&j->secondary, j->stop == ANVIL_STOP_RUNTIME ? "MaxRuntimeExceeded" : ""))
+            return anvil_fail("out of memory");
+    } else {
+        j->status = ANVIL_JOB_STARTING;
+        j->attempt++;
+        message = "nodes failed the pre-flight health check and are left out (describe: backend excluded_nodes): "
+                  "a new attempt, not counted in max_retries";
+        if (!set_text(&j->secondary, health_retry)) return anvil_fail("out of memory");
+    }
+    j->stop = ANVIL_STOP_NONE;
+    return save(sup, j, message);
+}
+
 /* The job's final status or its next attempt, once an attempt has ended with code (-1: lost). */
 static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     anvil_job_spec spec;
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
     int max_retries = spec.max_retries;
     anvil_job_spec_free(&spec);
+    /* Retries after a failed health check are not the job's: max_retries counts the others. */
+    int spared = health_retries(sup, j);
+    if (spared < 0) return -1;
+    int failures = j->attempt - spared;
     char line[600], why[900], verdict[1000];
-    last_error_line(j, line, sizeof line);
+    anvil_attempt_ref a = attempt_of(j);
+    line[0] = 0;
+    if (sup->backend->ops->failure_line) sup->backend->ops->failure_line(sup->backend, &a, line, sizeof line);
+    if (!line[0]) last_error_line(j, line, sizeof line);
     if (code < 0) snprintf(why, sizeof why, "its processes ended without an exit status (lost while the daemon "
                                             "was down, or killed)");
     else if (code > 128 && code < 160) snprintf(why, sizeof why, "exit %d (signal %d)", code, code - 128);
@@ -286,15 +334,15 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
         j->status = ANVIL_JOB_FAILED;
         snprintf(verdict, sizeof verdict, "configuration or input error, not retried: %s", why);
         message = verdict;
-    } else if (j->attempt <= max_retries) {
+    } else if (failures <= max_retries) {
         retry = true;
         j->status = ANVIL_JOB_STARTING;
-        snprintf(retrying, sizeof retrying, "Retrying (%d/%d)", j->attempt, max_retries);
+        snprintf(retrying, sizeof retrying, "Retrying (%d/%d)", failures, max_retries);
         secondary = retrying;
         j->attempt++;
     } else {
         j->status = ANVIL_JOB_FAILED;
-        snprintf(verdict, sizeof verdict, "attempt %d of %d failed: %s", j->attempt, max_retries + 1, why);
+        snprintf(verdict, sizeof verdict, "attempt %d of %d failed: %s", failures, max_retries + 1, why);
         message = verdict;
     }
     j->stop = ANVIL_STOP_NONE;
@@ -352,6 +400,7 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
     anvil_attempt_ref a = attempt_of(j);
     int code, state = sup->backend->ops->poll(sup->backend, &a, &code);
     if (state < 0) return -1;
+    if (state == ANVIL_ATTEMPT_UNHEALTHY) return retry_unhealthy(sup, j);
     if (state != ANVIL_ATTEMPT_RUNNING) return finish_attempt(sup, j, state == ANVIL_ATTEMPT_EXITED ? code : -1);
     double now = anvil_store_now();
     anvil_job_spec spec;
