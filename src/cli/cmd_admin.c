@@ -288,7 +288,7 @@ static int quota_list(const client *cl) {
         cJSON_ArrayForEach(q, cJSON_GetObjectItemCaseSensitive(all, "quotas")) {
             const cJSON *lim = cJSON_GetObjectItemCaseSensitive(q, "limits"),
                         *use = cJSON_GetObjectItemCaseSensitive(q, "usage");
-            char who[80], cells[3][80], used[3][32], rt[32];
+            char who[80], cells[3][80], used[3][48], rt[32];
             bool role = cJSON_GetObjectItemCaseSensitive(q, "role") != NULL;
             snprintf(who, sizeof who, "%s %s", role ? "role" : "user", client_str(q, role ? "role" : "user"));
             static const char *const keys[] = {"running_jobs", "hosts", "procs"};
