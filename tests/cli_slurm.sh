@@ -81,7 +81,9 @@ name, out, hosts, pph, extra, steps = sys.argv[1:7]
 spec = {"name": name, "output": out, "command": sys.argv[7:] + ["--steps", steps],
         "resources": {"hosts": int(hosts), "procs_per_host": int(pph)},
         "env": {"OMP_NUM_THREADS": "1", "ASAN_OPTIONS": os.environ["asan_off"]}}
-spec.update(json.loads(extra))
+extra = json.loads(extra)
+spec["env"].update(extra.pop("env", {}))
+spec.update(extra)
 print(json.dumps(spec))
 EOF
 }
@@ -118,6 +120,29 @@ job wait "$id" > /dev/null
   ok "4 nodes asked of 3: Failed: $(field "$id" failure_reason | cut -c1-160)" ||
   bad "4 nodes: $(field "$id" status): $(field "$id" failure_reason)"
 
+# ---- the pre-flight health check per node: n2 fails it (the test hook), is left out before training ----
+id=$(submit health "$tmp/health" 2 1 '{"env": {"ANVIL_HEALTH_FAULT": "0:bad-memory@n2"}}' 10)
+job wait "$id" > /dev/null
+excluded=$(field "$id" backend excluded_nodes)
+if [ "$(field "$id" status)" = Completed ] && [ "$(field "$id" attempt)" = 2 ] &&
+   history "$id" | grep -q "Retrying (node health)|nodes failed the pre-flight health check" &&
+   grep -q "srun --mpi=none --nodes=2 --ntasks-per-node=1 .* health --quick --json" "$state/jobs/$id/slurm_1.sh" &&
+   grep -qx "#SBATCH --exclude=n2" "$state/jobs/$id/slurm_2.sh" && [ "$(cat "$state/jobs/$id/nodes_2")" = "n[1,3]" ] &&
+   grep -q "anvil: error: a node failed the pre-flight health check" "$tmp/health/logs/launcher.log" &&
+   [ "$(sed -n '/attempt 1:/,/attempt 2:/p' "$tmp/health/logs/launcher.log" | grep -c 'memory (ZeRO')" = 0 ]; then
+  ok "pre-flight health: n2 failed it, a new allocation on n[1,3] (max_retries 0 spent nothing), Completed"
+else bad "pre-flight health: $(history "$id"; field "$id" backend; tail -n 5 "$tmp/health/logs/launcher.log")"; fi
+python3 -c "import sys; e = $excluded; sys.exit(not (len(e) == 1 and e[0]['node'] == 'n2' and
+  e[0]['why'].startswith('health: unhealthy: rank 0') and 'memory check failed' in e[0]['why']))" &&
+  ok "describe: excluded_nodes ${excluded:0:200}" || bad "health excluded_nodes: $excluded"
+# 3 nodes asked, n2 unhealthy: too few left, the job fails with Slurm's reason.
+id=$(submit health3 "$tmp/health3" 3 1 '{"env": {"ANVIL_HEALTH_FAULT": "0:bad-memory@n2"}}' 10)
+job wait "$id" > /dev/null
+[ "$(field "$id" status)" = Failed ] && [ "$(field "$id" attempt)" = 2 ] &&
+  field "$id" failure_reason | grep -q "sbatch --test-only .*node configuration is not available" &&
+  ok "3 nodes, n2 unhealthy: Failed: $(field "$id" failure_reason | cut -c1-60)...$(field "$id" failure_reason | grep -o 'Requested.*')" ||
+  bad "3 nodes with n2 unhealthy: $(history "$id")"
+
 # ---- SIGKILL of the rank on n2: a retry without n2, from the checkpoint ----
 id=$(submit killed "$tmp/killed" 2 1 '{"max_retries": 2}' "$steps")
 wait_ckpt "$tmp/killed" 100 || bad "the job wrote no checkpoint: $(tail -n 3 "$tmp/killed/logs/launcher.log")"
@@ -126,8 +151,9 @@ victim=$(rank_on "$tmp/killed" n2)
 job wait "$id" > "$tmp/out"
 rc=$?
 excluded=$(field "$id" backend excluded_nodes)
-if [ $rc = 0 ] && [ "$(field "$id" attempt)" = 2 ] && history "$id" | grep -q "Retrying (1/2)|exit 137"; then
-  ok "SIGKILLed rank on n2: Retrying (1/2), Completed"
+if [ $rc = 0 ] && [ "$(field "$id" attempt)" = 2 ] &&
+   history "$id" | grep -q "Retrying (1/2)|exit 137 (signal 9): first on n2: task 1 of attempt 1 .*Killed"; then
+  ok "SIGKILLed rank on n2: Retrying (1/2), the history naming it ($(history "$id" | grep -o 'first on n2: task 1')), Completed"
 else bad "SIGKILLed rank: exit $rc: $(history "$id")"; fi
 python3 -c "import sys; e = $excluded; sys.exit(not (len(e) == 1 and e[0]['node'] == 'n2' and 'Killed' in e[0]['why']))" &&
   ok "describe: excluded_nodes $excluded" || bad "excluded_nodes: $excluded"
@@ -182,6 +208,33 @@ until_s=$(($(date +%s) + 5))
 while [ "$(pool_status "$sid")" != Available ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
 [ "$(field "$creator" backend warm_pool_status)" = Available ] && ok "the pool Available again after the reusing job" ||
   bad "after reuse: $(cat "$state/pools/$sid")"
+# A job in the pool stopped: the trainer's checkpoint, Stopped, the pool Available again.
+id=$(submit poolstop "$tmp/poolstop" 2 1 '{}' 1000000)
+wait_ckpt "$tmp/poolstop" 25 || bad "the pooled job wrote no checkpoint"
+job stop "$id" > /dev/null
+job wait "$id" > /dev/null
+wait_available() {
+  local until_s=$(($(date +%s) + 10))
+  while [ "$(field "$creator" backend warm_pool_status)" != Available ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
+}
+wait_available
+[ "$(field "$id" backend warm_pool_status)" = Reused ] && [ "$(field "$id" status)" = Stopped ] &&
+  [ "$(field "$id" exit_code)" = 75 ] && [ "$(field "$creator" backend warm_pool_status)" = Available ] &&
+  ok "a pooled job stopped: checkpoint, Stopped (exit 75), the pool Available" ||
+  bad "pooled stop: $(history "$id"; field "$creator" backend)"
+# A job in the pool killed (its ranks frozen, so the stop's grace runs out): its step alone ends.
+id=$(submit poolkill "$tmp/poolkill" 2 1 '{}' 1000000)
+wait_ckpt "$tmp/poolkill" 1 || bad "the pooled job wrote no checkpoint"
+frozen=$(pgrep -f "^$anvil train .*--out $tmp/poolkill( |\$)")
+kill -STOP $frozen
+job stop "$id" > /dev/null
+job wait "$id" > /dev/null
+wait_available
+if [ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" exit_code)" != 75 ] &&
+   [ "$(field "$creator" backend warm_pool_status)" = Available ] && [ ! -e "$state/pools/$sid.claim" ] &&
+   [ "$(squeue -h -j "$sid" -o %T)" = RUNNING ]; then
+  ok "a pooled job killed after the grace: Stopped (exit $(field "$id" exit_code)), Slurm job $sid still holds the pool, Available"
+else bad "pooled kill: $(history "$id"; field "$creator" backend; ls "$state/pools"; squeue -j "$sid" 2>&1)"; fi
 id=$(submit other "$tmp/other" 1 1 '{}' 10)
 job wait "$id" > /dev/null
 osid=$(slurm_id_of "$id" "$tmp/other")
@@ -214,8 +267,11 @@ msg=$(timeout 60 "$anvil" pool --state "$state" release "$sid" 2>&1)
 [ $? = 4 ] && [ "$msg" = "anvil pool: error: warm pool $sid has ended already (HTTP 409)" ] && ok "a second release: $msg" || bad "second release: $msg"
 
 # ---- kill -9 of n2's slurmd: the node goes DOWN, the retry leaves it out ----
-id=$(submit nodefail "$tmp/nodefail" 2 1 '{"max_retries": 2}' 100000)
+# Its ranks are frozen at once, so that attempt 1 cannot finish before Slurm sees the node down; the
+# retry runs from the checkpoint at step 50 to its end.
+id=$(submit nodefail "$tmp/nodefail" 2 1 '{"max_retries": 2}' 100)
 wait_ckpt "$tmp/nodefail" 50 || bad "the job wrote no checkpoint"
+kill -STOP $(pgrep -f "^$anvil train .*--out $tmp/nodefail( |\$)")
 job --json describe "$id" > "$tmp/describe.json"
 python3 -c "
 import json, sys
@@ -248,11 +304,11 @@ if [ "$(field "$id" attempt)" = 2 ] && [ "$(cat "$state/jobs/$id/nodes_2" 2> /de
    python3 -c "import sys; e = $excluded; sys.exit(not (e[0]['node'] == 'n2' and 'DOWN' in e[0]['why']))"; then
   ok "slurmd of n2 killed: a retry on n[1,3] $(($(date +%s) - t_kill)) s later, n2 excluded: ${excluded:0:160}"
 else bad "slurmd killed: $(history "$id"; field "$id" backend)"; fi
-job stop "$id" > /dev/null
+t_retry=$(date +%s)
 job wait "$id" > /dev/null
-[ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" exit_code)" = 75 ] && grep -q "resumed from" "$tmp/nodefail/logs/launcher.log" &&
-  ok "the retry resumed from the checkpoint; anvil job stop: Stopped after a checkpoint (exit 75)" ||
-  bad "stop: $(history "$id")"
+[ "$(field "$id" status)" = Completed ] && [ "$(field "$id" exit_code)" = 0 ] && grep -q "resumed from" "$tmp/nodefail/logs/launcher.log" &&
+  ok "the retry resumed from the checkpoint and Completed $(($(date +%s) - t_retry)) s later" ||
+  bad "after the node's failure: $(history "$id")"
 
 # The daemon stops on SIGTERM (under ASan, with its leak check).
 kill "$daemon"
