@@ -5,8 +5,13 @@
 #   - a 2-node x 1-process training job: Completed, its batch script carrying the sbatch options, its
 #     final weights bit-identical to a local `anvil launch -n 2` run of the same command;
 #   - a job needing more nodes than the cluster has: Failed at once with sbatch's reason;
-#   - SIGKILL of the rank on n2: describe names n2 excluded and why, the retry is a new batch job
-#     with --exclude=n2 that runs on n1 and n3, resumes from the checkpoint and ends bit-identical;
+#   - a spec with "backend": "local": run on this machine by the same daemon;
+#   - the per-node pre-flight health check with n2 made to fail it (ANVIL_HEALTH_FAULT=...@n2): n2
+#     excluded with anvil health's reason, a new allocation on n1 and n3, Completed, max_retries 0
+#     untouched; with 3 nodes asked, too few are left: Failed with Slurm's reason;
+#   - SIGKILL of the rank on n2: describe names n2 excluded and why, the history names the first
+#     killed rank and its node, the retry is a new batch job with --exclude=n2 that runs on n1 and
+#     n3, resumes from the checkpoint and ends bit-identical;
 #   - max_runtime_s: the graceful stop through scancel --batch, a checkpoint, Stopped (exit 75);
 #   - describe of a running job: its Slurm job ID, state and node list;
 #   - a stop of a job Slurm cannot start yet: cancelled at once, Stopped;
@@ -14,9 +19,11 @@
 #     (Available); a job of the same shape runs in it (Reused, the same Slurm job ID, no sbatch) and
 #     gives it back (Available); a 1-host job gets its own Slurm job; the TTL ends the holder
 #     (Terminated, gone from squeue); anvil pool list; the held hosts count in the hosts quota (429);
-#     anvil pool release ends a 600 s pool at once, and a second release is refused (409);
-#   - kill -9 of n2's slurmd: Slurm marks it DOWN, the retry leaves it out, resumes from the
-#     checkpoint, and `anvil job stop` stops it after a checkpoint.
+#     a job in the 600 s pool stopped (checkpoint, exit 75) and one killed after the grace (its
+#     ranks frozen): its step alone ends, the pool Available again; anvil quota shows the pool's
+#     hosts; anvil pool release ends the pool at once, and a second release is refused (409);
+#   - kill -9 of n2's slurmd (the job's ranks frozen first, so that attempt 1 cannot finish):
+#     Slurm marks it DOWN, the retry leaves it out, resumes from the checkpoint and Completes.
 # Needs slurm-wlm and munge (scripts/deps.sh --test); without them it says SKIP and exits 77.
 . "$(dirname "$0")/tools/cli_common.sh"
 . "$(dirname "$0")/tools/slurm_cluster.sh"
@@ -120,6 +127,14 @@ job wait "$id" > /dev/null
   ok "4 nodes asked of 3: Failed: $(field "$id" failure_reason | cut -c1-160)" ||
   bad "4 nodes: $(field "$id" status): $(field "$id" failure_reason)"
 
+# ---- "backend": "local" in the spec: this machine, not Slurm ----
+id=$(submit here "$tmp/here" 1 1 '{"backend": "local"}' 10)
+job wait "$id" > /dev/null
+[ "$(field "$id" status)" = Completed ] && [ "$(field "$id" backend name)" = local ] &&
+  [ ! -e "$state/jobs/$id/slurm_1.sh" ] && ! grep -q "Slurm job" "$tmp/here/logs/launcher.log" &&
+  ok "a spec with \"backend\": \"local\" ran on this machine beside the Slurm jobs: Completed" ||
+  bad "local job on the Slurm daemon: $(history "$id"; field "$id" backend)"
+
 # ---- the pre-flight health check per node: n2 fails it (the test hook), is left out before training ----
 id=$(submit health "$tmp/health" 2 1 '{"env": {"ANVIL_HEALTH_FAULT": "0:bad-memory@n2"}}' 10)
 job wait "$id" > /dev/null
@@ -208,33 +223,6 @@ until_s=$(($(date +%s) + 5))
 while [ "$(pool_status "$sid")" != Available ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
 [ "$(field "$creator" backend warm_pool_status)" = Available ] && ok "the pool Available again after the reusing job" ||
   bad "after reuse: $(cat "$state/pools/$sid")"
-# A job in the pool stopped: the trainer's checkpoint, Stopped, the pool Available again.
-id=$(submit poolstop "$tmp/poolstop" 2 1 '{}' 1000000)
-wait_ckpt "$tmp/poolstop" 25 || bad "the pooled job wrote no checkpoint"
-job stop "$id" > /dev/null
-job wait "$id" > /dev/null
-wait_available() {
-  local until_s=$(($(date +%s) + 10))
-  while [ "$(field "$creator" backend warm_pool_status)" != Available ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
-}
-wait_available
-[ "$(field "$id" backend warm_pool_status)" = Reused ] && [ "$(field "$id" status)" = Stopped ] &&
-  [ "$(field "$id" exit_code)" = 75 ] && [ "$(field "$creator" backend warm_pool_status)" = Available ] &&
-  ok "a pooled job stopped: checkpoint, Stopped (exit 75), the pool Available" ||
-  bad "pooled stop: $(history "$id"; field "$creator" backend)"
-# A job in the pool killed (its ranks frozen, so the stop's grace runs out): its step alone ends.
-id=$(submit poolkill "$tmp/poolkill" 2 1 '{}' 1000000)
-wait_ckpt "$tmp/poolkill" 1 || bad "the pooled job wrote no checkpoint"
-frozen=$(pgrep -f "^$anvil train .*--out $tmp/poolkill( |\$)")
-kill -STOP $frozen
-job stop "$id" > /dev/null
-job wait "$id" > /dev/null
-wait_available
-if [ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" exit_code)" != 75 ] &&
-   [ "$(field "$creator" backend warm_pool_status)" = Available ] && [ ! -e "$state/pools/$sid.claim" ] &&
-   [ "$(squeue -h -j "$sid" -o %T)" = RUNNING ]; then
-  ok "a pooled job killed after the grace: Stopped (exit $(field "$id" exit_code)), Slurm job $sid still holds the pool, Available"
-else bad "pooled kill: $(history "$id"; field "$creator" backend; ls "$state/pools"; squeue -j "$sid" 2>&1)"; fi
 id=$(submit other "$tmp/other" 1 1 '{}' 10)
 job wait "$id" > /dev/null
 osid=$(slurm_id_of "$id" "$tmp/other")
@@ -251,6 +239,35 @@ sid=$(slurm_id_of "$id" "$tmp/held")
 timeout 60 "$anvil" pool --state "$state" list > "$tmp/pools"
 grep -q "^$sid  *Available  *admin  *all  *2  *1  *n\[1-2\]  *$id " "$tmp/pools" && ok "pool list: $(grep "^$sid " "$tmp/pools")" ||
   bad "pool list: $(cat "$tmp/pools")"
+holder_job=$id
+# A job in the pool stopped: the trainer's checkpoint, Stopped, the pool Available again.
+id=$(submit poolstop "$tmp/poolstop" 2 1 '{}' 1000000)
+wait_ckpt "$tmp/poolstop" 25 || bad "the pooled job wrote no checkpoint"
+job stop "$id" > /dev/null
+job wait "$id" > /dev/null
+wait_available() {
+  local until_s=$(($(date +%s) + 10))
+  while [ "$(field "$holder_job" backend warm_pool_status)" != Available ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
+}
+wait_available
+[ "$(field "$id" backend warm_pool_status)" = Reused ] && [ "$(field "$id" status)" = Stopped ] &&
+  [ "$(field "$id" exit_code)" = 75 ] && [ "$(field "$holder_job" backend warm_pool_status)" = Available ] &&
+  ok "a pooled job stopped: checkpoint, Stopped (exit 75), the pool Available" ||
+  bad "pooled stop: $(history "$id"; field "$holder_job" backend)"
+# A job in the pool killed (its ranks frozen, so the stop's grace runs out): its step alone ends.
+id=$(submit poolkill "$tmp/poolkill" 2 1 '{}' 1000000)
+wait_ckpt "$tmp/poolkill" 1 || bad "the pooled job wrote no checkpoint"
+frozen=$(pgrep -f "^$anvil train .*--out $tmp/poolkill( |\$)")
+kill -STOP $frozen
+job stop "$id" > /dev/null
+job wait "$id" > /dev/null
+wait_available
+if [ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" exit_code)" != 75 ] &&
+   [ "$(field "$id" backend warm_pool_status)" = Reused ] &&
+   [ "$(field "$holder_job" backend warm_pool_status)" = Available ] && [ ! -e "$state/pools/$sid.claim" ] &&
+   [ "$(squeue -h -j "$sid" -o %T)" = RUNNING ]; then
+  ok "a pooled job killed after the grace: Stopped (exit $(field "$id" exit_code)), Slurm job $sid still holds the pool, Available"
+else bad "pooled kill: $(history "$id"; field "$holder_job" backend; ls "$state/pools"; squeue -j "$sid" 2>&1)"; fi
 # The 2 held hosts count in the role's hosts quota; a 2x2 job cannot run in that 2x1 pool.
 timeout 60 "$anvil" quota --state "$state" set --role all --hosts 3 > /dev/null || bad "quota set"
 spec quota "$tmp/quota" 2 2 '{}' 10 > "$tmp/quota.json"
@@ -258,6 +275,13 @@ msg=$(job submit "$tmp/quota.json" 2>&1)
 rc=$?
 [ $rc = 4 ] && [ "$msg" = "anvil job: error: ResourceLimitExceeded: role all: hosts 2 in use (warm pools included) + 2 requested > 3 (HTTP 429)" ] &&
   ok "hosts quota 3 with a 2-host pool held: a 2-host job refused: $msg" || bad "quota with a pool: exit $rc: $msg"
+timeout 60 "$anvil" quota --state "$state" > "$tmp/quotas"
+grep -q "^role all  *0 / -  *2 (2 warm) / 3 " "$tmp/quotas" &&
+  timeout 60 "$anvil" quota --state "$state" --json | python3 -c "
+import json, sys
+u = json.load(sys.stdin)['quotas'][0]['usage']
+sys.exit(not (u['hosts'] == 2 and u['warm_pool_hosts'] == 2))" &&
+  ok "anvil quota counts the pool's hosts: $(grep '^role all' "$tmp/quotas" | tr -s ' ')" || bad "quota usage: $(cat "$tmp/quotas")"
 timeout 60 "$anvil" quota --state "$state" set --role all > /dev/null || bad "quota removal"
 t_rel=$(date +%s.%N)
 timeout 60 "$anvil" pool --state "$state" release "$sid" > "$tmp/out" || bad "pool release: $(cat "$tmp/out")"
