@@ -136,8 +136,15 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *     a line): the node where srun saw a rank killed by a signal, and any node of the attempt
  *     that Slurm reports DOWN or NOT_RESPONDING. A rank's own nonzero exit marks no node: that
  *     is the program's failure, not the machine's.
+ *   - Before the step, the script runs the pre-flight check on every node, one process each
+ *     (`srun --mpi=none --ntasks-per-node=1 anvil health --quick --json`, skipped when the command
+ *     has --no-health), reports in STATE/jobs/<id>/health_<n>/<node>.json and .err; a node that
+ *     fails it ends the attempt with exit status 79 before the training, and poll marks the nodes
+ *     at fault ("health: <what anvil health said>") and answers ANVIL_ATTEMPT_UNHEALTHY.
  *   - stop: `scancel --batch --signal=USR1` of a running job (the script forwards it); a job still
- *     pending is cancelled. kill: `scancel --signal=KILL --full`.
+ *     pending is cancelled. kill: `scancel --signal=KILL --full`; for a warm attempt, its step
+ *     alone (named anvil-<id>.<attempt>), so the pool outlives it.
+ *   - failure_line: where srun saw the first rank killed by a signal.
  * partition and account may be NULL (the cluster's defaults); grace_s is the daemon's stop grace.
  * NULL after anvil_fail. */
 anvil_backend *anvil_backend_slurm_new(const char *state_dir, const char *self, const char *partition,

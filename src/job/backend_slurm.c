@@ -6,7 +6,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/strbuf.h"
 #include "job/backend.h"
 
 extern char **environ;
@@ -60,64 +60,28 @@ static int recent_slot(const slurm_backend *sb, const anvil_attempt_ref *a) {
 
 static slurm_backend *slurm_of(anvil_backend *b) { return (slurm_backend *)b; }
 
-/* A growable text. */
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} text;
-
-static void put(text *t, const char *s, size_t n) {
-    if (t->oom) return;
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = (t->len + n + 1) * 2;
-        char *grown = realloc(t->s, cap);
-        if (!grown) {
-            t->oom = true;
-            return;
-        }
-        t->s = grown;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, s, n);
-    t->len += n;
-    t->s[t->len] = 0;
-}
-
-static void puts_(text *t, const char *s) { put(t, s, strlen(s)); }
-
-static void putf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(text *t, const char *fmt, ...) {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    put(t, buf, n < 0 ? 0 : (size_t)n >= sizeof buf ? sizeof buf - 1 : (size_t)n);
-}
-
 /* s in single quotes for the shell. */
-static void put_quoted(text *t, const char *s) {
-    puts_(t, "'");
+static void put_quoted(anvil_strbuf *t, const char *s) {
+    anvil_strbuf_puts(t, "'");
     for (const char *q; (q = strchr(s, '\'')); s = q + 1) {
-        put(t, s, (size_t)(q - s));
-        puts_(t, "'\\''");
+        anvil_strbuf_put(t, s, (size_t)(q - s));
+        anvil_strbuf_puts(t, "'\\''");
     }
-    puts_(t, s);
-    puts_(t, "'");
+    anvil_strbuf_puts(t, s);
+    anvil_strbuf_puts(t, "'");
 }
 
 /* A shell line that writes what command prints to path atomically: a temporary file, fsync'd, renamed. */
-static void put_atomic_write(text *t, const char *command, const char *path) {
-    putf(t, "%s > ", command);
+static void put_atomic_write(anvil_strbuf *t, const char *command, const char *path) {
+    anvil_strbuf_printf(t, "%s > ", command);
     put_quoted(t, path);
-    puts_(t, ".tmp && sync ");
+    anvil_strbuf_puts(t, ".tmp && sync ");
     put_quoted(t, path);
-    puts_(t, ".tmp && mv -f ");
+    anvil_strbuf_puts(t, ".tmp && mv -f ");
     put_quoted(t, path);
-    puts_(t, ".tmp ");
+    anvil_strbuf_puts(t, ".tmp ");
     put_quoted(t, path);
-    puts_(t, "\n");
+    anvil_strbuf_puts(t, "\n");
 }
 
 /* Runs a Slurm client (argv[0] looked up in PATH) with env, its stdout and stderr together in *out
@@ -140,14 +104,14 @@ static int run_client(char *const *argv, char *const *env, char **out) {
         _exit(127);
     }
     close(fd[1]);
-    text t = {0};
-    puts_(&t, "");
+    anvil_strbuf t = {0};
+    anvil_strbuf_puts(&t, "");
     char buf[4096];
     ssize_t n;
     while ((n = read(fd[0], buf, sizeof buf)) != 0) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) break;
-        if (t.len < 65536) put(&t, buf, (size_t)n);
+        if (t.len < 65536) anvil_strbuf_put(&t, buf, (size_t)n);
     }
     close(fd[0]);
     int status;
@@ -218,10 +182,10 @@ static int exclude_node(const slurm_backend *sb, int64_t id, const char *node, c
             return 0;
         }
     }
-    text t = {0};
-    puts_(&t, old);
+    anvil_strbuf t = {0};
+    anvil_strbuf_puts(&t, old);
     free(old);
-    putf(&t, "%s\t%.900s\n", node, why);
+    anvil_strbuf_printf(&t, "%s\t%.900s\n", node, why);
     char path[PATH_MAX + 16];
     job_dir(sb, id, path, sizeof path);
     strcat(path, "/excluded");
@@ -392,38 +356,38 @@ static int exclude_bad_nodes(const slurm_backend *sb, const anvil_attempt_ref *a
 /* The step: srun of the attempt's command in the background (in the allocation of Slurm job `jobid`
  * when not NULL, else the script's own), its exit status in $rc. srun passes SIGUSR1 on to every rank;
  * the wait it interrupts is taken up again. */
-static void put_step(text *t, const slurm_backend *sb, const anvil_attempt_spec *a, const char *jobid) {
-    puts_(t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\nsrun ");
+static void put_step(anvil_strbuf *t, const slurm_backend *sb, const anvil_attempt_spec *a, const char *jobid) {
+    anvil_strbuf_puts(t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\nsrun ");
     /* A warm step is named, so that a kill can end it alone (slurm_kill), not the holder's allocation. */
-    if (jobid) putf(t, "--jobid=%s --job-name=anvil-%lld.%d ", jobid, (long long)a->ref.job_id, a->ref.attempt);
-    putf(t, "--mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", a->hosts, a->procs_per_host);
+    if (jobid) anvil_strbuf_printf(t, "--jobid=%s --job-name=anvil-%lld.%d ", jobid, (long long)a->ref.job_id, a->ref.attempt);
+    anvil_strbuf_printf(t, "--mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", a->hosts, a->procs_per_host);
     put_quoted(t, sb->self);
     for (int i = 0; i < a->argc; i++) {
-        puts_(t, " ");
+        anvil_strbuf_puts(t, " ");
         put_quoted(t, a->argv[i]);
     }
-    puts_(t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
+    anvil_strbuf_puts(t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
 }
 
 /* The pre-flight check (job/backend.h): anvil health --quick on every node of the allocation at once, one
  * process on each, each judged alone (--mpi=none: no MPI world), its report and its error lines in
  * STATE/jobs/<id>/health_<n>/<node>.json and .err. When a node fails it, the attempt ends there with
  * HEALTH_EXIT in its exit file, before the training starts. */
-static void put_health(text *t, const slurm_backend *sb, const anvil_attempt_spec *a, const char *dir) {
+static void put_health(anvil_strbuf *t, const slurm_backend *sb, const anvil_attempt_spec *a, const char *dir) {
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/health_%d", dir, a->ref.attempt);
-    puts_(t, "hd=");
+    anvil_strbuf_puts(t, "hd=");
     put_quoted(t, path);
-    putf(t, "\nmkdir -p \"$hd\"\nif ! srun --mpi=none --nodes=%d --ntasks-per-node=1 bash -c "
+    anvil_strbuf_printf(t, "\nmkdir -p \"$hd\"\nif ! srun --mpi=none --nodes=%d --ntasks-per-node=1 bash -c "
             "'exec \"$0\" health --quick --json > \"$1/$SLURMD_NODENAME.json\" 2> \"$1/$SLURMD_NODENAME.err\"' ",
          a->hosts);
     put_quoted(t, sb->self);
-    puts_(t, " \"$hd\"; then\n  echo \"anvil: error: a node failed the pre-flight health check: $(cat \"$hd\"/*.err "
+    anvil_strbuf_puts(t, " \"$hd\"; then\n  echo \"anvil: error: a node failed the pre-flight health check: $(cat \"$hd\"/*.err "
              "2> /dev/null | head -n 1)\"\n");
     anvil_attempt_exit_path(sb->state_dir, &a->ref, path, sizeof path);
-    putf(t, "  rc=%d\n  ", HEALTH_EXIT);
+    anvil_strbuf_printf(t, "  rc=%d\n  ", HEALTH_EXIT);
     put_atomic_write(t, "printf '%d\\n' \"$rc\"", path);
-    puts_(t, "  exit \"$rc\"\nfi\n");
+    anvil_strbuf_puts(t, "  exit \"$rc\"\nfi\n");
 }
 
 static bool has_arg(const anvil_attempt_spec *a, const char *arg) {
@@ -438,28 +402,28 @@ static bool has_arg(const anvil_attempt_spec *a, const char *arg) {
  * the claim's end; at the TTL or on the release file the script takes the claim itself (O_EXCL, as a
  * job does), so that no job can claim a pool whose holder is leaving. A claim lost to a job at that
  * moment is seen as InUse a second later; a state folder that is gone ends the hold. */
-static void put_pool_open(text *t, const slurm_backend *sb, const anvil_attempt_spec *a) {
+static void put_pool_open(anvil_strbuf *t, const slurm_backend *sb, const anvil_attempt_spec *a) {
     char pools[PATH_MAX];
     snprintf(pools, sizeof pools, "%s/pools", sb->state_dir);
-    puts_(t, "pools=");
+    anvil_strbuf_puts(t, "pools=");
     put_quoted(t, pools);
-    puts_(t, "\npf=$pools/$SLURM_JOB_ID\npartition=");
+    anvil_strbuf_puts(t, "\npf=$pools/$SLURM_JOB_ID\npartition=");
     put_quoted(t, sb->partition ? sb->partition : "");
-    puts_(t, "\nowner=");
+    anvil_strbuf_puts(t, "\nowner=");
     put_quoted(t, a->owner ? a->owner : "");
-    puts_(t, "\nuser=");
+    anvil_strbuf_puts(t, "\nuser=");
     put_quoted(t, a->user ? a->user : "");
-    putf(t, "\nttl=%ld\nend=$(( $(date +%%s) + ttl ))\n", (long)ceil(a->keep_alive_s));
-    putf(t,
+    anvil_strbuf_printf(t, "\nttl=%ld\nend=$(( $(date +%%s) + ttl ))\n", (long)ceil(a->keep_alive_s));
+    anvil_strbuf_printf(t,
          "pool() {\n  printf 'status=%%s\\njob=%lld\\nowner=%%s\\nuser=%%s\\npartition=%%s\\nhosts=%d\\nprocs_per_host=%d\\n"
          "nodes=%%s\\nexpires=%%s\\n' \"$1\" \"$owner\" \"$user\" \"$partition\" \"$SLURM_JOB_NODELIST\" \"$end\" > \"$pf.tmp\" && "
          "sync \"$pf.tmp\" && mv -f \"$pf.tmp\" \"$pf\"\n}\n",
          (long long)a->ref.job_id, a->hosts, a->procs_per_host);
-    puts_(t, "[ \"$rc\" = 0 ] && mkdir -p \"$pools\" && pool Available\n");
+    anvil_strbuf_puts(t, "[ \"$rc\" = 0 ] && mkdir -p \"$pools\" && pool Available\n");
 }
 
-static void put_pool_hold(text *t) {
-    puts_(t, "if [ \"$rc\" = 0 ]; then\n  used=\n  while [ -d \"$pools\" ]; do\n"
+static void put_pool_hold(anvil_strbuf *t) {
+    anvil_strbuf_puts(t, "if [ \"$rc\" = 0 ]; then\n  used=\n  while [ -d \"$pools\" ]; do\n"
              "    if [ -e \"$pf.claim\" ]; then\n"
              "      [ -n \"$used\" ] || { used=1; pool InUse; }\n"
              "    elif [ -n \"$used\" ]; then\n"
@@ -474,35 +438,35 @@ static void put_pool_hold(text *t) {
 static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) {
     char dir[PATH_MAX], base[PATH_MAX + 32];
     job_dir(sb, a->ref.job_id, dir, sizeof dir);
-    text t = {0};
+    anvil_strbuf t = {0};
     long grace = (long)ceil(sb->grace_s);
     grace = grace < 1 ? 1 : grace > 65535 ? 65535 : grace;
-    putf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, written by anvil serve's Slurm backend.\n",
+    anvil_strbuf_printf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, written by anvil serve's Slurm backend.\n",
          (long long)a->ref.job_id, a->ref.attempt);
-    putf(&t, "#SBATCH --job-name=anvil-%lld.%d\n", (long long)a->ref.job_id, a->ref.attempt);
-    if (sb->partition) putf(&t, "#SBATCH --partition=%s\n", sb->partition);
-    if (sb->account) putf(&t, "#SBATCH --account=%s\n", sb->account);
-    putf(&t, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=%d\n", a->hosts, a->procs_per_host);
+    anvil_strbuf_printf(&t, "#SBATCH --job-name=anvil-%lld.%d\n", (long long)a->ref.job_id, a->ref.attempt);
+    if (sb->partition) anvil_strbuf_printf(&t, "#SBATCH --partition=%s\n", sb->partition);
+    if (sb->account) anvil_strbuf_printf(&t, "#SBATCH --account=%s\n", sb->account);
+    anvil_strbuf_printf(&t, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=%d\n", a->hosts, a->procs_per_host);
     /* The USR1 comes grace seconds before the limit, which leaves the checkpoint its time. */
     if (a->time_left_s > 0)
-        putf(&t, "#SBATCH --time=%ld\n", (long)ceil((a->time_left_s + a->keep_alive_s + (double)grace) / 60));
-    putf(&t, "#SBATCH --signal=B:USR1@%ld\n#SBATCH --open-mode=append\n#SBATCH --requeue\n", grace);
-    putf(&t, "#SBATCH --chdir=%s\n#SBATCH --output=%s/logs/launcher.log\n", a->run_dir, a->run_dir);
+        anvil_strbuf_printf(&t, "#SBATCH --time=%ld\n", (long)ceil((a->time_left_s + a->keep_alive_s + (double)grace) / 60));
+    anvil_strbuf_printf(&t, "#SBATCH --signal=B:USR1@%ld\n#SBATCH --open-mode=append\n#SBATCH --requeue\n", grace);
+    anvil_strbuf_printf(&t, "#SBATCH --chdir=%s\n#SBATCH --output=%s/logs/launcher.log\n", a->run_dir, a->run_dir);
     char *bad = excluded_text(sb, a->ref.job_id);
     if (bad && *bad) {
-        puts_(&t, "#SBATCH --exclude=");
+        anvil_strbuf_puts(&t, "#SBATCH --exclude=");
         for (char *line = bad, *sep = ""; *line; sep = ",") {
             size_t n = strcspn(line, "\t\n"), end = strcspn(line, "\n");
-            puts_(&t, sep);
-            put(&t, line, n);
+            anvil_strbuf_puts(&t, sep);
+            anvil_strbuf_put(&t, line, n);
             line += end + (line[end] != 0);
         }
-        puts_(&t, "\n");
+        anvil_strbuf_puts(&t, "\n");
     }
     free(bad);
     if (!bad) t.oom = true;
     /* The first line of the attempt in the log (exclude_killed_rank reads from it on). */
-    putf(&t, "echo \"anvil: job %lld attempt %d: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n",
+    anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n",
          (long long)a->ref.job_id, a->ref.attempt);
     snprintf(base, sizeof base, "%s/nodes_%d", dir, a->ref.attempt);
     put_atomic_write(&t, "printf '%s\\n' \"$SLURM_JOB_NODELIST\"", base);
@@ -513,7 +477,7 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
     anvil_attempt_exit_path(sb->state_dir, &a->ref, base, sizeof base);
     put_atomic_write(&t, "printf '%d\\n' \"$rc\"", base);
     if (a->keep_alive_s > 0) put_pool_hold(&t);
-    puts_(&t, "exit \"$rc\"\n");
+    anvil_strbuf_puts(&t, "exit \"$rc\"\n");
     if (t.oom) {
         free(t.s);
         anvil_fail("out of memory");
@@ -650,9 +614,9 @@ static bool claim_pool(const slurm_backend *sb, const anvil_attempt_spec *a, cha
                 /* Ours now, and dead: marked so, the claim left in place so nobody tries it again. */
                 char *dead = strdup(info);
                 if (dead && !strncmp(dead, "status=", 7)) {
-                    text t = {0};
-                    puts_(&t, "status=Terminated");
-                    puts_(&t, dead + strcspn(dead, "\n"));
+                    anvil_strbuf t = {0};
+                    anvil_strbuf_puts(&t, "status=Terminated");
+                    anvil_strbuf_puts(&t, dead + strcspn(dead, "\n"));
                     pool_path(sb, id, "", path, sizeof path);
                     if (!t.oom) anvil_write_file_atomic(path, t.s, t.len);
                     free(t.s);
@@ -674,10 +638,10 @@ static bool claim_pool(const slurm_backend *sb, const anvil_attempt_spec *a, cha
 static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, const char *holder, const char *nodes) {
     char dir[PATH_MAX], path[PATH_MAX + 64];
     job_dir(sb, a->ref.job_id, dir, sizeof dir);
-    text t = {0};
-    putf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, in the warm pool of Slurm job %s.\n", (long long)a->ref.job_id,
+    anvil_strbuf t = {0};
+    anvil_strbuf_printf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, in the warm pool of Slurm job %s.\n", (long long)a->ref.job_id,
          a->ref.attempt, holder);
-    putf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n", (long long)a->ref.job_id,
+    anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n", (long long)a->ref.job_id,
          a->ref.attempt, holder, nodes);
     snprintf(path, sizeof path, "%s/nodes_%d", dir, a->ref.attempt);
     put_atomic_write(&t, "printf '%s\\n' \"$nodes\"", path);
@@ -685,9 +649,9 @@ static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, c
     anvil_attempt_exit_path(sb->state_dir, &a->ref, path, sizeof path);
     put_atomic_write(&t, "printf '%d\\n' \"$rc\"", path);
     pool_path(sb, holder, ".claim", path, sizeof path);
-    puts_(&t, "rm -f ");
+    anvil_strbuf_puts(&t, "rm -f ");
     put_quoted(&t, path);
-    puts_(&t, "\nexit \"$rc\"\n");
+    anvil_strbuf_puts(&t, "\nexit \"$rc\"\n");
     if (t.oom) {
         free(t.s);
         anvil_fail("out of memory");
