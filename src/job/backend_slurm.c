@@ -359,14 +359,17 @@ static int exclude_bad_nodes(const slurm_backend *sb, const anvil_attempt_ref *a
 static void put_step(anvil_strbuf *t, const slurm_backend *sb, const anvil_attempt_spec *a, const char *jobid) {
     anvil_strbuf_puts(t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\nsrun ");
     /* A warm step is named, so that a kill can end it alone (slurm_kill), not the holder's allocation. */
-    if (jobid) anvil_strbuf_printf(t, "--jobid=%s --job-name=anvil-%lld.%d ", jobid, (long long)a->ref.job_id, a->ref.attempt);
-    anvil_strbuf_printf(t, "--mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", a->hosts, a->procs_per_host);
+    if (jobid)
+        anvil_strbuf_printf(t, "--jobid=%s --job-name=anvil-%lld.%d ", jobid, (long long)a->ref.job_id, a->ref.attempt);
+    anvil_strbuf_printf(t, "--mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", a->hosts,
+                        a->procs_per_host);
     put_quoted(t, sb->self);
     for (int i = 0; i < a->argc; i++) {
         anvil_strbuf_puts(t, " ");
         put_quoted(t, a->argv[i]);
     }
-    anvil_strbuf_puts(t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
+    anvil_strbuf_puts(
+        t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
 }
 
 /* The pre-flight check (job/backend.h): anvil health --quick on every node of the allocation at once, one
@@ -382,8 +385,9 @@ static void put_health(anvil_strbuf *t, const slurm_backend *sb, const anvil_att
             "'exec \"$0\" health --quick --json > \"$1/$SLURMD_NODENAME.json\" 2> \"$1/$SLURMD_NODENAME.err\"' ",
          a->hosts);
     put_quoted(t, sb->self);
-    anvil_strbuf_puts(t, " \"$hd\"; then\n  echo \"anvil: error: a node failed the pre-flight health check: $(cat \"$hd\"/*.err "
-             "2> /dev/null | head -n 1)\"\n");
+    anvil_strbuf_puts(
+        t, " \"$hd\"; then\n  echo \"anvil: error: a node failed the pre-flight health check: $(cat \"$hd\"/*.err "
+           "2> /dev/null | head -n 1)\"\n");
     anvil_attempt_exit_path(sb->state_dir, &a->ref, path, sizeof path);
     anvil_strbuf_printf(t, "  rc=%d\n  ", HEALTH_EXIT);
     put_atomic_write(t, "printf '%d\\n' \"$rc\"", path);
@@ -449,7 +453,8 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
     anvil_strbuf_printf(&t, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=%d\n", a->hosts, a->procs_per_host);
     /* The USR1 comes grace seconds before the limit, which leaves the checkpoint its time. */
     if (a->time_left_s > 0)
-        anvil_strbuf_printf(&t, "#SBATCH --time=%ld\n", (long)ceil((a->time_left_s + a->keep_alive_s + (double)grace) / 60));
+        anvil_strbuf_printf(&t, "#SBATCH --time=%ld\n",
+                            (long)ceil((a->time_left_s + a->keep_alive_s + (double)grace) / 60));
     anvil_strbuf_printf(&t, "#SBATCH --signal=B:USR1@%ld\n#SBATCH --open-mode=append\n#SBATCH --requeue\n", grace);
     anvil_strbuf_printf(&t, "#SBATCH --chdir=%s\n#SBATCH --output=%s/logs/launcher.log\n", a->run_dir, a->run_dir);
     char *bad = excluded_text(sb, a->ref.job_id);
@@ -639,10 +644,10 @@ static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, c
     char dir[PATH_MAX], path[PATH_MAX + 64];
     job_dir(sb, a->ref.job_id, dir, sizeof dir);
     anvil_strbuf t = {0};
-    anvil_strbuf_printf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, in the warm pool of Slurm job %s.\n", (long long)a->ref.job_id,
-         a->ref.attempt, holder);
-    anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n", (long long)a->ref.job_id,
-         a->ref.attempt, holder, nodes);
+    anvil_strbuf_printf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, in the warm pool of Slurm job %s.\n",
+                        (long long)a->ref.job_id, a->ref.attempt, holder);
+    anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n",
+                        (long long)a->ref.job_id, a->ref.attempt, holder, nodes);
     snprintf(path, sizeof path, "%s/nodes_%d", dir, a->ref.attempt);
     put_atomic_write(&t, "printf '%s\\n' \"$nodes\"", path);
     put_step(&t, sb, a, holder);
