@@ -128,6 +128,9 @@ expect_refusal 400 "unknown field 'gpus'" '{"name": "x", "command": ["train"], "
 expect_refusal 400 "max_retries: must be >= 0" '{"name": "x", "command": ["train"], "max_retries": -1}'
 expect_refusal 400 "hang_timeout_s: must be >= 0" '{"name": "x", "command": ["train"], "hang_timeout_s": -5}'
 expect_refusal 400 "keep_alive_s: must be <= 86400 (got 86401)" '{"name": "x", "command": ["train"], "keep_alive_s": 86401}'
+expect_refusal 400 "backend: 'pbs' is neither local nor slurm" '{"name": "x", "command": ["train"], "backend": "pbs"}'
+expect_refusal 400 "backend: this daemon has no slurm backend (it runs local)" \
+  '{"name": "x", "command": ["train"], "backend": "slurm"}'
 expect_refusal 400 "resources: unknown field 'gpus'" '{"name": "x", "command": ["train"], "resources": {"gpus": 1}}'
 expect_refusal 400 "command: --out is not allowed" '{"name": "x", "command": ["train", "--out", "/tmp/x"]}'
 expect_refusal 400 "channels.train: $tmp/nonexistent" \

@@ -5,8 +5,13 @@
 #   - a 2-node x 1-process training job: Completed, its batch script carrying the sbatch options, its
 #     final weights bit-identical to a local `anvil launch -n 2` run of the same command;
 #   - a job needing more nodes than the cluster has: Failed at once with sbatch's reason;
-#   - SIGKILL of the rank on n2: describe names n2 excluded and why, the retry is a new batch job
-#     with --exclude=n2 that runs on n1 and n3, resumes from the checkpoint and ends bit-identical;
+#   - a spec with "backend": "local": run on this machine by the same daemon;
+#   - the per-node pre-flight health check with n2 made to fail it (ANVIL_HEALTH_FAULT=...@n2): n2
+#     excluded with anvil health's reason, a new allocation on n1 and n3, Completed, max_retries 0
+#     untouched; with 3 nodes asked, too few are left: Failed with Slurm's reason;
+#   - SIGKILL of the rank on n2: describe names n2 excluded and why, the history names the first
+#     killed rank and its node, the retry is a new batch job with --exclude=n2 that runs on n1 and
+#     n3, resumes from the checkpoint and ends bit-identical;
 #   - max_runtime_s: the graceful stop through scancel --batch, a checkpoint, Stopped (exit 75);
 #   - describe of a running job: its Slurm job ID, state and node list;
 #   - a stop of a job Slurm cannot start yet: cancelled at once, Stopped;
@@ -14,9 +19,11 @@
 #     (Available); a job of the same shape runs in it (Reused, the same Slurm job ID, no sbatch) and
 #     gives it back (Available); a 1-host job gets its own Slurm job; the TTL ends the holder
 #     (Terminated, gone from squeue); anvil pool list; the held hosts count in the hosts quota (429);
-#     anvil pool release ends a 600 s pool at once, and a second release is refused (409);
-#   - kill -9 of n2's slurmd: Slurm marks it DOWN, the retry leaves it out, resumes from the
-#     checkpoint, and `anvil job stop` stops it after a checkpoint.
+#     a job in the 600 s pool stopped (checkpoint, exit 75) and one killed after the grace (its
+#     ranks frozen): its step alone ends, the pool Available again; anvil quota shows the pool's
+#     hosts; anvil pool release ends the pool at once, and a second release is refused (409);
+#   - kill -9 of n2's slurmd (the job's ranks frozen first, so that attempt 1 cannot finish):
+#     Slurm marks it DOWN, the retry leaves it out, resumes from the checkpoint and Completes.
 # Needs slurm-wlm and munge (scripts/deps.sh --test); without them it says SKIP and exits 77.
 . "$(dirname "$0")/tools/cli_common.sh"
 . "$(dirname "$0")/tools/slurm_cluster.sh"
@@ -81,7 +88,9 @@ name, out, hosts, pph, extra, steps = sys.argv[1:7]
 spec = {"name": name, "output": out, "command": sys.argv[7:] + ["--steps", steps],
         "resources": {"hosts": int(hosts), "procs_per_host": int(pph)},
         "env": {"OMP_NUM_THREADS": "1", "ASAN_OPTIONS": os.environ["asan_off"]}}
-spec.update(json.loads(extra))
+extra = json.loads(extra)
+spec["env"].update(extra.pop("env", {}))
+spec.update(extra)
 print(json.dumps(spec))
 EOF
 }
@@ -118,6 +127,37 @@ job wait "$id" > /dev/null
   ok "4 nodes asked of 3: Failed: $(field "$id" failure_reason | cut -c1-160)" ||
   bad "4 nodes: $(field "$id" status): $(field "$id" failure_reason)"
 
+# ---- "backend": "local" in the spec: this machine, not Slurm ----
+id=$(submit here "$tmp/here" 1 1 '{"backend": "local"}' 10)
+job wait "$id" > /dev/null
+[ "$(field "$id" status)" = Completed ] && [ "$(field "$id" backend name)" = local ] &&
+  [ ! -e "$state/jobs/$id/slurm_1.sh" ] && ! grep -q "Slurm job" "$tmp/here/logs/launcher.log" &&
+  ok "a spec with \"backend\": \"local\" ran on this machine beside the Slurm jobs: Completed" ||
+  bad "local job on the Slurm daemon: $(history "$id"; field "$id" backend)"
+
+# ---- the pre-flight health check per node: n2 fails it (the test hook), is left out before training ----
+id=$(submit health "$tmp/health" 2 1 '{"env": {"ANVIL_HEALTH_FAULT": "0:bad-memory@n2"}}' 10)
+job wait "$id" > /dev/null
+excluded=$(field "$id" backend excluded_nodes)
+if [ "$(field "$id" status)" = Completed ] && [ "$(field "$id" attempt)" = 2 ] &&
+   history "$id" | grep -q "Retrying (node health)|nodes failed the pre-flight health check" &&
+   grep -q "srun --mpi=none --nodes=2 --ntasks-per-node=1 .* health --quick --json" "$state/jobs/$id/slurm_1.sh" &&
+   grep -qx "#SBATCH --exclude=n2" "$state/jobs/$id/slurm_2.sh" && [ "$(cat "$state/jobs/$id/nodes_2")" = "n[1,3]" ] &&
+   grep -q "anvil: error: a node failed the pre-flight health check" "$tmp/health/logs/launcher.log" &&
+   [ "$(sed -n '/attempt 1:/,/attempt 2:/p' "$tmp/health/logs/launcher.log" | grep -c 'memory (ZeRO')" = 0 ]; then
+  ok "pre-flight health: n2 failed it, a new allocation on n[1,3] (max_retries 0 spent nothing), Completed"
+else bad "pre-flight health: $(history "$id"; field "$id" backend; tail -n 5 "$tmp/health/logs/launcher.log")"; fi
+python3 -c "import sys; e = $excluded; sys.exit(not (len(e) == 1 and e[0]['node'] == 'n2' and
+  e[0]['why'].startswith('health: unhealthy: rank 0') and 'memory check failed' in e[0]['why']))" &&
+  ok "describe: excluded_nodes ${excluded:0:200}" || bad "health excluded_nodes: $excluded"
+# 3 nodes asked, n2 unhealthy: too few left, the job fails with Slurm's reason.
+id=$(submit health3 "$tmp/health3" 3 1 '{"env": {"ANVIL_HEALTH_FAULT": "0:bad-memory@n2"}}' 10)
+job wait "$id" > /dev/null
+[ "$(field "$id" status)" = Failed ] && [ "$(field "$id" attempt)" = 2 ] &&
+  field "$id" failure_reason | grep -q "sbatch --test-only .*node configuration is not available" &&
+  ok "3 nodes, n2 unhealthy: Failed: $(field "$id" failure_reason | cut -c1-60)...$(field "$id" failure_reason | grep -o 'Requested.*')" ||
+  bad "3 nodes with n2 unhealthy: $(history "$id")"
+
 # ---- SIGKILL of the rank on n2: a retry without n2, from the checkpoint ----
 id=$(submit killed "$tmp/killed" 2 1 '{"max_retries": 2}' "$steps")
 wait_ckpt "$tmp/killed" 100 || bad "the job wrote no checkpoint: $(tail -n 3 "$tmp/killed/logs/launcher.log")"
@@ -126,8 +166,9 @@ victim=$(rank_on "$tmp/killed" n2)
 job wait "$id" > "$tmp/out"
 rc=$?
 excluded=$(field "$id" backend excluded_nodes)
-if [ $rc = 0 ] && [ "$(field "$id" attempt)" = 2 ] && history "$id" | grep -q "Retrying (1/2)|exit 137"; then
-  ok "SIGKILLed rank on n2: Retrying (1/2), Completed"
+if [ $rc = 0 ] && [ "$(field "$id" attempt)" = 2 ] &&
+   history "$id" | grep -q "Retrying (1/2)|exit 137 (signal 9): first on n2: task 1 of attempt 1 .*Killed"; then
+  ok "SIGKILLed rank on n2: Retrying (1/2), the history naming it ($(history "$id" | grep -o 'first on n2: task 1')), Completed"
 else bad "SIGKILLed rank: exit $rc: $(history "$id")"; fi
 python3 -c "import sys; e = $excluded; sys.exit(not (len(e) == 1 and e[0]['node'] == 'n2' and 'Killed' in e[0]['why']))" &&
   ok "describe: excluded_nodes $excluded" || bad "excluded_nodes: $excluded"
@@ -140,9 +181,14 @@ cmp -s "$tmp/two/model.safetensors" "$tmp/killed/model.safetensors" &&
   ok "final weights bit-identical to the uninterrupted job's" || bad "final weights differ from the uninterrupted job's"
 
 # ---- max_runtime_s: checkpoint, Stopped ----
+# --no-health: the stop must find the trainer's handler in place after 8 s, also on a loaded machine; the
+# batch script leaves its own check out too.
+train+=(--no-health)
 id=$(submit limited "$tmp/limited" 2 1 '{"max_runtime_s": 8}' 1000000)
+unset 'train[-1]'
 job wait "$id" > /dev/null
 grep -qx "#SBATCH --time=1" "$state/jobs/$id/slurm_1.sh" || bad "no --time=1 for 8 s: $(grep time "$state/jobs/$id/slurm_1.sh")"
+grep -q " health --quick" "$state/jobs/$id/slurm_1.sh" && bad "a pre-flight check despite --no-health"
 if [ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" secondary_status)" = MaxRuntimeExceeded ] &&
    [ "$(field "$id" exit_code)" = 75 ] && [ -f "$tmp/limited/ckpt/latest" ] &&
    grep -q "stopped by signal 10 after step" "$tmp/limited/logs/launcher.log"; then
@@ -162,12 +208,13 @@ wait_pool_gone() {
   return 1
 }
 slurm_id_of() { grep -o "anvil: job $1 attempt 1: Slurm job [0-9]*" "$2/logs/launcher.log" | grep -o '[0-9]*$'; }
-id=$(submit warm "$tmp/warm" 2 1 '{"keep_alive_s": 8}' 10)
+# 15 s: the next job must reach the pool before the TTL, also on a loaded machine.
+id=$(submit warm "$tmp/warm" 2 1 '{"keep_alive_s": 15}' 10)
 job wait "$id" > /dev/null
 sid=$(slurm_id_of "$id" "$tmp/warm")
 if [ "$(field "$id" status)" = Completed ] && [ "$(pool_status "$sid")" = Available ] &&
    [ "$(field "$id" backend warm_pool_status)" = Available ] && [ "$(squeue -h -j "$sid" -o %T)" = RUNNING ]; then
-  ok "keep_alive_s 8: the job Completed while its Slurm job $sid holds the allocation (pool Available)"
+  ok "keep_alive_s 15: the job Completed while its Slurm job $sid holds the allocation (pool Available)"
 else bad "warm pool: $(history "$id"; cat "$state/pools/$sid" 2> /dev/null; squeue -j "$sid" 2>&1)"; fi
 grep -q "^#SBATCH --time" "$state/jobs/$id/slurm_1.sh" && bad "--time without max_runtime_s"
 creator=$id
@@ -188,7 +235,7 @@ osid=$(slurm_id_of "$id" "$tmp/other")
 [ "$(field "$id" status)" = Completed ] && [ -n "$osid" ] && [ "$osid" != "$sid" ] && [ -e "$state/jobs/$id/slurm_1.sh" ] &&
   ok "a 1-host job did not use the 2-host pool: its own Slurm job $osid" || bad "non-matching: $(history "$id"; field "$id" backend)"
 t_done=$(date +%s.%N)
-if wait_pool_gone "$sid" 30; then
+if wait_pool_gone "$sid" 40; then
   ok "TTL expiry: pool Terminated and Slurm job $sid gone $(python3 -c "print(round($(date +%s.%N) - $t_done, 1))") s later"
 else bad "TTL expiry: $(cat "$state/pools/$sid"; squeue -j "$sid" 2>&1)"; fi
 [ "$(field "$creator" backend warm_pool_status)" = Terminated ] || bad "describe after expiry: $(field "$creator" backend)"
@@ -198,6 +245,35 @@ sid=$(slurm_id_of "$id" "$tmp/held")
 timeout 60 "$anvil" pool --state "$state" list > "$tmp/pools"
 grep -q "^$sid  *Available  *admin  *all  *2  *1  *n\[1-2\]  *$id " "$tmp/pools" && ok "pool list: $(grep "^$sid " "$tmp/pools")" ||
   bad "pool list: $(cat "$tmp/pools")"
+holder_job=$id
+# A job in the pool stopped: the trainer's checkpoint, Stopped, the pool Available again.
+id=$(submit poolstop "$tmp/poolstop" 2 1 '{}' 1000000)
+wait_ckpt "$tmp/poolstop" 25 || bad "the pooled job wrote no checkpoint"
+job stop "$id" > /dev/null
+job wait "$id" > /dev/null
+wait_available() {
+  local until_s=$(($(date +%s) + 10))
+  while [ "$(field "$holder_job" backend warm_pool_status)" != Available ] && [ "$(date +%s)" -lt $until_s ]; do sleep 0.2; done
+}
+wait_available
+[ "$(field "$id" backend warm_pool_status)" = Reused ] && [ "$(field "$id" status)" = Stopped ] &&
+  [ "$(field "$id" exit_code)" = 75 ] && [ "$(field "$holder_job" backend warm_pool_status)" = Available ] &&
+  ok "a pooled job stopped: checkpoint, Stopped (exit 75), the pool Available" ||
+  bad "pooled stop: $(history "$id"; field "$holder_job" backend)"
+# A job in the pool killed (its ranks frozen, so the stop's grace runs out): its step alone ends.
+id=$(submit poolkill "$tmp/poolkill" 2 1 '{}' 1000000)
+wait_ckpt "$tmp/poolkill" 1 || bad "the pooled job wrote no checkpoint"
+frozen=$(pgrep -f "^$anvil train .*--out $tmp/poolkill( |\$)")
+kill -STOP $frozen
+job stop "$id" > /dev/null
+job wait "$id" > /dev/null
+wait_available
+if [ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" exit_code)" != 75 ] &&
+   [ "$(field "$id" backend warm_pool_status)" = Reused ] &&
+   [ "$(field "$holder_job" backend warm_pool_status)" = Available ] && [ ! -e "$state/pools/$sid.claim" ] &&
+   [ "$(squeue -h -j "$sid" -o %T)" = RUNNING ]; then
+  ok "a pooled job killed after the grace: Stopped (exit $(field "$id" exit_code)), Slurm job $sid still holds the pool, Available"
+else bad "pooled kill: $(history "$id"; field "$holder_job" backend; ls "$state/pools"; squeue -j "$sid" 2>&1)"; fi
 # The 2 held hosts count in the role's hosts quota; a 2x2 job cannot run in that 2x1 pool.
 timeout 60 "$anvil" quota --state "$state" set --role all --hosts 3 > /dev/null || bad "quota set"
 spec quota "$tmp/quota" 2 2 '{}' 10 > "$tmp/quota.json"
@@ -205,6 +281,13 @@ msg=$(job submit "$tmp/quota.json" 2>&1)
 rc=$?
 [ $rc = 4 ] && [ "$msg" = "anvil job: error: ResourceLimitExceeded: role all: hosts 2 in use (warm pools included) + 2 requested > 3 (HTTP 429)" ] &&
   ok "hosts quota 3 with a 2-host pool held: a 2-host job refused: $msg" || bad "quota with a pool: exit $rc: $msg"
+timeout 60 "$anvil" quota --state "$state" > "$tmp/quotas"
+grep -q "^role all  *0 / -  *2 (2 warm) / 3 " "$tmp/quotas" &&
+  timeout 60 "$anvil" quota --state "$state" --json | python3 -c "
+import json, sys
+u = json.load(sys.stdin)['quotas'][0]['usage']
+sys.exit(not (u['hosts'] == 2 and u['warm_pool_hosts'] == 2))" &&
+  ok "anvil quota counts the pool's hosts: $(grep '^role all' "$tmp/quotas" | tr -s ' ')" || bad "quota usage: $(cat "$tmp/quotas")"
 timeout 60 "$anvil" quota --state "$state" set --role all > /dev/null || bad "quota removal"
 t_rel=$(date +%s.%N)
 timeout 60 "$anvil" pool --state "$state" release "$sid" > "$tmp/out" || bad "pool release: $(cat "$tmp/out")"
@@ -214,8 +297,11 @@ msg=$(timeout 60 "$anvil" pool --state "$state" release "$sid" 2>&1)
 [ $? = 4 ] && [ "$msg" = "anvil pool: error: warm pool $sid has ended already (HTTP 409)" ] && ok "a second release: $msg" || bad "second release: $msg"
 
 # ---- kill -9 of n2's slurmd: the node goes DOWN, the retry leaves it out ----
-id=$(submit nodefail "$tmp/nodefail" 2 1 '{"max_retries": 2}' 100000)
+# Its ranks are frozen at once, so that attempt 1 cannot finish before Slurm sees the node down; the
+# retry runs from the checkpoint at step 50 to its end.
+id=$(submit nodefail "$tmp/nodefail" 2 1 '{"max_retries": 2}' 100)
 wait_ckpt "$tmp/nodefail" 50 || bad "the job wrote no checkpoint"
+kill -STOP $(pgrep -f "^$anvil train .*--out $tmp/nodefail( |\$)")
 job --json describe "$id" > "$tmp/describe.json"
 python3 -c "
 import json, sys
@@ -248,11 +334,11 @@ if [ "$(field "$id" attempt)" = 2 ] && [ "$(cat "$state/jobs/$id/nodes_2" 2> /de
    python3 -c "import sys; e = $excluded; sys.exit(not (e[0]['node'] == 'n2' and 'DOWN' in e[0]['why']))"; then
   ok "slurmd of n2 killed: a retry on n[1,3] $(($(date +%s) - t_kill)) s later, n2 excluded: ${excluded:0:160}"
 else bad "slurmd killed: $(history "$id"; field "$id" backend)"; fi
-job stop "$id" > /dev/null
+t_retry=$(date +%s)
 job wait "$id" > /dev/null
-[ "$(field "$id" status)" = Stopped ] && [ "$(field "$id" exit_code)" = 75 ] && grep -q "resumed from" "$tmp/nodefail/logs/launcher.log" &&
-  ok "the retry resumed from the checkpoint; anvil job stop: Stopped after a checkpoint (exit 75)" ||
-  bad "stop: $(history "$id")"
+[ "$(field "$id" status)" = Completed ] && [ "$(field "$id" exit_code)" = 0 ] && grep -q "resumed from" "$tmp/nodefail/logs/launcher.log" &&
+  ok "the retry resumed from the checkpoint and Completed $(($(date +%s) - t_retry)) s later" ||
+  bad "after the node's failure: $(history "$id")"
 
 # The daemon stops on SIGTERM (under ASan, with its leak check).
 kill "$daemon"

@@ -48,7 +48,8 @@ static const char *quota_usage =
     "A user's quota bounds their jobs together, a role's every job under it: jobs not ended, the hosts\n"
     "and processes they hold, and the largest max_runtime_s one may ask for. A limit left out is none;\n"
     "set with none at all removes the quota. A submission over one is refused at once (HTTP 429,\n"
-    "ResourceLimitExceeded, naming the quota and its figures), never held.\n"
+    "ResourceLimitExceeded, naming the quota and its figures), never held. The hosts in use include\n"
+    "those that warm pools of the user's or role's jobs hold (Slurm backend), shown as \"(N warm)\".\n"
     "\n" COMMON_OPTIONS;
 
 /* Posts body (taken over) to path; prints the new token alone on stdout (or the JSON answer). */
@@ -287,15 +288,19 @@ static int quota_list(const client *cl) {
         cJSON_ArrayForEach(q, cJSON_GetObjectItemCaseSensitive(all, "quotas")) {
             const cJSON *lim = cJSON_GetObjectItemCaseSensitive(q, "limits"),
                         *use = cJSON_GetObjectItemCaseSensitive(q, "usage");
-            char who[80], cells[3][32], rt[32];
+            char who[80], cells[3][80], rt[32];
             bool role = cJSON_GetObjectItemCaseSensitive(q, "role") != NULL;
             snprintf(who, sizeof who, "%s %s", role ? "role" : "user", client_str(q, role ? "role" : "user"));
             static const char *const keys[] = {"running_jobs", "hosts", "procs"};
             for (int k = 0; k < 3; k++) {
                 const cJSON *l = cJSON_GetObjectItemCaseSensitive(lim, keys[k]);
-                if (cJSON_IsNumber(l)) snprintf(cells[k], sizeof cells[k], "%g / %g", client_num(use, keys[k]),
-                                                l->valuedouble);
-                else snprintf(cells[k], sizeof cells[k], "%g / -", client_num(use, keys[k]));
+                double warm = k == 1 ? client_num(use, "warm_pool_hosts") : 0;
+                char used[48];
+                /* The hosts in use include those the warm pools hold, which are named. */
+                if (warm > 0) snprintf(used, sizeof used, "%g (%g warm)", client_num(use, keys[k]), warm);
+                else snprintf(used, sizeof used, "%g", client_num(use, keys[k]));
+                if (cJSON_IsNumber(l)) snprintf(cells[k], sizeof cells[k], "%s / %g", used, l->valuedouble);
+                else snprintf(cells[k], sizeof cells[k], "%s / -", used);
             }
             const cJSON *l = cJSON_GetObjectItemCaseSensitive(lim, "max_runtime_s");
             if (cJSON_IsNumber(l)) snprintf(rt, sizeof rt, "%g", l->valuedouble);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -42,11 +43,23 @@ static const char *usage =
     "check stops it, a slow rank is a warning (--no-health skips it).\n"
     "Test hook: ANVIL_HEALTH_FAULT=RANK:KIND makes RANK misbehave, KIND one of\n"
     "slow-gemm (each timed SGEMM runs 20 times), bad-gemm, bad-allreduce, bad-memory (one\n"
-    "element off).\n";
+    "element off); RANK:KIND@NODE only where SLURMD_NODENAME (else the host name) is NODE.\n";
 
+/* RANK:KIND, or RANK:KIND@NODE for the process on that Slurm node (SLURMD_NODENAME, else the host
+ * name) alone: how the Slurm backend's per-node pre-flight check is made to fail on one node. */
 static int fault_from_env(anvil_health_config *c) {
     const char *f = getenv("ANVIL_HEALTH_FAULT");
-    return f && *f ? anvil_health_parse_fault(f, c) : 0;
+    if (!f || !*f) return 0;
+    char spec[128], here[256];
+    snprintf(spec, sizeof spec, "%s", f);
+    char *at = strchr(spec, '@');
+    if (at) {
+        *at++ = 0;
+        const char *node = getenv("SLURMD_NODENAME");
+        if (!node || !*node) node = gethostname(here, sizeof here) ? "" : here;
+        if (strcmp(at, node)) return 0;
+    }
+    return anvil_health_parse_fault(spec, c);
 }
 
 static void print_table(const anvil_health_report *r, FILE *out) {

@@ -45,7 +45,8 @@ static const char *usage =
     "                    first out (default 0: no limit)\n"
     "  --backend B       where the jobs run: local (this machine, the default) or slurm (one batch\n"
     "                    job per attempt, through sbatch, scontrol and scancel with the SLURM_CONF\n"
-    "                    of this daemon; see README: 'Running on a Slurm cluster')\n"
+    "                    of this daemon; see README: 'Running on a Slurm cluster'); a slurm daemon\n"
+    "                    also runs on this machine the jobs whose spec says \"backend\": \"local\"\n"
     "  --partition P     (slurm) the partition the jobs are submitted to (default: the cluster's)\n"
     "  --account A       (slurm) the account the jobs are charged to (default: the user's)\n"
     "  --hook-command CMD  on every change of a job's status, run CMD with /bin/sh, the event's JSON\n"
@@ -188,11 +189,16 @@ int cmd_serve(int argc, char **argv) {
     }
     char runs[PATH_MAX + 8];
     snprintf(runs, sizeof runs, "%s/runs", real);
+    /* A Slurm daemon keeps the local backend too, for the jobs whose spec asks for it ("backend"). */
     anvil_backend *backend = !st     ? NULL
                              : slurm ? anvil_backend_slurm_new(real, self, partition, account, grace)
                                      : anvil_backend_local_new(real, self);
-    anvil_supervisor *sup = backend ? anvil_supervisor_new(st, backend, &(anvil_supervisor_options){grace, max_running})
-                                    : NULL;
+    anvil_backend *local = backend && slurm ? anvil_backend_local_new(real, self) : NULL;
+    anvil_backend *both[] = {backend, local};
+    anvil_supervisor *sup = backend && (!slurm || local)
+                                ? anvil_supervisor_new(st, both, local ? 2 : 1,
+                                                       &(anvil_supervisor_options){grace, max_running})
+                                : NULL;
     /* Hooks first: every change from here on is queued for them (job/hooks.h). */
     snprintf(path, sizeof path, "%s/hooks.log", real);
     anvil_hooks *deliverer = NULL;
@@ -226,6 +232,7 @@ int cmd_serve(int argc, char **argv) {
     anvil_hooks_stop(deliverer);
     anvil_supervisor_free(sup);
     if (backend) backend->ops->free(backend);
+    if (local) local->ops->free(local);
     anvil_store_close(st);
     if (!rc) {
         snprintf(path, sizeof path, "%s/serve.port", real);

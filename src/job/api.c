@@ -221,6 +221,11 @@ static int submit(anvil_api_call *c) {
     if (!rc && (rc = anvil_policy_check(&role, &s, why, sizeof why)))
         api_reply_error(c, rc > 0 ? 403 : 500, "%s%s", rc > 0 ? "spec: " : "", rc > 0 ? why : anvil_errmsg());
     if (!rc) rc = spec_conflicts(c, &s);
+    if (!rc && s.backend && !anvil_supervisor_backend_named(c->env->sup, s.backend)) {
+        rc = -1;
+        api_reply_error(c, 400, "spec: backend: this daemon has no %s backend (it runs %s)", s.backend,
+                        anvil_supervisor_backend(c->env->sup)->ops->name);
+    }
     double held[2] = {0, 0};
     anvil_backend *b = anvil_supervisor_backend(c->env->sup);
     if (b->ops->pool_hosts) {

@@ -4,8 +4,10 @@
 #include <string.h>
 
 #include "job/api_internal.h"
+#include "job/backend.h"
 #include "job/quota.h"
 #include "job/spec.h"
+#include "job/supervisor.h"
 
 /* A string field that must be a name (users, roles); NULL after answering 400. */
 static const char *name_field(anvil_api_call *c, const cJSON *o, const char *what, const char *field) {
@@ -190,6 +192,13 @@ static int list_roles(anvil_api_call *c, const char *rest) {
 
 /* {"user" | "role": NAME, "running_jobs": N, "hosts": N, "procs": N, "max_runtime_s": S}: a limit
  * left out or null is none, all of them none removes the quota. */
+/* anvil_quota_held_fn: the hosts the subject's Available warm pools hold (pool_hosts with no job to spare
+ * a pool for: none has 0 hosts). */
+static double pool_held(void *ctx, bool is_role, const char *name) {
+    anvil_backend *b = ctx;
+    return b->ops->pool_hosts ? b->ops->pool_hosts(b, is_role ? NULL : name, is_role ? name : NULL, 0, 0) : 0;
+}
+
 static int set_quota(anvil_api_call *c, const char *rest) {
     (void)rest;
     static const char *const fields[] = {"user", "role", "running_jobs", "hosts", "procs", "max_runtime_s", NULL};
@@ -221,13 +230,14 @@ static int set_quota(anvil_api_call *c, const char *rest) {
     else if (rc) rc = api_reply_error(c, 500, "%s", anvil_errmsg());
     free(name);
     if (rc) return rc;
-    cJSON *all = anvil_quota_json(c->env->st, NULL);
+    cJSON *all = anvil_quota_json(c->env->st, NULL, pool_held, anvil_supervisor_backend(c->env->sup));
     return all ? api_reply_json(c, 200, all) : api_reply_error(c, 500, "%s", anvil_errmsg());
 }
 
 static int list_quotas(anvil_api_call *c, const char *rest) {
     (void)rest;
-    cJSON *o = anvil_quota_json(c->env->st, c->who.admin ? NULL : c->who.user);
+    cJSON *o = anvil_quota_json(c->env->st, c->who.admin ? NULL : c->who.user, pool_held,
+                                anvil_supervisor_backend(c->env->sup));
     return o ? api_reply_json(c, 200, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
 }
 

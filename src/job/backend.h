@@ -19,6 +19,7 @@
 #ifndef ANVIL_JOB_BACKEND_H
 #define ANVIL_JOB_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
@@ -48,6 +49,9 @@ typedef enum {
     ANVIL_ATTEMPT_RUNNING,
     ANVIL_ATTEMPT_EXITED, /* with its exit status (128 + S for a signal S) */
     ANVIL_ATTEMPT_LOST,   /* no exit status and nothing of it left */
+    /* It ran nothing of the job: a check before it found nodes unfit, and the backend left them out of
+     * the job's next attempts (its describe names them). */
+    ANVIL_ATTEMPT_UNHEALTHY,
 } anvil_attempt_state;
 
 /* Stores the handle of an attempt that exists but has not run anything yet: 0, or -1 after
@@ -71,6 +75,10 @@ typedef struct {
      * (describe's "backend" object). */
     int (*describe)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
     void (*free)(anvil_backend *b);
+    /* The one line that says how a failed attempt ended, when the backend knows better than the run's
+     * launcher log's last error line (which rank failed first, and where); "" when it does not. NULL on a
+     * backend that never does. Called after poll said EXITED or LOST. */
+    void (*failure_line)(anvil_backend *b, const anvil_attempt_ref *a, char *line, size_t cap);
     /* Warm pools, NULL on a backend that keeps none. pools: an array of {"id", "status", "user", "owner",
      * "partition", "hosts", "procs_per_host", "nodes", "expires", "job"}, those of user alone unless
      * user is NULL; NULL after anvil_fail. release_pool: ends pool id early (its holder sees the release
@@ -128,8 +136,15 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *     a line): the node where srun saw a rank killed by a signal, and any node of the attempt
  *     that Slurm reports DOWN or NOT_RESPONDING. A rank's own nonzero exit marks no node: that
  *     is the program's failure, not the machine's.
+ *   - Before the step, the script runs the pre-flight check on every node, one process each
+ *     (`srun --mpi=none --ntasks-per-node=1 anvil health --quick --json`, skipped when the command
+ *     has --no-health), reports in STATE/jobs/<id>/health_<n>/<node>.json and .err; a node that
+ *     fails it ends the attempt with exit status 79 before the training, and poll marks the nodes
+ *     at fault ("health: <what anvil health said>") and answers ANVIL_ATTEMPT_UNHEALTHY.
  *   - stop: `scancel --batch --signal=USR1` of a running job (the script forwards it); a job still
- *     pending is cancelled. kill: `scancel --signal=KILL --full`.
+ *     pending is cancelled. kill: `scancel --signal=KILL --full`; for a warm attempt, its step
+ *     alone (named anvil-<id>.<attempt>), so the pool outlives it.
+ *   - failure_line: where srun saw the first rank killed by a signal.
  * partition and account may be NULL (the cluster's defaults); grace_s is the daemon's stop grace.
  * NULL after anvil_fail. */
 anvil_backend *anvil_backend_slurm_new(const char *state_dir, const char *self, const char *partition,

@@ -6,7 +6,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/strbuf.h"
 #include "job/backend.h"
 
 extern char **environ;
@@ -25,6 +25,9 @@ extern char **environ;
  * poll, so an attempt's end is seen at once; only a job Slurm ends or requeues waits up to this long. */
 #define ASK_EVERY_S 2.0
 #define RECENT_MAX 64
+/* The exit status the batch script writes when a node failed the pre-flight check (no anvil command
+ * exits with it); poll turns it into ANVIL_ATTEMPT_UNHEALTHY. */
+#define HEALTH_EXIT 79
 
 typedef struct {
     anvil_backend base;
@@ -57,64 +60,28 @@ static int recent_slot(const slurm_backend *sb, const anvil_attempt_ref *a) {
 
 static slurm_backend *slurm_of(anvil_backend *b) { return (slurm_backend *)b; }
 
-/* A growable text. */
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} text;
-
-static void put(text *t, const char *s, size_t n) {
-    if (t->oom) return;
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = (t->len + n + 1) * 2;
-        char *grown = realloc(t->s, cap);
-        if (!grown) {
-            t->oom = true;
-            return;
-        }
-        t->s = grown;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, s, n);
-    t->len += n;
-    t->s[t->len] = 0;
-}
-
-static void puts_(text *t, const char *s) { put(t, s, strlen(s)); }
-
-static void putf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(text *t, const char *fmt, ...) {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    put(t, buf, n < 0 ? 0 : (size_t)n >= sizeof buf ? sizeof buf - 1 : (size_t)n);
-}
-
 /* s in single quotes for the shell. */
-static void put_quoted(text *t, const char *s) {
-    puts_(t, "'");
+static void put_quoted(anvil_strbuf *t, const char *s) {
+    anvil_strbuf_puts(t, "'");
     for (const char *q; (q = strchr(s, '\'')); s = q + 1) {
-        put(t, s, (size_t)(q - s));
-        puts_(t, "'\\''");
+        anvil_strbuf_put(t, s, (size_t)(q - s));
+        anvil_strbuf_puts(t, "'\\''");
     }
-    puts_(t, s);
-    puts_(t, "'");
+    anvil_strbuf_puts(t, s);
+    anvil_strbuf_puts(t, "'");
 }
 
 /* A shell line that writes what command prints to path atomically: a temporary file, fsync'd, renamed. */
-static void put_atomic_write(text *t, const char *command, const char *path) {
-    putf(t, "%s > ", command);
+static void put_atomic_write(anvil_strbuf *t, const char *command, const char *path) {
+    anvil_strbuf_printf(t, "%s > ", command);
     put_quoted(t, path);
-    puts_(t, ".tmp && sync ");
+    anvil_strbuf_puts(t, ".tmp && sync ");
     put_quoted(t, path);
-    puts_(t, ".tmp && mv -f ");
+    anvil_strbuf_puts(t, ".tmp && mv -f ");
     put_quoted(t, path);
-    puts_(t, ".tmp ");
+    anvil_strbuf_puts(t, ".tmp ");
     put_quoted(t, path);
-    puts_(t, "\n");
+    anvil_strbuf_puts(t, "\n");
 }
 
 /* Runs a Slurm client (argv[0] looked up in PATH) with env, its stdout and stderr together in *out
@@ -137,14 +104,14 @@ static int run_client(char *const *argv, char *const *env, char **out) {
         _exit(127);
     }
     close(fd[1]);
-    text t = {0};
-    puts_(&t, "");
+    anvil_strbuf t = {0};
+    anvil_strbuf_puts(&t, "");
     char buf[4096];
     ssize_t n;
     while ((n = read(fd[0], buf, sizeof buf)) != 0) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) break;
-        if (t.len < 65536) put(&t, buf, (size_t)n);
+        if (t.len < 65536) anvil_strbuf_put(&t, buf, (size_t)n);
     }
     close(fd[0]);
     int status;
@@ -215,10 +182,10 @@ static int exclude_node(const slurm_backend *sb, int64_t id, const char *node, c
             return 0;
         }
     }
-    text t = {0};
-    puts_(&t, old);
+    anvil_strbuf t = {0};
+    anvil_strbuf_puts(&t, old);
     free(old);
-    putf(&t, "%s\t%.900s\n", node, why);
+    anvil_strbuf_printf(&t, "%s\t%.900s\n", node, why);
     char path[PATH_MAX + 16];
     job_dir(sb, id, path, sizeof path);
     strcat(path, "/excluded");
@@ -249,56 +216,73 @@ static int attempt_log(const slurm_backend *sb, const anvil_attempt_ref *a, char
     return rc;
 }
 
-/* The node where srun saw this attempt's first rank killed by a signal (its "srun: error: NODE: task N:
- * Killed" line after the attempt's own first line in the log), marked bad. Only the first: with
- * --kill-on-bad-exit srun itself then kills the ranks on the other nodes. */
-static int exclude_killed_rank(const slurm_backend *sb, const anvil_attempt_ref *a) {
+/* Where srun saw this attempt's first rank killed by a signal: its "srun: error: NODE: task N: Killed"
+ * line after the attempt's own first line in the log. node and why ("task N ... ended by a signal there:
+ * Killed") are "" when there is none. Only the first counts: with --kill-on-bad-exit srun itself then kills
+ * the ranks on the other nodes, and says so in the same words. */
+static void first_killed_rank(const slurm_backend *sb, const anvil_attempt_ref *a, char *node, size_t ncap,
+                              char *why, size_t wcap) {
     char path[PATH_MAX], marker[96];
-    if (attempt_log(sb, a, path, sizeof path)) return 0;
+    node[0] = why[0] = 0;
+    if (attempt_log(sb, a, path, sizeof path)) return;
     FILE *f = fopen(path, "r");
-    if (!f) return 0;
+    if (!f) return;
     /* The attempts' logs follow one another in the file; only the last 4 MiB can hold this one's end. */
     if (fseek(f, -(4L << 20), SEEK_END)) rewind(f);
     snprintf(marker, sizeof marker, "anvil: job %lld attempt %d:", (long long)a->job_id, a->attempt);
-    char line[2048], node[128] = "", why[1024];
+    char line[2048], name[128] = "";
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\r\n")] = 0;
-        if (!strncmp(line, marker, strlen(marker))) node[0] = 0;
+        if (!strncmp(line, marker, strlen(marker))) name[0] = 0;
         const char *p = strstr(line, "srun: error: ");
-        if (!p || node[0]) continue;
+        if (!p || name[0]) continue;
         p += strlen("srun: error: ");
         char task[64];
         int used = 0;
         /* "NODE: task 1: Killed", "NODE: tasks 0-1: Terminated"; an exit code is the program's own. */
-        if (sscanf(p, "%127[^: ]: %63[^:]:%n", node, task, &used) != 2 || strncmp(task, "task", 4) ||
+        if (sscanf(p, "%127[^: ]: %63[^:]:%n", name, task, &used) != 2 || strncmp(task, "task", 4) ||
             !strncmp(p + used, " Exited with exit code", 22)) {
-            node[0] = 0;
+            name[0] = 0;
             continue;
         }
-        snprintf(why, sizeof why, "%s of attempt %d (Slurm job %s) was ended by a signal there:%.500s", task,
-                 a->attempt, a->handle, p + used);
+        snprintf(why, wcap, "%s of attempt %d (Slurm job %s) was ended by a signal there:%.500s", task, a->attempt,
+                 a->handle, p + used);
     }
     fclose(f);
+    snprintf(node, ncap, "%s", name);
+    if (!name[0]) why[0] = 0;
+}
+
+static int exclude_killed_rank(const slurm_backend *sb, const anvil_attempt_ref *a) {
+    char node[128], why[1024];
+    first_killed_rank(sb, a, node, sizeof node, why, sizeof why);
     return node[0] ? exclude_node(sb, a->job_id, node, why) : 0;
 }
 
-/* The nodes of this attempt (its batch script wrote Slurm's node list) that Slurm now reports down,
- * not responding, drained or failed, marked bad. */
-static int exclude_down_nodes(const slurm_backend *sb, const anvil_attempt_ref *a) {
+/* The nodes of this attempt, one a line (malloc'd), from the node list its script wrote: 0, 1 when it
+ * has none (it never ran) or scontrol cannot expand it, -1 after anvil_fail. */
+static int attempt_nodes(const slurm_backend *sb, const anvil_attempt_ref *a, char **names) {
     char path[PATH_MAX + 32], *list;
     size_t len;
+    *names = NULL;
     job_dir(sb, a->job_id, path, sizeof path);
     snprintf(path + strlen(path), sizeof path - strlen(path), "/nodes_%d", a->attempt);
-    if (anvil_read_file_max(path, 65536, &list, &len)) return 0;
+    if (anvil_read_file_max(path, 65536, &list, &len)) return 1;
     list[strcspn(list, "\n")] = 0;
-    char *names;
-    int rc = run_client((char *[]){"scontrol", "show", "hostnames", list, NULL}, environ, &names);
+    int rc = run_client((char *[]){"scontrol", "show", "hostnames", list, NULL}, environ, names);
     free(list);
     if (rc) {
-        free(names);
-        return rc < 0 ? -1 : 0;
+        free(*names);
+        *names = NULL;
     }
-    rc = 0;
+    return rc < 0 ? -1 : rc ? 1 : 0;
+}
+
+/* The nodes of this attempt that Slurm now reports down, not responding, drained or failed, marked bad. */
+static int exclude_down_nodes(const slurm_backend *sb, const anvil_attempt_ref *a) {
+    char *names;
+    int rc = attempt_nodes(sb, a, &names);
+    if (rc) return rc < 0 ? -1 : 0;
     for (char *save, *node = strtok_r(names, "\n", &save); node && !rc; node = strtok_r(NULL, "\n", &save)) {
         char *info;
         if (run_client((char *[]){"scontrol", "-o", "show", "node", node, NULL}, environ, &info)) {
@@ -321,6 +305,50 @@ static int exclude_down_nodes(const slurm_backend *sb, const anvil_attempt_ref *
     return rc;
 }
 
+/* The nodes that failed the attempt's pre-flight check (put_health), marked bad with the first line anvil
+ * health wrote there: how many, or -1 after anvil_fail. A node with no report fails it too, unless no node
+ * has one: then srun could not run the check at all, which says nothing of any node. */
+static int exclude_unhealthy(const slurm_backend *sb, const anvil_attempt_ref *a) {
+    char *names;
+    int rc = attempt_nodes(sb, a, &names);
+    if (rc) return rc < 0 ? -1 : 0;
+    char dir[PATH_MAX + 64], path[PATH_MAX + 256];
+    job_dir(sb, a->job_id, dir, sizeof dir);
+    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/health_%d", a->attempt);
+    int reports = 0, bad = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        for (char *node = names; *node && !rc; node += strcspn(node, "\n") + (node[strcspn(node, "\n")] != 0)) {
+            int n = (int)strcspn(node, "\n");
+            char *report = NULL, *err = NULL, why[700];
+            size_t len;
+            snprintf(path, sizeof path, "%s/%.*s.json", dir, n, node);
+            bool has = !anvil_read_file_max(path, 1 << 20, &report, &len);
+            bool healthy = has && strstr(report, "\"healthy\":true");
+            free(report);
+            if (!pass) {
+                reports += has;
+                continue;
+            }
+            if (healthy || !reports) continue;
+            snprintf(path, sizeof path, "%s/%.*s.err", dir, n, node);
+            const char *said = "no report from anvil health there";
+            if (!anvil_read_file_max(path, 1 << 20, &err, &len) && err[strspn(err, " \n")]) {
+                said = err + strspn(err, " \n");
+                err[strcspn(err, "\n")] = 0;
+                if (!strncmp(said, "anvil health: ", 14)) said += 14;
+            }
+            snprintf(why, sizeof why, "health: %.600s (attempt %d, before training)", said, a->attempt);
+            char *name = strndup(node, (size_t)n);
+            rc = name ? exclude_node(sb, a->job_id, name, why) : anvil_fail("out of memory");
+            free(name);
+            free(err);
+            bad++;
+        }
+    }
+    free(names);
+    return rc ? -1 : bad;
+}
+
 static int exclude_bad_nodes(const slurm_backend *sb, const anvil_attempt_ref *a) {
     return exclude_killed_rank(sb, a) || exclude_down_nodes(sb, a) ? -1 : 0;
 }
@@ -328,16 +356,48 @@ static int exclude_bad_nodes(const slurm_backend *sb, const anvil_attempt_ref *a
 /* The step: srun of the attempt's command in the background (in the allocation of Slurm job `jobid`
  * when not NULL, else the script's own), its exit status in $rc. srun passes SIGUSR1 on to every rank;
  * the wait it interrupts is taken up again. */
-static void put_step(text *t, const slurm_backend *sb, const anvil_attempt_spec *a, const char *jobid) {
-    puts_(t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\nsrun ");
-    if (jobid) putf(t, "--jobid=%s ", jobid);
-    putf(t, "--mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", a->hosts, a->procs_per_host);
+static void put_step(anvil_strbuf *t, const slurm_backend *sb, const anvil_attempt_spec *a, const char *jobid) {
+    anvil_strbuf_puts(t, "stopping=\ntrap 'stopping=1; kill -USR1 \"$step\" 2> /dev/null' USR1\nsrun ");
+    /* A warm step is named, so that a kill can end it alone (slurm_kill), not the holder's allocation. */
+    if (jobid)
+        anvil_strbuf_printf(t, "--jobid=%s --job-name=anvil-%lld.%d ", jobid, (long long)a->ref.job_id, a->ref.attempt);
+    anvil_strbuf_printf(t, "--mpi=pmix --kill-on-bad-exit=1 --nodes=%d --ntasks-per-node=%d ", a->hosts,
+                        a->procs_per_host);
     put_quoted(t, sb->self);
     for (int i = 0; i < a->argc; i++) {
-        puts_(t, " ");
+        anvil_strbuf_puts(t, " ");
         put_quoted(t, a->argv[i]);
     }
-    puts_(t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
+    anvil_strbuf_puts(
+        t, " &\nstep=$!\nwhile :; do\n  wait \"$step\"\n  rc=$?\n  [ -n \"$stopping\" ] || break\n  stopping=\ndone\n");
+}
+
+/* The pre-flight check (job/backend.h): anvil health --quick on every node of the allocation at once, one
+ * process on each, each judged alone (--mpi=none: no MPI world), its report and its error lines in
+ * STATE/jobs/<id>/health_<n>/<node>.json and .err. When a node fails it, the attempt ends there with
+ * HEALTH_EXIT in its exit file, before the training starts. */
+static void put_health(anvil_strbuf *t, const slurm_backend *sb, const anvil_attempt_spec *a, const char *dir) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/health_%d", dir, a->ref.attempt);
+    anvil_strbuf_puts(t, "hd=");
+    put_quoted(t, path);
+    anvil_strbuf_printf(t, "\nmkdir -p \"$hd\"\nif ! srun --mpi=none --nodes=%d --ntasks-per-node=1 bash -c "
+            "'exec \"$0\" health --quick --json > \"$1/$SLURMD_NODENAME.json\" 2> \"$1/$SLURMD_NODENAME.err\"' ",
+         a->hosts);
+    put_quoted(t, sb->self);
+    anvil_strbuf_puts(
+        t, " \"$hd\"; then\n  echo \"anvil: error: a node failed the pre-flight health check: $(cat \"$hd\"/*.err "
+           "2> /dev/null | head -n 1)\"\n");
+    anvil_attempt_exit_path(sb->state_dir, &a->ref, path, sizeof path);
+    anvil_strbuf_printf(t, "  rc=%d\n  ", HEALTH_EXIT);
+    put_atomic_write(t, "printf '%d\\n' \"$rc\"", path);
+    anvil_strbuf_puts(t, "  exit \"$rc\"\nfi\n");
+}
+
+static bool has_arg(const anvil_attempt_spec *a, const char *arg) {
+    for (int i = 0; i < a->argc; i++)
+        if (!strcmp(a->argv[i], arg)) return true;
+    return false;
 }
 
 /* The warm pool's parts of the batch script (job/backend.h). The first, before the exit file is written,
@@ -346,28 +406,28 @@ static void put_step(text *t, const slurm_backend *sb, const anvil_attempt_spec 
  * the claim's end; at the TTL or on the release file the script takes the claim itself (O_EXCL, as a
  * job does), so that no job can claim a pool whose holder is leaving. A claim lost to a job at that
  * moment is seen as InUse a second later; a state folder that is gone ends the hold. */
-static void put_pool_open(text *t, const slurm_backend *sb, const anvil_attempt_spec *a) {
+static void put_pool_open(anvil_strbuf *t, const slurm_backend *sb, const anvil_attempt_spec *a) {
     char pools[PATH_MAX];
     snprintf(pools, sizeof pools, "%s/pools", sb->state_dir);
-    puts_(t, "pools=");
+    anvil_strbuf_puts(t, "pools=");
     put_quoted(t, pools);
-    puts_(t, "\npf=$pools/$SLURM_JOB_ID\npartition=");
+    anvil_strbuf_puts(t, "\npf=$pools/$SLURM_JOB_ID\npartition=");
     put_quoted(t, sb->partition ? sb->partition : "");
-    puts_(t, "\nowner=");
+    anvil_strbuf_puts(t, "\nowner=");
     put_quoted(t, a->owner ? a->owner : "");
-    puts_(t, "\nuser=");
+    anvil_strbuf_puts(t, "\nuser=");
     put_quoted(t, a->user ? a->user : "");
-    putf(t, "\nttl=%ld\nend=$(( $(date +%%s) + ttl ))\n", (long)ceil(a->keep_alive_s));
-    putf(t,
+    anvil_strbuf_printf(t, "\nttl=%ld\nend=$(( $(date +%%s) + ttl ))\n", (long)ceil(a->keep_alive_s));
+    anvil_strbuf_printf(t,
          "pool() {\n  printf 'status=%%s\\njob=%lld\\nowner=%%s\\nuser=%%s\\npartition=%%s\\nhosts=%d\\nprocs_per_host=%d\\n"
          "nodes=%%s\\nexpires=%%s\\n' \"$1\" \"$owner\" \"$user\" \"$partition\" \"$SLURM_JOB_NODELIST\" \"$end\" > \"$pf.tmp\" && "
          "sync \"$pf.tmp\" && mv -f \"$pf.tmp\" \"$pf\"\n}\n",
          (long long)a->ref.job_id, a->hosts, a->procs_per_host);
-    puts_(t, "[ \"$rc\" = 0 ] && mkdir -p \"$pools\" && pool Available\n");
+    anvil_strbuf_puts(t, "[ \"$rc\" = 0 ] && mkdir -p \"$pools\" && pool Available\n");
 }
 
-static void put_pool_hold(text *t) {
-    puts_(t, "if [ \"$rc\" = 0 ]; then\n  used=\n  while [ -d \"$pools\" ]; do\n"
+static void put_pool_hold(anvil_strbuf *t) {
+    anvil_strbuf_puts(t, "if [ \"$rc\" = 0 ]; then\n  used=\n  while [ -d \"$pools\" ]; do\n"
              "    if [ -e \"$pf.claim\" ]; then\n"
              "      [ -n \"$used\" ] || { used=1; pool InUse; }\n"
              "    elif [ -n \"$used\" ]; then\n"
@@ -382,44 +442,47 @@ static void put_pool_hold(text *t) {
 static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) {
     char dir[PATH_MAX], base[PATH_MAX + 32];
     job_dir(sb, a->ref.job_id, dir, sizeof dir);
-    text t = {0};
+    anvil_strbuf t = {0};
     long grace = (long)ceil(sb->grace_s);
     grace = grace < 1 ? 1 : grace > 65535 ? 65535 : grace;
-    putf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, written by anvil serve's Slurm backend.\n",
+    anvil_strbuf_printf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, written by anvil serve's Slurm backend.\n",
          (long long)a->ref.job_id, a->ref.attempt);
-    putf(&t, "#SBATCH --job-name=anvil-%lld.%d\n", (long long)a->ref.job_id, a->ref.attempt);
-    if (sb->partition) putf(&t, "#SBATCH --partition=%s\n", sb->partition);
-    if (sb->account) putf(&t, "#SBATCH --account=%s\n", sb->account);
-    putf(&t, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=%d\n", a->hosts, a->procs_per_host);
+    anvil_strbuf_printf(&t, "#SBATCH --job-name=anvil-%lld.%d\n", (long long)a->ref.job_id, a->ref.attempt);
+    if (sb->partition) anvil_strbuf_printf(&t, "#SBATCH --partition=%s\n", sb->partition);
+    if (sb->account) anvil_strbuf_printf(&t, "#SBATCH --account=%s\n", sb->account);
+    anvil_strbuf_printf(&t, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=%d\n", a->hosts, a->procs_per_host);
     /* The USR1 comes grace seconds before the limit, which leaves the checkpoint its time. */
     if (a->time_left_s > 0)
-        putf(&t, "#SBATCH --time=%ld\n", (long)ceil((a->time_left_s + a->keep_alive_s + (double)grace) / 60));
-    putf(&t, "#SBATCH --signal=B:USR1@%ld\n#SBATCH --open-mode=append\n#SBATCH --requeue\n", grace);
-    putf(&t, "#SBATCH --chdir=%s\n#SBATCH --output=%s/logs/launcher.log\n", a->run_dir, a->run_dir);
+        anvil_strbuf_printf(&t, "#SBATCH --time=%ld\n",
+                            (long)ceil((a->time_left_s + a->keep_alive_s + (double)grace) / 60));
+    anvil_strbuf_printf(&t, "#SBATCH --signal=B:USR1@%ld\n#SBATCH --open-mode=append\n#SBATCH --requeue\n", grace);
+    anvil_strbuf_printf(&t, "#SBATCH --chdir=%s\n#SBATCH --output=%s/logs/launcher.log\n", a->run_dir, a->run_dir);
     char *bad = excluded_text(sb, a->ref.job_id);
     if (bad && *bad) {
-        puts_(&t, "#SBATCH --exclude=");
+        anvil_strbuf_puts(&t, "#SBATCH --exclude=");
         for (char *line = bad, *sep = ""; *line; sep = ",") {
             size_t n = strcspn(line, "\t\n"), end = strcspn(line, "\n");
-            puts_(&t, sep);
-            put(&t, line, n);
+            anvil_strbuf_puts(&t, sep);
+            anvil_strbuf_put(&t, line, n);
             line += end + (line[end] != 0);
         }
-        puts_(&t, "\n");
+        anvil_strbuf_puts(&t, "\n");
     }
     free(bad);
     if (!bad) t.oom = true;
     /* The first line of the attempt in the log (exclude_killed_rank reads from it on). */
-    putf(&t, "echo \"anvil: job %lld attempt %d: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n",
+    anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n",
          (long long)a->ref.job_id, a->ref.attempt);
     snprintf(base, sizeof base, "%s/nodes_%d", dir, a->ref.attempt);
     put_atomic_write(&t, "printf '%s\\n' \"$SLURM_JOB_NODELIST\"", base);
+    /* A training that skips its own check skips this one too. */
+    if (!has_arg(a, "--no-health")) put_health(&t, sb, a, dir);
     put_step(&t, sb, a, NULL);
     if (a->keep_alive_s > 0) put_pool_open(&t, sb, a);
     anvil_attempt_exit_path(sb->state_dir, &a->ref, base, sizeof base);
     put_atomic_write(&t, "printf '%d\\n' \"$rc\"", base);
     if (a->keep_alive_s > 0) put_pool_hold(&t);
-    puts_(&t, "exit \"$rc\"\n");
+    anvil_strbuf_puts(&t, "exit \"$rc\"\n");
     if (t.oom) {
         free(t.s);
         anvil_fail("out of memory");
@@ -556,9 +619,9 @@ static bool claim_pool(const slurm_backend *sb, const anvil_attempt_spec *a, cha
                 /* Ours now, and dead: marked so, the claim left in place so nobody tries it again. */
                 char *dead = strdup(info);
                 if (dead && !strncmp(dead, "status=", 7)) {
-                    text t = {0};
-                    puts_(&t, "status=Terminated");
-                    puts_(&t, dead + strcspn(dead, "\n"));
+                    anvil_strbuf t = {0};
+                    anvil_strbuf_puts(&t, "status=Terminated");
+                    anvil_strbuf_puts(&t, dead + strcspn(dead, "\n"));
                     pool_path(sb, id, "", path, sizeof path);
                     if (!t.oom) anvil_write_file_atomic(path, t.s, t.len);
                     free(t.s);
@@ -580,20 +643,20 @@ static bool claim_pool(const slurm_backend *sb, const anvil_attempt_spec *a, cha
 static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, const char *holder, const char *nodes) {
     char dir[PATH_MAX], path[PATH_MAX + 64];
     job_dir(sb, a->ref.job_id, dir, sizeof dir);
-    text t = {0};
-    putf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, in the warm pool of Slurm job %s.\n", (long long)a->ref.job_id,
-         a->ref.attempt, holder);
-    putf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n", (long long)a->ref.job_id,
-         a->ref.attempt, holder, nodes);
+    anvil_strbuf t = {0};
+    anvil_strbuf_printf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, in the warm pool of Slurm job %s.\n",
+                        (long long)a->ref.job_id, a->ref.attempt, holder);
+    anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n",
+                        (long long)a->ref.job_id, a->ref.attempt, holder, nodes);
     snprintf(path, sizeof path, "%s/nodes_%d", dir, a->ref.attempt);
     put_atomic_write(&t, "printf '%s\\n' \"$nodes\"", path);
     put_step(&t, sb, a, holder);
     anvil_attempt_exit_path(sb->state_dir, &a->ref, path, sizeof path);
     put_atomic_write(&t, "printf '%d\\n' \"$rc\"", path);
     pool_path(sb, holder, ".claim", path, sizeof path);
-    puts_(&t, "rm -f ");
+    anvil_strbuf_puts(&t, "rm -f ");
     put_quoted(&t, path);
-    puts_(&t, "\nexit \"$rc\"\n");
+    anvil_strbuf_puts(&t, "\nexit \"$rc\"\n");
     if (t.oom) {
         free(t.s);
         anvil_fail("out of memory");
@@ -698,17 +761,36 @@ static bool final_state(const char *s) {
 
 static int exited(slurm_backend *sb, const anvil_attempt_ref *a, int code, int *out) {
     *out = code;
+    if (code == HEALTH_EXIT) {
+        int bad = exclude_unhealthy(sb, a);
+        if (bad) return bad < 0 ? -1 : ANVIL_ATTEMPT_UNHEALTHY;
+    }
     if (code != 0 && code != 75 && exclude_bad_nodes(sb, a)) return -1;
     return ANVIL_ATTEMPT_EXITED;
 }
 
-/* A warm attempt runs while its script does; the script writes the exit file before it exits. */
+/* Removes the claim on holder's pool when it is this attempt's (a job's claim says whose it is). */
+static void drop_claim(const slurm_backend *sb, const anvil_attempt_ref *a, const char *holder) {
+    char path[PATH_MAX + 64], mine[64], *claim;
+    size_t len;
+    pool_path(sb, holder, ".claim", path, sizeof path);
+    snprintf(mine, sizeof mine, "job %lld attempt %d\n", (long long)a->job_id, a->attempt);
+    if (anvil_read_file_max(path, 256, &claim, &len)) return;
+    if (!strcmp(claim, mine)) unlink(path);
+    free(claim);
+}
+
+/* A warm attempt runs while its script does; the script writes the exit file and gives the claim back
+ * before it exits. A script killed before that leaves the claim, which is given back here. */
 static int warm_poll(slurm_backend *sb, const anvil_attempt_ref *a, pid_t pid, int *code) {
     waitpid(pid, NULL, WNOHANG);
     bool alive = !kill(pid, 0);
     *code = anvil_attempt_read_exit(sb->state_dir, a);
     if (*code >= 0) return exited(sb, a, *code, code);
-    return alive ? ANVIL_ATTEMPT_RUNNING : ANVIL_ATTEMPT_LOST;
+    if (alive) return ANVIL_ATTEMPT_RUNNING;
+    char id[32];
+    drop_claim(sb, a, slurm_ref(a, id, sizeof id).handle);
+    return ANVIL_ATTEMPT_LOST;
 }
 
 static int slurm_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
@@ -787,15 +869,49 @@ static int slurm_stop(anvil_backend *b, const anvil_attempt_ref *a) {
     return rc ? -1 : 0;
 }
 
-/* A warm attempt's step cannot be told from the holder's from here: the whole allocation goes, and the
- * claim, left in place, keeps that pool from being claimed again. */
+/* The steps of holder's allocation named as attempt a's (put_step), each ended with SIGKILL: how many,
+ * or -1 after anvil_fail. */
+static int kill_warm_steps(const anvil_attempt_ref *a, const char *holder) {
+    char *out, name[64];
+    snprintf(name, sizeof name, "anvil-%lld.%d", (long long)a->job_id, a->attempt);
+    int rc = run_client((char *[]){"squeue", "-h", "-s", "-j", (char *)holder, "-o", "%i %j", NULL}, environ, &out);
+    if (rc) {
+        free(out);
+        return rc < 0 ? -1 : 0;
+    }
+    int killed = 0;
+    for (char *save, *line = strtok_r(out, "\n", &save); line && rc >= 0; line = strtok_r(NULL, "\n", &save)) {
+        char *sp = strchr(line, ' ');
+        if (!sp || strcmp(sp + 1, name)) continue;
+        *sp = 0;
+        if (run_quiet((char *[]){"scancel", "--signal=KILL", line, NULL})) rc = -1;
+        else killed++;
+    }
+    free(out);
+    return rc < 0 ? -1 : killed;
+}
+
+/* A warm attempt: its step alone, so that its script records the exit and gives the pool back, which the
+ * holder then offers again; a script with no step (yet, or any more) is killed with its session, and
+ * poll gives the claim back. Otherwise the attempt's own batch job, whole. */
 static int slurm_kill(anvil_backend *b, const anvil_attempt_ref *a) {
     (void)b;
     char id[32];
     anvil_attempt_ref r = slurm_ref(a, id, sizeof id);
     pid_t pid = warm_pid(a);
-    if (pid) kill(-pid, SIGKILL);
-    return run_quiet((char *[]){"scancel", "--signal=KILL", "--full", (char *)r.handle, NULL});
+    if (!pid) return run_quiet((char *[]){"scancel", "--signal=KILL", "--full", (char *)r.handle, NULL});
+    int steps = kill_warm_steps(a, r.handle);
+    if (steps <= 0) kill(-pid, SIGKILL);
+    return steps < 0 ? -1 : 0;
+}
+
+/* backend.h: where srun saw the first rank killed by a signal, which is the cause; the log's last error
+ * line is srun's word on the ranks that --kill-on-bad-exit ended after it. */
+static void slurm_failure_line(anvil_backend *b, const anvil_attempt_ref *a, char *line, size_t cap) {
+    char node[128], why[1024];
+    first_killed_rank(slurm_of(b), a, node, sizeof node, why, sizeof why);
+    if (node[0]) snprintf(line, cap, "first on %s: %s", node, why);
+    else line[0] = 0;
 }
 
 static int add_string(cJSON *o, const char *key, const char *value) {
@@ -970,6 +1086,7 @@ static const anvil_backend_ops slurm_ops = {
     .kill = slurm_kill,
     .describe = slurm_describe,
     .free = slurm_free,
+    .failure_line = slurm_failure_line,
     .pools = slurm_pools,
     .release_pool = slurm_release_pool,
     .pool_hosts = slurm_pool_hosts,

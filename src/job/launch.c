@@ -20,34 +20,11 @@
 
 #include "core/error.h"
 #include "core/exit.h"
+#include "core/strbuf.h"
 #include "core/fsutil.h"
 
 /* A rank that never ends a line still reaches the terminal in pieces this big. */
 #define MAX_LINE (64 * 1024)
-
-/* ---- growable byte strings ---- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} buf_t;
-
-static int buf_put(buf_t *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return anvil_fail("launch: out of memory");
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-static int buf_putc(buf_t *b, char c) { return buf_put(b, &c, 1); }
 
 /* ---- hosts ---- */
 
@@ -258,16 +235,16 @@ int anvil_launch_build_argv(const anvil_launch_spec *spec, const char *self, con
     if (!rc && (spec->oversubscribe || (!hosts && spec->nranks > local_cores))) rc = argv_add(&a, "--oversubscribe");
     if (!rc && root) rc = argv_add(&a, "--allow-run-as-root");
     if (!rc && hosts) {
-        buf_t h = {0};
+        anvil_strbuf h = {0};
         for (int i = 0; i < nhosts && !rc; i++) {
             snprintf(num, sizeof num, ":%d", hosts[i].slots);
-            if (i) rc = buf_putc(&h, ',');
-            if (!rc) rc = buf_put(&h, hosts[i].name, strlen(hosts[i].name));
-            if (!rc) rc = buf_put(&h, num, strlen(num));
+            if (i) rc = anvil_strbuf_putc(&h, ',');
+            if (!rc) rc = anvil_strbuf_put(&h, hosts[i].name, strlen(hosts[i].name));
+            if (!rc) rc = anvil_strbuf_put(&h, num, strlen(num));
         }
         if (!rc) rc = argv_add(&a, "--host");
-        if (!rc) rc = argv_add(&a, h.p);
-        free(h.p);
+        if (!rc) rc = argv_add(&a, h.s);
+        free(h.s);
         bool user_rsh = false;
         for (char *const *e = env; *e; e++) user_rsh |= !strncmp(*e, "OMPI_MCA_plm_rsh_args=", 22);
         /* Without these, ssh to a host that drops packets waits minutes, and one
@@ -317,12 +294,12 @@ struct anvil_launch_merger {
     int nranks, out_fd, err_fd;
     char *log_dir;
     int *log_fd;       /* per rank, -1 until the rank writes */
-    buf_t *line;       /* per rank: [2r] stdout, [2r+1] stderr */
-    buf_t mp_line[2];  /* mpirun's own stdout and stderr */
-    buf_t text;
+    anvil_strbuf *line;       /* per rank: [2r] stdout, [2r+1] stderr */
+    anvil_strbuf mp_line[2];  /* mpirun's own stdout and stderr */
+    anvil_strbuf text;
     int mp_log;
     bool log_failed;
-    buf_t scratch;
+    anvil_strbuf scratch;
 };
 
 static void write_quiet(int fd, const char *p, size_t n) {
@@ -367,27 +344,27 @@ static int rank_log_fd(anvil_launch_merger *m, int r) {
     return m->log_fd[r];
 }
 
-static int emit_rank_line(anvil_launch_merger *m, int r, bool err, buf_t *b) {
+static int emit_rank_line(anvil_launch_merger *m, int r, bool err, anvil_strbuf *b) {
     char prefix[32];
     int pn = snprintf(prefix, sizeof prefix, "[rank %d] ", r);
-    m->scratch.n = 0;
-    if (buf_put(&m->scratch, prefix, (size_t)pn) || buf_put(&m->scratch, b->p ? b->p : "", b->n) ||
-        buf_putc(&m->scratch, '\n'))
+    m->scratch.len = 0;
+    if (anvil_strbuf_put(&m->scratch, prefix, (size_t)pn) ||
+        anvil_strbuf_put(&m->scratch, anvil_strbuf_text(b), b->len) || anvil_strbuf_putc(&m->scratch, '\n'))
         return -1;
     /* One write per line: lines from different ranks can never interleave. */
-    write_quiet(err ? m->err_fd : m->out_fd, m->scratch.p, m->scratch.n);
-    int rc = log_write(m, rank_log_fd(m, r), m->scratch.p + pn, m->scratch.n - (size_t)pn);
-    b->n = 0;
+    write_quiet(err ? m->err_fd : m->out_fd, m->scratch.s, m->scratch.len);
+    int rc = log_write(m, rank_log_fd(m, r), m->scratch.s + pn, m->scratch.len - (size_t)pn);
+    b->len = 0;
     return rc;
 }
 
-static int emit_mpirun_line(anvil_launch_merger *m, buf_t *b) {
+static int emit_mpirun_line(anvil_launch_merger *m, anvil_strbuf *b) {
     if (m->mp_log < 0 && m->log_dir && !m->log_failed && (m->mp_log = open_log(m, "mpirun.log")) < 0)
         m->log_failed = true;
-    int rc = buf_put(&m->text, b->p ? b->p : "", b->n);
-    if (!rc) rc = buf_putc(&m->text, '\n');
-    if (!rc) rc = log_write(m, m->mp_log, m->text.p + m->text.n - b->n - 1, b->n + 1);
-    b->n = 0;
+    int rc = anvil_strbuf_put(&m->text, anvil_strbuf_text(b), b->len);
+    if (!rc) rc = anvil_strbuf_putc(&m->text, '\n');
+    if (!rc) rc = log_write(m, m->mp_log, m->text.s + m->text.len - b->len - 1, b->len + 1);
+    b->len = 0;
     return rc;
 }
 
@@ -399,7 +376,7 @@ anvil_launch_merger *anvil_launch_merger_new(int nranks, const char *log_dir, in
     m->err_fd = err_fd;
     m->mp_log = -1;
     m->log_fd = malloc(sizeof(int) * (size_t)nranks);
-    m->line = calloc(2 * (size_t)nranks, sizeof(buf_t));
+    m->line = calloc(2 * (size_t)nranks, sizeof(anvil_strbuf));
     m->log_dir = log_dir ? strdup(log_dir) : NULL;
     if (!m->log_fd || !m->line || (log_dir && !m->log_dir)) {
         anvil_launch_merger_free(m);
@@ -412,17 +389,17 @@ anvil_launch_merger *anvil_launch_merger_new(int nranks, const char *log_dir, in
 
 int anvil_launch_merger_feed_rank(anvil_launch_merger *m, int rank, bool err, const char *buf, size_t n) {
     if (rank < 0 || rank >= m->nranks) return anvil_fail("launch: output from rank %d of a %d-rank job", rank, m->nranks);
-    buf_t *b = &m->line[2 * rank + err];
+    anvil_strbuf *b = &m->line[2 * rank + err];
     for (const char *p = buf, *end = buf + n; p < end;) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t k = (size_t)((nl ? nl : end) - p);
-        if (k > MAX_LINE - b->n) k = MAX_LINE - b->n;
-        if (buf_put(b, p, k)) return -1;
+        if (k > MAX_LINE - b->len) k = MAX_LINE - b->len;
+        if (anvil_strbuf_put(b, p, k)) return -1;
         p += k;
         if (p < end && *p == '\n') {
             p++;
             if (emit_rank_line(m, rank, err, b)) return -1;
-        } else if (b->n >= MAX_LINE && emit_rank_line(m, rank, err, b)) {
+        } else if (b->len >= MAX_LINE && emit_rank_line(m, rank, err, b)) {
             return -1;
         }
     }
@@ -431,7 +408,8 @@ int anvil_launch_merger_feed_rank(anvil_launch_merger *m, int rank, bool err, co
 
 int anvil_launch_merger_feed_mpirun(anvil_launch_merger *m, bool err, const char *buf, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        int rc = buf[i] == '\n' ? emit_mpirun_line(m, &m->mp_line[err]) : buf_putc(&m->mp_line[err], buf[i]);
+        int rc = buf[i] == '\n' ? emit_mpirun_line(m, &m->mp_line[err])
+                                 : anvil_strbuf_putc(&m->mp_line[err], buf[i]);
         if (rc) return -1;
     }
     return 0;
@@ -441,20 +419,20 @@ int anvil_launch_merger_finish(anvil_launch_merger *m) {
     int rc = 0;
     for (int r = 0; r < m->nranks; r++) {
         for (int s = 0; s < 2; s++)
-            if (m->line[2 * r + s].n && emit_rank_line(m, r, s, &m->line[2 * r + s])) rc = -1;
+            if (m->line[2 * r + s].len && emit_rank_line(m, r, s, &m->line[2 * r + s])) rc = -1;
         /* A rank that printed nothing still gets its (empty) file. */
         int fd = rank_log_fd(m, r);
         if (fd >= 0) close(fd);
         m->log_fd[r] = -1;
     }
     for (int s = 0; s < 2; s++)
-        if (m->mp_line[s].n && emit_mpirun_line(m, &m->mp_line[s])) rc = -1;
+        if (m->mp_line[s].len && emit_mpirun_line(m, &m->mp_line[s])) rc = -1;
     if (m->mp_log >= 0) close(m->mp_log);
     m->mp_log = -1;
     return rc || m->log_failed ? -1 : 0;
 }
 
-const char *anvil_launch_merger_mpirun_text(const anvil_launch_merger *m) { return m->text.p ? m->text.p : ""; }
+const char *anvil_launch_merger_mpirun_text(const anvil_launch_merger *m) { return anvil_strbuf_text(&m->text); }
 
 void anvil_launch_merger_free(anvil_launch_merger *m) {
     if (!m) return;
@@ -462,14 +440,14 @@ void anvil_launch_merger_free(anvil_launch_merger *m) {
         for (int r = 0; r < m->nranks; r++)
             if (m->log_fd[r] >= 0) close(m->log_fd[r]);
     if (m->line)
-        for (int i = 0; i < 2 * m->nranks; i++) free(m->line[i].p);
+        for (int i = 0; i < 2 * m->nranks; i++) free(m->line[i].s);
     if (m->mp_log >= 0) close(m->mp_log);
     free(m->log_fd);
     free(m->line);
-    free(m->mp_line[0].p);
-    free(m->mp_line[1].p);
-    free(m->text.p);
-    free(m->scratch.p);
+    free(m->mp_line[0].s);
+    free(m->mp_line[1].s);
+    free(m->text.s);
+    free(m->scratch.s);
     free(m->log_dir);
     free(m);
 }

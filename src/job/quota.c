@@ -158,7 +158,7 @@ static bool in_list(const char *names, const char *name) {
     return false;
 }
 
-cJSON *anvil_quota_json(anvil_store *st, const char *user) {
+cJSON *anvil_quota_json(anvil_store *st, const char *user, anvil_quota_held_fn held, void *ctx) {
     cJSON *o = cJSON_CreateObject(), *arr = o ? cJSON_AddArrayToObject(o, "quotas") : NULL;
     char *roles = NULL;
     int nroles = 0;
@@ -226,7 +226,9 @@ cJSON *anvil_quota_json(anvil_store *st, const char *user) {
             else cJSON_AddNullToObject(lim, limit_names[k]);
         }
         cJSON_AddNumberToObject(use, "running_jobs", u.running_jobs);
-        cJSON_AddNumberToObject(use, "hosts", u.hosts);
+        double pooled = held ? held(ctx, r->is_role, r->name) : 0;
+        cJSON_AddNumberToObject(use, "hosts", u.hosts + pooled);
+        cJSON_AddNumberToObject(use, "warm_pool_hosts", pooled);
         cJSON_AddNumberToObject(use, "procs", u.procs);
     }
     free(rows);

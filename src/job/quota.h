@@ -35,8 +35,12 @@ int anvil_quota_set(anvil_store *st, bool is_role, const char *name, const anvil
  * that warm pools (job/backend.h) of owner and of role hold besides their jobs, which count as in use. */
 int anvil_quota_check(anvil_store *st, const char *owner, const char *role, const anvil_job_spec *s,
                       const double held[2], char *why, size_t cap);
+/* The hosts that warm pools of a user (is_role false) or a role hold besides their jobs. */
+typedef double (*anvil_quota_held_fn)(void *ctx, bool is_role, const char *name);
 /* {"quotas": [{"user" | "role": NAME, "limits": {...}, "usage": {"running_jobs", "hosts",
- * "procs"}}]}: every quota, or those of user and of the roles granted to user. NULL after anvil_fail. */
-cJSON *anvil_quota_json(anvil_store *st, const char *user);
+ * "warm_pool_hosts", "procs"}}]}: every quota, or those of user and of the roles granted to user. hosts
+ * counts what held (NULL: nothing) says the subject's warm pools hold, as the check does; warm_pool_hosts
+ * is that part of it. NULL after anvil_fail. */
+cJSON *anvil_quota_json(anvil_store *st, const char *user, anvil_quota_held_fn held, void *ctx);
 
 #endif

@@ -177,7 +177,7 @@ static int take_metrics(const cJSON *v, anvil_job_spec *s) {
 
 static const char *const fields[] = {"name",    "command", "channels", "output", "resources",         "max_runtime_s",
                                      "max_retries", "hang_timeout_s", "env", "tags", "role", "metric_definitions",
-                                     "keep_alive_s"};
+                                     "keep_alive_s", "backend"};
 #define NFIELDS (sizeof fields / sizeof *fields)
 
 static int take_field(const cJSON *e, size_t f, anvil_job_spec *s) {
@@ -211,6 +211,11 @@ static int take_field(const cJSON *e, size_t f, anvil_job_spec *s) {
         return take_metrics(e, s);
     case 12:
         return anvil_json_number(e, "spec", "keep_alive_s", ANVIL_JOB_KEEP_ALIVE_MAX_S, false, &s->keep_alive_s);
+    case 13:
+        if (anvil_json_string(e, "spec", "backend", 16, &s->backend)) return -1;
+        return !strcmp(s->backend, "local") || !strcmp(s->backend, "slurm")
+                   ? 0
+                   : anvil_fail("spec: backend: '%s' is neither local nor slurm", s->backend);
     default:
         if (anvil_json_string(e, "spec", "role", 64, &s->role)) return -1;
         return anvil_job_name_valid(s->role, 64)
@@ -296,6 +301,7 @@ cJSON *anvil_job_spec_to_json(const anvil_job_spec *s) {
         cJSON_AddItemToObject(o, "channels", ch);
         if (s->output) cJSON_AddStringToObject(o, "output", s->output);
         if (s->role) cJSON_AddStringToObject(o, "role", s->role);
+        if (s->backend) cJSON_AddStringToObject(o, "backend", s->backend);
         cJSON_AddItemToObject(o, "resources", res);
         cJSON_AddNumberToObject(o, "max_runtime_s", s->max_runtime_s);
         cJSON_AddNumberToObject(o, "max_retries", s->max_retries);
@@ -323,6 +329,7 @@ void anvil_job_spec_free(anvil_job_spec *s) {
     anvil_job_kv_free(s->channels, s->nchannels);
     free(s->output);
     free(s->role);
+    free(s->backend);
     anvil_job_kv_free(s->env, s->nenv);
     anvil_job_kv_free(s->tags, s->ntags);
     anvil_job_kv_free(s->metrics, s->nmetrics);

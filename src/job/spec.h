@@ -9,7 +9,7 @@
  *    "resources": {"hosts": 1, "procs_per_host": 2},
  *    "max_runtime_s": 3600, "max_retries": 3, "hang_timeout_s": 600, "keep_alive_s": 300,
  *    "env": {"OMP_NUM_THREADS": "2"}, "tags": {"team": "nlp"}, "role": "nlp",
- *    "metric_definitions": {"tok_s": "\\| ([0-9.]+) tok/s"}} */
+ *    "metric_definitions": {"tok_s": "\\| ([0-9.]+) tok/s"}, "backend": "slurm"} */
 #ifndef ANVIL_JOB_SPEC_H
 #define ANVIL_JOB_SPEC_H
 
@@ -56,6 +56,9 @@ typedef struct {
     /* The role the job runs under (job/policy.h), which bounds its paths, processes, runtime and
      * environment; NULL: the submitter's only role, chosen by the API, which stores it. */
     char *role;
+    /* "local" or "slurm": which of the daemon's backends runs the job (job/backend.h), when it has
+     * both; NULL: the daemon's own (anvil serve --backend). */
+    char *backend;
 } anvil_job_spec;
 
 /* Parses and checks a spec of len bytes (not NUL-terminated); -1 with a one-line message naming the

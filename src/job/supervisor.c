@@ -17,9 +17,13 @@
 
 extern char **environ;
 
+#define MAX_BACKENDS 4
+
 struct anvil_supervisor {
     anvil_store *st;
-    anvil_backend *backend;
+    anvil_backend *backend; /* the daemon's own: backends[0] */
+    anvil_backend *backends[MAX_BACKENDS];
+    int nbackends;
     anvil_supervisor_options o;
     int active; /* during a tick: jobs Starting, Running or Stopping */
     /* Held through a tick and through a stop request, so neither overwrites the other's change. */
@@ -29,36 +33,58 @@ struct anvil_supervisor {
 static const unsigned active_mask = 1u << ANVIL_JOB_PENDING | 1u << ANVIL_JOB_STARTING | 1u << ANVIL_JOB_RUNNING |
                                     1u << ANVIL_JOB_STOPPING;
 
-anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, const anvil_supervisor_options *o) {
+static anvil_backend *named(anvil_backend *const *backends, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(backends[i]->ops->name, name)) return backends[i];
+    return NULL;
+}
+
+anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *const *backends, int n,
+                                       const anvil_supervisor_options *o) {
     if (o->grace_s < 0 || o->max_running < 0) {
         anvil_fail("supervisor: the stop grace and the most jobs running must be >= 0");
         return NULL;
     }
+    if (n < 1 || n > MAX_BACKENDS) {
+        anvil_fail("supervisor: 1 to %d backends, not %d", MAX_BACKENDS, n);
+        return NULL;
+    }
     anvil_job *jobs;
-    int n;
-    if (anvil_store_list(st, active_mask, &jobs, &n)) return NULL;
-    const char *mine = backend->ops->name;
-    for (int i = 0; i < n; i++)
-        if (jobs[i].handle[0] && strcmp(jobs[i].backend, mine)) {
+    int njobs;
+    if (anvil_store_list(st, active_mask, &jobs, &njobs)) return NULL;
+    for (int i = 0; i < njobs; i++)
+        if (jobs[i].handle[0] && !named(backends, n, jobs[i].backend)) {
             anvil_fail("job %lld has an attempt running on the %s backend; this daemon runs the %s backend",
-                       (long long)jobs[i].id, jobs[i].backend, mine);
-            anvil_job_list_free(jobs, n);
+                       (long long)jobs[i].id, jobs[i].backend, backends[0]->ops->name);
+            anvil_job_list_free(jobs, njobs);
             return NULL;
         }
-    anvil_job_list_free(jobs, n);
+    anvil_job_list_free(jobs, njobs);
     anvil_supervisor *sup = calloc(1, sizeof *sup);
     if (!sup) {
         anvil_fail("supervisor: out of memory");
         return NULL;
     }
     sup->st = st;
-    sup->backend = backend;
+    sup->backend = backends[0];
+    memcpy(sup->backends, backends, sizeof *backends * (size_t)n);
+    sup->nbackends = n;
     sup->o = *o;
     pthread_mutex_init(&sup->lock, NULL);
     return sup;
 }
 
 anvil_backend *anvil_supervisor_backend(anvil_supervisor *sup) { return sup->backend; }
+
+anvil_backend *anvil_supervisor_backend_named(anvil_supervisor *sup, const char *name) {
+    return named(sup->backends, sup->nbackends, name);
+}
+
+/* The backend of the job's attempts: the one recorded with its last, else the daemon's own. */
+static anvil_backend *backend_of(anvil_supervisor *sup, const anvil_job *j) {
+    anvil_backend *b = j->backend[0] ? anvil_supervisor_backend_named(sup, j->backend) : NULL;
+    return b ? b : sup->backend;
+}
 
 void anvil_supervisor_free(anvil_supervisor *sup) {
     if (!sup) return;
@@ -199,6 +225,7 @@ static anvil_attempt_ref attempt_of(const anvil_job *j) {
 
 typedef struct {
     anvil_supervisor *sup;
+    anvil_backend *backend;
     anvil_job *job;
 } started;
 
@@ -206,7 +233,7 @@ typedef struct {
 static int record_start(void *ctx, const char *handle) {
     started *s = ctx;
     anvil_job *j = s->job;
-    if (!set_text(&j->handle, handle) || !set_text(&j->backend, s->sup->backend->ops->name) ||
+    if (!set_text(&j->handle, handle) || !set_text(&j->backend, s->backend->ops->name) ||
         !set_text(&j->secondary, "Launching"))
         return anvil_fail("out of memory");
     j->started_at = anvil_store_now();
@@ -239,13 +266,55 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
                                 .keep_alive_s = spec.keep_alive_s, .owner = j->role[0] ? j->role : j->owner,
                                 .user = j->owner,
                                 .argc = c.argc, .argv = c.argv, .envp = c.envp};
-        started ctx = {sup, j};
-        rc = sup->backend->ops->start(sup->backend, &a, record_start, &ctx);
+        started ctx = {sup, spec.backend ? anvil_supervisor_backend_named(sup, spec.backend) : sup->backend, j};
+        rc = ctx.backend ? ctx.backend->ops->start(ctx.backend, &a, record_start, &ctx)
+                         : anvil_fail("spec: backend: this daemon has no %s backend", spec.backend);
     }
     anvil_job_spec_free(&spec);
     free_strings(c.argv, c.argc);
     free_strings(c.envp, c.envc);
     return rc;
+}
+
+/* The secondary status of a retry after nodes failed the pre-flight check (ANVIL_ATTEMPT_UNHEALTHY). */
+static const char health_retry[] = "Retrying (node health)";
+
+/* The job's attempts that ended before the training because nodes failed the check: its history's
+ * health retries. -1 after anvil_fail. */
+static int health_retries(anvil_supervisor *sup, const anvil_job *j) {
+    anvil_job_event *events;
+    int n;
+    if (anvil_store_history(sup->st, j->id, &events, &n)) return -1;
+    int count = 0;
+    for (int i = 0; i < n; i++) count += !strcmp(events[i].secondary, health_retry);
+    anvil_job_events_free(events, n);
+    return count;
+}
+
+/* An attempt that ran nothing of the job because nodes failed the pre-flight check: a new one, which
+ * the backend starts without those nodes, however many retries max_retries allows, since no part of
+ * the job failed. Each such attempt leaves at least one more node out, so there are no more of them than
+ * the cluster has nodes; when too few are left, the next start fails the job with the backend's reason. */
+static int retry_unhealthy(anvil_supervisor *sup, anvil_job *j) {
+    j->exit_code = -1;
+    j->stop_deadline = 0;
+    if (!set_text(&j->handle, "")) return anvil_fail("out of memory");
+    const char *message;
+    if (j->stop != ANVIL_STOP_NONE) {
+        j->status = ANVIL_JOB_STOPPED;
+        j->ended_at = anvil_store_now();
+        message = "stopped before the training began (nodes failed the pre-flight health check)";
+        if (!set_text(&j->secondary, j->stop == ANVIL_STOP_RUNTIME ? "MaxRuntimeExceeded" : ""))
+            return anvil_fail("out of memory");
+    } else {
+        j->status = ANVIL_JOB_STARTING;
+        j->attempt++;
+        message = "nodes failed the pre-flight health check and are left out (describe: backend excluded_nodes): "
+                  "a new attempt, not counted in max_retries";
+        if (!set_text(&j->secondary, health_retry)) return anvil_fail("out of memory");
+    }
+    j->stop = ANVIL_STOP_NONE;
+    return save(sup, j, message);
 }
 
 /* The job's final status or its next attempt, once an attempt has ended with code (-1: lost). */
@@ -254,8 +323,16 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
     int max_retries = spec.max_retries;
     anvil_job_spec_free(&spec);
+    /* Retries after a failed health check are not the job's: max_retries counts the others. */
+    int spared = health_retries(sup, j);
+    if (spared < 0) return -1;
+    int failures = j->attempt - spared;
     char line[600], why[900], verdict[1000];
-    last_error_line(j, line, sizeof line);
+    anvil_attempt_ref a = attempt_of(j);
+    line[0] = 0;
+    anvil_backend *b = backend_of(sup, j);
+    if (b->ops->failure_line) b->ops->failure_line(b, &a, line, sizeof line);
+    if (!line[0]) last_error_line(j, line, sizeof line);
     if (code < 0) snprintf(why, sizeof why, "its processes ended without an exit status (lost while the daemon "
                                             "was down, or killed)");
     else if (code > 128 && code < 160) snprintf(why, sizeof why, "exit %d (signal %d)", code, code - 128);
@@ -286,15 +363,15 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
         j->status = ANVIL_JOB_FAILED;
         snprintf(verdict, sizeof verdict, "configuration or input error, not retried: %s", why);
         message = verdict;
-    } else if (j->attempt <= max_retries) {
+    } else if (failures <= max_retries) {
         retry = true;
         j->status = ANVIL_JOB_STARTING;
-        snprintf(retrying, sizeof retrying, "Retrying (%d/%d)", j->attempt, max_retries);
+        snprintf(retrying, sizeof retrying, "Retrying (%d/%d)", failures, max_retries);
         secondary = retrying;
         j->attempt++;
     } else {
         j->status = ANVIL_JOB_FAILED;
-        snprintf(verdict, sizeof verdict, "attempt %d of %d failed: %s", j->attempt, max_retries + 1, why);
+        snprintf(verdict, sizeof verdict, "attempt %d of %d failed: %s", failures, max_retries + 1, why);
         message = verdict;
     }
     j->stop = ANVIL_STOP_NONE;
@@ -314,7 +391,8 @@ static int begin_stop(anvil_supervisor *sup, anvil_job *j, anvil_job_stop why, c
     if (!set_text(&j->secondary, secondary)) return anvil_fail("out of memory");
     if (save(sup, j, message)) return -1;
     anvil_attempt_ref a = attempt_of(j);
-    return sup->backend->ops->stop(sup->backend, &a);
+    anvil_backend *b = backend_of(sup, j);
+    return b->ops->stop(b, &a);
 }
 
 /* A pending job waits while max_running jobs have attempts; it says so once. */
@@ -350,8 +428,10 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
     }
     if (j->status == ANVIL_JOB_STARTING) return start_attempt(sup, j);
     anvil_attempt_ref a = attempt_of(j);
-    int code, state = sup->backend->ops->poll(sup->backend, &a, &code);
+    anvil_backend *b = backend_of(sup, j);
+    int code, state = b->ops->poll(b, &a, &code);
     if (state < 0) return -1;
+    if (state == ANVIL_ATTEMPT_UNHEALTHY) return retry_unhealthy(sup, j);
     if (state != ANVIL_ATTEMPT_RUNNING) return finish_attempt(sup, j, state == ANVIL_ATTEMPT_EXITED ? code : -1);
     double now = anvil_store_now();
     anvil_job_spec spec;
@@ -362,9 +442,9 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
         if (j->stop_deadline == 0) {
             j->stop_deadline = now + sup->o.grace_s;
             if (save(sup, j, NULL)) return -1;
-            return sup->backend->ops->stop(sup->backend, &a);
+            return b->ops->stop(b, &a);
         }
-        return now >= j->stop_deadline ? sup->backend->ops->kill(sup->backend, &a) : 0;
+        return now >= j->stop_deadline ? b->ops->kill(b, &a) : 0;
     }
     anvil_heartbeat hb;
     bool beating = heartbeat_of(j, &hb) == 0;
@@ -435,8 +515,8 @@ cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *j) {
         return NULL;
     }
     anvil_attempt_ref a = attempt_of(j);
-    if (!strcmp(j->backend, sup->backend->ops->name) &&
-        sup->backend->ops->describe(sup->backend, &a, o)) {
+    anvil_backend *b = j->backend[0] ? anvil_supervisor_backend_named(sup, j->backend) : NULL;
+    if (b && b->ops->describe(b, &a, o)) {
         cJSON_Delete(o);
         return NULL;
     }

@@ -38,9 +38,11 @@ typedef struct {
     int max_running; /* jobs with an attempt at once; 0: no limit */
 } anvil_supervisor_options;
 
-/* Runs attempts through backend (which stays the caller's). Refused while the store has an attempt
- * running on another backend. NULL after anvil_fail. */
-anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *backend, const anvil_supervisor_options *o);
+/* Runs attempts through backends[0], the daemon's own, or through another of the n backends (which stay
+ * the caller's, each of another name) for a job whose spec names it ("backend"). Refused while the store
+ * has an attempt running on a backend not among them. NULL after anvil_fail. */
+anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *const *backends, int n,
+                                       const anvil_supervisor_options *o);
 void anvil_supervisor_free(anvil_supervisor *sup);
 
 /* Reaps finished children and advances every job that is not final: starts, notices ends, applies
@@ -53,8 +55,10 @@ int anvil_supervisor_tick(anvil_supervisor *sup);
  * not recorded), -1 on error. */
 int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, const anvil_audit_entry *audit, anvil_job *job);
 
-/* The backend the supervisor runs attempts through: for its warm pools (job/backend.h). */
+/* The daemon's own backend: for its warm pools (job/backend.h). */
 anvil_backend *anvil_supervisor_backend(anvil_supervisor *sup);
+/* The backend called name, NULL when the daemon has none such. */
+anvil_backend *anvil_supervisor_backend_named(anvil_supervisor *sup, const char *name);
 
 /* describe's "backend" object of job: the backend's name and what the backend knows of the job
  * (of its running attempt, and what it keeps between attempts). NULL after anvil_fail. */

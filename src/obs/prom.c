@@ -1,67 +1,32 @@
 #include "obs/prom.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/strbuf.h"
 
 struct anvil_prom {
-    char *buf;
-    size_t len, cap;
-    int oom;
+    anvil_strbuf page;
 };
 
 anvil_prom *anvil_prom_new(void) { return calloc(1, sizeof(anvil_prom)); }
 
 void anvil_prom_free(anvil_prom *p) {
     if (!p) return;
-    free(p->buf);
+    anvil_strbuf_free(&p->page);
     free(p);
-}
-
-static int reserve(anvil_prom *p, size_t more) {
-    if (p->oom) return -1;
-    if (p->len + more + 1 <= p->cap) return 0;
-    size_t cap = p->cap ? p->cap : 4096;
-    while (cap < p->len + more + 1) cap *= 2;
-    char *b = realloc(p->buf, cap);
-    if (!b) {
-        p->oom = 1;
-        return -1;
-    }
-    p->buf = b;
-    p->cap = cap;
-    return 0;
-}
-
-static void put(anvil_prom *p, const char *s, size_t n) {
-    if (reserve(p, n)) return;
-    memcpy(p->buf + p->len, s, n);
-    p->len += n;
-    p->buf[p->len] = 0;
-}
-
-static void puts_(anvil_prom *p, const char *s) { put(p, s, strlen(s)); }
-
-ANVIL_PRINTF(2, 3) static void putf(anvil_prom *p, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) put(p, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
 /* HELP text escapes backslash and newline; label values also the double quote. */
 static void put_escaped(anvil_prom *p, const char *s, int quote) {
     for (; *s; s++) {
-        if (*s == '\\') puts_(p, "\\\\");
-        else if (*s == '\n') puts_(p, "\\n");
-        else if (quote && *s == '"') puts_(p, "\\\"");
-        else put(p, s, 1);
+        if (*s == '\\') anvil_strbuf_puts(&p->page, "\\\\");
+        else if (*s == '\n') anvil_strbuf_puts(&p->page, "\\n");
+        else if (quote && *s == '"') anvil_strbuf_puts(&p->page, "\\\"");
+        else anvil_strbuf_put(&p->page, s, 1);
     }
 }
 
@@ -76,12 +41,12 @@ static void format_double(char *out, size_t cap, double v) {
 /* Integral values without a fraction, the others exactly. */
 static void put_value(anvil_prom *p, double v) {
     char num[40];
-    if (isnan(v)) puts_(p, "NaN");
-    else if (isinf(v)) puts_(p, v > 0 ? "+Inf" : "-Inf");
-    else if (v == floor(v) && fabs(v) < 1e15) putf(p, "%.0f", v);
+    if (isnan(v)) anvil_strbuf_puts(&p->page, "NaN");
+    else if (isinf(v)) anvil_strbuf_puts(&p->page, v > 0 ? "+Inf" : "-Inf");
+    else if (v == floor(v) && fabs(v) < 1e15) anvil_strbuf_printf(&p->page, "%.0f", v);
     else {
         format_double(num, sizeof num, v);
-        puts_(p, num);
+        anvil_strbuf_puts(&p->page, num);
     }
 }
 
@@ -90,43 +55,43 @@ static const char *type_name(anvil_prom_type t) {
 }
 
 void anvil_prom_family(anvil_prom *p, const char *name, anvil_prom_type type, const char *help) {
-    puts_(p, "# HELP ");
-    puts_(p, name);
-    puts_(p, " ");
+    anvil_strbuf_puts(&p->page, "# HELP ");
+    anvil_strbuf_puts(&p->page, name);
+    anvil_strbuf_puts(&p->page, " ");
     put_escaped(p, help, 0);
-    puts_(p, "\n# TYPE ");
-    puts_(p, name);
-    puts_(p, " ");
-    puts_(p, type_name(type));
-    puts_(p, "\n");
+    anvil_strbuf_puts(&p->page, "\n# TYPE ");
+    anvil_strbuf_puts(&p->page, name);
+    anvil_strbuf_puts(&p->page, " ");
+    anvil_strbuf_puts(&p->page, type_name(type));
+    anvil_strbuf_puts(&p->page, "\n");
 }
 
 /* name{labels[,le="..."]} */
 static void put_series(anvil_prom *p, const char *name, const anvil_prom_label *labels, int nlabels, const char *le) {
-    puts_(p, name);
+    anvil_strbuf_puts(&p->page, name);
     if (nlabels == 0 && !le) return;
-    puts_(p, "{");
+    anvil_strbuf_puts(&p->page, "{");
     for (int i = 0; i < nlabels; i++) {
-        if (i) puts_(p, ",");
-        puts_(p, labels[i].name);
-        puts_(p, "=\"");
+        if (i) anvil_strbuf_puts(&p->page, ",");
+        anvil_strbuf_puts(&p->page, labels[i].name);
+        anvil_strbuf_puts(&p->page, "=\"");
         put_escaped(p, labels[i].value, 1);
-        puts_(p, "\"");
+        anvil_strbuf_puts(&p->page, "\"");
     }
     if (le) {
-        if (nlabels) puts_(p, ",");
-        puts_(p, "le=\"");
-        puts_(p, le);
-        puts_(p, "\"");
+        if (nlabels) anvil_strbuf_puts(&p->page, ",");
+        anvil_strbuf_puts(&p->page, "le=\"");
+        anvil_strbuf_puts(&p->page, le);
+        anvil_strbuf_puts(&p->page, "\"");
     }
-    puts_(p, "}");
+    anvil_strbuf_puts(&p->page, "}");
 }
 
 void anvil_prom_sample(anvil_prom *p, const char *name, const anvil_prom_label *labels, int nlabels, double value) {
     put_series(p, name, labels, nlabels, NULL);
-    puts_(p, " ");
+    anvil_strbuf_puts(&p->page, " ");
     put_value(p, value);
-    puts_(p, "\n");
+    anvil_strbuf_puts(&p->page, "\n");
 }
 
 void anvil_prom_histogram_samples(anvil_prom *p, const char *name, const anvil_prom_label *labels, int nlabels,
@@ -139,9 +104,9 @@ void anvil_prom_histogram_samples(anvil_prom *p, const char *name, const anvil_p
         if (i < h->nbounds) format_double(le, sizeof le, h->bounds[i]);
         else snprintf(le, sizeof le, "+Inf");
         put_series(p, series, labels, nlabels, le);
-        puts_(p, " ");
+        anvil_strbuf_puts(&p->page, " ");
         put_value(p, cum);
-        puts_(p, "\n");
+        anvil_strbuf_puts(&p->page, "\n");
     }
     snprintf(series, sizeof series, "%s_sum", name);
     anvil_prom_sample(p, series, labels, nlabels, h->sum);
@@ -150,12 +115,12 @@ void anvil_prom_histogram_samples(anvil_prom *p, const char *name, const anvil_p
 }
 
 const char *anvil_prom_text(const anvil_prom *p, size_t *len) {
-    if (p->oom) {
+    if (p->page.oom) {
         anvil_fail("metrics: out of memory building the page");
         return NULL;
     }
-    if (len) *len = p->len;
-    return p->buf ? p->buf : "";
+    if (len) *len = p->page.len;
+    return anvil_strbuf_text(&p->page);
 }
 
 void anvil_prom_histogram_exponential(anvil_prom_histogram *h, double start, double factor, int n) {

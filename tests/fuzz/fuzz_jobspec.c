@@ -23,6 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         __builtin_trap();
     for (int i = 0; i < s.nchannels; i++)
         if (s.channels[i].value[0] != '/') __builtin_trap();
+    if (s.backend && strcmp(s.backend, "local") && strcmp(s.backend, "slurm")) __builtin_trap();
     cJSON *j = anvil_job_spec_to_json(&s);
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
