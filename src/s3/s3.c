@@ -936,8 +936,10 @@ int anvil_s3_reader_read(anvil_s3_reader *r, uint64_t off, size_t len, void *buf
     }
     int64_t first = (int64_t)(off / r->range), last = (int64_t)((off + len - 1) / r->range);
     /* Reading on from where the last read ended: keep `inflight` blocks past this one queued. A jump
-     * (shuffled windows, or a rank's batches world x B x T tokens apart) reads only what it needs. */
-    int64_t ahead = r->last < 0 || first == r->last || first == r->last + 1 ? r->inflight : 0;
+     * (shuffled windows, or a rank's batches world x B x T tokens apart) reads only what it needs, and
+     * so does the first read (a shard's header, then often a jump to where a rank's stretch starts):
+     * a job's ranks all make theirs at once. */
+    int64_t ahead = r->last >= 0 && (first == r->last || first == r->last + 1) ? r->inflight : 0;
     r->last = last;
     int rc = 0;
     for (int64_t b = first; b <= last + ahead; b++)
