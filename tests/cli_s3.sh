@@ -164,6 +164,9 @@ losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl" | tr '\n' ' '; }
   "$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --ckpt-every 4 --out "$tmp/run_s3r" --resume auto > /dev/null 2> "$tmp/err" &&
   cmp -s "$tmp/run_local/model.safetensors" "$tmp/run_s3r/model.safetensors" &&
   ok "a run from S3 resumed at step 4 ends with the local run's model" || bad "resume from S3: $(cat "$tmp/err")"
+grep -q '"layout":[[:space:]]*"contiguous"' "$tmp/run_s3r/ckpt/step_00000004/manifest.json" &&
+  ok "shards on S3 are read in the contiguous layout by default (the checkpoint's loader state says so)" ||
+  bad "layout of the run from S3: $(grep -o '"layout":[^,]*' "$tmp/run_s3r/ckpt/step_00000004/manifest.json")"
 grep -q '"kind":"s3","step":8,"get":[1-9]' "$tmp/run_s3/metrics.jsonl" && ! grep -q '"kind":"s3"' "$tmp/run_local/metrics.jsonl" &&
   ok "metrics.jsonl has the S3 requests of the run from S3" || bad "no s3 record: $(grep s3 "$tmp/run_s3/metrics.jsonl")"
 
@@ -211,6 +214,20 @@ print(gets, s["peak"], round(gets * 2**30 / s["bytes_down"], 2), ",".join(map(st
   [ "$(head -n 1 "$tmp/probe.out")" = "$want" ] && [ "$(client_stat "$tmp/probe.out" retries)" -ge 5 ] &&
     ok "2 resets and 3 x 503 while streaming: the same tokens, $(client_stat "$tmp/probe.out" retries) retries counted" ||
     bad "faults while streaming: $(cat "$tmp/probe.out" "$tmp/err")"
+  # Rank 3 of 8 for one epoch: the same tokens from S3 as locally in either layout; strided, the rank
+  # reads a slice of every global batch and so GETs every block of both shards (6), contiguous only
+  # the blocks of its own stretch (8 MiB at the end of shard 0: the header's block 0, then blocks 1
+  # and 2) and, for the prefetched first batch of the next epoch (the next stretch), block 0 of shard 1.
+  for layout in strided contiguous; do
+    want=$("$probe" read "$tmp/shards/train_*.bin" 8 1024 16 4 $layout 3 8 | head -n 1)
+    ctl reset > /dev/null
+    got=$("$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 16 4 $layout 3 8 2> "$tmp/err" | head -n 1)
+    [ -n "$want" ] && [ "$got" = "$want" ] || bad "rank 3 of 8, $layout, from S3: '$got', want '$want': $(cat "$tmp/err")"
+    printf -v "gets_$layout" %s "$(count GET)"
+  done
+  [ "$gets_contiguous" -le 4 ] && [ "$gets_strided" -ge 6 ] &&
+    ok "rank 3 of 8: the local tokens in both layouts; $gets_contiguous GETs contiguous, $gets_strided strided" ||
+    bad "rank 3 of 8: $gets_contiguous GETs contiguous (at most 4), $gets_strided strided (at least 6)"
   ctl reset > /dev/null
 else
   bad "LOADER_PROBE is not set to tests/tools/loader_probe (CTest sets it)"
