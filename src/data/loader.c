@@ -36,7 +36,7 @@ struct anvil_loader {
     uint64_t *s3_sizes; /* from the listing */
     int64_t cur_index;
     anvil_loader_state st;
-    int layout;
+    int layout, started;
     int64_t stretch; /* CONTIGUOUS: tokens per stretch */
     int64_t *starts; /* CONTIGUOUS: each shard's first token in the stream, and the total last */
     int32_t *buf; /* B*T+1 */
@@ -55,6 +55,17 @@ struct anvil_loader {
     pthread_cond_t cv;
     job_t job;
 };
+
+/* Waits until the requests of the ranks before this one, `requests` each, have gone out at the start rate. */
+static void stagger(int rank, int requests) {
+    const char *env = getenv("ANVIL_LOADER_S3_START_RATE");
+    double rate = env ? atof(env) : ANVIL_LOADER_S3_START_RATE;
+    if (rank <= 0 || !(rate > 0)) return;
+    double s = (double)rank * requests / rate;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
@@ -197,15 +208,6 @@ static int validate_shard(anvil_loader *L, int i) {
     return 0;
 }
 
-static void stagger(int rank) {
-    const char *env = getenv("ANVIL_LOADER_S3_START_RATE");
-    double rate = env ? atof(env) : ANVIL_LOADER_S3_START_RATE;
-    if (rank <= 0 || !(rate > 0)) return;
-    double s = rank / rate;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {
-    }
-}
 
 anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size) {
     return anvil_loader_open_s3(pattern, B, T, rank, world, vocab_size, ANVIL_S3_READ_RANGE, ANVIL_S3_READ_INFLIGHT);
@@ -247,7 +249,7 @@ anvil_loader *anvil_loader_open_s3(const char *pattern, int B, int T, int rank, 
         return NULL;
     }
     if (anvil_s3_is_uri(pattern)) {
-        stagger(rank);
+        stagger(rank, 2); /* the listing and shard 0's header block */
         L->s3_range = range;
         L->s3_inflight = inflight;
         if (!(L->s3 = anvil_s3_open()) || expand_s3(L, pattern)) {
@@ -310,6 +312,11 @@ static int read_stream(anvil_loader *L, int64_t s) {
 }
 
 static int read_window(anvil_loader *L, int64_t file, int64_t offset) {
+    /* The ranks' first reads come when training starts, together: stagger them as the opens were. */
+    if (L->s3 && !L->started) {
+        stagger(L->rank, 2 + L->s3_inflight); /* a header block, the batch's block and those read ahead */
+        L->started = 1;
+    }
     if (file < 0) return read_stream(L, offset);
     if (open_file(L, file)) return -1;
     return anvil_shard_read(&L->cur, offset, L->bt + 1, L->buf, L->vocab_size);

@@ -22,7 +22,7 @@
 
 typedef struct anvil_loader anvil_loader;
 
-#define ANVIL_LOADER_S3_START_RATE 500
+#define ANVIL_LOADER_S3_START_RATE 4000
 
 /* Where the next global batch starts, and in which order the batches come.
  * The same on every rank, so rank 0's copy in a checkpoint restores all of
@@ -55,11 +55,13 @@ enum { ANVIL_LOADER_STRIDED = 0, ANVIL_LOADER_CONTIGUOUS = 1 };
 /* pattern may be s3://bucket/glob: the objects of one listing that match it, read with ranged GETs
  * of ANVIL_S3_READ_RANGE bytes, ANVIL_S3_READ_INFLIGHT at once (anvil_loader_open_s3 sets both),
  * credentials and endpoint as src/s3/s3.h takes them.
- * A job's ranks open their loaders at about the same moment, and each one's first requests (the
- * listing, a HEAD and the first blocks of its shards) would then arrive at S3 together: on S3,
- * rank r waits r / ANVIL_LOADER_S3_START_RATE seconds (the env var of that name overrides it)
- * before its first request, so that ranks start at that rate (8,000 ranks in 16 s); see
- * ARCHITECTURE.md's request rates at scale.
+ * A job's ranks open their loaders at about the same moment, and read their first batches at the
+ * same moment too; each time their first requests (the listing and shard 0's header block; then
+ * the blocks of the first batch and those read ahead of it) would arrive at S3 together. On S3,
+ * rank r waits r x N / ANVIL_LOADER_S3_START_RATE seconds (the env var of that name overrides the
+ * rate, in requests per second) before its open's first request (N = 2) and again before its first
+ * read (N = 2 + inflight), so that the job's first requests go out at that rate: 8,000 ranks open
+ * in 4 s and start reading over 12 s at the defaults; see ARCHITECTURE.md's request rates at scale.
  * Validates every shard up front; a shard with fewer than world*B*T+1 tokens
  * cannot supply one batch and is an error naming it. Token ids are checked
  * against vocab_size on every read. */

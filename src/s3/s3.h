@@ -90,7 +90,9 @@ int anvil_s3_list(anvil_s3 *s3, const char *bucket, const char *prefix, anvil_s3
 /* Sequential reading of one object for the data loader: ranged GETs of `range` bytes on block
  * boundaries, each block fetched once, up to `inflight` GETs at once (its own threads, started at
  * the first read), reading ahead of the caller by that many blocks while each read continues
- * where the last one ended (for the first read and after a jump, only the blocks the read needs). */
+ * where the last one ended (after a jump, only the blocks the read needs). The first read (a shard's
+ * header) reads only its block; the second reads ahead wherever it lands, as the start of the
+ * caller's reading. */
 #define ANVIL_S3_READ_RANGE (16u << 20)
 #define ANVIL_S3_MIN_READ_RANGE (4u << 20)
 #define ANVIL_S3_READ_INFLIGHT 4
