@@ -8,12 +8,12 @@ Data: every rank runs the loader's schedule (src/data/loader.c with the reader
 of src/s3/s3.c): it opens its loader `rank * 2 / start_rate` s after the first
 (the stagger), listing the shards (one LIST) and opening shard 0 (its header:
 block 0; no HEAD, the size comes from the listing). Training then starts on all
-ranks together, and rank r reads its first window `rank * (2 + inflight) /
+ranks together, and rank r reads its first window `rank * (2 + ahead) /
 start_rate` s later (the second stagger); from then on one window of B*T+1
 tokens per step, one step ahead (the prefetch thread), steps synchronous. A
 read fetches the blocks of `range` bytes it needs that are not held yet; the
 second read of an object, and a read that continues where the last one ended,
-also queue the next `inflight` blocks of the object (the first read, a shard's
+also queue the next `ahead` blocks of the object (the first read, a shard's
 header, and a jump queue none). All shards live under one prefix, the worst
 case.
 
@@ -43,15 +43,15 @@ def crc32c(data):
 class Reader:
     """The block logic of anvil_s3_reader for one object: which reads issue GETs."""
 
-    def __init__(self, size, rng, inflight):
-        self.size, self.range, self.inflight = size, rng, inflight
+    def __init__(self, size, rng, ahead):
+        self.size, self.range, self.ahead = size, rng, ahead
         self.nblocks = (size + rng - 1) // rng
         self.held, self.last, self.reads = set(), -1, 0
 
     def read(self, off, length):
         first, last = off // self.range, (off + length - 1) // self.range
         cont = self.reads == 1 or first in (self.last, self.last + 1)
-        ahead = self.inflight if cont and self.reads > 0 else 0
+        ahead = self.ahead if cont and self.reads > 0 else 0
         self.reads += 1
         self.last = last
         new = [b for b in range(first, min(last + ahead, self.nblocks - 1) + 1) if b not in self.held]
@@ -70,7 +70,7 @@ def data_schedule(a, per_s):
     rate = a.start_rate if a.start_rate > 0 else math.inf
     opened = [r * 2 / rate for r in range(world)]
     t1 = opened[-1] + 1.0  # model init, then the first step on every rank
-    start = [t1 + r * (2 + a.inflight) / rate for r in range(world)]
+    start = [t1 + r * (2 + a.ahead) / rate for r in range(world)]
     t0 = max(start) + step_s
     nsteps = int((a.seconds - t0) / step_s) if a.seconds > t0 else 0
     stretch = (total - 1) // world
@@ -94,14 +94,17 @@ def data_schedule(a, per_s):
     for r in range(world):
         t = start[r]
         per_s["GET"][int(opened[r])] += 1  # the listing
-        cur, rd = 0, Reader(shard_tokens * tb + hdr, a.range, a.inflight)
+        cur, rd = 0, Reader(shard_tokens * tb + hdr, a.range, a.ahead)
         per_s["GET"][int(opened[r])] += rd.read(0, hdr)
         for k in range(nsteps + 1):
             # The first window is read at the rank's start (the first next); then one step ahead.
             tk = t if k == 0 else t0 + (k - 1) * step_s
             for f, o, n in window(r, k):
+                # Within the block the last read ended in: nothing to fetch or queue (a fast path).
+                if f == cur and rd.reads >= 2 and (hdr + o * tb) // a.range == rd.last == (hdr + (o + n) * tb - 1) // a.range:
+                    continue
                 if f != cur:
-                    cur, rd = f, Reader(shard_tokens * tb + hdr, a.range, a.inflight)
+                    cur, rd = f, Reader(shard_tokens * tb + hdr, a.range, a.ahead)
                     per_s["GET"][int(tk)] += rd.read(0, hdr)
                 per_s["GET"][int(tk)] += rd.read(hdr + o * tb, n * tb)
     return nsteps, step_s
@@ -142,7 +145,7 @@ def main():
     p.add_argument("--start-rate", type=float, default=4000,
                    help="requests per second of the ranks' staggered start (ANVIL_LOADER_S3_START_RATE; 0: no stagger)")
     p.add_argument("--range", type=int, default=16 << 20, help="bytes per ranged GET")
-    p.add_argument("--inflight", type=int, default=4)
+    p.add_argument("--ahead", type=int, default=1, help="blocks read ahead (ANVIL_S3_READ_AHEAD)")
     p.add_argument("--B", type=int, default=8)
     p.add_argument("--T", type=int, default=1024)
     p.add_argument("--tokens-per-s", type=float, default=40000, help="per rank (GPT-2 1.5B on an H100 at 40%% MFU)")
@@ -163,7 +166,7 @@ def main():
     world = a.hosts * a.ranks
     steady = [gets[s] for s in gets if s >= a.seconds / 2]
     print(f"data: {a.hosts} hosts x {a.ranks} ranks, {a.layout}, start rate {a.start_rate:g} requests/s, "
-          f"range {a.range >> 20} MiB, {a.inflight} in flight, {step_s * 1000:.0f} ms/step, {nsteps} steps replayed")
+          f"range {a.range >> 20} MiB, {a.ahead} block(s) read ahead, {step_s * 1000:.0f} ms/step, {nsteps} steps replayed")
     print(f"  GETs (LIST included) on the data prefix: peak {peak(gets)}/s, steady (second half) "
           f"max {max(steady) if steady else 0}/s, {sum(gets.values())} in {a.seconds:g} s; limit 5500/s")
     per_prefix = collections.defaultdict(collections.Counter)

@@ -314,7 +314,7 @@ static int read_stream(anvil_loader *L, int64_t s) {
 static int read_window(anvil_loader *L, int64_t file, int64_t offset) {
     /* The ranks' first reads come when training starts, together: stagger them as the opens were. */
     if (L->s3 && !L->started) {
-        stagger(L->rank, 2 + L->s3_inflight); /* a header block, the batch's block and those read ahead */
+        stagger(L->rank, 2 + ANVIL_S3_READ_AHEAD); /* a header block, the batch's block, those read ahead */
         L->started = 1;
     }
     if (file < 0) return read_stream(L, offset);

@@ -60,8 +60,9 @@ enum { ANVIL_LOADER_STRIDED = 0, ANVIL_LOADER_CONTIGUOUS = 1 };
  * the blocks of the first batch and those read ahead of it) would arrive at S3 together. On S3,
  * rank r waits r x N / ANVIL_LOADER_S3_START_RATE seconds (the env var of that name overrides the
  * rate, in requests per second) before its open's first request (N = 2) and again before its first
- * read (N = 2 + inflight), so that the job's first requests go out at that rate: 8,000 ranks open
- * in 4 s and start reading over 12 s at the defaults; see ARCHITECTURE.md's request rates at scale.
+ * read (N = 2 + ANVIL_S3_READ_AHEAD), so that the job's first requests go out at that rate: 8,000
+ * ranks open in 4 s and start reading over 6 s at the defaults; see ARCHITECTURE.md's request
+ * rates at scale.
  * Validates every shard up front; a shard with fewer than world*B*T+1 tokens
  * cannot supply one batch and is an error naming it. Token ids are checked
  * against vocab_size on every read. */

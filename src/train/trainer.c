@@ -592,6 +592,7 @@ static int open_parallel(anvil_run *r) {
     }
     /* With a run folder every rank has a checkpointer: a stop signal saves even without a policy. */
     if (c->out_dir) {
+        if (r->rank == 0 && anvil_ckpt_remote_clean(c->out_dir)) return -1;
         if (c->ckpt_uri && r->rank == 0 &&
             !(r->remote = anvil_ckpt_remote_open(c->ckpt_uri, c->ckpt_prefixes ? c->ckpt_prefixes : ANVIL_CKPT_REMOTE_PREFIXES,
                                                  c->keep_last, c->keep_every, c->log)))
