@@ -169,6 +169,32 @@ grep -q '"layout":[[:space:]]*"contiguous"' "$tmp/run_s3r/ckpt/step_00000004/man
   bad "layout of the run from S3: $(grep -o '"layout":[^,]*' "$tmp/run_s3r/ckpt/step_00000004/manifest.json")"
 grep -q '"kind":"s3","step":8,"get":[1-9]' "$tmp/run_s3/metrics.jsonl" && ! grep -q '"kind":"s3"' "$tmp/run_local/metrics.jsonl" &&
   ok "metrics.jsonl has the S3 requests of the run from S3" || bad "no s3 record: $(grep s3 "$tmp/run_s3/metrics.jsonl")"
+# The /metrics page of a run from S3 that checkpoints to S3: the requests, bytes, retries and
+# latency of both clients, read while it trains (then it is killed).
+"$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --steps 100000 --ckpt-every 1 --ckpt-uri s3://anvil-test/prom \
+  --metrics-port 0 --out "$tmp/run_prom" > /dev/null 2> "$tmp/prom.err" &
+pid=$!
+page=
+for _ in $(seq 300); do
+  if [ -s "$tmp/run_prom/metrics.port" ] &&
+    page=$(curl -sf "http://127.0.0.1:$(cat "$tmp/run_prom/metrics.port")/metrics" 2> /dev/null) &&
+    grep -q '^anvil_s3_requests_total{client="checkpoint",op="put"} [1-9]' <<< "$page"; then
+    break
+  fi
+  page=
+  sleep 0.1
+done
+kill -9 $pid 2> /dev/null
+wait $pid 2> /dev/null
+s3line() { grep "^$1" <<< "$page" | head -n 1; }
+[ -n "$page" ] && grep -q '^anvil_s3_requests_total{client="data",op="get"} [1-9]' <<< "$page" &&
+  grep -q '^anvil_s3_requests_total{client="data",op="list"} 1$' <<< "$page" &&
+  grep -q '^anvil_s3_bytes_total{client="data",direction="down"} [1-9]' <<< "$page" &&
+  grep -q '^anvil_s3_bytes_total{client="checkpoint",direction="up"} [1-9]' <<< "$page" &&
+  grep -q '^anvil_s3_retries_total{client="data"} 0$' <<< "$page" &&
+  grep -q '^anvil_s3_request_latency_seconds{client="data",quantile="0.99"} 0\.[0-9]' <<< "$page" &&
+  ok "/metrics while training from S3: $(s3line 'anvil_s3_requests_total{client="data",op="get"}'), $(s3line 'anvil_s3_requests_total{client="checkpoint",op="put"}')" ||
+  bad "/metrics of a run from S3: $(grep anvil_s3 <<< "$page" | tr '\n' ' ') $(cat "$tmp/prom.err")"
 
 # Request discipline, counted at the proxy, on two 32 MiB shards read for one epoch through the
 # loader (with its prefetch, which reads the next epoch's first blocks too).

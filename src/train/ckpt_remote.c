@@ -376,6 +376,8 @@ static int fetch(anvil_s3 *s3, const char *bucket, const char *prefix, int64_t s
     return rc;
 }
 
+void anvil_ckpt_remote_stats(anvil_ckpt_remote *r, anvil_s3_stats *st) { anvil_s3_get_stats(r->s3, st); }
+
 int anvil_ckpt_remote_clean(const char *run_dir) {
     char ckdir[PATH_MAX];
     if (fmt(ckdir, sizeof ckdir, "%s/ckpt", run_dir)) return -1;

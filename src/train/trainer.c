@@ -892,6 +892,12 @@ static int telemetry_step(anvil_run *r, int step) {
     if (r->dp) anvil_dp_get_info(r->dp, &info);
     anvil_telemetry_step ts = {step + 1, r->loss, r->lr, r->norm, r->dt, r->tokens_per_step, r->flops_per_step,
                                r->tokens_seen, info.comm_wait_s};
+    anvil_s3_stats st;
+    if (r->train && anvil_loader_s3_stats(r->train, &st)) anvil_telemetry_s3(r->tel, "data", &st);
+    if (r->remote) {
+        anvil_ckpt_remote_stats(r->remote, &st);
+        anvil_telemetry_s3(r->tel, "checkpoint", &st);
+    }
     return anvil_telemetry_step_done(r->tel, &ts);
 }
 
