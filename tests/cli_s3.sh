@@ -141,6 +141,25 @@ cmp -s "$tmp/back.safetensors" "$tmp/back_s3.safetensors" && cmp -s "$tmp/hf/mod
   bad "export/import through s3:// differ from the local route"
 
 # ---- data from S3 ----
+# prep reads its inputs from S3 (one compressed), and gives the shards of the same inputs read locally.
+gzip -c "$tmp/corpus.txt" > "$tmp/corpus.txt.gz"
+head -n 50 "$tmp/corpus.txt" > "$tmp/corpus2.txt"
+AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "$tmp/corpus.txt.gz" s3://anvil-test/raw/corpus.txt.gz 2> /dev/null &&
+  AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "$tmp/corpus2.txt" "s3://anvil-test/raw/two words.txt" 2> /dev/null ||
+  bad "could not upload prep's inputs"
+"$anvil" prep --out "$tmp/prep_local" --delimiter '\n' --no-progress "$tmp/corpus.txt.gz" "$tmp/corpus2.txt" > /dev/null 2>&1 &&
+  "$anvil" prep --out "$tmp/prep_s3in" --delimiter '\n' --no-progress s3://anvil-test/raw/corpus.txt.gz \
+    "s3://anvil-test/raw/two words.txt" > "$tmp/prep.out" 2> "$tmp/err" &&
+  cmp -s "$tmp/prep_local/train_000000.bin" "$tmp/prep_s3in/train_000000.bin" &&
+  cmp -s "$tmp/prep_local/val_000000.bin" "$tmp/prep_s3in/val_000000.bin" &&
+  grep -q '"path":[[:space:]]*"s3://anvil-test/raw/two words.txt"' "$tmp/prep_s3in/manifest.json" &&
+  ok "prep from s3:// inputs (one gzip): the local inputs' shards, the URIs in the manifest" ||
+  bad "prep from S3 inputs: $(cat "$tmp/err")"
+"$anvil" prep --out "$tmp/prep_none" --no-progress s3://anvil-test/raw/absent.txt > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "s3://anvil-test/raw/absent.txt" "$tmp/err" &&
+  ok "prep from a missing s3:// input: one line naming it, exit $rc" || bad "missing S3 input: rc $rc, $(cat "$tmp/err")"
+
 # prep writes to S3; training from there gives the local run's losses and model, bit for bit.
 "$anvil" prep --out s3://anvil-test/ds --delimiter '\n' --val-fraction 0.05 --no-progress "$tmp/corpus.txt" > "$tmp/prep.out" 2> "$tmp/err" &&
   grep -q "wrote s3://anvil-test/ds/manifest.json" "$tmp/prep.out" || bad "prep --out s3://: $(cat "$tmp/err")"
@@ -241,11 +260,12 @@ print(gets, s["peak"], round(gets * 2**30 / s["bytes_down"], 2), ",".join(map(st
     ok "2 resets and 3 x 503 while streaming: the same tokens, $(client_stat "$tmp/probe.out" retries) retries counted" ||
     bad "faults while streaming: $(cat "$tmp/probe.out" "$tmp/err")"
   # Rank 3 of 8 for one epoch: the same tokens from S3 as locally in either layout; strided, the rank
-  # reads a slice of every global batch and so GETs every block of both shards (two of 16 MiB each
-  # and the next epoch's first: 5 or 6), contiguous only the blocks of its own stretch (8 MiB at the
-  # end of shard 0: the header's block 0, then block 1) and, when the prefetch of the next epoch's
-  # first batch (the next stretch, across the shard's end) runs before the probe closes, block 0 of
-  # shard 1.
+  # reads a slice of every global batch and so GETs every block of both shards (two of 16 MiB each)
+  # and the next epoch's first (and the one after it, read ahead, when the probe's close does not
+  # stop that first): 5 or 6. Contiguous, only the blocks of its own stretch (8 MiB at the end of
+  # shard 0: the header's block 0, then block 1) and, when the prefetch of the next epoch's first
+  # batch (the next stretch, across the shard's end) runs before the probe closes, shard 1's
+  # blocks 0 and 1 (read ahead): 2 to 4.
   for layout in strided contiguous; do
     want=$("$probe" read "$tmp/shards/train_*.bin" 8 1024 16 4 $layout 3 8 | head -n 1)
     ctl reset > /dev/null
@@ -253,9 +273,9 @@ print(gets, s["peak"], round(gets * 2**30 / s["bytes_down"], 2), ",".join(map(st
     [ -n "$want" ] && [ "$got" = "$want" ] || bad "rank 3 of 8, $layout, from S3: '$got', want '$want': $(cat "$tmp/err")"
     printf -v "gets_$layout" %s "$(count GET)"
   done
-  [ "$gets_contiguous" -le 3 ] && [ "$gets_strided" -ge 5 ] &&
+  [ "$gets_contiguous" -le 4 ] && [ "$gets_strided" -ge 5 ] &&
     ok "rank 3 of 8: the local tokens in both layouts; $gets_contiguous GETs contiguous, $gets_strided strided" ||
-    bad "rank 3 of 8: $gets_contiguous GETs contiguous (at most 3), $gets_strided strided (at least 5)"
+    bad "rank 3 of 8: $gets_contiguous GETs contiguous (at most 4), $gets_strided strided (at least 5)"
   ctl reset > /dev/null
 else
   bad "LOADER_PROBE is not set to tests/tools/loader_probe (CTest sets it)"
