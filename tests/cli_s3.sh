@@ -141,6 +141,25 @@ cmp -s "$tmp/back.safetensors" "$tmp/back_s3.safetensors" && cmp -s "$tmp/hf/mod
   bad "export/import through s3:// differ from the local route"
 
 # ---- data from S3 ----
+# prep reads its inputs from S3 (one compressed), and gives the shards of the same inputs read locally.
+gzip -c "$tmp/corpus.txt" > "$tmp/corpus.txt.gz"
+head -n 50 "$tmp/corpus.txt" > "$tmp/corpus2.txt"
+AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "$tmp/corpus.txt.gz" s3://anvil-test/raw/corpus.txt.gz 2> /dev/null &&
+  AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "$tmp/corpus2.txt" "s3://anvil-test/raw/two words.txt" 2> /dev/null ||
+  bad "could not upload prep's inputs"
+"$anvil" prep --out "$tmp/prep_local" --delimiter '\n' --no-progress "$tmp/corpus.txt.gz" "$tmp/corpus2.txt" > /dev/null 2>&1 &&
+  "$anvil" prep --out "$tmp/prep_s3in" --delimiter '\n' --no-progress s3://anvil-test/raw/corpus.txt.gz \
+    "s3://anvil-test/raw/two words.txt" > "$tmp/prep.out" 2> "$tmp/err" &&
+  cmp -s "$tmp/prep_local/train_000000.bin" "$tmp/prep_s3in/train_000000.bin" &&
+  cmp -s "$tmp/prep_local/val_000000.bin" "$tmp/prep_s3in/val_000000.bin" &&
+  grep -q '"path":[[:space:]]*"s3://anvil-test/raw/two words.txt"' "$tmp/prep_s3in/manifest.json" &&
+  ok "prep from s3:// inputs (one gzip): the local inputs' shards, the URIs in the manifest" ||
+  bad "prep from S3 inputs: $(cat "$tmp/err")"
+"$anvil" prep --out "$tmp/prep_none" --no-progress s3://anvil-test/raw/absent.txt > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "s3://anvil-test/raw/absent.txt" "$tmp/err" &&
+  ok "prep from a missing s3:// input: one line naming it, exit $rc" || bad "missing S3 input: rc $rc, $(cat "$tmp/err")"
+
 # prep writes to S3; training from there gives the local run's losses and model, bit for bit.
 "$anvil" prep --out s3://anvil-test/ds --delimiter '\n' --val-fraction 0.05 --no-progress "$tmp/corpus.txt" > "$tmp/prep.out" 2> "$tmp/err" &&
   grep -q "wrote s3://anvil-test/ds/manifest.json" "$tmp/prep.out" || bad "prep --out s3://: $(cat "$tmp/err")"
@@ -164,8 +183,37 @@ losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl" | tr '\n' ' '; }
   "$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --ckpt-every 4 --out "$tmp/run_s3r" --resume auto > /dev/null 2> "$tmp/err" &&
   cmp -s "$tmp/run_local/model.safetensors" "$tmp/run_s3r/model.safetensors" &&
   ok "a run from S3 resumed at step 4 ends with the local run's model" || bad "resume from S3: $(cat "$tmp/err")"
+grep -q '"layout":[[:space:]]*"contiguous"' "$tmp/run_s3r/ckpt/step_00000004/manifest.json" &&
+  ok "shards on S3 are read in the contiguous layout by default (the checkpoint's loader state says so)" ||
+  bad "layout of the run from S3: $(grep -o '"layout":[^,]*' "$tmp/run_s3r/ckpt/step_00000004/manifest.json")"
 grep -q '"kind":"s3","step":8,"get":[1-9]' "$tmp/run_s3/metrics.jsonl" && ! grep -q '"kind":"s3"' "$tmp/run_local/metrics.jsonl" &&
   ok "metrics.jsonl has the S3 requests of the run from S3" || bad "no s3 record: $(grep s3 "$tmp/run_s3/metrics.jsonl")"
+# The /metrics page of a run from S3 that checkpoints to S3: the requests, bytes, retries and
+# latency of both clients, read while it trains (then it is killed).
+"$anvil" train --data s3://anvil-test/ds "${train_args[@]}" --steps 100000 --ckpt-every 1 --ckpt-uri s3://anvil-test/prom \
+  --metrics-port 0 --out "$tmp/run_prom" > /dev/null 2> "$tmp/prom.err" &
+pid=$!
+page=
+for _ in $(seq 300); do
+  if [ -s "$tmp/run_prom/metrics.port" ] &&
+    page=$(curl -sf "http://127.0.0.1:$(cat "$tmp/run_prom/metrics.port")/metrics" 2> /dev/null) &&
+    grep -q '^anvil_s3_requests_total{client="checkpoint",op="put"} [1-9]' <<< "$page"; then
+    break
+  fi
+  page=
+  sleep 0.1
+done
+kill -9 $pid 2> /dev/null
+wait $pid 2> /dev/null
+s3line() { grep "^$1" <<< "$page" | head -n 1; }
+[ -n "$page" ] && grep -q '^anvil_s3_requests_total{client="data",op="get"} [1-9]' <<< "$page" &&
+  grep -q '^anvil_s3_requests_total{client="data",op="list"} 1$' <<< "$page" &&
+  grep -q '^anvil_s3_bytes_total{client="data",direction="down"} [1-9]' <<< "$page" &&
+  grep -q '^anvil_s3_bytes_total{client="checkpoint",direction="up"} [1-9]' <<< "$page" &&
+  grep -q '^anvil_s3_retries_total{client="data"} 0$' <<< "$page" &&
+  grep -q '^anvil_s3_request_latency_seconds{client="data",quantile="0.99"} 0\.[0-9]' <<< "$page" &&
+  ok "/metrics while training from S3: $(s3line 'anvil_s3_requests_total{client="data",op="get"}'), $(s3line 'anvil_s3_requests_total{client="checkpoint",op="put"}')" ||
+  bad "/metrics of a run from S3: $(grep anvil_s3 <<< "$page" | tr '\n' ' ') $(cat "$tmp/prom.err")"
 
 # Request discipline, counted at the proxy, on two 32 MiB shards read for one epoch through the
 # loader (with its prefetch, which reads the next epoch's first blocks too).
@@ -211,6 +259,23 @@ print(gets, s["peak"], round(gets * 2**30 / s["bytes_down"], 2), ",".join(map(st
   [ "$(head -n 1 "$tmp/probe.out")" = "$want" ] && [ "$(client_stat "$tmp/probe.out" retries)" -ge 5 ] &&
     ok "2 resets and 3 x 503 while streaming: the same tokens, $(client_stat "$tmp/probe.out" retries) retries counted" ||
     bad "faults while streaming: $(cat "$tmp/probe.out" "$tmp/err")"
+  # Rank 3 of 8 for one epoch: the same tokens from S3 as locally in either layout; strided, the rank
+  # reads a slice of every global batch and so GETs every block of both shards (two of 16 MiB each)
+  # and the next epoch's first (and the one after it, read ahead, when the probe's close does not
+  # stop that first): 5 or 6. Contiguous, only the blocks of its own stretch (8 MiB at the end of
+  # shard 0: the header's block 0, then block 1) and, when the prefetch of the next epoch's first
+  # batch (the next stretch, across the shard's end) runs before the probe closes, shard 1's
+  # blocks 0 and 1 (read ahead): 2 to 4.
+  for layout in strided contiguous; do
+    want=$("$probe" read "$tmp/shards/train_*.bin" 8 1024 16 4 $layout 3 8 | head -n 1)
+    ctl reset > /dev/null
+    got=$("$probe" read "s3://anvil-test/shards/train_*.bin" 8 1024 16 4 $layout 3 8 2> "$tmp/err" | head -n 1)
+    [ -n "$want" ] && [ "$got" = "$want" ] || bad "rank 3 of 8, $layout, from S3: '$got', want '$want': $(cat "$tmp/err")"
+    printf -v "gets_$layout" %s "$(count GET)"
+  done
+  [ "$gets_contiguous" -le 4 ] && [ "$gets_strided" -ge 5 ] &&
+    ok "rank 3 of 8: the local tokens in both layouts; $gets_contiguous GETs contiguous, $gets_strided strided" ||
+    bad "rank 3 of 8: $gets_contiguous GETs contiguous (at most 4), $gets_strided strided (at least 5)"
   ctl reset > /dev/null
 else
   bad "LOADER_PROBE is not set to tests/tools/loader_probe (CTest sets it)"
@@ -239,12 +304,17 @@ ctl reset > /dev/null
 [ -n "$keys" ] && grep -qx 'ck/step_00000002/manifest.json' <<< "$keys" &&
   ok "killed -9 with step 4's objects uploading ($(grep -c step_00000004/ <<< "$keys") up, no index) after step 2's index" ||
   bad "the kill did not land in step 4's upload: $(tr '\n' ' ' <<< "$(s3keys)") $(cat "$tmp/ck.err")"
-rm -rf "$tmp/run_ck"
+[ -d "$tmp/run_ck/ckpt/upload-step_00000004" ] || bad "the killed run left no staging folder: $(ls "$tmp/run_ck/ckpt")"
+# The run folder goes, all but the staging folders a killed upload and a killed download leave.
+find "$tmp/run_ck" -mindepth 1 -maxdepth 2 ! -path '*/ckpt' ! -name 'upload-step_*' -exec rm -rf {} +
+mkdir -p "$tmp/run_ck/ckpt/download-step_00000006" && touch "$tmp/run_ck/ckpt/download-step_00000006/model.safetensors"
 "$anvil" train --data "$tmp/data" "${ck_args[@]}" --out "$tmp/run_ck" --resume auto > /dev/null 2> "$tmp/err" &&
   grep -q "resumed from .*step_00000002 (step 2)" "$tmp/err" &&
   cmp -s "$tmp/run_local/model.safetensors" "$tmp/run_ck/model.safetensors" &&
   ok "resume auto from S3: step 2 downloaded, the final model equals the uninterrupted run's" ||
   bad "resume from S3 checkpoints: $(cat "$tmp/err")"
+left=$(ls "$tmp/run_ck/ckpt" | grep -e '^upload-step_' -e '^download-step_')
+[ -z "$left" ] && ok "the staging folders of the killed run are gone" || bad "staging folders left: $left"
 # Retention: exactly the two newest indexes, and only their objects, spread over prefixes.
 keys=$(s3keys)
 idx=$(grep -c '^ck/step_[0-9]*/manifest.json$' <<< "$keys")

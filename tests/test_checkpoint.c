@@ -107,7 +107,7 @@ static anvil_ckpt_state state_of(const trained *t, int64_t step) {
     anvil_ckpt_state st = {0};
     st.model = &t->m;
     st.opt = &t->o;
-    st.loader = (anvil_loader_state){3, 123456789012LL, 2, 1, 0xfedcba9876543211ULL};
+    st.loader = (anvil_loader_state){3, 123456789012LL, 2, 1, 0xfedcba9876543211ULL, ANVIL_LOADER_STRIDED};
     st.rng.s[0] = 0xfedcba9876543210ULL; /* above 2^53: must survive as text */
     st.rng.s[1] = (uint64_t)step * 0x9e3779b97f4a7c15ULL;
     st.step = step;
@@ -489,12 +489,16 @@ static void test_manifest_v1(void) {
 
     /* As version 1 wrote it: no checksum, no order fields. */
     rewrite_manifest_field(dir, "\"version\":\t2", "\"version\":\t1", 0);
-    rewrite_manifest_field(dir, ",\n\t\t\"shuffled\":\ttrue,\n\t\t\"shuffle_seed\":\t\"18364758544493064721\"", "", 0);
+    rewrite_manifest_field(dir,
+                           ",\n\t\t\"shuffled\":\ttrue,\n\t\t\"shuffle_seed\":\t\"18364758544493064721\",\n\t\t\"layout\":\t"
+                           "\"strided\"",
+                           "", 0);
     CHECK(anvil_ckpt_verify(dir) == 0);
     make_trained(&b, 13, 0);
     anvil_ckpt_manifest info;
     if (anvil_ckpt_load(dir, &b.m, &b.o, &info) == 0) {
-        CHECK(info.version == 1 && info.loader.shuffled == 0 && info.loader.shuffle_seed == 0);
+        CHECK(info.version == 1 && info.loader.shuffled == 0 && info.loader.shuffle_seed == 0 &&
+              info.loader.layout == ANVIL_LOADER_STRIDED);
         CHECK(info.loader.shard == 3 && info.loader.epoch == 2);
         CHECK(!memcmp(a.m.params, b.m.params, a.m.nparams * sizeof(float)));
         anvil_ckpt_manifest_free(&info);
@@ -507,6 +511,17 @@ static void test_manifest_v1(void) {
     CHECK(anvil_ckpt_verify(dir) == -1 && strstr(anvil_errmsg(), "'loader.shuffled'"));
     rewrite_manifest_field(dir, "\"shuffled\":\t1", "\"shuffled\":\tfalse", 1);
     CHECK(anvil_ckpt_verify(dir) == -1 && strstr(anvil_errmsg(), "'loader.shuffle_seed' must be"));
+    /* The layout: strided as written, contiguous read back as such, anything else refused. */
+    write_text(p, orig, n);
+    rewrite_manifest_field(dir, "\"layout\":\t\"strided\"", "\"layout\":\t\"contiguous\"", 1);
+    if (anvil_ckpt_load(dir, &b.m, &b.o, &info) == 0) {
+        CHECK(info.loader.layout == ANVIL_LOADER_CONTIGUOUS);
+        anvil_ckpt_manifest_free(&info);
+    } else {
+        t_fail(__FILE__, __LINE__, "contiguous layout: %s", anvil_errmsg());
+    }
+    rewrite_manifest_field(dir, "\"layout\":\t\"contiguous\"", "\"layout\":\t\"sideways\"", 1);
+    CHECK(anvil_ckpt_verify(dir) == -1 && strstr(anvil_errmsg(), "'loader.layout' must be"));
     free_trained(&a);
     free_trained(&b);
 }

@@ -2,7 +2,8 @@
  * states with the thread as without, errors reported by the call that would
  * have read the bad batch, and a shuffled epoch that is a reproducible
  * permutation of the unshuffled one, different in every epoch, whose state
- * is refused by a loader with another order. */
+ * is refused by a loader with another order; the contiguous layout against
+ * the token stream computed by hand. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +297,79 @@ static void test_shuffle_epochs_differ(void) {
     free(b);
 }
 
+/* Token s of the stream of all shards in order. */
+static int32_t stream_token(int64_t s) {
+    for (int i = 0; i < NSHARD; i++) {
+        if (s < sizes[i]) return (int32_t)(i * 1000 + s);
+        s -= sizes[i];
+    }
+    return -1;
+}
+
+static anvil_loader *open_contiguous(int rank, int world, int prefetch) {
+    anvil_loader *L = anvil_loader_open(pattern, B, T, rank, world, 3000);
+    CHECK(L != NULL);
+    if (!L) return NULL;
+    anvil_loader_set_prefetch(L, prefetch);
+    CHECK(anvil_loader_set_layout(L, ANVIL_LOADER_CONTIGUOUS) == 0);
+    return L;
+}
+
+/* The contiguous layout against the stream computed here: rank r reads stretch (r+e) mod world of
+ * S = (151-1)/world tokens in epoch e, S/(B*T) steps per epoch, across shard ends, with and without
+ * the prefetch thread, for three epochs; then a state taken mid-run restores the batches after it. */
+static void test_contiguous(void) {
+    int64_t total = 0;
+    for (int i = 0; i < NSHARD; i++) total += sizes[i];
+    for (int world = 1; world <= 3; world++) {
+        int64_t stretch = (total - 1) / world, steps = stretch / BT, n = 3 * steps + 1;
+        for (int rank = 0; rank < world; rank++) {
+            for (int prefetch = 0; prefetch <= 1; prefetch++) {
+                anvil_loader *L = open_contiguous(rank, world, prefetch);
+                if (!L) return;
+                int bad = 0;
+                anvil_loader_state mid = {0};
+                int32_t in[BT], tg[BT];
+                for (int64_t i = 0; i < n && !bad; i++) {
+                    if (i == steps + 2) mid = anvil_loader_get_state(L);
+                    CHECK(anvil_loader_next(L, in, tg) == 0);
+                    int64_t e = i / steps, k = i % steps, s0 = (rank + e) % world * stretch + k * BT;
+                    for (int j = 0; j < BT; j++)
+                        if (in[j] != stream_token(s0 + j) || tg[j] != stream_token(s0 + j + 1)) bad = 1;
+                    anvil_loader_state st = anvil_loader_get_state(L);
+                    if (st.shard != 0 || st.epoch != e || st.position != (k + 1) * BT * world ||
+                        st.layout != ANVIL_LOADER_CONTIGUOUS)
+                        bad = 1;
+                    if (bad) fprintf(stderr, "contiguous world %d rank %d: batch %lld wrong\n", world, rank, (long long)i);
+                }
+                CHECK(!bad);
+                anvil_loader_close(L);
+
+                /* The batch after mid is batch steps+2: epoch 1, step 2. */
+                L = open_contiguous(rank, world, prefetch);
+                if (!L) return;
+                CHECK(anvil_loader_set_state(L, mid) == 0);
+                CHECK(anvil_loader_next(L, in, tg) == 0);
+                int64_t s0 = (rank + 1) % world * stretch + 2 * BT;
+                CHECK(in[0] == stream_token(s0) && tg[BT - 1] == stream_token(s0 + BT));
+                anvil_loader_close(L);
+            }
+        }
+    }
+    /* The layout travels with the state, and shuffling needs the strided one. */
+    anvil_loader *S = anvil_loader_open(pattern, B, T, 0, 2, 3000), *C = open_contiguous(0, 2, 0);
+    CHECK(S && C);
+    if (!S || !C) return;
+    CHECK(anvil_loader_set_state(C, anvil_loader_get_state(S)) == -1 && strstr(anvil_errmsg(), "laid out strided"));
+    CHECK(anvil_loader_set_state(S, anvil_loader_get_state(C)) == -1 && strstr(anvil_errmsg(), "laid out contiguous"));
+    CHECK(anvil_loader_set_shuffle(C, 7) == -1 && strstr(anvil_errmsg(), "shuffling needs the strided layout"));
+    anvil_loader_state odd = anvil_loader_get_state(C);
+    odd.position = 3;
+    CHECK(anvil_loader_set_state(C, odd) == -1 && strstr(anvil_errmsg(), "does not fit"));
+    anvil_loader_close(S);
+    anvil_loader_close(C);
+}
+
 int main(void) {
     make_shards();
     test_prefetch_same_batches();
@@ -305,6 +379,7 @@ int main(void) {
     test_shuffle_epoch();
     test_shuffle_restore();
     test_shuffle_epochs_differ();
+    test_contiguous();
     remove_shards();
     return t_done("test_loader");
 }

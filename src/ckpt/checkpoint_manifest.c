@@ -67,7 +67,8 @@ char *ckpt_build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file *f
     ok = ok && (o = cJSON_AddObjectToObject(root, "loader"));
     ok = ok && add_raw_i64(o, "shard", s->loader.shard) && add_raw_i64(o, "position", s->loader.position) &&
          add_raw_i64(o, "epoch", s->loader.epoch) && cJSON_AddBoolToObject(o, "shuffled", s->loader.shuffled != 0) &&
-         add_u64_string(o, "shuffle_seed", s->loader.shuffle_seed);
+         add_u64_string(o, "shuffle_seed", s->loader.shuffle_seed) &&
+         cJSON_AddStringToObject(o, "layout", anvil_loader_layout_name((int)s->loader.layout));
     ok = ok && (o = cJSON_AddObjectToObject(root, "rng"));
     ok = ok && add_u64_string(o, "s0", s->rng.s[0]) && add_u64_string(o, "s1", s->rng.s[1]);
     ok = ok && (o = cJSON_AddObjectToObject(root, "optimizer"));
@@ -273,6 +274,15 @@ static int parse_root(const cJSON *root, const char *name, const char *crc_value
         m->loader.shuffled = cJSON_IsTrue(sh);
         if (!m->loader.shuffled && m->loader.shuffle_seed)
             return anvil_fail("%s: field 'loader.shuffle_seed' must be \"0\" when 'loader.shuffled' is false", name);
+    }
+    /* Checkpoints from before the contiguous layout have no 'layout': theirs was strided. */
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
+    if (lay) {
+        const char *v = cJSON_GetStringValue(lay);
+        if (v && !strcmp(v, anvil_loader_layout_name(ANVIL_LOADER_CONTIGUOUS)))
+            m->loader.layout = ANVIL_LOADER_CONTIGUOUS;
+        else if (!v || strcmp(v, anvil_loader_layout_name(ANVIL_LOADER_STRIDED)))
+            return anvil_fail("%s: field 'loader.layout' must be \"strided\" or \"contiguous\"", name);
     }
     if (!(o = get_obj(root, "rng", name)) || get_u64_string(o, "s0", "rng.", name, &m->rng.s[0]) ||
         get_u64_string(o, "s1", "rng.", name, &m->rng.s[1]))

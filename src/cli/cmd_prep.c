@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/s3path.h"
 #include "core/clock.h"
+#include "core/error.h"
 #include "core/exit.h"
 #include "data/prep.h"
 #include "obs/metrics.h"
@@ -19,7 +20,9 @@ static const char usage_text[] =
     "DIR/train_NNNNNN.bin, DIR/val_NNNNNN.bin and DIR/manifest.json. Each\n"
     "document starts with the end-of-text token; a document goes to val when\n"
     "the FNV-1a hash of its bytes says so, so the split is the same on every run.\n"
-    "Files ending in .gz or .zst are decompressed as they are read.\n"
+    "Files ending in .gz or .zst are decompressed as they are read. A FILE may be\n"
+    "s3://bucket/key: the object is downloaded whole to a private temporary folder\n"
+    "first (the disk needs room for it) and read from there.\n"
     "\n"
     "Shards are written as they fill, and manifest.json (with each shard's size\n"
     "and CRC32C) after each one. Run again with the same inputs and options, an\n"
@@ -106,6 +109,29 @@ static void on_progress(void *ctx, const anvil_prep_progress *p) {
     anvil_meter_update(&pp->meter, (double)p->bytes_read, (double)p->bytes_total, detail);
 }
 
+/* Downloads each s3:// input into a private folder of its own, under the object's base name (so
+ * that .gz and .zst still choose the decompressor), and points inputs[i] there; names[i] keeps the
+ * URI for messages and the manifest. */
+static int stage_inputs(const char **inputs, const char **names, s3path_stage *in, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!anvil_s3_is_uri(inputs[i])) continue;
+        const char *leaf = strrchr(inputs[i], '/') + 1;
+        if (!*leaf || leaf - inputs[i] <= 5)
+            return anvil_fail("input %s: not an object (s3://bucket/key, the key not ending in '/')", inputs[i]);
+        names[i] = inputs[i];
+        if (s3path_in(&in[i], inputs[i], "", leaf)) return -1;
+        inputs[i] = in[i].local;
+    }
+    return 0;
+}
+
+static void unstage_inputs(const char **names, s3path_stage *in, int n) {
+    for (int i = 0; in && i < n; i++)
+        if (names[i]) s3path_done(&in[i]);
+    free(names);
+    free(in);
+}
+
 int cmd_prep(int argc, char **argv) {
     const char *cmd = "prep";
     anvil_prep_opts o = {.val_fraction = 0.01, .shard_tokens = 100000000, .note = print_note};
@@ -180,17 +206,23 @@ int cmd_prep(int argc, char **argv) {
         return rc;
     }
 
-    /* An s3:// output is written to a staging folder, then uploaded with its manifest last. */
+    /* An s3:// output is written to a staging folder, then uploaded with its manifest last; s3://
+     * inputs are staged too, each downloaded whole before prep reads it. */
     const char *out_uri = o.out_dir;
     s3path_stage out;
-    if (s3path_out(&out, out_uri, NULL)) {
-        s3path_done(&out);
+    const char **names = calloc((size_t)ninputs, sizeof *names);
+    s3path_stage *in = calloc((size_t)ninputs, sizeof *in);
+    if (!names || !in || s3path_out(&out, out_uri, NULL) || stage_inputs(inputs, names, in, ninputs)) {
+        if (!names || !in) anvil_fail("prep: out of memory");
+        else s3path_done(&out);
+        unstage_inputs(names, in, ninputs);
         free(inputs);
         free(delim);
         return cli_fail(cmd);
     }
     o.out_dir = out.local;
     o.inputs = inputs;
+    o.input_names = names;
     o.ninputs = ninputs;
     anvil_prep_stats st;
     prep_progress pp = {0};
@@ -203,6 +235,7 @@ int cmd_prep(int argc, char **argv) {
     double t0 = anvil_now();
     int failed = anvil_prep_run(&o, &st) || s3path_out_push(&out);
     s3path_done(&out);
+    unstage_inputs(names, in, ninputs);
     char detail[160];
     progress_detail(&pp, detail, sizeof detail);
     if (!failed) anvil_meter_finish(&pp.meter, (double)pp.last.bytes_read, (double)pp.last.bytes_total, detail);

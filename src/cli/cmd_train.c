@@ -12,6 +12,7 @@
 #include "cli/s3path.h"
 #include "core/error.h"
 #include "core/exit.h"
+#include "data/loader.h"
 #include "data/prep.h"
 #include "dist/comm.h"
 #include "kernels/isa.h"
@@ -33,6 +34,11 @@ static const char *usage =
     "                          read ahead; credentials as 'anvil s3 --help' says\n"
     "  --s3-range-mib N        bytes per ranged GET of shards on S3, in MiB (default 16, at least 4)\n"
     "  --s3-inflight N         ranged GETs in flight per loader (default 4)\n"
+    "  --data-layout L         how ranks share a global batch: strided (llm.c's: rank r reads the B x T\n"
+    "                          tokens at r x B x T of each global batch, so N ranks see what one process\n"
+    "                          with N x B sees) or contiguous (each rank reads its own stretch of the\n"
+    "                          token stream front to back, one ranged GET per range, not one per step);\n"
+    "                          default contiguous for shards on s3:// (unless --shuffle), else strided\n"
     "  --synthetic             uniform random tokens instead of shards\n"
     "  --shuffle               each epoch visits the train shards and their batches in a new order drawn\n"
     "                          from --seed (resumes bit-exactly; validation stays in order)\n"
@@ -164,6 +170,10 @@ static int train_main(int argc, char **argv, s3path_stage *meta) {
             int mib;
             bad = arg_int(cmd, o, v, ANVIL_S3_MIN_READ_RANGE >> 20, 1024, &mib);
             c.s3_range = (size_t)mib << 20;
+        } else if (!strcmp(o, "--data-layout")) {
+            if (!strcmp(v, "strided")) c.data_layout = ANVIL_LOADER_STRIDED;
+            else if (!strcmp(v, "contiguous")) c.data_layout = ANVIL_LOADER_CONTIGUOUS;
+            else return cli_usage_error(cmd, "--data-layout must be strided or contiguous, not '%s'", v);
         } else if (!strcmp(o, "--s3-inflight"))
             bad = arg_int(cmd, o, v, 1, 64, &c.s3_inflight);
         else if (!strcmp(o, "--train")) c.train_pattern = v;

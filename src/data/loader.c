@@ -1,11 +1,13 @@
 #include "data/loader.h"
 
 #include <fnmatch.h>
+#include <errno.h>
 #include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "data/shard.h"
@@ -15,7 +17,7 @@
  * caller only reads job fields under mu. */
 typedef struct {
     anvil_loader_state st; /* the normalized state whose window is (being) read */
-    int64_t file, offset;  /* where that window is */
+    int64_t file, offset;  /* where that window is (file -1: offset in the epoch's stream, CONTIGUOUS) */
     int queued, done, rc;
     char err[512];
 } job_t;
@@ -34,6 +36,9 @@ struct anvil_loader {
     uint64_t *s3_sizes; /* from the listing */
     int64_t cur_index;
     anvil_loader_state st;
+    int layout, started;
+    int64_t stretch; /* CONTIGUOUS: tokens per stretch */
+    int64_t *starts; /* CONTIGUOUS: each shard's first token in the stream, and the total last */
     int32_t *buf; /* B*T+1 */
 
     /* Shuffled order: slot -> file for epoch order_epoch, and window slot ->
@@ -51,10 +56,23 @@ struct anvil_loader {
     job_t job;
 };
 
+/* Waits until the requests of the ranks before this one, `requests` each, have gone out at the start rate. */
+static void stagger(int rank, int requests) {
+    const char *env = getenv("ANVIL_LOADER_S3_START_RATE");
+    double rate = env ? atof(env) : ANVIL_LOADER_S3_START_RATE;
+    if (rank <= 0 || !(rate > 0)) return;
+    double s = (double)rank * requests / rate;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static int open_shard(anvil_loader *L, anvil_shard *s, const char *path) {
-    return L->s3 ? anvil_shard_open_s3(s, L->s3, path, L->s3_range, L->s3_inflight) : anvil_shard_open(s, path);
+/* A shard on S3 takes its size from the listing: no HEAD of its own. */
+static int open_shard(anvil_loader *L, anvil_shard *s, int64_t i) {
+    return L->s3 ? anvil_shard_open_s3(s, L->s3, L->paths[i], L->s3_sizes[i], L->s3_range, L->s3_inflight)
+                 : anvil_shard_open(s, L->paths[i]);
 }
 
 typedef struct {
@@ -136,6 +154,7 @@ void anvil_loader_close(anvil_loader *L) {
     free(L->buf);
     free(L->order);
     free(L->win);
+    free(L->starts);
     free(L);
 }
 
@@ -178,7 +197,7 @@ static int validate_shard(anvil_loader *L, int i) {
         return 0;
     }
     anvil_shard s;
-    if (open_shard(L, &s, L->paths[i])) return -1;
+    if (open_shard(L, &s, i)) return -1;
     L->ntokens[i] = s.ntokens;
     if (L->s3) {
         L->cur = s;
@@ -188,6 +207,7 @@ static int validate_shard(anvil_loader *L, int i) {
     }
     return 0;
 }
+
 
 anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size) {
     return anvil_loader_open_s3(pattern, B, T, rank, world, vocab_size, ANVIL_S3_READ_RANGE, ANVIL_S3_READ_INFLIGHT);
@@ -229,6 +249,7 @@ anvil_loader *anvil_loader_open_s3(const char *pattern, int B, int T, int rank, 
         return NULL;
     }
     if (anvil_s3_is_uri(pattern)) {
+        stagger(rank, 2); /* the listing and shard 0's header block */
         L->s3_range = range;
         L->s3_inflight = inflight;
         if (!(L->s3 = anvil_s3_open()) || expand_s3(L, pattern)) {
@@ -266,7 +287,7 @@ static int open_file(anvil_loader *L, int64_t file) {
     if (L->cur_index == file) return 0;
     if (L->cur_index >= 0) anvil_shard_close(&L->cur);
     L->cur_index = -1;
-    if (open_shard(L, &L->cur, L->paths[file])) return -1;
+    if (open_shard(L, &L->cur, file)) return -1;
     L->cur_index = file;
     if (L->cur.ntokens != L->ntokens[file])
         return anvil_fail("shard %s: now %lld tokens, %lld when the loader opened it", L->cur.path,
@@ -274,7 +295,29 @@ static int open_file(anvil_loader *L, int64_t file) {
     return 0;
 }
 
+/* B*T+1 tokens of the epoch's stream from token s on, across shard ends. */
+static int read_stream(anvil_loader *L, int64_t s) {
+    int32_t *out = L->buf;
+    int64_t need = L->bt + 1;
+    int64_t f = 0;
+    while (need) {
+        while (L->starts[f + 1] <= s) f++;
+        int64_t n = L->starts[f + 1] - s < need ? L->starts[f + 1] - s : need;
+        if (open_file(L, f) || anvil_shard_read(&L->cur, s - L->starts[f], n, out, L->vocab_size)) return -1;
+        out += n;
+        s += n;
+        need -= n;
+    }
+    return 0;
+}
+
 static int read_window(anvil_loader *L, int64_t file, int64_t offset) {
+    /* The ranks' first reads come when training starts, together: stagger them as the opens were. */
+    if (L->s3 && !L->started) {
+        stagger(L->rank, 2 + ANVIL_S3_READ_AHEAD); /* a header block, the batch's block, those read ahead */
+        L->started = 1;
+    }
+    if (file < 0) return read_stream(L, offset);
     if (open_file(L, file)) return -1;
     return anvil_shard_read(&L->cur, offset, L->bt + 1, L->buf, L->vocab_size);
 }
@@ -326,6 +369,13 @@ static int64_t window_at(anvil_loader *L, int64_t epoch, int64_t file, int64_t k
 /* The state of the batch that next will return: st itself, or the start of
  * the following shard when st's batch would run past the end of its own. */
 static anvil_loader_state normalize(anvil_loader *L, anvil_loader_state st) {
+    if (L->layout == ANVIL_LOADER_CONTIGUOUS) {
+        if ((st.position / L->global + 1) * L->bt > L->stretch) {
+            st.position = 0;
+            st.epoch++;
+        }
+        return st;
+    }
     if (st.position + L->global + 1 > L->ntokens[file_at(L, st.epoch, st.shard)]) {
         st.position = 0;
         if (++st.shard == L->nshards) {
@@ -338,6 +388,11 @@ static anvil_loader_state normalize(anvil_loader *L, anvil_loader_state st) {
 
 /* The file and token offset of this process's window for a normalized state. */
 static void locate(anvil_loader *L, anvil_loader_state st, int64_t *file, int64_t *offset) {
+    if (L->layout == ANVIL_LOADER_CONTIGUOUS) {
+        *file = -1;
+        *offset = (L->rank + st.epoch) % L->world * L->stretch + st.position / L->global * L->bt;
+        return;
+    }
     *file = file_at(L, st.epoch, st.shard);
     *offset = window_at(L, st.epoch, *file, st.position / L->global) * L->global + L->rank * L->bt;
 }
@@ -440,6 +495,8 @@ void anvil_loader_set_prefetch(anvil_loader *L, int on) {
 }
 
 int anvil_loader_set_shuffle(anvil_loader *L, uint64_t seed) {
+    if (L->layout != ANVIL_LOADER_STRIDED)
+        return anvil_fail("loader %s: shuffling needs the strided layout, not contiguous", L->paths[0]);
     if (!L->order) {
         int64_t maxwin = 0;
         for (int i = 0; i < L->nshards; i++)
@@ -459,6 +516,25 @@ int anvil_loader_set_shuffle(anvil_loader *L, uint64_t seed) {
     return 0;
 }
 
+const char *anvil_loader_layout_name(int layout) {
+    return layout == ANVIL_LOADER_CONTIGUOUS ? "contiguous" : "strided";
+}
+
+int anvil_loader_set_layout(anvil_loader *L, int layout) {
+    if (layout != ANVIL_LOADER_STRIDED && layout != ANVIL_LOADER_CONTIGUOUS)
+        return anvil_fail("loader %s: unknown layout %d", L->paths[0], layout);
+    if (layout == ANVIL_LOADER_CONTIGUOUS) {
+        if (L->shuffle) return anvil_fail("loader %s: shuffling needs the strided layout, not contiguous", L->paths[0]);
+        if (!L->starts && !(L->starts = malloc((size_t)(L->nshards + 1) * sizeof *L->starts)))
+            return anvil_fail("loader %s: out of memory", L->paths[0]);
+        L->starts[0] = 0;
+        for (int i = 0; i < L->nshards; i++) L->starts[i + 1] = L->starts[i] + L->ntokens[i];
+        L->stretch = (L->starts[L->nshards] - 1) / L->world;
+    }
+    L->layout = layout;
+    return 0;
+}
+
 void anvil_loader_reset(anvil_loader *L) { L->st = (anvil_loader_state){0}; }
 
 /* L->st keeps the position only; the order is L's own. */
@@ -466,6 +542,7 @@ anvil_loader_state anvil_loader_get_state(const anvil_loader *L) {
     anvil_loader_state st = L->st;
     st.shuffled = L->shuffle;
     st.shuffle_seed = L->shuffle ? L->seed : 0;
+    st.layout = L->layout;
     return st;
 }
 
@@ -483,13 +560,25 @@ int anvil_loader_set_state(anvil_loader *L, anvil_loader_state st) {
         describe_order(mine, sizeof mine, L->shuffle, L->seed);
         return anvil_fail("loader %s: the state's batches are %s, this loader's are %s", L->paths[0], saved, mine);
     }
-    if (st.shard < 0 || st.shard >= L->nshards || st.position < 0 || st.epoch < 0)
-        return anvil_fail("loader: state shard=%lld position=%lld epoch=%lld does not fit its %d shards",
-                          (long long)st.shard, (long long)st.position, (long long)st.epoch, L->nshards);
-    int64_t file = file_at(L, st.epoch, st.shard);
-    if (st.position > L->ntokens[file])
-        return anvil_fail("loader: state position %lld is past the end of shard %s (%lld tokens)",
-                          (long long)st.position, L->paths[file], (long long)L->ntokens[file]);
+    if (st.layout != L->layout)
+        return anvil_fail("loader %s: the state's batches are laid out %s, this loader's %s", L->paths[0],
+                          anvil_loader_layout_name((int)st.layout), anvil_loader_layout_name(L->layout));
+    if (L->layout == ANVIL_LOADER_CONTIGUOUS) {
+        if (st.shard != 0 || st.position < 0 || st.position % L->global || st.epoch < 0 ||
+            st.position / L->global > L->stretch / L->bt)
+            return anvil_fail("loader: contiguous state shard=%lld position=%lld epoch=%lld does not fit %lld steps of "
+                              "world*B*T = %lld tokens",
+                              (long long)st.shard, (long long)st.position, (long long)st.epoch,
+                              (long long)(L->stretch / L->bt), (long long)L->global);
+    } else {
+        if (st.shard < 0 || st.shard >= L->nshards || st.position < 0 || st.epoch < 0)
+            return anvil_fail("loader: state shard=%lld position=%lld epoch=%lld does not fit its %d shards",
+                              (long long)st.shard, (long long)st.position, (long long)st.epoch, L->nshards);
+        int64_t file = file_at(L, st.epoch, st.shard);
+        if (st.position > L->ntokens[file])
+            return anvil_fail("loader: state position %lld is past the end of shard %s (%lld tokens)",
+                              (long long)st.position, L->paths[file], (long long)L->ntokens[file]);
+    }
     /* Shuffled, a position counts whole windows; another one would read a window twice. */
     if (L->shuffle && st.position % L->global != 0)
         return anvil_fail("loader: state position %lld is not a multiple of world*B*T = %lld, as a shuffled order needs",

@@ -442,6 +442,7 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
      * the run without touching the output folder. */
     for (int i = 0; !rc && i < o->ninputs; i++) {
         rc = prep_open_source(o->inputs[i], &src[i]);
+        if (!rc && o->input_names && o->input_names[i]) src[i].name = o->input_names[i];
         if (!rc) nopen++;
     }
     r.src = src;

@@ -51,6 +51,7 @@ typedef struct {
 typedef struct {
     const char *out_dir;
     const char *const *inputs; /* file paths; "-" is standard input */
+    const char *const *input_names; /* NULL, or per input NULL or its name in messages and the manifest */
     int ninputs;
     double val_fraction;   /* in [0, 1] */
     const char *delimiter; /* NULL: each input is one document */

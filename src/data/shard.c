@@ -72,14 +72,13 @@ int anvil_shard_open(anvil_shard *s, const char *path) {
     return 0;
 }
 
-int anvil_shard_open_s3(anvil_shard *s, anvil_s3 *s3, const char *uri, size_t range, int inflight) {
+int anvil_shard_open_s3(anvil_shard *s, anvil_s3 *s3, const char *uri, uint64_t size, size_t range, int inflight) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
     char *bucket, *key;
     if (anvil_s3_parse_uri(uri, &bucket, &key)) return -1;
-    uint64_t size = 0;
     int32_t hdr[3];
-    int rc = anvil_s3_head(s3, bucket, key, &size);
+    int rc = size ? 0 : anvil_s3_head(s3, bucket, key, &size);
     if (rc > 0) rc = anvil_fail("shard %s: no such object", uri);
     if (!rc && size < ANVIL_SHARD_HEADER_BYTES)
         rc = anvil_fail("shard %s: object is %llu bytes, shorter than the %d-byte header", uri, (unsigned long long)size,

@@ -30,10 +30,11 @@ typedef struct {
  * file size that matches the header exactly (a truncated or padded file is
  * rejected rather than read as garbage). */
 int anvil_shard_open(anvil_shard *s, const char *path);
-/* The same for an object s3://bucket/key, through the client s3: a HEAD for its size, then every read
+/* The same for an object s3://bucket/key of `size` bytes (0: unknown, then a HEAD asks), through the
+ * client s3: every read
  * (the header's first) through an anvil_s3_reader of `range` bytes per GET and up to `inflight` GETs
  * at once, reading ahead. */
-int anvil_shard_open_s3(anvil_shard *s, anvil_s3 *s3, const char *uri, size_t range, int inflight);
+int anvil_shard_open_s3(anvil_shard *s, anvil_s3 *s3, const char *uri, uint64_t size, size_t range, int inflight);
 void anvil_shard_close(anvil_shard *s);
 
 /* Reads tokens [pos, pos+n) into out with one pread (or one read of the S3 reader). With vocab_size > 0,

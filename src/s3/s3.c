@@ -803,6 +803,7 @@ struct anvil_s3_reader {
     size_t range;
     int inflight, nslots, nthreads, quit;
     int64_t nblocks, last; /* last: the block the previous read ended in, for read-ahead */
+    int64_t reads;
     slot *slots;
     pthread_t *threads;
     pthread_mutex_t mu;
@@ -935,9 +936,13 @@ int anvil_s3_reader_read(anvil_s3_reader *r, uint64_t off, size_t len, void *buf
         return anvil_fail("s3: cannot start a reader thread for s3://%s/%s", r->bucket, r->key);
     }
     int64_t first = (int64_t)(off / r->range), last = (int64_t)((off + len - 1) / r->range);
-    /* Reading on from where the last read ended: keep `inflight` blocks past this one queued. A jump
-     * (shuffled windows, or a rank's batches world x B x T tokens apart) reads only what it needs. */
-    int64_t ahead = r->last < 0 || first == r->last || first == r->last + 1 ? r->inflight : 0;
+    /* Reading on from where the last read ended: keep ANVIL_S3_READ_AHEAD blocks past this one queued. A jump
+     * (shuffled windows, or a rank's batches world x B x T tokens apart) reads only what it needs. The
+     * first read (a shard's header) reads only its block, and the second, where the caller's reading
+     * starts (for a rank's stretch, often far from the header), reads ahead wherever it lands. */
+    int64_t ahead = r->reads == 1 || first == r->last || first == r->last + 1 ? ANVIL_S3_READ_AHEAD : 0;
+    if (r->reads == 0) ahead = 0;
+    r->reads++;
     r->last = last;
     int rc = 0;
     for (int64_t b = first; b <= last + ahead; b++)

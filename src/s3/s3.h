@@ -89,11 +89,16 @@ int anvil_s3_list(anvil_s3 *s3, const char *bucket, const char *prefix, anvil_s3
 
 /* Sequential reading of one object for the data loader: ranged GETs of `range` bytes on block
  * boundaries, each block fetched once, up to `inflight` GETs at once (its own threads, started at
- * the first read), reading ahead of the caller by that many blocks while each read continues
- * where the last one ended (after a jump, only the blocks the read needs). */
+ * the first read), keeping ANVIL_S3_READ_AHEAD blocks past the caller's queued while each read
+ * continues where the last one ended (after a jump, only the blocks the read needs). The first
+ * read (a shard's header) reads only its block; the second reads ahead wherever it lands, as the
+ * start of the caller's reading. One block ahead is 16 MiB, minutes of tokens for a training
+ * rank; deeper, a job's ranks that reach a new shard together would each queue that many GETs
+ * at once (ARCHITECTURE.md, request rates at scale). */
 #define ANVIL_S3_READ_RANGE (16u << 20)
 #define ANVIL_S3_MIN_READ_RANGE (4u << 20)
 #define ANVIL_S3_READ_INFLIGHT 4
+#define ANVIL_S3_READ_AHEAD 1
 typedef struct anvil_s3_reader anvil_s3_reader;
 anvil_s3_reader *anvil_s3_reader_open(anvil_s3 *s3, const char *bucket, const char *key, uint64_t size, size_t range,
                                       int inflight);

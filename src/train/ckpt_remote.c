@@ -376,6 +376,23 @@ static int fetch(anvil_s3 *s3, const char *bucket, const char *prefix, int64_t s
     return rc;
 }
 
+void anvil_ckpt_remote_stats(anvil_ckpt_remote *r, anvil_s3_stats *st) { anvil_s3_get_stats(r->s3, st); }
+
+int anvil_ckpt_remote_clean(const char *run_dir) {
+    char ckdir[PATH_MAX];
+    if (fmt(ckdir, sizeof ckdir, "%s/ckpt", run_dir)) return -1;
+    DIR *d = opendir(ckdir);
+    if (!d) return errno == ENOENT ? 0 : anvil_fail("%s: cannot list: %s", ckdir, strerror(errno));
+    int rc = 0;
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        if (strncmp(e->d_name, "upload-step_", 12) && strncmp(e->d_name, "download-step_", 14)) continue;
+        char path[PATH_MAX];
+        rc = fmt(path, sizeof path, "%s/%s", ckdir, e->d_name) || anvil_remove_tree(path) ? -1 : 0;
+    }
+    closedir(d);
+    return rc;
+}
+
 int anvil_ckpt_remote_fetch_latest(const char *uri, const char *run_dir, char *out, size_t cap) {
     char *bucket, *prefix;
     if (split_uri(uri, &bucket, &prefix)) return -1;

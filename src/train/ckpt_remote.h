@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "s3/s3.h"
+
 #define ANVIL_CKPT_REMOTE_PREFIXES 16
 #define ANVIL_CKPT_REMOTE_MAX_PREFIXES 256
 
@@ -29,6 +31,12 @@ anvil_ckpt_remote *anvil_ckpt_remote_open(const char *uri, int nprefixes, int ke
 /* Queues the committed checkpoint folder ckpt_dir (of step) for upload; -1 after anvil_fail when
  * it cannot be staged. Called from the checkpointer's writer thread. */
 int anvil_ckpt_remote_push(anvil_ckpt_remote *r, const char *ckpt_dir, int64_t step);
+/* Removes the staging folders (run_dir/ckpt/upload-step_* and download-step_*) that a run killed
+ * mid-upload or mid-download left; neither is ever read. -1 after anvil_fail when ckpt/ exists but
+ * cannot be listed. Call before this run stages anything. */
+int anvil_ckpt_remote_clean(const char *run_dir);
+/* The uploader's S3 counters so far. */
+void anvil_ckpt_remote_stats(anvil_ckpt_remote *r, anvil_s3_stats *st);
 /* Waits for the queued uploads and stops; -1 when any upload failed (each was logged). */
 int anvil_ckpt_remote_close(anvil_ckpt_remote *r);
 /* The newest checkpoint on S3 whose index exists, downloaded into run_dir/ckpt/step_<8 digits>

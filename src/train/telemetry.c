@@ -65,6 +65,10 @@ struct anvil_telemetry {
     double last_step_unix, val_loss;
     anvil_prom_histogram step_hist;
     double *shown; /* world x nv */
+    struct {
+        const char *client;
+        anvil_s3_stats st;
+    } s3[2]; /* client NULL: none yet */
 };
 
 static double unix_now(void) {
@@ -138,6 +142,42 @@ static void per_rank(const anvil_telemetry *t, anvil_prom *p, const char *name, 
     }
 }
 
+static const char *const s3_ops[ANVIL_S3_NOPS] = {"get", "head", "put", "list", "delete", "multipart"};
+
+static void render_s3(const anvil_telemetry *t, anvil_prom *p) {
+    int n = 0;
+    while (n < 2 && t->s3[n].client) n++;
+    if (!n) return;
+    anvil_prom_family(p, "anvil_s3_requests_total", ANVIL_PROM_COUNTER,
+                      "Rank 0's S3 requests by client and operation, every attempt counted.");
+    for (int i = 0; i < n; i++)
+        for (int op = 0; op < ANVIL_S3_NOPS; op++) {
+            anvil_prom_label l[] = {{"client", t->s3[i].client}, {"op", s3_ops[op]}};
+            anvil_prom_sample(p, "anvil_s3_requests_total", l, 2, (double)t->s3[i].st.requests[op]);
+        }
+    anvil_prom_family(p, "anvil_s3_retries_total", ANVIL_PROM_COUNTER, "Rank 0's S3 requests that were tried again.");
+    for (int i = 0; i < n; i++) {
+        anvil_prom_label l = {"client", t->s3[i].client};
+        anvil_prom_sample(p, "anvil_s3_retries_total", &l, 1, (double)t->s3[i].st.retries);
+    }
+    anvil_prom_family(p, "anvil_s3_bytes_total", ANVIL_PROM_COUNTER, "Bytes rank 0's S3 clients took in and sent.");
+    for (int i = 0; i < n; i++) {
+        anvil_prom_label down[] = {{"client", t->s3[i].client}, {"direction", "down"}};
+        anvil_prom_label up[] = {{"client", t->s3[i].client}, {"direction", "up"}};
+        anvil_prom_sample(p, "anvil_s3_bytes_total", down, 2, (double)t->s3[i].st.bytes_down);
+        anvil_prom_sample(p, "anvil_s3_bytes_total", up, 2, (double)t->s3[i].st.bytes_up);
+    }
+    anvil_prom_family(p, "anvil_s3_request_latency_seconds", ANVIL_PROM_GAUGE,
+                      "Percentiles of rank 0's S3 request latency since the start (a histogram of 10 buckets a "
+                      "decade: +-12%).");
+    for (int i = 0; i < n; i++) {
+        anvil_prom_label p50[] = {{"client", t->s3[i].client}, {"quantile", "0.5"}};
+        anvil_prom_label p99[] = {{"client", t->s3[i].client}, {"quantile", "0.99"}};
+        anvil_prom_sample(p, "anvil_s3_request_latency_seconds", p50, 2, t->s3[i].st.p50_ms / 1e3);
+        anvil_prom_sample(p, "anvil_s3_request_latency_seconds", p99, 2, t->s3[i].st.p99_ms / 1e3);
+    }
+}
+
 static void render(const anvil_telemetry *t, anvil_prom *p) {
     char world[16];
     snprintf(world, sizeof world, "%d", t->world);
@@ -168,6 +208,7 @@ static void render(const anvil_telemetry *t, anvil_prom *p) {
     if (t->have_val)
         gauge(p, "anvil_train_validation_loss", "Loss on the validation batches at the last validation, nats.",
               t->val_loss);
+    render_s3(t, p);
     if (!t->have_ranks) return;
     for (size_t f = 0; f < sizeof rank_families / sizeof rank_families[0]; f++) {
         const rank_family *rf = &rank_families[f];
@@ -378,6 +419,18 @@ int anvil_telemetry_step_done(anvil_telemetry *t, const anvil_telemetry_step *s)
     }
     pthread_mutex_unlock(&t->mu);
     return 0;
+}
+
+void anvil_telemetry_s3(anvil_telemetry *t, const char *client, const anvil_s3_stats *st) {
+    if (!t || !t->serving) return;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < 2; i++)
+        if (!t->s3[i].client || !strcmp(t->s3[i].client, client)) {
+            t->s3[i].client = client;
+            t->s3[i].st = *st;
+            break;
+        }
+    pthread_mutex_unlock(&t->mu);
 }
 
 void anvil_telemetry_validated(anvil_telemetry *t, int step, double val_loss) {

@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "obs/metrics.h"
+#include "s3/s3.h"
 
 typedef struct anvil_telemetry anvil_telemetry;
 
@@ -63,6 +64,11 @@ int anvil_telemetry_step_begin(anvil_telemetry *t, int step);
 /* After each step and everything it logged, on every rank; the profile is written after its last
  * step (or at close, when the run ends inside it). 0, or -1 after anvil_fail. */
 int anvil_telemetry_step_done(anvil_telemetry *t, const anvil_telemetry_step *s);
+/* Rank 0's S3 counters for the page: client "data" (the train loader) or "checkpoint" (the
+ * uploader). Shown as anvil_s3_requests_total{client,op}, anvil_s3_retries_total{client},
+ * anvil_s3_bytes_total{client,direction} and anvil_s3_request_latency_seconds{client,quantile}
+ * (p50 and p99). Other ranks' calls, and calls without a page, do nothing. */
+void anvil_telemetry_s3(anvil_telemetry *t, const char *client, const anvil_s3_stats *st);
 /* A validation's loss, on every rank alike. */
 void anvil_telemetry_validated(anvil_telemetry *t, int step, double val_loss);
 /* Waits for the last gather, stops the server, closes the tap and frees t (NULL is fine); -1 after

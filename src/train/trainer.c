@@ -50,6 +50,7 @@ void anvil_train_defaults(anvil_train_config *c) {
     c->keep_last = 3;
     c->timing_warmup = 1;
     c->metrics_port = -1;
+    c->data_layout = -1;
     c->log = stderr;
 }
 
@@ -516,6 +517,11 @@ static int keep_tokenizer(anvil_run *r) {
     return 0;
 }
 
+static int data_layout(const anvil_train_config *c, const char *pattern, int shuffled) {
+    if (c->data_layout >= 0) return c->data_layout;
+    return anvil_s3_is_uri(pattern) && !shuffled ? ANVIL_LOADER_CONTIGUOUS : ANVIL_LOADER_STRIDED;
+}
+
 /* Loaders, the run folder and its metrics, the batch buffers. */
 static int open_data(anvil_run *r) {
     const anvil_train_config *c = r->c;
@@ -524,9 +530,13 @@ static int open_data(anvil_run *r) {
         size_t range = c->s3_range ? c->s3_range : ANVIL_S3_READ_RANGE;
         int inflight = c->s3_inflight ? c->s3_inflight : ANVIL_S3_READ_INFLIGHT;
         r->train = anvil_loader_open_s3(c->train_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab, range, inflight);
-        if (!r->train || (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed))) return bad_input(r);
+        if (!r->train || anvil_loader_set_layout(r->train, data_layout(c, c->train_pattern, c->shuffle)) ||
+            (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed)))
+            return bad_input(r);
         if (c->val_pattern &&
-            !(r->val = anvil_loader_open_s3(c->val_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab, range, inflight)))
+            (!(r->val = anvil_loader_open_s3(c->val_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab, range,
+                                             inflight)) ||
+             anvil_loader_set_layout(r->val, data_layout(c, c->val_pattern, 0))))
             return bad_input(r);
     }
     if (c->out_dir && r->rank == 0) {
@@ -606,6 +616,7 @@ static int open_parallel(anvil_run *r) {
     }
     /* With a run folder every rank has a checkpointer: a stop signal saves even without a policy. */
     if (c->out_dir) {
+        if (r->rank == 0 && anvil_ckpt_remote_clean(c->out_dir)) return -1;
         if (c->ckpt_uri && r->rank == 0 &&
             !(r->remote = anvil_ckpt_remote_open(c->ckpt_uri, c->ckpt_prefixes ? c->ckpt_prefixes : ANVIL_CKPT_REMOTE_PREFIXES,
                                                  c->keep_last, c->keep_every, c->log)))
@@ -909,6 +920,12 @@ static int telemetry_step(anvil_run *r, int step) {
     if (r->dp) anvil_dp_get_info(r->dp, &info);
     anvil_telemetry_step ts = {step + 1, r->loss, r->lr, r->norm, r->dt, r->tokens_per_step, r->flops_per_step,
                                r->tokens_seen, info.comm_wait_s};
+    anvil_s3_stats st;
+    if (r->train && anvil_loader_s3_stats(r->train, &st)) anvil_telemetry_s3(r->tel, "data", &st);
+    if (r->remote) {
+        anvil_ckpt_remote_stats(r->remote, &st);
+        anvil_telemetry_s3(r->tel, "checkpoint", &st);
+    }
     return anvil_telemetry_step_done(r->tel, &ts);
 }
 

@@ -22,6 +22,9 @@ typedef struct {
     int B, T;                  /* micro-batch of each rank */
     size_t s3_range;           /* shards on S3: bytes per ranged GET (0: ANVIL_S3_READ_RANGE) */
     int s3_inflight;           /* shards on S3: GETs in flight per loader (0: ANVIL_S3_READ_INFLIGHT) */
+    int data_layout;           /* ANVIL_LOADER_STRIDED or _CONTIGUOUS (data/loader.h); -1: contiguous for
+                                * shards on S3 unless shuffled (one ranged GET per range per rank, not one
+                                * per step), strided otherwise (llm.c's order, ranks = one process) */
     int64_t total_batch_tokens; /* tokens per optimizer step over all ranks; a multiple of B*T*ranks
                                  * (0 means B*T*ranks) */
     int steps;

@@ -3,10 +3,11 @@
  *
  *   loader_probe write DIR NSHARDS NTOKENS   writes DIR/train_NNN.bin, NSHARDS shards of NTOKENS
  *                                            pseudo-random uint16 tokens each
- *   loader_probe read PATTERN B T RANGE_MIB INFLIGHT
- *                                            reads one epoch of B x T batches, prints
- *                                            "batches N tokens N fnv1a HEX" and, for S3, the
- *                                            client's counters */
+ *   loader_probe read PATTERN B T RANGE_MIB INFLIGHT [LAYOUT RANK WORLD]
+ *                                            reads one epoch of B x T batches (as rank RANK of
+ *                                            WORLD, layout strided or contiguous; default rank 0
+ *                                            of 1, strided), prints "batches N tokens N fnv1a HEX"
+ *                                            and, for S3, the client's counters */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,9 +37,13 @@ static int write_shards(const char *dir, int nshards, int64_t ntokens) {
     return rc;
 }
 
-static int read_epoch(const char *pattern, int B, int T, int range_mib, int inflight) {
-    anvil_loader *L = anvil_loader_open_s3(pattern, B, T, 0, 1, 50257, (size_t)range_mib << 20, inflight);
+static int read_epoch(const char *pattern, int B, int T, int range_mib, int inflight, int layout, int rank, int world) {
+    anvil_loader *L = anvil_loader_open_s3(pattern, B, T, rank, world, 50257, (size_t)range_mib << 20, inflight);
     if (!L) return -1;
+    if (anvil_loader_set_layout(L, layout)) {
+        anvil_loader_close(L);
+        return -1;
+    }
     size_t n = (size_t)B * T;
     int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
     uint64_t h = 1469598103934665603ull, batches = 0;
@@ -64,10 +69,13 @@ static int read_epoch(const char *pattern, int B, int T, int range_mib, int infl
 int main(int argc, char **argv) {
     int rc;
     if (argc == 5 && !strcmp(argv[1], "write")) rc = write_shards(argv[2], atoi(argv[3]), atoll(argv[4]));
-    else if (argc == 7 && !strcmp(argv[1], "read"))
-        rc = read_epoch(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]));
+    else if ((argc == 7 || argc == 10) && !strcmp(argv[1], "read"))
+        rc = read_epoch(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
+                        argc == 10 && !strcmp(argv[7], "contiguous") ? ANVIL_LOADER_CONTIGUOUS : ANVIL_LOADER_STRIDED,
+                        argc == 10 ? atoi(argv[8]) : 0, argc == 10 ? atoi(argv[9]) : 1);
     else {
-        fprintf(stderr, "usage: loader_probe write DIR NSHARDS NTOKENS | read PATTERN B T RANGE_MIB INFLIGHT\n");
+        fprintf(stderr, "usage: loader_probe write DIR NSHARDS NTOKENS | read PATTERN B T RANGE_MIB INFLIGHT "
+                        "[LAYOUT RANK WORLD]\n");
         return 2;
     }
     if (rc) fprintf(stderr, "loader_probe: error: %s\n", anvil_errmsg());
