@@ -76,14 +76,19 @@ uint64_t anvil_tp_bytes(const anvil_tp *m) { return m->bytes; }
 
 static int per_layer(int i) { return i >= ANVIL_GPT2_LN1W && i <= ANVIL_GPT2_FCPROJB; }
 
-/* Whether this stage's copy of tensor i is its own: every stage keeps the head tensors' place, but
- * wte and wpe belong to the first stage (the last one's wte is an equal copy, its gradients summed
- * with the first's) and the final LayerNorm to the last. */
-static int owned(const anvil_tp *m, int i) {
-    if (i == ANVIL_GPT2_WTE || i == ANVIL_GPT2_WPE) return m->first;
+/* Whether this stage holds tensor i: every stage its layers, the first the embedding (wte, wpe), the
+ * last the final LayerNorm and the LM head (wte again, tied). A tensor a stage does not hold keeps
+ * its place in the layout with no elements. */
+static int holds(const anvil_tp *m, int i) {
+    if (i == ANVIL_GPT2_WTE) return m->first || m->last;
+    if (i == ANVIL_GPT2_WPE) return m->first;
     if (i == ANVIL_GPT2_LNFW || i == ANVIL_GPT2_LNFB) return m->last;
     return 1;
 }
+
+/* Whether this stage's copy of tensor i is its own: wte belongs to the first stage (the last one's
+ * is an equal copy, its gradients summed with the first's). */
+static int owned(const anvil_tp *m, int i) { return i == ANVIL_GPT2_WTE ? m->first : holds(m, i); }
 
 anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g, int l0, int l1,
                              int nslots) {
@@ -110,6 +115,7 @@ anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *
         for (int d = 0; d < nd; d++) n *= (size_t)shape[d];
         m->full_offsets[i + 1] = m->full_offsets[i] + n;
         if (per_layer(i)) n = n / (size_t)cfg->n_layer * (size_t)(l1 - l0);
+        if (!holds(m, i)) n = 0;
         m->offsets[i + 1] = m->offsets[i] + (anvil_tp_is_split(i) ? n / (size_t)m->tp : n);
     }
     size_t bytes = anvil_tp_num_params(m) * sizeof(float);
@@ -201,28 +207,79 @@ static int acts_ensure(anvil_tp *m, int B, int T) {
     return 0;
 }
 
-/* Copies rank's shard of tensor i between a whole tensor and a local one (host memory). */
-static void shard_copy(const anvil_tp *m, int i, int rank, float *whole, float *local, int to_local) {
+/* A rank's shard of tensor i is a list of pieces, each a run of elements contiguous in the whole
+ * tensor and in the local one: the whole tensor for a replicated one, a block's rows for a
+ * column-parallel one, a row's columns for a row-parallel one. Pieces go forward in both. */
+static size_t num_pieces(const anvil_tp *m, int i) {
+    split_desc d = describe(&m->cfg, i);
+    if (m->offsets[i + 1] == m->offsets[i]) return 0;
+    if (d.split == REPLICATED) return 1;
+    return d.layers * d.groups * (d.split == SPLIT_COLS ? d.rows : 1);
+}
+
+static void piece_at(const anvil_tp *m, int i, int rank, size_t p, size_t *whole, size_t *local, size_t *len) {
     split_desc d = describe(&m->cfg, i);
     /* A stage's layers start l0 layers into the whole stacked tensor. */
-    if (per_layer(i)) whole += (size_t)m->l0 * ((m->full_offsets[i + 1] - m->full_offsets[i]) / (size_t)m->full.n_layer);
-    if (d.split == REPLICATED) {
-        size_t n = m->offsets[i + 1] - m->offsets[i];
-        if (to_local) memcpy(local, whole, n * sizeof(float));
-        else memcpy(whole, local, n * sizeof(float));
-        return;
-    }
+    size_t shift = per_layer(i) ? (size_t)m->l0 * ((m->full_offsets[i + 1] - m->full_offsets[i]) /
+                                                   (size_t)m->full.n_layer)
+                                : 0;
     size_t tp = (size_t)m->tp, r = (size_t)rank;
-    size_t lrows = d.split == SPLIT_ROWS ? d.rows / tp : d.rows;
-    size_t lcols = d.split == SPLIT_COLS ? d.cols / tp : d.cols;
-    size_t row0 = d.split == SPLIT_ROWS ? r * lrows : 0, col0 = d.split == SPLIT_COLS ? r * lcols : 0;
-    for (size_t b = 0; b < d.layers * d.groups; b++)
-        for (size_t j = 0; j < lrows; j++) {
-            float *w = whole + (b * d.rows + row0 + j) * d.cols + col0;
-            float *l = local + (b * lrows + j) * lcols;
-            if (to_local) memcpy(l, w, lcols * sizeof(float));
-            else memcpy(w, l, lcols * sizeof(float));
+    if (d.split == REPLICATED) {
+        *whole = shift;
+        *local = 0;
+        *len = m->offsets[i + 1] - m->offsets[i];
+    } else if (d.split == SPLIT_ROWS) {
+        size_t lrows = d.rows / tp;
+        *whole = shift + (p * d.rows + r * lrows) * d.cols;
+        *local = p * lrows * d.cols;
+        *len = lrows * d.cols;
+    } else {
+        size_t lcols = d.cols / tp;
+        *whole = shift + p * d.cols + r * lcols;
+        *local = p * lcols;
+        *len = lcols;
+    }
+}
+
+/* Copies rank's shard of tensor i between a whole tensor and a local one (host memory). */
+static void shard_copy(const anvil_tp *m, int i, int rank, float *whole, float *local, int to_local) {
+    for (size_t p = 0, n = num_pieces(m, i); p < n; p++) {
+        size_t w, l, len;
+        piece_at(m, i, rank, p, &w, &l, &len);
+        if (to_local) memcpy(local + l, whole + w, len * sizeof(float));
+        else memcpy(whole + w, local + l, len * sizeof(float));
+    }
+}
+
+/* The most floats anvil_tp_fill reads at once. */
+#define FILL_CHUNK ((size_t)1 << 16)
+
+int anvil_tp_fill(anvil_tp *m, anvil_tp_read_fn read, void *ctx, float *local) {
+    float *host = malloc(FILL_CHUNK * sizeof(float));
+    if (!host) return anvil_fail("tensor parallel: out of memory");
+    int rc = 0;
+    for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++)
+        for (size_t p = 0, np = num_pieces(m, i); !rc && p < np; p++) {
+            size_t w, l, len;
+            piece_at(m, i, m->rank, p, &w, &l, &len);
+            for (size_t at = 0; !rc && at < len; at += FILL_CHUNK) {
+                size_t n = len - at < FILL_CHUNK ? len - at : FILL_CHUNK;
+                if (!(rc = read(ctx, i, w + at, n, host)))
+                    m->k->upload(local + m->offsets[i] + l + at, host, n * sizeof(float));
+            }
         }
+    free(host);
+    return rc;
+}
+
+static int read_init(void *ctx, int i, size_t off, size_t n, float *dst) {
+    return anvil_gpt2_init_stream_read(ctx, i, off, n, dst);
+}
+
+int anvil_tp_init_weights(anvil_tp *m, uint64_t seed) {
+    anvil_gpt2_init_stream s;
+    anvil_gpt2_init_stream_start(&s, &m->full, seed);
+    return anvil_tp_fill(m, read_init, &s, m->params);
 }
 
 int anvil_tp_shard(anvil_tp *m, const float *full, float *local) {

@@ -132,7 +132,7 @@ struct gpt2_acts {
 
 float *anvil_gpt2_param(const anvil_gpt2 *m, int i, float *base) { return base + m->offsets[i]; }
 
-int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k) {
+int anvil_gpt2_init_layout(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     if (anvil_gpt2_config_check(&m->cfg)) return -1;
@@ -146,8 +146,13 @@ int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_ker
     }
     m->offsets[ANVIL_GPT2_NPARAM] = off;
     m->nparams = off;
-    m->params = k->alloc(off * sizeof(float));
-    if (!m->params) return anvil_fail("model: cannot allocate %zu parameters", off);
+    return 0;
+}
+
+int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k) {
+    if (anvil_gpt2_init_layout(m, cfg, k)) return -1;
+    m->params = k->alloc(m->nparams * sizeof(float));
+    if (!m->params) return anvil_fail("model: cannot allocate %zu parameters", m->nparams);
     return 0;
 }
 
@@ -218,27 +223,66 @@ static int acts_ensure(anvil_gpt2 *m, int B, int T) {
     return 0;
 }
 
+/* The elements of tensor i that the initialization draws from the RNG, one normal each: a matrix's
+ * or an embedding's real ones (wte's padding rows stay zero). */
+static size_t drawn(const anvil_gpt2_config *c, int i) {
+    if (!anvil_gpt2_param_decays(i)) return 0;
+    if (i == ANVIL_GPT2_WTE) return (size_t)c->vocab_size * (size_t)c->n_embd;
+    int64_t s[3];
+    return shape_numel(s, anvil_gpt2_param_shape(c, i, s));
+}
+
+void anvil_gpt2_init_stream_start(anvil_gpt2_init_stream *s, const anvil_gpt2_config *cfg, uint64_t seed) {
+    s->cfg = *cfg;
+    anvil_rng_seed(&s->rng, seed);
+    s->tensor = 0;
+    s->pos = 0;
+}
+
+/* Moves the stream to element `to` of its tensor, drawing (and dropping) the normals in between:
+ * each normal takes two draws whatever its value. */
+static void stream_skip(anvil_gpt2_init_stream *s, size_t to) {
+    size_t d = drawn(&s->cfg, s->tensor), a = s->pos < d ? s->pos : d, b = to < d ? to : d;
+    for (size_t j = a; j < b; j++) {
+        anvil_rng_u64(&s->rng);
+        anvil_rng_u64(&s->rng);
+    }
+    s->pos = to;
+}
+
+int anvil_gpt2_init_stream_read(anvil_gpt2_init_stream *s, int i, size_t off, size_t n, float *dst) {
+    const anvil_gpt2_config *c = &s->cfg;
+    if (i < s->tensor || (i == s->tensor && off < s->pos))
+        return anvil_fail("model: initialization read of %s at %zu after %s at %zu: reads go forward only",
+                          anvil_gpt2_param_names[i], off, anvil_gpt2_param_names[s->tensor], s->pos);
+    while (s->tensor < i) {
+        int64_t sh[3];
+        stream_skip(s, shape_numel(sh, anvil_gpt2_param_shape(c, s->tensor, sh)));
+        s->tensor++;
+        s->pos = 0;
+    }
+    stream_skip(s, off);
+    size_t d = drawn(c, i);
+    float std = (i == ANVIL_GPT2_ATTPROJW || i == ANVIL_GPT2_FCPROJW) ? 0.02f / sqrtf(2.0f * c->n_layer) : 0.02f;
+    int unit = i == ANVIL_GPT2_LN1W || i == ANVIL_GPT2_LN2W || i == ANVIL_GPT2_LNFW;
+    for (size_t j = 0; j < n; j++)
+        dst[j] = unit ? 1.0f : off + j < d ? std * anvil_rng_normal(&s->rng) : 0.0f;
+    s->pos = off + n;
+    return 0;
+}
+
 void anvil_gpt2_init_weights(anvil_gpt2 *m, uint64_t seed) {
-    const anvil_gpt2_config *c = &m->cfg;
-    anvil_rng rng;
-    anvil_rng_seed(&rng, seed);
-    float resid_std = 0.02f / sqrtf(2.0f * c->n_layer);
+    anvil_gpt2_init_stream s;
+    anvil_gpt2_init_stream_start(&s, &m->cfg, seed);
     /* One tensor at a time, so initializing never holds a second copy of the model. */
     size_t largest = 0;
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
         if (m->offsets[i + 1] - m->offsets[i] > largest) largest = m->offsets[i + 1] - m->offsets[i];
     float *host = malloc(largest * sizeof(float));
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-        size_t total = m->offsets[i + 1] - m->offsets[i], n = total;
-        if (i == ANVIL_GPT2_WTE) n = (size_t)c->vocab_size * c->n_embd; /* padding rows stay zero */
-        memset(host, 0, total * sizeof(float));
-        if (i == ANVIL_GPT2_LN1W || i == ANVIL_GPT2_LN2W || i == ANVIL_GPT2_LNFW) {
-            for (size_t j = 0; j < n; j++) host[j] = 1.0f;
-        } else if (anvil_gpt2_param_decays(i)) {
-            float std = (i == ANVIL_GPT2_ATTPROJW || i == ANVIL_GPT2_FCPROJW) ? resid_std : 0.02f;
-            for (size_t j = 0; j < n; j++) host[j] = std * anvil_rng_normal(&rng);
-        }
-        m->k->upload(m->params + m->offsets[i], host, total * sizeof(float));
+        size_t n = m->offsets[i + 1] - m->offsets[i];
+        anvil_gpt2_init_stream_read(&s, i, 0, n, host);
+        m->k->upload(m->params + m->offsets[i], host, n * sizeof(float));
     }
     free(host);
 }

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/rng.h"
 #include "kernels/kernels.h"
 
 typedef struct {
@@ -118,6 +119,9 @@ typedef struct {
 } anvil_gpt2;
 
 int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k);
+/* The same without the parameters (m->params NULL): the layout, for a process that holds only a shard
+ * of the model (tensor and pipeline parallelism). */
+int anvil_gpt2_init_layout(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k);
 void anvil_gpt2_free(anvil_gpt2 *m);
 /* m's configuration, kernels and layout with the weights at params, and no hooks, gradients or
  * activations: a model to read whole weights from (decoding, saving) when m's own are sharded or
@@ -127,6 +131,19 @@ anvil_gpt2 anvil_gpt2_with_params(const anvil_gpt2 *m, float *params);
 /* nanoGPT's initialization, from a seed: N(0, 0.02) for matrices and embeddings, residual projections
  * scaled by 1/sqrt(2*n_layer), zero biases, unit LayerNorm. Same seed, same weights. */
 void anvil_gpt2_init_weights(anvil_gpt2 *m, uint64_t seed);
+/* anvil_gpt2_init_weights' values read piece by piece into host memory, for a process that keeps
+ * only some of them: elements [off, off + n) of tensor i (anvil_gpt2's layout, wte with its padding
+ * rows). Reads go forward (by tensor, then offset); what they skip still advances the RNG, so every
+ * piece is bit-identical to the same piece of a whole initialization, and nothing the size of the
+ * model is held. 0, or -1 after anvil_fail for a read that goes back. */
+typedef struct {
+    anvil_gpt2_config cfg;
+    anvil_rng rng;
+    int tensor;
+    size_t pos;
+} anvil_gpt2_init_stream;
+void anvil_gpt2_init_stream_start(anvil_gpt2_init_stream *s, const anvil_gpt2_config *cfg, uint64_t seed);
+int anvil_gpt2_init_stream_read(anvil_gpt2_init_stream *s, int i, size_t off, size_t n, float *dst);
 float *anvil_gpt2_param(const anvil_gpt2 *m, int i, float *base); /* tensor i within params/grads */
 /* Unit u's slices in packed order into r (room for ANVIL_GPT2_NPARAM); returns how many. */
 int anvil_gpt2_unit_ranges(const anvil_gpt2 *m, int u, anvil_gpt2_range *r);
