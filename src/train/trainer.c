@@ -474,22 +474,18 @@ static double current_rss_mb(void) {
     return (double)resident * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
 }
 
-/* Rank 0 prints every rank's memory: the peak (which includes building the
- * whole model once, before sharding), the resident size after training, and
- * what the rank's share of parameters, gradients and moments takes. */
-static int report_memory(const anvil_train_config *c, anvil_dp *dp, double rss_mb) {
+/* Rank 0 prints every rank's memory: the peak, the resident size after training, and what the
+ * rank's share of parameters, gradients and moments takes. layout names how the state is divided. */
+static int report_memory(const anvil_train_config *c, const char *layout, double state_bytes, double rss_mb) {
     int world = anvil_dist_world_size(), rank = anvil_dist_rank();
-    anvil_dp_info info;
-    anvil_dp_get_info(dp, &info);
     double *v = calloc((size_t)world * 3, sizeof *v);
     if (!v) return anvil_fail("train: out of memory");
     v[3 * rank] = rss_mb;
     v[3 * rank + 1] = current_rss_mb();
-    v[3 * rank + 2] = info.state_bytes / 1048576.0;
+    v[3 * rank + 2] = state_bytes / 1048576.0;
     int rc = anvil_allreduce(anvil_dist_world(), v, (size_t)world * 3, ANVIL_F64, "memory report");
     if (!rc) {
-        fprintf(c->log, "memory (ZeRO-%d, shard group %d, %d replicas):", info.zero_stage, info.shard_group_size,
-                info.replicas);
+        fprintf(c->log, "memory (%s):", layout);
         for (int r = 0; r < world; r++)
             fprintf(c->log, " rank %d %.0f MB peak RSS, %.0f MB RSS now, %.0f MB model state;", r, v[3 * r],
                     v[3 * r + 1], v[3 * r + 2]);
@@ -961,9 +957,18 @@ static int run_finish(anvil_run *r) {
         anvil_dp_get_info(r->dp, &info);
         double total = anvil_now() - r->t_start;
         res->comm_wait_share = total > 0 ? info.comm_wait_s / total : 0.0;
-        if (report_memory(c, r->dp, res->peak_rss_mb)) return -1;
+        char layout[96];
+        snprintf(layout, sizeof layout, "ZeRO-%d, shard group %d, %d replicas", info.zero_stage,
+                 info.shard_group_size, info.replicas);
+        if (report_memory(c, layout, info.state_bytes, res->peak_rss_mb)) return -1;
         fprintf(c->log, "communication: %.1f%% of the training time waited on (not overlapped)\n",
                 100.0 * res->comm_wait_share);
+    }
+    if (r->tp) {
+        char layout[96];
+        snprintf(layout, sizeof layout, "TP %d, PP %d, DP %d", r->grid.tp, r->grid.pp, r->grid.dp);
+        /* Parameters, gradients and the two moments. */
+        if (report_memory(c, layout, 16.0 * (double)anvil_tp_num_params(r->tp), res->peak_rss_mb)) return -1;
     }
     if (!c->out_dir) return 0;
     beat(r, "finishing", res->steps_done);
