@@ -403,7 +403,9 @@ static int read_full(int fd, void *buf, uint64_t n, uint64_t off) {
     return 0;
 }
 
-anvil_st_file *anvil_st_open(const char *path) {
+/* The file at path, read whole, or as an index: the header only, the file kept open for
+ * anvil_st_read. */
+static anvil_st_file *open_file(const char *path, int indexed) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         anvil_fail("%s: cannot open: %s", path, strerror(errno));
@@ -424,17 +426,22 @@ anvil_st_file *anvil_st_open(const char *path) {
     if (hlen >= 0) {
         uint64_t dsize = size - 8 - (uint64_t)hlen;
         hdr = malloc((size_t)hlen + 1);
-        data = alloc_aligned(dsize);
-        if (!hdr || !data) {
+        if (!indexed) data = alloc_aligned(dsize);
+        if (!hdr || (!indexed && !data)) {
             anvil_fail("%s: out of memory for a %llu-byte file", path, (unsigned long long)size);
             hlen = -1;
-        } else if ((rc = read_full(fd, hdr, (uint64_t)hlen, 8)) == 0) {
+        } else if ((rc = read_full(fd, hdr, (uint64_t)hlen, 8)) == 0 && !indexed) {
             rc = read_full(fd, data, dsize, 8 + (uint64_t)hlen);
         }
         if (hlen >= 0 && rc == 0) {
-            close(fd);
-            anvil_st_file *f = parse(path, hdr, (uint64_t)hlen, data, dsize, 0);
+            anvil_st_file *f = parse(path, hdr, (uint64_t)hlen, data, dsize, indexed);
             free(hdr);
+            if (f && indexed) {
+                f->fd = fd;
+                f->base = 8 + (uint64_t)hlen;
+            } else {
+                close(fd);
+            }
             return f;
         }
     }
@@ -446,38 +453,9 @@ anvil_st_file *anvil_st_open(const char *path) {
     return NULL;
 }
 
-anvil_st_file *anvil_st_open_index(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        anvil_fail("%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    unsigned char lenbuf[8] = {0};
-    int64_t hlen = -1;
-    int rc = 0;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) anvil_fail("%s: not a regular file", path);
-    else if ((rc = (uint64_t)st.st_size >= 8 ? read_full(fd, lenbuf, 8, 0) : 0) == 0)
-        hlen = check_header_len(path, lenbuf, (uint64_t)st.st_size);
-    char *hdr = hlen >= 0 ? malloc((size_t)hlen + 1) : NULL;
-    if (hlen >= 0 && !hdr) anvil_fail("%s: out of memory for the header", path);
-    else if (hdr && (rc = read_full(fd, hdr, (uint64_t)hlen, 8)) == 0) {
-        anvil_st_file *f = parse(path, hdr, (uint64_t)hlen, NULL, (uint64_t)st.st_size - 8 - (uint64_t)hlen, 1);
-        free(hdr);
-        if (f) {
-            f->fd = fd;
-            f->base = 8 + (uint64_t)hlen;
-        } else {
-            close(fd);
-        }
-        return f;
-    }
-    if (rc == -1) anvil_fail("%s: read error: %s", path, strerror(errno));
-    else if (rc == -2) anvil_fail("%s: file shrank while being read", path);
-    free(hdr);
-    close(fd);
-    return NULL;
-}
+anvil_st_file *anvil_st_open(const char *path) { return open_file(path, 0); }
+
+anvil_st_file *anvil_st_open_index(const char *path) { return open_file(path, 1); }
 
 int anvil_st_read(const anvil_st_file *f, const anvil_st_tensor *t, uint64_t off, uint64_t n, void *dst) {
     if (f->fd < 0) return anvil_fail("safetensors: tensor '%s' read from a file not opened as an index", t->name);
