@@ -7,8 +7,9 @@
 #     within the tolerances below, 3x the worst measured;
 #   - checkpoints hold whole tensors: the 4-rank (DP 2, TP 2) run's step-10
 #     checkpoint resumes in one process, and a one-process checkpoint resumes
-#     at --tp 2, both continuing like the reference; the manifest records the
-#     layout;
+#     at --tp 2 (each rank reading only its shard), as does a 2-rank ZeRO-1
+#     one (its shard files put together first), all continuing like the
+#     reference; the manifest records the layout;
 #   - pipeline stages: --pp 2 (1F1B) on 2 ranks and --pp 2 --tp 2 (GPipe) on
 #     4, with 4 micro-batches of 4 x 64 tokens, against one process
 #     accumulating the same 4 batches (their own tolerances: accumulation
@@ -75,6 +76,9 @@ else
   bad "resuming the TP checkpoint in one process: $(tail -1 "$tmp/tp_to_1.log")"
 fi
 run one_to_tp 2 --batch 8 --tp 2 --resume "$tmp/ref/ckpt/step_00000010" && compare ref one_to_tp
+# A ZeRO-1 checkpoint keeps its moments in shard files: put together whole, then sharded at --tp 2.
+run zero1 2 --batch 4 --zero 1 --ckpt-every 10 &&
+  run zero_to_tp 2 --batch 8 --tp 2 --resume "$tmp/zero1/ckpt/step_00000010" && compare ref zero_to_tp
 
 # MiCS on the data axis: 4 DP replicas of a TP pair, moments sharded within pairs of DP ranks. Measured
 # (2026-12-02, avx512): loss 8.5e-8, gradient norm 9.6e-6 relative, weights 1.2e-5 absolute; about 3x:

@@ -1,5 +1,6 @@
-/* safetensors reader and writer: a bit-exact round trip, refusal of every
- * kind of malformed file with a message, and the layout of the PyTorch GPT-2
+/* safetensors reader and writer: a bit-exact round trip (whole, and read
+ * range by range through the index), refusal of every kind of malformed
+ * file with a message (as a whole file, an index and from memory), and the layout of the PyTorch GPT-2
  * fixture that the model tests rely on. */
 #include "ckpt/safetensors.h"
 #include "core/error.h"
@@ -95,6 +96,24 @@ static void test_round_trip(void) {
     CHECK(anvil_st_meta(f, "absent") == NULL);
     anvil_st_close(f);
 
+    /* The index: the same table, no data in memory, and any range of a tensor read from the file (the
+     * misaligned F64 too). */
+    f = anvil_st_open_index(path);
+    CHECK(f && anvil_st_count(f) == n);
+    for (int i = 0; f && i < n; i++) {
+        const anvil_st_tensor *t = anvil_st_at(f, i);
+        CHECK(strcmp(t->name, ts[i].name) == 0 && t->nbytes == ts[i].nbytes && t->data == NULL);
+        unsigned char got[64] = {0};
+        for (uint64_t off = 0; off < t->nbytes; off += 3) {
+            uint64_t len = t->nbytes - off < 5 ? t->nbytes - off : 5;
+            CHECK(anvil_st_read(f, t, off, len, got) == 0);
+            CHECK(memcmp(got, (const unsigned char *)ts[i].data + off, len) == 0);
+        }
+        clear_error();
+        CHECK(anvil_st_read(f, t, t->nbytes, 1, got) < 0 && strstr(anvil_errmsg(), t->name));
+    }
+    anvil_st_close(f);
+
     /* A file with no metadata and no tensors is valid too. */
     join(path, sizeof path, "empty.safetensors");
     CHECK(anvil_st_write(path, NULL, 0, NULL, 0) == 0);
@@ -160,6 +179,11 @@ static void expect_refused(const char *what, const char *json, uint64_t hlen_fie
     if (f || !anvil_errmsg()[0] || !strstr(anvil_errmsg(), path))
         t_fail(__FILE__, __LINE__, "%s: not refused with a message naming the file (got \"%s\")", what,
                anvil_errmsg());
+    anvil_st_close(f);
+
+    clear_error();
+    f = anvil_st_open_index(path);
+    if (f || !strstr(anvil_errmsg(), path)) t_fail(__FILE__, __LINE__, "%s: not refused as an index", what);
     anvil_st_close(f);
 
     /* The in-memory entry point must agree. */

@@ -6,7 +6,9 @@
  * batch, and compares the loss and gradient norm of every step, the first
  * step's gathered gradients, and the final gathered weights. It also counts
  * the bytes the TP collectives carry against the analytic formula, and
- * checks the grid's rank order and its layout errors. */
+ * checks the grid's rank order and its layout errors, that the shard
+ * initialized on its own is the whole initialization's shard bit for bit,
+ * and what a rank and a pipeline stage hold, counted from the shapes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +80,13 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g) {
     CHECK(tp != NULL);
     if (!tp) return;
     CHECK(anvil_tp_shard(tp, ref.params, anvil_tp_params(tp)) == 0);
+    /* The rank's shard initialized on its own, piece by piece, is the shard of the whole initialization, bit
+     * for bit. */
+    anvil_tp *own = anvil_tp_new(cfg, k, g);
+    CHECK(own && anvil_tp_init_weights(own, 1234) == 0);
+    if (own)
+        CHECK(memcmp(anvil_tp_params(own), anvil_tp_params(tp), anvil_tp_num_params(tp) * sizeof(float)) == 0);
+    anvil_tp_free(own);
 
     anvil_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
     anvil_adamw oref, otp;
@@ -150,6 +159,55 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g) {
     anvil_gpt2_free(&ref);
 }
 
+/* Elements of tensor i of cfg's model. */
+static size_t numel(const anvil_gpt2_config *cfg, int i) {
+    int64_t s[3];
+    int nd = anvil_gpt2_param_shape(cfg, i, s);
+    size_t n = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)s[d];
+    return n;
+}
+
+/* What a rank holds, counted from the shapes: split tensors 1/W of the whole, replicated ones all of
+ * it, and a pipeline stage its layers' share of the per-layer tensors, wte and wpe on the first stage,
+ * wte and the final LayerNorm on the last, none of them in the middle. */
+static void test_layout(const anvil_gpt2_config *tiny, anvil_group *g) {
+    const anvil_kernels *k = anvil_kernels_cpu();
+    anvil_gpt2_config cfg;
+    CHECK(anvil_gpt2_preset("mini", &cfg) == 0 && anvil_gpt2_config_check(&cfg) == 0);
+    struct {
+        const anvil_gpt2_config *c;
+        int l0, l1, first, last;
+    } stages[] = {{tiny, 0, 2, 1, 1}, {&cfg, 0, 1, 1, 0}, {&cfg, 1, 3, 0, 0}, {&cfg, 3, 4, 0, 1}};
+    for (size_t s = 0; s < sizeof stages / sizeof stages[0]; s++) {
+        const anvil_gpt2_config *c = stages[s].c;
+        anvil_tp *m = anvil_tp_new_stage(c, k, g, stages[s].l0, stages[s].l1, 1);
+        CHECK(m != NULL);
+        if (!m) return;
+        size_t want = 0, whole = anvil_gpt2_num_params(c);
+        for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+            size_t n = numel(c, i);
+            if (i >= ANVIL_GPT2_LN1W && i <= ANVIL_GPT2_FCPROJB)
+                n = n / (size_t)c->n_layer * (size_t)(stages[s].l1 - stages[s].l0);
+            else if (!((i == ANVIL_GPT2_WTE && (stages[s].first || stages[s].last)) ||
+                       (i == ANVIL_GPT2_WPE && stages[s].first) ||
+                       ((i == ANVIL_GPT2_LNFW || i == ANVIL_GPT2_LNFB) && stages[s].last)))
+                n = 0;
+            size_t got = anvil_tp_offsets(m)[i + 1] - anvil_tp_offsets(m)[i];
+            CHECK(got == (anvil_tp_is_split(i) ? n / (size_t)W : n));
+            want += anvil_tp_is_split(i) ? n / (size_t)W : n;
+        }
+        CHECK(anvil_tp_num_params(m) == want);
+        if (s == 0) {
+            /* The whole model on one rank: at TP=2 a rank holds 52% of it (the replicated wpe and
+             * LayerNorms are 4% of tiny). */
+            printf("rank %d of %d: %zu of %zu parameters (%.3f)\n", R, W, want, whole, (double)want / whole);
+            CHECK((double)want / whole <= 1.0 / W + 0.041);
+        }
+        anvil_tp_free(m);
+    }
+}
+
 int main(void) {
     anvil_dist_config dc = {.timeout_s = 60};
     if (anvil_dist_init(&dc)) {
@@ -163,6 +221,7 @@ int main(void) {
     test_grid(&cfg);
     anvil_grid g;
     if (anvil_grid_init(&g, anvil_dist_world(), W, 1) == 0) {
+        test_layout(&cfg, g.tp_group);
         test_training(&cfg, g.tp_group);
         anvil_grid_free(&g);
     }

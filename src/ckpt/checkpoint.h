@@ -188,6 +188,21 @@ int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const c
  * with anvil_ckpt_manifest_free. Nothing is modified on failure. */
 int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info);
 
+/* A checkpoint read piece by piece, for a process that holds a shard of the model (tensor and
+ * pipeline parallelism) and must never hold a whole tensor: opening verifies every file (size and
+ * checksum, streamed), compares the model with cfg, and checks the tables of the weights and
+ * moments files from their headers alone; a read then takes only the bytes asked for. The state
+ * must be whole (ZeRO stage 0, model.safetensors and optim.safetensors); a checkpoint with shard
+ * files is refused (anvil_ckpt_load puts those together). info (may be NULL) receives the manifest
+ * as for anvil_ckpt_load. NULL after anvil_fail. */
+typedef struct anvil_ckpt_reader anvil_ckpt_reader;
+anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2_config *cfg,
+                                          anvil_ckpt_manifest *info);
+/* Elements [off, off + n) of tensor i (anvil_gpt2's layout; wte's padding rows read as zeros) of the
+ * weights (kind 0), AdamW's m (1) or v (2), into host memory at dst. 0, or -1 after anvil_fail. */
+int anvil_ckpt_reader_read(anvil_ckpt_reader *r, int kind, int i, size_t off, size_t n, float *dst);
+void anvil_ckpt_reader_close(anvil_ckpt_reader *r);
+
 /* 0 when every file listed in the manifest has its size and checksum;
  * -1 with a message naming the first bad file. */
 int anvil_ckpt_verify(const char *ckpt_dir);

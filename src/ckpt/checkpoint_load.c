@@ -65,11 +65,13 @@ static int compare_config(const char *dir, const anvil_gpt2_config *a, const anv
     return 0;
 }
 
+/* leaf in dir, read whole, or as an index (anvil_st_open_index) when indexed, with the tables of
+ * prefixes checked. */
 static anvil_st_file *open_checked(const char *dir, const char *leaf, const char *const *prefixes, int n,
-                                   const anvil_gpt2_config *c) {
+                                   const anvil_gpt2_config *c, int indexed) {
     char path[PATH_MAX];
     if (ckpt_join(path, sizeof path, dir, leaf)) return NULL;
-    anvil_st_file *f = anvil_st_open(path);
+    anvil_st_file *f = indexed ? anvil_st_open_index(path) : anvil_st_open(path);
     for (int i = 0; f && i < n; i++)
         if (check_table(f, path, prefixes[i], c)) {
             anvil_st_close(f);
@@ -173,8 +175,9 @@ static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const an
     return rc;
 }
 
+static const char *const wpre[] = {""}, *const opre[] = {"m.", "v."};
+
 int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info) {
-    static const char *const wpre[] = {""}, *const opre[] = {"m.", "v."};
     anvil_ckpt_manifest m;
     if (info) memset(info, 0, sizeof *info);
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
@@ -185,8 +188,8 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
      * stage 3 the weights, come back from the shard files. */
     int stage = m.zero_stage;
     anvil_st_file *fw = NULL, *fo = NULL;
-    if (!rc && stage < 3 && !(fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, &model->cfg))) rc = -1;
-    if (!rc && opt && stage == 0 && !(fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, &model->cfg)))
+    if (!rc && stage < 3 && !(fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, &model->cfg, 0))) rc = -1;
+    if (!rc && opt && stage == 0 && !(fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, &model->cfg, 0)))
         rc = -1;
     if (!rc && stage > 0 && (opt || stage == 3))
         rc = load_shards(ckpt_dir, &m, model, stage == 3 ? model->params : NULL, opt ? opt->m : NULL,
@@ -211,4 +214,66 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
     else
         anvil_ckpt_manifest_free(&m);
     return rc;
+}
+
+/* ---- reading piece by piece ---- */
+
+struct anvil_ckpt_reader {
+    anvil_st_file *fw, *fo;
+    const anvil_st_tensor *t[3][ANVIL_GPT2_NPARAM]; /* weights, m, v */
+};
+
+void anvil_ckpt_reader_close(anvil_ckpt_reader *r) {
+    if (!r) return;
+    anvil_st_close(r->fw);
+    anvil_st_close(r->fo);
+    free(r);
+}
+
+anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2_config *cfg,
+                                          anvil_ckpt_manifest *info) {
+    anvil_ckpt_manifest m;
+    if (info) memset(info, 0, sizeof *info);
+    if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return NULL;
+    anvil_ckpt_reader *r = calloc(1, sizeof *r);
+    int rc = r ? 0 : anvil_fail("%s: out of memory", ckpt_dir);
+    if (!rc && m.zero_stage > 0)
+        rc = anvil_fail("%s: a ZeRO-%d checkpoint keeps its state in shard files, not read piece by piece", ckpt_dir,
+                        m.zero_stage);
+    if (!rc) rc = ckpt_verify_files(ckpt_dir, &m, NULL, NULL);
+    if (!rc) rc = compare_config(ckpt_dir, &m.model, cfg);
+    if (!rc && (!(r->fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, cfg, 1)) ||
+                !(r->fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, cfg, 1))))
+        rc = -1;
+    for (int k = 0; !rc && k < 3; k++)
+        for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s%s", k ? opre[k - 1] : "", anvil_gpt2_param_names[i]);
+            r->t[k][i] = anvil_st_find(k ? r->fo : r->fw, name);
+        }
+    if (rc) {
+        anvil_ckpt_reader_close(r);
+        anvil_ckpt_manifest_free(&m);
+        return NULL;
+    }
+    if (info) *info = m;
+    else anvil_ckpt_manifest_free(&m);
+    return r;
+}
+
+int anvil_ckpt_reader_read(anvil_ckpt_reader *r, int kind, int i, size_t off, size_t n, float *dst) {
+    if (kind < 0 || kind > 2 || i < 0 || i >= ANVIL_GPT2_NPARAM)
+        return anvil_fail("checkpoint: no tensor %d of kind %d", i, kind);
+    const anvil_st_tensor *t = r->t[kind][i];
+    /* The file's wte stops at the real vocabulary: what lies past it is padding, zero. */
+    size_t real = (size_t)(t->nbytes / sizeof(float)), a = off < real ? off : real;
+    size_t b = off + n < real ? off + n : real;
+    if (i != ANVIL_GPT2_WTE && b - a < n)
+        return anvil_fail("checkpoint: read of %zu elements at %zu is past the end of '%s' (%zu)", n, off, t->name,
+                          real);
+    if (b > a && anvil_st_read(kind ? r->fo : r->fw, t, (uint64_t)a * sizeof(float), (uint64_t)(b - a) * sizeof(float),
+                               dst))
+        return -1;
+    if (b - a < n) memset(dst + (b - a), 0, (n - (b - a)) * sizeof(float));
+    return 0;
 }

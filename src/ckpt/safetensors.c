@@ -33,6 +33,11 @@ struct anvil_st_file {
     int *by_name;  /* tensor indices sorted by name, for find */
     void **copies; /* per tensor: its own aligned copy when the file misaligns it */
     void *data;    /* the data region, DATA_ALIGN-aligned */
+    /* Opened by anvil_st_open_index: no data in memory; the file, where its data region starts,
+     * and each tensor's offset in it. */
+    int fd;
+    uint64_t base;
+    uint64_t *begin;
 };
 
 static const struct {
@@ -74,6 +79,8 @@ void anvil_st_close(anvil_st_file *f) {
     free(f->by_name);
     free(f->t);
     free(f->data);
+    free(f->begin);
+    if (f->fd >= 0) close(f->fd);
     cJSON_Delete(f->root);
     free(f);
 }
@@ -240,8 +247,10 @@ static int check_tiling(const char *file, const anvil_st_file *f, span *s, uint6
 }
 
 /* Builds the file object from its header text and data region; takes
- * ownership of data (freed on failure too). */
-static anvil_st_file *parse(const char *file, const char *hdr, uint64_t hlen, void *data, uint64_t dsize) {
+ * ownership of data (freed on failure too). Indexed: the data stays on
+ * disk (data NULL), and each tensor's offset is kept instead. */
+static anvil_st_file *parse(const char *file, const char *hdr, uint64_t hlen, void *data, uint64_t dsize,
+                            int indexed) {
     anvil_st_file *f = calloc(1, sizeof *f);
     span *spans = NULL;
     named *names = NULL;
@@ -250,6 +259,7 @@ static anvil_st_file *parse(const char *file, const char *hdr, uint64_t hlen, vo
         anvil_fail("%s: out of memory", file);
         return NULL;
     }
+    f->fd = -1;
     f->data = data;
 
     const char *end = NULL;
@@ -289,7 +299,8 @@ static anvil_st_file *parse(const char *file, const char *hdr, uint64_t hlen, vo
     f->copies = calloc(cap, sizeof *f->copies);
     spans = malloc(cap * sizeof *spans);
     names = malloc(cap * sizeof *names);
-    if (!f->t || !f->by_name || !f->copies || !spans || !names) {
+    if (indexed) f->begin = malloc(cap * sizeof *f->begin);
+    if (!f->t || !f->by_name || !f->copies || !spans || !names || (indexed && !f->begin)) {
         anvil_fail("%s: out of memory for %d tensors", file, n);
         goto fail;
     }
@@ -314,6 +325,10 @@ static anvil_st_file *parse(const char *file, const char *hdr, uint64_t hlen, vo
     for (i = 0; i < n; i++) {
         const span *sp = &spans[i];
         anvil_st_tensor *t = &f->t[sp->idx];
+        if (indexed) {
+            f->begin[sp->idx] = sp->begin;
+            continue;
+        }
         const unsigned char *p = (const unsigned char *)data + sp->begin;
         if ((uintptr_t)p % dtypes[t->dtype].size != 0) {
             void *c = alloc_aligned(t->nbytes);
@@ -371,7 +386,7 @@ anvil_st_file *anvil_st_open_mem(const void *buf, size_t len, const char *name) 
         return NULL;
     }
     if (dsize) memcpy(data, b + 8 + hlen, (size_t)dsize);
-    return parse(name, (const char *)b + 8, (uint64_t)hlen, data, dsize);
+    return parse(name, (const char *)b + 8, (uint64_t)hlen, data, dsize, 0);
 }
 
 static int read_full(int fd, void *buf, uint64_t n, uint64_t off) {
@@ -388,7 +403,9 @@ static int read_full(int fd, void *buf, uint64_t n, uint64_t off) {
     return 0;
 }
 
-anvil_st_file *anvil_st_open(const char *path) {
+/* The file at path, read whole, or as an index: the header only, the file kept open for
+ * anvil_st_read. */
+static anvil_st_file *open_file(const char *path, int indexed) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         anvil_fail("%s: cannot open: %s", path, strerror(errno));
@@ -409,17 +426,22 @@ anvil_st_file *anvil_st_open(const char *path) {
     if (hlen >= 0) {
         uint64_t dsize = size - 8 - (uint64_t)hlen;
         hdr = malloc((size_t)hlen + 1);
-        data = alloc_aligned(dsize);
-        if (!hdr || !data) {
+        if (!indexed) data = alloc_aligned(dsize);
+        if (!hdr || (!indexed && !data)) {
             anvil_fail("%s: out of memory for a %llu-byte file", path, (unsigned long long)size);
             hlen = -1;
-        } else if ((rc = read_full(fd, hdr, (uint64_t)hlen, 8)) == 0) {
+        } else if ((rc = read_full(fd, hdr, (uint64_t)hlen, 8)) == 0 && !indexed) {
             rc = read_full(fd, data, dsize, 8 + (uint64_t)hlen);
         }
         if (hlen >= 0 && rc == 0) {
-            close(fd);
-            anvil_st_file *f = parse(path, hdr, (uint64_t)hlen, data, dsize);
+            anvil_st_file *f = parse(path, hdr, (uint64_t)hlen, data, dsize, indexed);
             free(hdr);
+            if (f && indexed) {
+                f->fd = fd;
+                f->base = 8 + (uint64_t)hlen;
+            } else {
+                close(fd);
+            }
             return f;
         }
     }
@@ -429,6 +451,20 @@ anvil_st_file *anvil_st_open(const char *path) {
     free(data);
     close(fd);
     return NULL;
+}
+
+anvil_st_file *anvil_st_open(const char *path) { return open_file(path, 0); }
+
+anvil_st_file *anvil_st_open_index(const char *path) { return open_file(path, 1); }
+
+int anvil_st_read(const anvil_st_file *f, const anvil_st_tensor *t, uint64_t off, uint64_t n, void *dst) {
+    if (f->fd < 0) return anvil_fail("safetensors: tensor '%s' read from a file not opened as an index", t->name);
+    if (off > t->nbytes || n > t->nbytes - off)
+        return anvil_fail("safetensors: tensor '%s' has %llu bytes; read of [%llu, +%llu) is outside", t->name,
+                          (unsigned long long)t->nbytes, (unsigned long long)off, (unsigned long long)n);
+    int rc = read_full(f->fd, dst, n, f->base + f->begin[t - f->t] + off);
+    if (rc) return anvil_fail("safetensors: tensor '%s': %s", t->name, rc == -1 ? strerror(errno) : "file shrank");
+    return 0;
 }
 
 /* ---- writing ---- */

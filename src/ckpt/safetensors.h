@@ -53,6 +53,11 @@ anvil_st_file *anvil_st_open(const char *path);
 /* The same from bytes in memory (copied, so buf may be freed afterwards);
  * name only labels the error messages. */
 anvil_st_file *anvil_st_open_mem(const void *buf, size_t len, const char *name);
+/* The header only, checked as anvil_st_open checks it, with the data left on disk (every tensor's
+ * data pointer NULL), for a reader that needs a part of a large file: anvil_st_read reads n bytes of
+ * tensor t from byte off of its data into dst. They return NULL or -1 after anvil_fail. */
+anvil_st_file *anvil_st_open_index(const char *path);
+int anvil_st_read(const anvil_st_file *f, const anvil_st_tensor *t, uint64_t off, uint64_t n, void *dst);
 void anvil_st_close(anvil_st_file *f);
 
 /* Tensors in the order of the JSON header. Pointers stay valid until close. */

@@ -47,7 +47,8 @@ struct tp_slot {
 
 /* Buffers a pass uses and leaves, shared by the slots. */
 struct tp_scratch {
-    float *gelu, *dfch, *dln, *datty, *dqkv, *partial, *tlogit, *lse_all;
+    anvil_gpt2_block_scratch block;
+    float *tlogit, *lse_all;
 };
 
 struct anvil_tp {
@@ -76,14 +77,19 @@ uint64_t anvil_tp_bytes(const anvil_tp *m) { return m->bytes; }
 
 static int per_layer(int i) { return i >= ANVIL_GPT2_LN1W && i <= ANVIL_GPT2_FCPROJB; }
 
-/* Whether this stage's copy of tensor i is its own: every stage keeps the head tensors' place, but
- * wte and wpe belong to the first stage (the last one's wte is an equal copy, its gradients summed
- * with the first's) and the final LayerNorm to the last. */
-static int owned(const anvil_tp *m, int i) {
-    if (i == ANVIL_GPT2_WTE || i == ANVIL_GPT2_WPE) return m->first;
+/* Whether this stage holds tensor i: every stage its layers, the first the embedding (wte, wpe), the
+ * last the final LayerNorm and the LM head (wte again, tied). A tensor a stage does not hold keeps
+ * its place in the layout with no elements. */
+static int holds(const anvil_tp *m, int i) {
+    if (i == ANVIL_GPT2_WTE) return m->first || m->last;
+    if (i == ANVIL_GPT2_WPE) return m->first;
     if (i == ANVIL_GPT2_LNFW || i == ANVIL_GPT2_LNFB) return m->last;
     return 1;
 }
+
+/* Whether this stage's copy of tensor i is its own: wte belongs to the first stage (the last one's
+ * is an equal copy, its gradients summed with the first's). */
+static int owned(const anvil_tp *m, int i) { return i == ANVIL_GPT2_WTE ? m->first : holds(m, i); }
 
 anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g, int l0, int l1,
                              int nslots) {
@@ -110,6 +116,7 @@ anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *
         for (int d = 0; d < nd; d++) n *= (size_t)shape[d];
         m->full_offsets[i + 1] = m->full_offsets[i] + n;
         if (per_layer(i)) n = n / (size_t)cfg->n_layer * (size_t)(l1 - l0);
+        if (!holds(m, i)) n = 0;
         m->offsets[i + 1] = m->offsets[i] + (anvil_tp_is_split(i) ? n / (size_t)m->tp : n);
     }
     size_t bytes = anvil_tp_num_params(m) * sizeof(float);
@@ -187,8 +194,9 @@ static int acts_ensure(anvil_tp *m, int B, int T) {
     }
     struct tp_scratch *x = &m->x;
     buffer_plan scratch[SCRATCH] = {
-        {&x->gelu, N * 4 * Cs * f}, {&x->dfch, N * 4 * Cs * f},  {&x->dln, N * C * f},     {&x->datty, N * Cs * f},
-        {&x->dqkv, N * 3 * Cs * f}, {&x->partial, N * C * f},    {&x->tlogit, N * f},      {&x->lse_all, tp * N * f},
+        {&x->block.gelu, N * 4 * Cs * f}, {&x->block.dfch, N * 4 * Cs * f}, {&x->block.dln, N * C * f},
+        {&x->block.datty, N * Cs * f},    {&x->block.dqkv, N * 3 * Cs * f}, {&x->block.partial, N * C * f},
+        {&x->tlogit, N * f},              {&x->lse_all, tp * N * f},
     };
     if (!rc) rc = alloc_plan(m, scratch, SCRATCH);
     if (rc) {
@@ -201,28 +209,79 @@ static int acts_ensure(anvil_tp *m, int B, int T) {
     return 0;
 }
 
-/* Copies rank's shard of tensor i between a whole tensor and a local one (host memory). */
-static void shard_copy(const anvil_tp *m, int i, int rank, float *whole, float *local, int to_local) {
+/* A rank's shard of tensor i is a list of pieces, each a run of elements contiguous in the whole
+ * tensor and in the local one: the whole tensor for a replicated one, a block's rows for a
+ * column-parallel one, a row's columns for a row-parallel one. Pieces go forward in both. */
+static size_t num_pieces(const anvil_tp *m, int i) {
+    split_desc d = describe(&m->cfg, i);
+    if (m->offsets[i + 1] == m->offsets[i]) return 0;
+    if (d.split == REPLICATED) return 1;
+    return d.layers * d.groups * (d.split == SPLIT_COLS ? d.rows : 1);
+}
+
+static void piece_at(const anvil_tp *m, int i, int rank, size_t p, size_t *whole, size_t *local, size_t *len) {
     split_desc d = describe(&m->cfg, i);
     /* A stage's layers start l0 layers into the whole stacked tensor. */
-    if (per_layer(i)) whole += (size_t)m->l0 * ((m->full_offsets[i + 1] - m->full_offsets[i]) / (size_t)m->full.n_layer);
-    if (d.split == REPLICATED) {
-        size_t n = m->offsets[i + 1] - m->offsets[i];
-        if (to_local) memcpy(local, whole, n * sizeof(float));
-        else memcpy(whole, local, n * sizeof(float));
-        return;
-    }
+    size_t shift = per_layer(i) ? (size_t)m->l0 * ((m->full_offsets[i + 1] - m->full_offsets[i]) /
+                                                   (size_t)m->full.n_layer)
+                                : 0;
     size_t tp = (size_t)m->tp, r = (size_t)rank;
-    size_t lrows = d.split == SPLIT_ROWS ? d.rows / tp : d.rows;
-    size_t lcols = d.split == SPLIT_COLS ? d.cols / tp : d.cols;
-    size_t row0 = d.split == SPLIT_ROWS ? r * lrows : 0, col0 = d.split == SPLIT_COLS ? r * lcols : 0;
-    for (size_t b = 0; b < d.layers * d.groups; b++)
-        for (size_t j = 0; j < lrows; j++) {
-            float *w = whole + (b * d.rows + row0 + j) * d.cols + col0;
-            float *l = local + (b * lrows + j) * lcols;
-            if (to_local) memcpy(l, w, lcols * sizeof(float));
-            else memcpy(w, l, lcols * sizeof(float));
+    if (d.split == REPLICATED) {
+        *whole = shift;
+        *local = 0;
+        *len = m->offsets[i + 1] - m->offsets[i];
+    } else if (d.split == SPLIT_ROWS) {
+        size_t lrows = d.rows / tp;
+        *whole = shift + (p * d.rows + r * lrows) * d.cols;
+        *local = p * lrows * d.cols;
+        *len = lrows * d.cols;
+    } else {
+        size_t lcols = d.cols / tp;
+        *whole = shift + p * d.cols + r * lcols;
+        *local = p * lcols;
+        *len = lcols;
+    }
+}
+
+/* Copies rank's shard of tensor i between a whole tensor and a local one (host memory). */
+static void shard_copy(const anvil_tp *m, int i, int rank, float *whole, float *local, int to_local) {
+    for (size_t p = 0, n = num_pieces(m, i); p < n; p++) {
+        size_t w, l, len;
+        piece_at(m, i, rank, p, &w, &l, &len);
+        if (to_local) memcpy(local + l, whole + w, len * sizeof(float));
+        else memcpy(whole + w, local + l, len * sizeof(float));
+    }
+}
+
+/* The most floats anvil_tp_fill reads at once. */
+#define FILL_CHUNK ((size_t)1 << 16)
+
+int anvil_tp_fill(anvil_tp *m, anvil_tp_read_fn read, void *ctx, float *local) {
+    float *host = malloc(FILL_CHUNK * sizeof(float));
+    if (!host) return anvil_fail("tensor parallel: out of memory");
+    int rc = 0;
+    for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++)
+        for (size_t p = 0, np = num_pieces(m, i); !rc && p < np; p++) {
+            size_t w, l, len;
+            piece_at(m, i, m->rank, p, &w, &l, &len);
+            for (size_t at = 0; !rc && at < len; at += FILL_CHUNK) {
+                size_t n = len - at < FILL_CHUNK ? len - at : FILL_CHUNK;
+                if (!(rc = read(ctx, i, w + at, n, host)))
+                    m->k->upload(local + m->offsets[i] + l + at, host, n * sizeof(float));
+            }
         }
+    free(host);
+    return rc;
+}
+
+static int read_init(void *ctx, int i, size_t off, size_t n, float *dst) {
+    return anvil_gpt2_init_stream_read(ctx, i, off, n, dst);
+}
+
+int anvil_tp_init_weights(anvil_tp *m, uint64_t seed) {
+    anvil_gpt2_init_stream s;
+    anvil_gpt2_init_stream_start(&s, &m->full, seed);
+    return anvil_tp_fill(m, read_init, &s, m->params);
 }
 
 int anvil_tp_shard(anvil_tp *m, const float *full, float *local) {
@@ -315,14 +374,32 @@ static int prepare(anvil_tp *m, struct tp_slot **slot, int s, const int32_t *inp
     return 0;
 }
 
+static int reduce(void *ctx, float *buf, size_t n, const char *what) { return allreduce(ctx, buf, n, what); }
+
+/* Layer l's activations within a slot's stacked buffers, at the shard's widths. */
+static anvil_gpt2_layer_acts layer_acts(const anvil_tp *m, struct tp_slot *a, int l) {
+    size_t N = (size_t)m->B * m->T, NC = N * (size_t)m->cfg.n_embd, NCs = NC / (size_t)m->tp, L = (size_t)l;
+    size_t NHs = (size_t)(m->cfg.n_head / m->tp);
+    return (anvil_gpt2_layer_acts){a->resid + L * NC,    a->ln1 + L * NC,      a->ln1_mean + L * N,
+                                   a->ln1_rstd + L * N,  a->qkv + L * 3 * NCs, a->atty + L * NCs,
+                                   a->lse + L * NHs * N, a->resid2 + L * NC,   a->ln2 + L * NC,
+                                   a->ln2_mean + L * N,  a->ln2_rstd + L * N,  a->fch + L * 4 * NCs,
+                                   a->resid + (L + 1) * NC};
+}
+
+/* Layer l's slices of the per-layer tensors within base (the parameters or the gradients). */
+static void layer_view(const anvil_tp *m, float *base, int l, anvil_gpt2_view *v) {
+    memset(v, 0, sizeof *v);
+    for (int i = ANVIL_GPT2_LN1W; i <= ANVIL_GPT2_FCPROJB; i++)
+        v->t[i] = base + m->offsets[i] + (size_t)l * ((m->offsets[i + 1] - m->offsets[i]) / (size_t)m->cfg.n_layer);
+}
+
 /* The embedding (first stage) and the stage's layers: every rank of the
  * group ends with the same resid[L]. */
 static int forward_body(anvil_tp *m, struct tp_slot *a) {
     const anvil_kernels *k = m->k;
-    struct tp_scratch *x = &m->x;
     int B = m->B, T = m->T, L = m->cfg.n_layer, C = m->cfg.n_embd, N = B * T, Cs = C / m->tp;
-    int NHs = m->cfg.n_head / m->tp;
-    size_t NC = (size_t)N * C, NCs = (size_t)N * Cs;
+    size_t NC = (size_t)N * C;
     if (m->first) {
         int v0, Vr, Vs;
         vocab_shard(m, &v0, &Vr, &Vs);
@@ -331,32 +408,15 @@ static int forward_body(anvil_tp *m, struct tp_slot *a) {
                                  T, C, v0, Vs);
         if (allreduce(m, a->resid, NC, "tp embedding forward")) return -1;
     }
+    anvil_gpt2_block_shape shape = {B, T, C, Cs, m->cfg.n_head / m->tp};
+    anvil_gpt2_reduce r = {m, reduce};
     for (int l = 0; l < L; l++) {
-        float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NCs;
-        float *atty = a->atty + l * NCs, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
-        float *fch = a->fch + l * 4 * NCs, *out = a->resid + (l + 1) * NC;
-        size_t lc = (size_t)l * C, lq = (size_t)l * 3 * Cs * C, lf = (size_t)l * 4 * Cs * C;
-        k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, res,
-                             P(m, ANVIL_GPT2_LN1W) + lc, P(m, ANVIL_GPT2_LN1B) + lc, N, C);
-        k->matmul_forward(qkv, ln1, P(m, ANVIL_GPT2_QKVW) + lq, P(m, ANVIL_GPT2_QKVB) + (size_t)l * 3 * Cs, N, C,
-                          3 * Cs, 0);
-        if (k->attention_forward(atty, a->lse + (size_t)l * NHs * N, qkv, B, T, Cs, NHs)) return -1;
-        /* Row-parallel: partial products summed across the group; the bias is added once, by rank 0. */
-        k->matmul_forward(x->partial, atty, P(m, ANVIL_GPT2_ATTPROJW) + (size_t)l * C * Cs,
-                          m->rank ? NULL : P(m, ANVIL_GPT2_ATTPROJB) + lc, N, Cs, C, 0);
-        if (allreduce(m, x->partial, NC, "tp attention forward")) return -1;
-        k->copy(res2, res, NC);
-        k->add_inplace(res2, x->partial, NC);
-        k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, res2,
-                             P(m, ANVIL_GPT2_LN2W) + lc, P(m, ANVIL_GPT2_LN2B) + lc, N, C);
-        k->matmul_forward(fch, ln2, P(m, ANVIL_GPT2_FCW) + lf, P(m, ANVIL_GPT2_FCB) + (size_t)l * 4 * Cs, N, C,
-                          4 * Cs, 0);
-        k->gelu_forward(x->gelu, fch, 4 * NCs);
-        k->matmul_forward(x->partial, x->gelu, P(m, ANVIL_GPT2_FCPROJW) + lf,
-                          m->rank ? NULL : P(m, ANVIL_GPT2_FCPROJB) + lc, N, 4 * Cs, C, 0);
-        if (allreduce(m, x->partial, NC, "tp mlp forward")) return -1;
-        k->copy(out, res2, NC);
-        k->add_inplace(out, x->partial, NC);
+        anvil_gpt2_view w;
+        anvil_gpt2_layer_acts la = layer_acts(m, a, l);
+        layer_view(m, m->params, l, &w);
+        /* Row-parallel: the projections' biases are added once, by rank 0, into the sum. */
+        if (m->rank) w.t[ANVIL_GPT2_ATTPROJB] = w.t[ANVIL_GPT2_FCPROJB] = NULL;
+        if (anvil_gpt2_block_forward(k, &shape, &w, &la, &m->x.block, &r)) return -1;
     }
     return 0;
 }
@@ -419,44 +479,27 @@ int anvil_tp_stage_backward(anvil_tp *m, int slot, float grad_scale) {
     struct tp_slot *a = &m->slots[slot];
     struct tp_scratch *x = &m->x;
     int B = m->B, T = m->T, N = B * T, L = m->cfg.n_layer, C = m->cfg.n_embd, Cs = C / m->tp;
-    int NHs = m->cfg.n_head / m->tp, v0, Vr, Vs;
-    size_t NC = (size_t)N * C, NCs = (size_t)N * Cs;
+    int v0, Vr, Vs;
+    size_t NC = (size_t)N * C;
     vocab_shard(m, &v0, &Vr, &Vs);
     if (m->last) {
         float dscale = a->count ? grad_scale / (float)a->count : 0.0f;
-        if (k->classifier_shard_backward(x->dln, G(m, ANVIL_GPT2_WTE), a->lnf, P(m, ANVIL_GPT2_WTE), a->cls_lse,
+        if (k->classifier_shard_backward(x->block.dln, G(m, ANVIL_GPT2_WTE), a->lnf, P(m, ANVIL_GPT2_WTE), a->cls_lse,
                                          a->targets, N, C, v0, Vr, Vs, dscale))
             return -1;
-        if (allreduce(m, x->dln, NC, "tp loss backward")) return -1;
+        if (allreduce(m, x->block.dln, NC, "tp loss backward")) return -1;
         k->zero(a->dres, NC * sizeof(float));
-        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LNFW), G(m, ANVIL_GPT2_LNFB), x->dln,
+        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LNFW), G(m, ANVIL_GPT2_LNFB), x->block.dln,
                               a->resid + (size_t)L * NC, P(m, ANVIL_GPT2_LNFW), a->lnf_mean, a->lnf_rstd, N, C);
     }
+    anvil_gpt2_block_shape shape = {B, T, C, Cs, m->cfg.n_head / m->tp};
+    anvil_gpt2_reduce r = {m, reduce};
     for (int l = L - 1; l >= 0; l--) {
-        float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NCs;
-        float *atty = a->atty + l * NCs, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
-        float *fch = a->fch + l * 4 * NCs;
-        size_t lc = (size_t)l * C, lq = (size_t)l * 3 * Cs * C, lf = (size_t)l * 4 * Cs * C;
-        k->gelu_forward(x->gelu, fch, 4 * NCs);
-        k->matmul_backward(x->dfch, G(m, ANVIL_GPT2_FCPROJW) + lf, G(m, ANVIL_GPT2_FCPROJB) + lc, a->dres, x->gelu,
-                           P(m, ANVIL_GPT2_FCPROJW) + lf, N, 4 * Cs, C);
-        k->gelu_backward(x->dfch, fch, x->dfch, 4 * NCs);
-        k->matmul_backward(x->dln, G(m, ANVIL_GPT2_FCW) + lf, G(m, ANVIL_GPT2_FCB) + (size_t)l * 4 * Cs, x->dfch,
-                           ln2, P(m, ANVIL_GPT2_FCW) + lf, N, C, 4 * Cs);
-        if (allreduce(m, x->dln, NC, "tp mlp backward")) return -1;
-        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LN2W) + lc, G(m, ANVIL_GPT2_LN2B) + lc, x->dln, res2,
-                              P(m, ANVIL_GPT2_LN2W) + lc, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N,
-                              N, C);
-        k->matmul_backward(x->datty, G(m, ANVIL_GPT2_ATTPROJW) + (size_t)l * C * Cs, G(m, ANVIL_GPT2_ATTPROJB) + lc,
-                           a->dres, atty, P(m, ANVIL_GPT2_ATTPROJW) + (size_t)l * C * Cs, N, Cs, C);
-        if (k->attention_backward(x->dqkv, x->datty, atty, a->lse + (size_t)l * NHs * N, qkv, B, T, Cs, NHs))
-            return -1;
-        k->matmul_backward(x->dln, G(m, ANVIL_GPT2_QKVW) + lq, G(m, ANVIL_GPT2_QKVB) + (size_t)l * 3 * Cs, x->dqkv,
-                           ln1, P(m, ANVIL_GPT2_QKVW) + lq, N, C, 3 * Cs);
-        if (allreduce(m, x->dln, NC, "tp attention backward")) return -1;
-        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LN1W) + lc, G(m, ANVIL_GPT2_LN1B) + lc, x->dln, res,
-                              P(m, ANVIL_GPT2_LN1W) + lc, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N,
-                              N, C);
+        anvil_gpt2_view w, g;
+        anvil_gpt2_layer_acts la = layer_acts(m, a, l);
+        layer_view(m, m->params, l, &w);
+        layer_view(m, m->grads, l, &g);
+        if (anvil_gpt2_block_backward(k, &shape, &w, &g, &la, a->dres, &m->x.block, &r)) return -1;
     }
     if (m->first)
         k->encoder_shard_backward(G(m, ANVIL_GPT2_WTE), G(m, ANVIL_GPT2_WPE), a->dres, a->inputs, B, T, C, v0, Vs);

@@ -58,6 +58,16 @@ int anvil_tp_unshard(anvil_tp *m, const float *local, float *full);
 /* (A stage writes only its own tensors into full: its layers, wte and wpe on the first stage, the
  * final LayerNorm on the last; the rest of full is left as it was.) */
 
+/* The same shard read piece by piece, so that no rank ever holds a whole tensor: read(ctx, i, off, n,
+ * dst) puts elements [off, off + n) of the whole model's tensor i (anvil_gpt2's layout, wte with its
+ * padding rows) into host memory at dst, n at most 65536, and returns 0 or -1 after anvil_fail.
+ * Reads go forward, by tensor and then offset. anvil_tp_fill writes them into local (parameters or
+ * a moment, the local layout); anvil_tp_init_weights gives the parameters anvil_gpt2_init_weights'
+ * values, bit-identical to initializing the whole model and taking the shard. */
+typedef int (*anvil_tp_read_fn)(void *ctx, int i, size_t off, size_t n, float *dst);
+int anvil_tp_fill(anvil_tp *m, anvil_tp_read_fn read, void *ctx, float *local);
+int anvil_tp_init_weights(anvil_tp *m, uint64_t seed);
+
 void anvil_tp_zero_grad(anvil_tp *m);
 /* One training micro-step over B sequences of T tokens (the same on every rank of the group):
  * accumulates into the local gradients the gradient of mean_loss * grad_scale and sets *loss to the
@@ -65,10 +75,10 @@ void anvil_tp_zero_grad(anvil_tp *m);
 int anvil_tp_forward_backward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                               float grad_scale, float *loss);
 /* Pipeline stages (src/dist/pipeline.h) are shards of a range of layers, with several micro-batches'
- * activations ("slots") alive at once. A stage of layers [l0, l1) holds the embedding when l0 = 0
- * and the final LayerNorm and the loss when l1 = n_layer; every stage keeps the head tensors' place
- * in the layout (wte, wpe, lnf), used only where they belong. anvil_tp_new is the stage of every
- * layer with one slot. */
+ * activations ("slots") alive at once. A stage of layers [l0, l1) holds the embedding (wte, wpe)
+ * when l0 = 0 and the final LayerNorm and the LM head (wte, tied) when l1 = n_layer; a tensor it does
+ * not hold keeps its place in the layout with no elements. anvil_tp_new is the stage of every layer
+ * with one slot. */
 anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g, int l0, int l1,
                              int nslots);
 /* Allocates the slots for micro-batches of B x T (a no-op when they are), so that a stage's input

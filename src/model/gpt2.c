@@ -132,7 +132,7 @@ struct gpt2_acts {
 
 float *anvil_gpt2_param(const anvil_gpt2 *m, int i, float *base) { return base + m->offsets[i]; }
 
-int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k) {
+int anvil_gpt2_init_layout(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     if (anvil_gpt2_config_check(&m->cfg)) return -1;
@@ -146,8 +146,13 @@ int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_ker
     }
     m->offsets[ANVIL_GPT2_NPARAM] = off;
     m->nparams = off;
-    m->params = k->alloc(off * sizeof(float));
-    if (!m->params) return anvil_fail("model: cannot allocate %zu parameters", off);
+    return 0;
+}
+
+int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k) {
+    if (anvil_gpt2_init_layout(m, cfg, k)) return -1;
+    m->params = k->alloc(m->nparams * sizeof(float));
+    if (!m->params) return anvil_fail("model: cannot allocate %zu parameters", m->nparams);
     return 0;
 }
 
@@ -218,27 +223,66 @@ static int acts_ensure(anvil_gpt2 *m, int B, int T) {
     return 0;
 }
 
+/* The elements of tensor i that the initialization draws from the RNG, one normal each: a matrix's
+ * or an embedding's real ones (wte's padding rows stay zero). */
+static size_t drawn(const anvil_gpt2_config *c, int i) {
+    if (!anvil_gpt2_param_decays(i)) return 0;
+    if (i == ANVIL_GPT2_WTE) return (size_t)c->vocab_size * (size_t)c->n_embd;
+    int64_t s[3];
+    return shape_numel(s, anvil_gpt2_param_shape(c, i, s));
+}
+
+void anvil_gpt2_init_stream_start(anvil_gpt2_init_stream *s, const anvil_gpt2_config *cfg, uint64_t seed) {
+    s->cfg = *cfg;
+    anvil_rng_seed(&s->rng, seed);
+    s->tensor = 0;
+    s->pos = 0;
+}
+
+/* Moves the stream to element `to` of its tensor, drawing (and dropping) the normals in between:
+ * each normal takes two draws whatever its value. */
+static void stream_skip(anvil_gpt2_init_stream *s, size_t to) {
+    size_t d = drawn(&s->cfg, s->tensor), a = s->pos < d ? s->pos : d, b = to < d ? to : d;
+    for (size_t j = a; j < b; j++) {
+        anvil_rng_u64(&s->rng);
+        anvil_rng_u64(&s->rng);
+    }
+    s->pos = to;
+}
+
+int anvil_gpt2_init_stream_read(anvil_gpt2_init_stream *s, int i, size_t off, size_t n, float *dst) {
+    const anvil_gpt2_config *c = &s->cfg;
+    if (i < s->tensor || (i == s->tensor && off < s->pos))
+        return anvil_fail("model: initialization read of %s at %zu after %s at %zu: reads go forward only",
+                          anvil_gpt2_param_names[i], off, anvil_gpt2_param_names[s->tensor], s->pos);
+    while (s->tensor < i) {
+        int64_t sh[3];
+        stream_skip(s, shape_numel(sh, anvil_gpt2_param_shape(c, s->tensor, sh)));
+        s->tensor++;
+        s->pos = 0;
+    }
+    stream_skip(s, off);
+    size_t d = drawn(c, i);
+    float std = (i == ANVIL_GPT2_ATTPROJW || i == ANVIL_GPT2_FCPROJW) ? 0.02f / sqrtf(2.0f * c->n_layer) : 0.02f;
+    int unit = i == ANVIL_GPT2_LN1W || i == ANVIL_GPT2_LN2W || i == ANVIL_GPT2_LNFW;
+    for (size_t j = 0; j < n; j++)
+        dst[j] = unit ? 1.0f : off + j < d ? std * anvil_rng_normal(&s->rng) : 0.0f;
+    s->pos = off + n;
+    return 0;
+}
+
 void anvil_gpt2_init_weights(anvil_gpt2 *m, uint64_t seed) {
-    const anvil_gpt2_config *c = &m->cfg;
-    anvil_rng rng;
-    anvil_rng_seed(&rng, seed);
-    float resid_std = 0.02f / sqrtf(2.0f * c->n_layer);
+    anvil_gpt2_init_stream s;
+    anvil_gpt2_init_stream_start(&s, &m->cfg, seed);
     /* One tensor at a time, so initializing never holds a second copy of the model. */
     size_t largest = 0;
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
         if (m->offsets[i + 1] - m->offsets[i] > largest) largest = m->offsets[i + 1] - m->offsets[i];
     float *host = malloc(largest * sizeof(float));
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-        size_t total = m->offsets[i + 1] - m->offsets[i], n = total;
-        if (i == ANVIL_GPT2_WTE) n = (size_t)c->vocab_size * c->n_embd; /* padding rows stay zero */
-        memset(host, 0, total * sizeof(float));
-        if (i == ANVIL_GPT2_LN1W || i == ANVIL_GPT2_LN2W || i == ANVIL_GPT2_LNFW) {
-            for (size_t j = 0; j < n; j++) host[j] = 1.0f;
-        } else if (anvil_gpt2_param_decays(i)) {
-            float std = (i == ANVIL_GPT2_ATTPROJW || i == ANVIL_GPT2_FCPROJW) ? resid_std : 0.02f;
-            for (size_t j = 0; j < n; j++) host[j] = std * anvil_rng_normal(&rng);
-        }
-        m->k->upload(m->params + m->offsets[i], host, total * sizeof(float));
+        size_t n = m->offsets[i + 1] - m->offsets[i];
+        anvil_gpt2_init_stream_read(&s, i, 0, n, host);
+        m->k->upload(m->params + m->offsets[i], host, n * sizeof(float));
     }
     free(host);
 }
@@ -311,35 +355,95 @@ static int get_grads(anvil_gpt2 *m, int u, anvil_gpt2_view *v) {
 
 static int put_grads(anvil_gpt2 *m, int u) { return m->hooks ? m->hooks->put_grads(m->hooks->ctx, u) : 0; }
 
+/* A projection into the residual stream: dst = res + x @ w + b, accumulated in place without a
+ * reduce hook, else from the partial product completed across the group. */
+static int project(const anvil_kernels *k, const anvil_gpt2_reduce *r, float *dst, const float *res, const float *x,
+                   const float *w, const float *b, int N, int IC, int C, float *partial, const char *what) {
+    size_t NC = (size_t)N * C;
+    if (!r) {
+        k->copy(dst, res, NC);
+        k->matmul_forward(dst, x, w, b, N, IC, C, 1);
+        return 0;
+    }
+    k->matmul_forward(partial, x, w, b, N, IC, C, 0);
+    if (r->reduce(r->ctx, partial, NC, what)) return -1;
+    k->copy(dst, res, NC);
+    k->add_inplace(dst, partial, NC);
+    return 0;
+}
+
+int anvil_gpt2_block_forward(const anvil_kernels *k, const anvil_gpt2_block_shape *s, const anvil_gpt2_view *w,
+                             const anvil_gpt2_layer_acts *a, const anvil_gpt2_block_scratch *x,
+                             const anvil_gpt2_reduce *r) {
+    int N = s->B * s->T, C = s->C, Cs = s->Cs;
+    k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res, w->t[ANVIL_GPT2_LN1W], w->t[ANVIL_GPT2_LN1B], N, C);
+    k->matmul_forward(a->qkv, a->ln1, w->t[ANVIL_GPT2_QKVW], w->t[ANVIL_GPT2_QKVB], N, C, 3 * Cs, 0);
+    if (k->attention_forward(a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    if (project(k, r, a->res2, a->res, a->atty, w->t[ANVIL_GPT2_ATTPROJW], w->t[ANVIL_GPT2_ATTPROJB], N, Cs, C,
+                x->partial, "tp attention forward"))
+        return -1;
+    k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->t[ANVIL_GPT2_LN2W], w->t[ANVIL_GPT2_LN2B], N,
+                         C);
+    k->matmul_forward(a->fch, a->ln2, w->t[ANVIL_GPT2_FCW], w->t[ANVIL_GPT2_FCB], N, C, 4 * Cs, 0);
+    k->gelu_forward(x->gelu, a->fch, (size_t)4 * N * Cs);
+    return project(k, r, a->out, a->res2, x->gelu, w->t[ANVIL_GPT2_FCPROJW], w->t[ANVIL_GPT2_FCPROJB], N, 4 * Cs, C,
+                   x->partial, "tp mlp forward");
+}
+
+int anvil_gpt2_block_backward(const anvil_kernels *k, const anvil_gpt2_block_shape *s, const anvil_gpt2_view *w,
+                              const anvil_gpt2_view *g, const anvil_gpt2_layer_acts *a, float *dres,
+                              const anvil_gpt2_block_scratch *x, const anvil_gpt2_reduce *r) {
+    int N = s->B * s->T, C = s->C, Cs = s->Cs;
+    size_t NC = (size_t)N * C, N4 = (size_t)4 * N * Cs;
+    k->gelu_forward(x->gelu, a->fch, N4);
+    k->matmul_backward(x->dfch, g->t[ANVIL_GPT2_FCPROJW], g->t[ANVIL_GPT2_FCPROJB], dres, x->gelu,
+                       w->t[ANVIL_GPT2_FCPROJW], N, 4 * Cs, C);
+    k->gelu_backward(x->dfch, a->fch, x->dfch, N4);
+    k->matmul_backward(x->dln, g->t[ANVIL_GPT2_FCW], g->t[ANVIL_GPT2_FCB], x->dfch, a->ln2, w->t[ANVIL_GPT2_FCW], N, C,
+                       4 * Cs);
+    if (r && r->reduce(r->ctx, x->dln, NC, "tp mlp backward")) return -1;
+    k->layernorm_backward(dres, g->t[ANVIL_GPT2_LN2W], g->t[ANVIL_GPT2_LN2B], x->dln, a->res2, w->t[ANVIL_GPT2_LN2W],
+                          a->ln2_mean, a->ln2_rstd, N, C);
+    k->matmul_backward(x->datty, g->t[ANVIL_GPT2_ATTPROJW], g->t[ANVIL_GPT2_ATTPROJB], dres, a->atty,
+                       w->t[ANVIL_GPT2_ATTPROJW], N, Cs, C);
+    if (k->attention_backward(x->dqkv, x->datty, a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    k->matmul_backward(x->dln, g->t[ANVIL_GPT2_QKVW], g->t[ANVIL_GPT2_QKVB], x->dqkv, a->ln1, w->t[ANVIL_GPT2_QKVW], N,
+                       C, 3 * Cs);
+    if (r && r->reduce(r->ctx, x->dln, NC, "tp attention backward")) return -1;
+    k->layernorm_backward(dres, g->t[ANVIL_GPT2_LN1W], g->t[ANVIL_GPT2_LN1B], x->dln, a->res, w->t[ANVIL_GPT2_LN1W],
+                          a->ln1_mean, a->ln1_rstd, N, C);
+    return 0;
+}
+
+/* Layer l's activations within the stacked buffers. */
+static anvil_gpt2_layer_acts layer_acts(const anvil_gpt2 *m, int l) {
+    struct gpt2_acts *a = m->acts;
+    size_t N = (size_t)m->B * m->T, NC = N * (size_t)m->cfg.n_embd, L = (size_t)l;
+    return (anvil_gpt2_layer_acts){a->resid + L * NC,    a->ln1 + L * NC,     a->ln1_mean + L * N,
+                                   a->ln1_rstd + L * N,  a->qkv + L * 3 * NC, a->atty + L * NC,
+                                   a->lse + L * (size_t)m->cfg.n_head * N,    a->resid2 + L * NC,
+                                   a->ln2 + L * NC,      a->ln2_mean + L * N, a->ln2_rstd + L * N,
+                                   a->fch + L * 4 * NC,  a->resid + (L + 1) * NC};
+}
+
 /* The forward through the final LayerNorm. Leaves the head unit fetched in
  * *h for the LM head; the caller puts it back. */
 static int forward_body(anvil_gpt2 *m, int B, int T, anvil_gpt2_view *h) {
     const anvil_kernels *k = m->k;
     struct gpt2_acts *a = m->acts;
-    int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    int L = m->cfg.n_layer, C = m->cfg.n_embd, N = B * T;
     size_t NC = (size_t)N * C;
+    anvil_gpt2_block_shape shape = {B, T, C, C, m->cfg.n_head};
+    anvil_gpt2_block_scratch x = {a->gelu, a->dfch, a->dln, a->datty, a->dqkv, NULL};
     if (get_params(m, 0, h)) return -1;
     k->encoder_forward(a->resid, a->inputs, h->t[ANVIL_GPT2_WTE], h->t[ANVIL_GPT2_WPE], B, T, C);
     for (int l = 0; l < L; l++) {
-        float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NC;
-        float *atty = a->atty + l * NC, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
-        float *fch = a->fch + l * 4 * NC, *out = a->resid + (l + 1) * NC;
         anvil_gpt2_view w;
+        anvil_gpt2_layer_acts la = layer_acts(m, l);
         double span = anvil_trace_layer_begin(l, "forward");
-        if (get_params(m, 1 + l, &w)) return -1;
-        k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, res, w.t[ANVIL_GPT2_LN1W],
-                             w.t[ANVIL_GPT2_LN1B], N, C);
-        k->matmul_forward(qkv, ln1, w.t[ANVIL_GPT2_QKVW], w.t[ANVIL_GPT2_QKVB], N, C, 3 * C, 0);
-        if (k->attention_forward(atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH)) return -1;
-        k->copy(res2, res, NC);
-        k->matmul_forward(res2, atty, w.t[ANVIL_GPT2_ATTPROJW], w.t[ANVIL_GPT2_ATTPROJB], N, C, C, 1);
-        k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, res2, w.t[ANVIL_GPT2_LN2W],
-                             w.t[ANVIL_GPT2_LN2B], N, C);
-        k->matmul_forward(fch, ln2, w.t[ANVIL_GPT2_FCW], w.t[ANVIL_GPT2_FCB], N, C, 4 * C, 0);
-        k->gelu_forward(a->gelu, fch, 4 * NC);
-        k->copy(out, res2, NC);
-        k->matmul_forward(out, a->gelu, w.t[ANVIL_GPT2_FCPROJW], w.t[ANVIL_GPT2_FCPROJB], N, 4 * C, C, 1);
-        if (put_params(m, 1 + l)) return -1;
+        if (get_params(m, 1 + l, &w) || anvil_gpt2_block_forward(k, &shape, &w, &la, &x, NULL) ||
+            put_params(m, 1 + l))
+            return -1;
         anvil_trace_layer_end(span);
     }
     k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * NC, h->t[ANVIL_GPT2_LNFW],
@@ -417,7 +521,7 @@ int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int3
 
     const anvil_kernels *k = m->k;
     struct gpt2_acts *a = m->acts;
-    int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    int L = m->cfg.n_layer, C = m->cfg.n_embd, N = B * T;
     size_t NC = (size_t)N * C;
     int count = count_targets(targets, (size_t)N);
     float dscale = count ? grad_scale / (float)count : 0.0f;
@@ -432,30 +536,16 @@ int anvil_gpt2_forward_backward(anvil_gpt2 *m, const int32_t *inputs, const int3
                           h.t[ANVIL_GPT2_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
 
     /* dres carries d(loss)/d(residual stream) down through the layers. */
+    anvil_gpt2_block_shape shape = {B, T, C, C, m->cfg.n_head};
+    anvil_gpt2_block_scratch x = {a->gelu, a->dfch, a->dln, a->datty, a->dqkv, NULL};
     for (int l = L - 1; l >= 0; l--) {
-        float *res = a->resid + l * NC, *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NC;
-        float *atty = a->atty + l * NC, *res2 = a->resid2 + l * NC, *ln2 = a->ln2 + l * NC;
-        float *fch = a->fch + l * 4 * NC;
         anvil_gpt2_view w, g;
+        anvil_gpt2_layer_acts la = layer_acts(m, l);
         double span = anvil_trace_layer_begin(l, "backward");
-        if (get_params(m, 1 + l, &w) || get_grads(m, 1 + l, &g)) return -1;
-        k->gelu_forward(a->gelu, fch, 4 * NC);
-        k->matmul_backward(a->dfch, g.t[ANVIL_GPT2_FCPROJW], g.t[ANVIL_GPT2_FCPROJB], a->dres, a->gelu,
-                           w.t[ANVIL_GPT2_FCPROJW], N, 4 * C, C);
-        k->gelu_backward(a->dfch, fch, a->dfch, 4 * NC);
-        k->matmul_backward(a->dln, g.t[ANVIL_GPT2_FCW], g.t[ANVIL_GPT2_FCB], a->dfch, ln2, w.t[ANVIL_GPT2_FCW], N, C,
-                           4 * C);
-        k->layernorm_backward(a->dres, g.t[ANVIL_GPT2_LN2W], g.t[ANVIL_GPT2_LN2B], a->dln, res2, w.t[ANVIL_GPT2_LN2W],
-                              a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
-        k->matmul_backward(a->datty, g.t[ANVIL_GPT2_ATTPROJW], g.t[ANVIL_GPT2_ATTPROJB], a->dres, atty,
-                           w.t[ANVIL_GPT2_ATTPROJW], N, C, C);
-        if (k->attention_backward(a->dqkv, a->datty, atty, a->lse + (size_t)l * NH * N, qkv, B, T, C, NH))
+        if (get_params(m, 1 + l, &w) || get_grads(m, 1 + l, &g) ||
+            anvil_gpt2_block_backward(k, &shape, &w, &g, &la, a->dres, &x, NULL) || put_grads(m, 1 + l) ||
+            put_params(m, 1 + l))
             return -1;
-        k->matmul_backward(a->dln, g.t[ANVIL_GPT2_QKVW], g.t[ANVIL_GPT2_QKVB], a->dqkv, ln1, w.t[ANVIL_GPT2_QKVW], N, C,
-                           3 * C);
-        k->layernorm_backward(a->dres, g.t[ANVIL_GPT2_LN1W], g.t[ANVIL_GPT2_LN1B], a->dln, res, w.t[ANVIL_GPT2_LN1W],
-                              a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
-        if (put_grads(m, 1 + l) || put_params(m, 1 + l)) return -1;
         anvil_trace_layer_end(span);
     }
     k->encoder_backward(hg.t[ANVIL_GPT2_WTE], hg.t[ANVIL_GPT2_WPE], a->dres, a->inputs, B, T, C);

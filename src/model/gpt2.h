@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/rng.h"
 #include "kernels/kernels.h"
 
 typedef struct {
@@ -118,6 +119,9 @@ typedef struct {
 } anvil_gpt2;
 
 int anvil_gpt2_init(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k);
+/* The same without the parameters (m->params NULL): the layout, for a process that holds only a shard
+ * of the model (tensor and pipeline parallelism). */
+int anvil_gpt2_init_layout(anvil_gpt2 *m, const anvil_gpt2_config *cfg, const anvil_kernels *k);
 void anvil_gpt2_free(anvil_gpt2 *m);
 /* m's configuration, kernels and layout with the weights at params, and no hooks, gradients or
  * activations: a model to read whole weights from (decoding, saving) when m's own are sharded or
@@ -127,6 +131,19 @@ anvil_gpt2 anvil_gpt2_with_params(const anvil_gpt2 *m, float *params);
 /* nanoGPT's initialization, from a seed: N(0, 0.02) for matrices and embeddings, residual projections
  * scaled by 1/sqrt(2*n_layer), zero biases, unit LayerNorm. Same seed, same weights. */
 void anvil_gpt2_init_weights(anvil_gpt2 *m, uint64_t seed);
+/* anvil_gpt2_init_weights' values read piece by piece into host memory, for a process that keeps
+ * only some of them: elements [off, off + n) of tensor i (anvil_gpt2's layout, wte with its padding
+ * rows). Reads go forward (by tensor, then offset); what they skip still advances the RNG, so every
+ * piece is bit-identical to the same piece of a whole initialization, and nothing the size of the
+ * model is held. 0, or -1 after anvil_fail for a read that goes back. */
+typedef struct {
+    anvil_gpt2_config cfg;
+    anvil_rng rng;
+    int tensor;
+    size_t pos;
+} anvil_gpt2_init_stream;
+void anvil_gpt2_init_stream_start(anvil_gpt2_init_stream *s, const anvil_gpt2_config *cfg, uint64_t seed);
+int anvil_gpt2_init_stream_read(anvil_gpt2_init_stream *s, int i, size_t off, size_t n, float *dst);
 float *anvil_gpt2_param(const anvil_gpt2 *m, int i, float *base); /* tensor i within params/grads */
 /* Unit u's slices in packed order into r (room for ANVIL_GPT2_NPARAM); returns how many. */
 int anvil_gpt2_unit_ranges(const anvil_gpt2 *m, int u, anvil_gpt2_range *r);
@@ -134,6 +151,46 @@ size_t anvil_gpt2_unit_size(const anvil_gpt2 *m, int u);
 /* Views of unit u within a flat buffer laid out like m->params, or within a packed unit buffer. */
 void anvil_gpt2_view_flat(const anvil_gpt2 *m, int u, float *base, anvil_gpt2_view *v);
 void anvil_gpt2_view_packed(const anvil_gpt2 *m, int u, float *packed, anvil_gpt2_view *v);
+
+/* One transformer block, shared by the whole model and its tensor-parallel shards
+ * (dist/tensorparallel.h): the same kernel calls in the same order, at the widths of the rank's share
+ * of the heads (Cs = C / tp columns of attention, NHs heads, 4 * Cs hidden units). The weights and
+ * gradients are views of the layer (anvil_gpt2_view, per-layer tensors at the shard's shapes).
+ *
+ * Without a reduce hook the attention and MLP projections accumulate straight into the residual
+ * stream. With one, their products are partial sums (row-parallel: the projection's bias is added by
+ * whoever the view gives it to, NULL elsewhere) completed by reduce into x->partial, then added; the
+ * backward reduces the gradient of each LayerNorm's output the same way. reduce returns 0, or -1
+ * after anvil_fail, and is told what it reduces. */
+typedef struct {
+    void *ctx;
+    int (*reduce)(void *ctx, float *buf, size_t n, const char *what);
+} anvil_gpt2_reduce;
+
+typedef struct {
+    int B, T, C;
+    int Cs, NHs; /* the share: C and n_head for the whole model */
+} anvil_gpt2_block_shape;
+
+/* One layer's saved activations: its input res [N,C] and what its backward reads, and its output. */
+typedef struct {
+    float *res, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *out;
+} anvil_gpt2_layer_acts;
+
+/* Scratch the blocks use and leave: gelu and dfch [N,4Cs], dln [N,C], datty [N,Cs], dqkv [N,3Cs], and
+ * partial [N,C] (with a reduce hook only). */
+typedef struct {
+    float *gelu, *dfch, *dln, *datty, *dqkv, *partial;
+} anvil_gpt2_block_scratch;
+
+int anvil_gpt2_block_forward(const anvil_kernels *k, const anvil_gpt2_block_shape *s, const anvil_gpt2_view *w,
+                             const anvil_gpt2_layer_acts *a, const anvil_gpt2_block_scratch *x,
+                             const anvil_gpt2_reduce *r);
+/* Its backward: dres holds the gradient of the block's output and is left holding that of its input;
+ * the weights' gradients accumulate (+=) into g. */
+int anvil_gpt2_block_backward(const anvil_kernels *k, const anvil_gpt2_block_shape *s, const anvil_gpt2_view *w,
+                              const anvil_gpt2_view *g, const anvil_gpt2_layer_acts *a, float *dres,
+                              const anvil_gpt2_block_scratch *x, const anvil_gpt2_reduce *r);
 
 /* Evaluation forward over B sequences of T tokens (T <= block_size). With targets, *loss gets the
  * mean loss over positions whose target is >= 0 (targets and loss may be NULL). Keeps the final

@@ -312,6 +312,52 @@ static int fetch_remote(anvil_run *r, char *dir, size_t cap) {
     return (int)found;
 }
 
+typedef struct {
+    anvil_ckpt_reader *ckpt;
+    int kind;
+} shard_source;
+
+static int read_checkpoint(void *ctx, int i, size_t off, size_t n, float *dst) {
+    shard_source *s = ctx;
+    return anvil_ckpt_reader_read(s->ckpt, s->kind, i, off, n, dst);
+}
+
+/* Tensor and pipeline parallelism: the rank's shard of the checkpoint's weights and moments, read
+ * piece by piece, so no rank holds a whole tensor. A checkpoint written with ZeRO keeps them in shard
+ * files: that one is put together whole, and then sharded. */
+static int load_shards(anvil_run *r, const char *dir, anvil_ckpt_manifest *man) {
+    anvil_ckpt_manifest peek;
+    if (anvil_ckpt_read_manifest(dir, &peek)) return -1;
+    int zero = peek.zero_stage;
+    anvil_ckpt_manifest_free(&peek);
+    if (zero > 0) {
+        anvil_gpt2 *m = &r->model;
+        int rc = (m->params = m->k->alloc(m->nparams * sizeof(float))) ? 0 : anvil_fail("train: out of memory");
+        if (!rc) rc = anvil_adamw_init_whole(&r->whole_opt, r->k, &r->c->adamw, m->offsets, ANVIL_GPT2_NPARAM,
+                                             anvil_gpt2_param_decays);
+        int loaded = !rc && !(rc = anvil_ckpt_load(dir, m, &r->whole_opt, man));
+        if (!rc && (anvil_tp_shard(r->tp, m->params, anvil_tp_params(r->tp)) ||
+                    anvil_tp_shard(r->tp, r->whole_opt.m, r->tp_opt.m) ||
+                    anvil_tp_shard(r->tp, r->whole_opt.v, r->tp_opt.v)))
+            rc = -1;
+        if (!rc) r->tp_opt.t = r->whole_opt.t;
+        else if (loaded) anvil_ckpt_manifest_free(man);
+        anvil_adamw_free(&r->whole_opt);
+        m->k->free(m->params);
+        m->params = NULL;
+        return rc;
+    }
+    shard_source src = {anvil_ckpt_reader_open(dir, &r->model.cfg, man), 0};
+    if (!src.ckpt) return -1;
+    float *dst[3] = {anvil_tp_params(r->tp), r->tp_opt.m, r->tp_opt.v};
+    int rc = 0;
+    for (; !rc && src.kind < 3; src.kind++) rc = anvil_tp_fill(r->tp, read_checkpoint, &src, dst[src.kind]);
+    anvil_ckpt_reader_close(src.ckpt);
+    if (!rc) r->tp_opt.t = (int)man->adam_t;
+    else anvil_ckpt_manifest_free(man);
+    return rc;
+}
+
 /* Restores model, optimizer, loader and RNG from the checkpoint that
  * c->resume names; r->start receives its step (0 when "auto" finds none). */
 static int resume_from(anvil_run *r) {
@@ -330,7 +376,7 @@ static int resume_from(anvil_run *r) {
         snprintf(dir, sizeof dir, "%s", c->resume);
     }
     anvil_ckpt_manifest man;
-    if (anvil_ckpt_load(dir, &r->model, &r->whole_opt, &man)) return -1;
+    if (r->tp ? load_shards(r, dir, &man) : anvil_ckpt_load(dir, &r->model, &r->whole_opt, &man)) return -1;
     int rc = 0;
     if (r->train && anvil_loader_set_state(r->train, man.loader)) rc = -1;
     r->data_rng = man.rng;
@@ -441,22 +487,18 @@ static double current_rss_mb(void) {
     return (double)resident * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
 }
 
-/* Rank 0 prints every rank's memory: the peak (which includes building the
- * whole model once, before sharding), the resident size after training, and
- * what the rank's share of parameters, gradients and moments takes. */
-static int report_memory(const anvil_train_config *c, anvil_dp *dp, double rss_mb) {
+/* Rank 0 prints every rank's memory: the peak, the resident size after training, and what the
+ * rank's share of parameters, gradients and moments takes. layout names how the state is divided. */
+static int report_memory(const anvil_train_config *c, const char *layout, double state_bytes, double rss_mb) {
     int world = anvil_dist_world_size(), rank = anvil_dist_rank();
-    anvil_dp_info info;
-    anvil_dp_get_info(dp, &info);
     double *v = calloc((size_t)world * 3, sizeof *v);
     if (!v) return anvil_fail("train: out of memory");
     v[3 * rank] = rss_mb;
     v[3 * rank + 1] = current_rss_mb();
-    v[3 * rank + 2] = info.state_bytes / 1048576.0;
+    v[3 * rank + 2] = state_bytes / 1048576.0;
     int rc = anvil_allreduce(anvil_dist_world(), v, (size_t)world * 3, ANVIL_F64, "memory report");
     if (!rc) {
-        fprintf(c->log, "memory (ZeRO-%d, shard group %d, %d replicas):", info.zero_stage, info.shard_group_size,
-                info.replicas);
+        fprintf(c->log, "memory (%s):", layout);
         for (int r = 0; r < world; r++)
             fprintf(c->log, " rank %d %.0f MB peak RSS, %.0f MB RSS now, %.0f MB model state;", r, v[3 * r],
                     v[3 * r + 1], v[3 * r + 2]);
@@ -479,6 +521,10 @@ static int open_model(anvil_run *r) {
         if (r->model.cfg.vocab_size != c->model.vocab_size || c->T > r->model.cfg.block_size)
             return anvil_fail("train: %s does not fit this run (vocab %d, block %d)", c->init_model,
                               r->model.cfg.vocab_size, r->model.cfg.block_size);
+    } else if (r->have_grid) {
+        /* Each rank initializes its own shard (open_tensor_parallel): the whole model is only a layout. */
+        if (anvil_gpt2_init_layout(&r->model, &c->model, r->k)) return -1;
+        r->have_model = 1;
     } else {
         if (anvil_gpt2_init(&r->model, &c->model, r->k)) return -1;
         r->have_model = 1;
@@ -493,8 +539,7 @@ static int open_model(anvil_run *r) {
     r->res->params = (int64_t)anvil_gpt2_num_params(mc);
     r->ckpt_policy = c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume);
     r->opt = &r->whole_opt;
-    /* A grid takes its shard (and, with ZeRO-1, its blocks) of the whole moments, fresh or resumed. */
-    if ((!r->sharded || r->have_grid || c->resume) &&
+    if (!r->have_grid && (!r->sharded || c->resume) &&
         anvil_adamw_init_whole(&r->whole_opt, r->k, &c->adamw, r->model.offsets, ANVIL_GPT2_NPARAM,
                                anvil_gpt2_param_decays))
         return -1;
@@ -558,8 +603,9 @@ static int open_data(anvil_run *r) {
     return 0;
 }
 
-/* Tensor parallelism: this rank's shard of the whole model (fresh, loaded or resumed) and of the
- * whole moments, which then go. */
+/* Tensor parallelism: this rank's shard of the model, initialized on its own or taken from a whole
+ * model loaded with --init-model (which then goes), and zero moments; resuming reads its shard of a
+ * checkpoint's state over them. */
 static int open_tensor_parallel(anvil_run *r) {
     const anvil_train_config *c = r->c;
     anvil_gpt2 *m = &r->model;
@@ -570,19 +616,12 @@ static int open_tensor_parallel(anvil_run *r) {
     } else if (!(r->tp = anvil_tp_new(&m->cfg, r->k, r->grid.tp_group))) {
         return -1;
     }
-    if (anvil_tp_shard(r->tp, m->params, anvil_tp_params(r->tp)) ||
+    if ((m->params ? anvil_tp_shard(r->tp, m->params, anvil_tp_params(r->tp))
+                   : anvil_tp_init_weights(r->tp, c->seed)) ||
         anvil_adamw_init_whole(&r->tp_opt, r->k, &c->adamw, anvil_tp_offsets(r->tp), ANVIL_GPT2_NPARAM,
-                               anvil_gpt2_param_decays) ||
-        anvil_tp_shard(r->tp, r->whole_opt.m, r->tp_opt.m) || anvil_tp_shard(r->tp, r->whole_opt.v, r->tp_opt.v))
+                               anvil_gpt2_param_decays))
         return -1;
-    r->tp_opt.t = r->whole_opt.t;
-    anvil_adamw_free(&r->whole_opt);
     r->opt = &r->tp_opt;
-    if (c->zero_stage) {
-        if (!(r->zg = anvil_zg_new(&r->grid, r->tp, c->shard_group_size, &r->tp_opt))) return -1;
-        anvil_adamw_free(&r->tp_opt);
-        r->opt = anvil_zg_optimizer(r->zg);
-    }
     m->k->free(m->params);
     m->params = NULL;
     char stages[96] = "";
@@ -591,11 +630,19 @@ static int open_tensor_parallel(anvil_run *r) {
                  c->pipeline_gpipe ? "GPipe" : "1F1B", r->accum);
     fprintf(c->log, "model parallel: %d tensor-parallel ranks%s, data parallel over %d; %.2fM parameters on rank 0\n",
             r->grid.tp, stages, r->data_ranks, (double)anvil_tp_num_params(r->tp) / 1e6);
-    if (r->zg) {
-        int g, k;
-        anvil_zg_shard(r->zg, &g, &k);
-        fprintf(c->log, "ZeRO-1 on the data axis: moments sharded over %d ranks, %d replicas\n", k, r->data_ranks / k);
-    }
+    return 0;
+}
+
+/* ZeRO-1 on the grid's data axis: each rank keeps its block of the local moments, fresh or resumed
+ * (so after resume_from has read them), and steps its block's optimizer. */
+static int open_zero_grid(anvil_run *r) {
+    const anvil_train_config *c = r->c;
+    if (!(r->zg = anvil_zg_new(&r->grid, r->tp, c->shard_group_size, &r->tp_opt))) return -1;
+    anvil_adamw_free(&r->tp_opt);
+    r->opt = anvil_zg_optimizer(r->zg);
+    int g, k;
+    anvil_zg_shard(r->zg, &g, &k);
+    fprintf(c->log, "ZeRO-1 on the data axis: moments sharded over %d ranks, %d replicas\n", k, r->data_ranks / k);
     return 0;
 }
 
@@ -603,9 +650,7 @@ static int open_tensor_parallel(anvil_run *r) {
  * own optimizer from ZeRO stage 1 on) and the checkpointer. */
 static int open_parallel(anvil_run *r) {
     const anvil_train_config *c = r->c;
-    if (r->have_grid) {
-        if (open_tensor_parallel(r)) return -1;
-    } else if (r->world > 1 || r->sharded) {
+    if (!r->have_grid && (r->world > 1 || r->sharded)) {
         anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
         if (!(r->dp = anvil_dp_new(&r->model, &dc))) return -1;
         if (r->sharded) {
@@ -702,7 +747,9 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
             anvil_gpt2_flops_per_token(mc, c->T), r->k->name, omp_get_max_threads());
     /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
     anvil_rng_seed(&r->data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->data_rank * 0x9e3779b97f4a7c15ULL));
+    if (r->have_grid && open_tensor_parallel(r)) return -1;
     if (c->resume && resume_from(r)) return bad_input(r);
+    if (r->have_grid && c->zero_stage && open_zero_grid(r)) return -1;
     if (open_parallel(r) || anvil_telemetry_start(r->tel, r->metrics)) return -1;
     r->t_start = anvil_now();
     return 0;
@@ -957,9 +1004,25 @@ static int run_finish(anvil_run *r) {
         anvil_dp_get_info(r->dp, &info);
         double total = anvil_now() - r->t_start;
         res->comm_wait_share = total > 0 ? info.comm_wait_s / total : 0.0;
-        if (report_memory(c, r->dp, res->peak_rss_mb)) return -1;
+        char layout[96];
+        snprintf(layout, sizeof layout, "ZeRO-%d, shard group %d, %d replicas", info.zero_stage,
+                 info.shard_group_size, info.replicas);
+        if (report_memory(c, layout, info.state_bytes, res->peak_rss_mb)) return -1;
         fprintf(c->log, "communication: %.1f%% of the training time waited on (not overlapped)\n",
                 100.0 * res->comm_wait_share);
+    }
+    if (r->tp) {
+        char layout[96];
+        snprintf(layout, sizeof layout, "TP %d, PP %d, DP %d%s", r->grid.tp, r->grid.pp, r->grid.dp,
+                 r->zg ? ", ZeRO-1" : "");
+        /* Parameters and gradients, and the two moments (of the rank's block under ZeRO-1). */
+        double n = (double)anvil_tp_num_params(r->tp), moments = 8.0 * n;
+        if (r->zg) {
+            int g, k;
+            anvil_zg_shard(r->zg, &g, &k);
+            moments /= k;
+        }
+        if (report_memory(c, layout, 8.0 * n + moments, res->peak_rss_mb)) return -1;
     }
     if (!c->out_dir) return 0;
     beat(r, "finishing", res->steps_done);
