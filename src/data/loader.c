@@ -1,7 +1,7 @@
 #include "data/loader.h"
 
-#include <fnmatch.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -182,7 +182,6 @@ static int validate_shard(anvil_loader *L, int i) {
     }
     return 0;
 }
-
 
 anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size) {
     return anvil_loader_open_s3(pattern, B, T, rank, world, vocab_size, ANVIL_S3_READ_RANGE, ANVIL_S3_READ_INFLIGHT);
