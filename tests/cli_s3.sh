@@ -288,12 +288,19 @@ fi
 ck=s3://anvil-test/ck
 ck_args=("${train_args[@]}" --ckpt-every 2 --keep-last 2 --ckpt-uri "$ck" --ckpt-prefixes 4)
 s3keys() { AWS_ENDPOINT_URL=$direct "$anvil" s3 ls "$ck/" 2> /dev/null | awk '{print $2}'; }
+# The same listing by curl straight from radosgw (first 1000 keys): the kill below must land within
+# the 300 ms that step 4's index PUT is held, and an ASan build of anvil takes about that to start.
+s3keys_now() {
+  curl -sf --aws-sigv4 "aws:amz:$AWS_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
+    "$direct/anvil-test?list-type=2&prefix=ck%2F" | grep -o '<Key>[^<]*</Key>' | sed 's/<[^>]*>//g'
+}
 ctl reset > /dev/null
 ctl "fault?kind=slow&n=1000&ms=300&type=PUT" > /dev/null
 "$anvil" train --data "$tmp/data" "${ck_args[@]}" --out "$tmp/run_ck" > /dev/null 2> "$tmp/ck.err" &
 pid=$!
-for _ in $(seq 300); do
-  keys=$(s3keys)
+for _ in $(seq 600); do
+  keys=$(s3keys_now)
   grep -q '^ck/[0-9a-f][0-9a-f]/step_00000004/' <<< "$keys" && ! grep -q '^ck/step_00000004/' <<< "$keys" && break
   keys=
   sleep 0.05

@@ -37,8 +37,8 @@ static int inspect(const char *dir) {
     printf("model        n_layer %d, n_head %d, n_embd %d, block_size %d, vocab_size %d\n", m.model.n_layer,
            m.model.n_head, m.model.n_embd, m.model.block_size, m.model.vocab_size);
     printf("tokenizer    %s\n", m.tokenizer);
-    printf("loader       shard %" PRId64 ", position %" PRId64 ", epoch %" PRId64 "\n", m.loader.shard,
-           m.loader.position, m.loader.epoch);
+    printf("loader       shard %" PRId64 ", position %" PRId64 ", epoch %" PRId64 ", %s layout\n", m.loader.shard,
+           m.loader.position, m.loader.epoch, anvil_loader_layout_name((int)m.loader.layout));
     printf("rng          %" PRIu64 " %" PRIu64 "\n", m.rng.s[0], m.rng.s[1]);
     printf("optimizer    adamw t=%" PRId64 ", beta1 %g, beta2 %g, eps %g, weight_decay %g\n", m.adam_t,
            (double)m.adamw.beta1, (double)m.adamw.beta2, (double)m.adamw.eps, (double)m.adamw.weight_decay);

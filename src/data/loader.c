@@ -1,7 +1,7 @@
 #include "data/loader.h"
 
-#include <fnmatch.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -75,32 +75,7 @@ static int open_shard(anvil_loader *L, anvil_shard *s, int64_t i) {
                  : anvil_shard_open(s, L->paths[i]);
 }
 
-typedef struct {
-    const char *bucket, *key_pattern;
-    char **paths;
-    uint64_t *sizes;
-    size_t n, cap;
-} s3_match;
-
-static int s3_match_one(void *ctx, const char *key, uint64_t size) {
-    (void)size;
-    s3_match *m = ctx;
-    if (fnmatch(m->key_pattern, key, FNM_PATHNAME)) return 0;
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 16;
-        char **p = realloc(m->paths, cap * sizeof *p);
-        if (p) m->paths = p;
-        uint64_t *z = realloc(m->sizes, cap * sizeof *z);
-        if (z) m->sizes = z;
-        if (!p || !z) return anvil_fail("out of memory");
-        m->cap = cap;
-    }
-    size_t len = strlen(m->bucket) + strlen(key) + 7;
-    if (!(m->paths[m->n] = malloc(len))) return anvil_fail("out of memory");
-    snprintf(m->paths[m->n], len, "s3://%s/%s", m->bucket, key);
-    m->sizes[m->n++] = size;
-    return 0;
-}
+static int glob_match(void *pattern, const char *key) { return fnmatch(pattern, key, FNM_PATHNAME) == 0; }
 
 /* The objects matching an s3://bucket/pattern glob, with their sizes: one listing of the prefix
  * before the first wildcard, matched as glob(3) would match paths. S3 lists keys in byte order,
@@ -110,18 +85,18 @@ static int expand_s3(anvil_loader *L, const char *pattern) {
     if (anvil_s3_parse_uri(pattern, &bucket, &key)) return -1;
     size_t plen = strcspn(key, "*?[\\");
     char *prefix = strndup(key, plen);
-    s3_match m = {bucket, key, NULL, NULL, 0, 0};
-    int rc = prefix ? anvil_s3_list(L->s3, bucket, prefix, s3_match_one, &m) : anvil_fail("out of memory");
-    if (!rc && !m.n) rc = anvil_fail("loader: no objects match '%s'", pattern);
-    if (rc) {
-        for (size_t i = 0; i < m.n; i++) free(m.paths[i]);
-        free(m.paths);
-        free(m.sizes);
-    } else {
-        L->paths = m.paths;
-        L->s3_sizes = m.sizes;
-        L->nshards = (int)m.n;
+    anvil_s3_list_page pg = {0};
+    int rc = prefix ? anvil_s3_list_collect(L->s3, bucket, prefix, glob_match, key, &pg) : anvil_fail("out of memory");
+    if (!rc && !pg.n) rc = anvil_fail("loader: no objects match '%s'", pattern);
+    if (!rc && (!(L->paths = calloc(pg.n, sizeof *L->paths)) || !(L->s3_sizes = malloc(pg.n * sizeof *L->s3_sizes))))
+        rc = anvil_fail("loader %s: out of memory", pattern);
+    for (size_t i = 0; !rc && i < pg.n; i++, L->nshards++) {
+        size_t len = strlen(bucket) + strlen(pg.objects[i].key) + 7;
+        if (!(L->paths[i] = malloc(len))) rc = anvil_fail("loader %s: out of memory", pattern);
+        else snprintf(L->paths[i], len, "s3://%s/%s", bucket, pg.objects[i].key);
+        L->s3_sizes[i] = pg.objects[i].size;
     }
+    anvil_s3_list_page_free(&pg);
     free(prefix);
     free(bucket);
     free(key);
@@ -207,7 +182,6 @@ static int validate_shard(anvil_loader *L, int i) {
     }
     return 0;
 }
-
 
 anvil_loader *anvil_loader_open(const char *pattern, int B, int T, int rank, int world, int vocab_size) {
     return anvil_loader_open_s3(pattern, B, T, rank, world, vocab_size, ANVIL_S3_READ_RANGE, ANVIL_S3_READ_INFLIGHT);

@@ -745,6 +745,33 @@ int anvil_s3_get_file(anvil_s3 *s, const char *bucket, const char *key, const ch
     return anvil_atomic_commit(&f);
 }
 
+typedef struct {
+    anvil_s3_keep_fn keep;
+    void *ctx;
+    anvil_s3_list_page *out;
+    size_t cap;
+} collector;
+
+static int collect_one(void *ctx, const char *key, uint64_t size) {
+    collector *c = ctx;
+    if (c->keep && !c->keep(c->ctx, key)) return 0;
+    char *k = strdup(key);
+    if (!k || anvil_s3_list_page_add(c->out, &c->cap, k, size)) {
+        free(k);
+        return k ? -1 : anvil_fail("out of memory");
+    }
+    return 0;
+}
+
+int anvil_s3_list_collect(anvil_s3 *s3, const char *bucket, const char *prefix, anvil_s3_keep_fn keep, void *ctx,
+                          anvil_s3_list_page *out) {
+    memset(out, 0, sizeof *out);
+    collector c = {keep, ctx, out, 0};
+    int rc = anvil_s3_list(s3, bucket, prefix, collect_one, &c);
+    if (rc) anvil_s3_list_page_free(out);
+    return rc;
+}
+
 int anvil_s3_list(anvil_s3 *s, const char *bucket, const char *prefix, anvil_s3_list_fn fn, void *ctx) {
     char *token = NULL, *eprefix = anvil_s3_encode(prefix ? prefix : "", 0);
     if (!eprefix) return anvil_fail("out of memory");

@@ -107,6 +107,13 @@ anvil_s3_reader *anvil_s3_reader_open(anvil_s3 *s3, const char *bucket, const ch
 int anvil_s3_reader_read(anvil_s3_reader *r, uint64_t off, size_t len, void *buf);
 void anvil_s3_reader_close(anvil_s3_reader *r);
 
+/* The objects under prefix that keep(ctx, key) accepts (keep NULL: all), in key order, collected
+ * into out's objects and n (free with anvil_s3_list_page_free); -1 after anvil_fail. */
+typedef struct anvil_s3_list_page anvil_s3_list_page;
+typedef int (*anvil_s3_keep_fn)(void *ctx, const char *key);
+int anvil_s3_list_collect(anvil_s3 *s3, const char *bucket, const char *prefix, anvil_s3_keep_fn keep, void *ctx,
+                          anvil_s3_list_page *out);
+
 /* --- The parsers behind the client, public for their tests and fuzz target. --- */
 
 /* Percent-encodes s as SigV4 wants: every byte but A-Z a-z 0-9 - _ . ~ becomes %XX (upper-case),
@@ -126,15 +133,18 @@ typedef struct {
     char *key;
     uint64_t size;
 } anvil_s3_object;
-typedef struct {
+struct anvil_s3_list_page {
     anvil_s3_object *objects;
     size_t n;
     int truncated;
     char *next_token; /* NULL when not truncated */
-} anvil_s3_list_page;
+};
 /* One ListObjectsV2 page; -1 after anvil_fail (malformed XML, a Size that is not a number, a
  * truncated page without a continuation token). */
 int anvil_s3_parse_list(const char *xml, size_t len, anvil_s3_list_page *page);
 void anvil_s3_list_page_free(anvil_s3_list_page *page);
+/* Appends an object (key taken over, freed with the page) to a page of *cap slots, growing it; -1
+ * after anvil_fail (the key is then the caller's). */
+int anvil_s3_list_page_add(anvil_s3_list_page *page, size_t *cap, char *key, uint64_t size);
 
 #endif

@@ -222,15 +222,7 @@ static int list_end(xml_walk *w, const char *path, const char *text, size_t len)
         c->have_size = 1;
     } else if (!strcmp(path, "ListBucketResult/Contents")) {
         if (!c->key || !c->have_size) return anvil_fail("S3 list answer: a Contents without its Key or Size");
-        if (pg->n == c->cap) {
-            size_t cap = c->cap ? 2 * c->cap : 64;
-            anvil_s3_object *o = realloc(pg->objects, cap * sizeof *o);
-            if (!o) return anvil_fail("S3 list answer: out of memory");
-            pg->objects = o;
-            c->cap = cap;
-        }
-        pg->objects[pg->n].key = c->key;
-        pg->objects[pg->n++].size = c->size;
+        if (anvil_s3_list_page_add(pg, &c->cap, c->key, c->size)) return -1;
         c->key = NULL;
         c->have_size = 0;
     } else if (!strcmp(path, "ListBucketResult/IsTruncated")) {
@@ -256,6 +248,19 @@ int anvil_s3_parse_list(const char *xml, size_t len, anvil_s3_list_page *page) {
     }
     if (rc) anvil_s3_list_page_free(page);
     return rc;
+}
+
+int anvil_s3_list_page_add(anvil_s3_list_page *page, size_t *cap, char *key, uint64_t size) {
+    if (page->n == *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        anvil_s3_object *o = realloc(page->objects, c * sizeof *o);
+        if (!o) return anvil_fail("S3 list: out of memory");
+        page->objects = o;
+        *cap = c;
+    }
+    page->objects[page->n].key = key;
+    page->objects[page->n++].size = size;
+    return 0;
 }
 
 void anvil_s3_list_page_free(anvil_s3_list_page *page) {

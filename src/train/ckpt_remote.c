@@ -82,26 +82,11 @@ static int64_t index_step(const char *prefix, const char *key) {
 }
 
 typedef struct {
-    const char *prefix;
     int64_t *steps;
-    size_t n, cap;
+    size_t n;
 } step_list;
 
-static int collect_step(void *ctx, const char *key, uint64_t size) {
-    (void)size;
-    step_list *l = ctx;
-    int64_t s = index_step(l->prefix, key);
-    if (s < 0) return 0;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 16;
-        int64_t *v = realloc(l->steps, cap * sizeof *v);
-        if (!v) return anvil_fail("checkpoint upload: out of memory");
-        l->steps = v;
-        l->cap = cap;
-    }
-    l->steps[l->n++] = s;
-    return 0;
-}
+static int is_index(void *prefix, const char *key) { return index_step(prefix, key) >= 0; }
 
 static int cmp_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -111,8 +96,16 @@ static int cmp_desc(const void *a, const void *b) {
 /* The steps whose index exists on S3, newest first. */
 static int list_steps(anvil_s3 *s3, const char *bucket, const char *prefix, step_list *l) {
     char lp[PATH_MAX];
-    l->prefix = prefix;
-    if (key_join(lp, sizeof lp, prefix, "step_") || anvil_s3_list(s3, bucket, lp, collect_step, l)) return -1;
+    anvil_s3_list_page pg;
+    if (key_join(lp, sizeof lp, prefix, "step_") ||
+        anvil_s3_list_collect(s3, bucket, lp, is_index, (void *)prefix, &pg))
+        return -1;
+    if (pg.n && !(l->steps = malloc(pg.n * sizeof *l->steps))) {
+        anvil_s3_list_page_free(&pg);
+        return anvil_fail("checkpoint upload: out of memory");
+    }
+    for (l->n = 0; l->n < pg.n; l->n++) l->steps[l->n] = index_step(prefix, pg.objects[l->n].key);
+    anvil_s3_list_page_free(&pg);
     if (l->n) qsort(l->steps, l->n, sizeof *l->steps, cmp_desc);
     return 0;
 }
