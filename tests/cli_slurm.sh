@@ -297,10 +297,10 @@ msg=$(timeout 60 "$anvil" pool --state "$state" release "$sid" 2>&1)
 [ $? = 4 ] && [ "$msg" = "anvil pool: error: warm pool $sid has ended already (HTTP 409)" ] && ok "a second release: $msg" || bad "second release: $msg"
 
 # ---- kill -9 of n2's slurmd: the node goes DOWN, the retry leaves it out ----
-# Its ranks are frozen at once, so that attempt 1 cannot finish before Slurm sees the node down; the
-# retry runs from the checkpoint at step 50 to its end.
-id=$(submit nodefail "$tmp/nodefail" 2 1 '{"max_retries": 2}' 100)
-wait_ckpt "$tmp/nodefail" 50 || bad "the job wrote no checkpoint"
+# Its ranks are frozen after the first checkpoint, so that attempt 1 cannot finish before Slurm sees the
+# node down; the retry runs from that checkpoint to the end (150 steps, 80 under the sanitizers).
+id=$(submit nodefail "$tmp/nodefail" 2 1 '{"max_retries": 2}' $((steps / 10 + 50)))
+wait_ckpt "$tmp/nodefail" 25 || bad "the job wrote no checkpoint"
 kill -STOP $(pgrep -f "^$anvil train .*--out $tmp/nodefail( |\$)")
 job --json describe "$id" > "$tmp/describe.json"
 python3 -c "
