@@ -648,6 +648,10 @@ static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, c
                         (long long)a->ref.job_id, a->ref.attempt, holder);
     anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n",
                         (long long)a->ref.job_id, a->ref.attempt, holder, nodes);
+    /* The holder's node list, for exclude_down_nodes after a failure. */
+    anvil_strbuf_puts(&t, "nodes=");
+    put_quoted(&t, nodes);
+    anvil_strbuf_puts(&t, "\n");
     snprintf(path, sizeof path, "%s/nodes_%d", dir, a->ref.attempt);
     put_atomic_write(&t, "printf '%s\\n' \"$nodes\"", path);
     put_step(&t, sb, a, holder);
