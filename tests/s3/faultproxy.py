@@ -8,7 +8,7 @@ request to UPSTREAM_URL unchanged, Host header included, so that SigV4
 signatures made for the proxy's address still check at the server. It counts
 requests by type (GET, HEAD, PUT, PART, LIST, POST, DELETE), the peak
 number being served at once, the bytes of bodies it sent and the Range
-header of each GET. Paths under /__ctl/ steer it:
+header of each GET, and the path of each PUT in the order they completed. Paths under /__ctl/ steer it:
 
     /__ctl/fault?kind=503&n=N[&type=T]   answer the next N requests (of type T)
                                          503 SlowDown, without forwarding them
@@ -35,7 +35,7 @@ state = {}
 
 
 def clear():
-    state.update(counts={}, inflight=0, peak=0, faults=[], bytes_down=0, ranges=[])
+    state.update(counts={}, inflight=0, peak=0, faults=[], bytes_down=0, ranges=[], puts=[])
 
 
 clear()
@@ -86,7 +86,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if "type" in q:
                     f["type"] = q["type"]
                 state["faults"].append(f)
-            body = json.dumps({k: state[k] for k in ("counts", "peak", "bytes_down", "ranges")}).encode()
+            body = json.dumps({k: state[k] for k in ("counts", "peak", "bytes_down", "ranges", "puts")}).encode()
         self.reply(200, body)
 
     def handle_any(self):
@@ -107,6 +107,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         finally:
             with lock:
                 state["inflight"] -= 1
+                if rtype == "PUT":
+                    state["puts"].append(urllib.parse.unquote(path))
 
     def forward(self, rtype, body):
         slow = take_fault("slow", rtype)
