@@ -648,8 +648,6 @@ static int open_zero_grid(anvil_run *r) {
     return 0;
 }
 
-/* Data parallelism (which takes its part of resumed moments and steps its
- * own optimizer from ZeRO stage 1 on) and the checkpointer. */
 /* --ckpt-uri: each host's lowest rank opens its host's uploader (collective: every rank learns its
  * host's, and rank 0's id of this run, which keeps another run's markers out of its commits). */
 static int open_remote(anvil_run *r) {
@@ -670,6 +668,8 @@ static int open_remote(anvil_run *r) {
     return (r->remote = anvil_ckpt_remote_open(&rc)) ? 0 : -1;
 }
 
+/* Data parallelism (which takes its part of resumed moments and steps its
+ * own optimizer from ZeRO stage 1 on) and the checkpointer. */
 static int open_parallel(anvil_run *r) {
     const anvil_train_config *c = r->c;
     if (!r->have_grid && (r->world > 1 || r->sharded)) {

@@ -7,8 +7,9 @@ Listens on a free port of 127.0.0.1 (written to PORT_FILE) and forwards every
 request to UPSTREAM_URL unchanged, Host header included, so that SigV4
 signatures made for the proxy's address still check at the server. It counts
 requests by type (GET, HEAD, PUT, PART, LIST, POST, DELETE), the peak
-number being served at once, the bytes of bodies it sent and the Range
-header of each GET, and the path of each PUT in the order they completed. Paths under /__ctl/ steer it:
+number being served at once, the bytes of bodies it sent, the Range
+header of each GET and the path of each PUT, in the order they completed.
+Paths under /__ctl/ steer it:
 
     /__ctl/fault?kind=503&n=N[&type=T]   answer the next N requests (of type T)
                                          503 SlowDown, without forwarding them
