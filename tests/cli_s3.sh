@@ -385,6 +385,17 @@ sys.exit(not (m["host"] == "b" and [o["name"] for o in m["objects"]] == ["shard_
     [ "$(grep -c step_00000004 <<< "$keys")" = 0 ] && [ "$(grep -c . <<< "$keys")" = 6 ] &&
     ok "keep-last 1 on S3 after the 2-host resume: step 8's 4 objects, marker and index only" ||
     bad "retention with markers: $(tr '\n' ' ' <<< "$keys")"
+  # Host b's shard PUTs answered 503 until its uploader gives up: its marker says it failed, rank
+  # 0 puts no index for the step and says so on one line, and the run exits 1.
+  ctl reset > /dev/null
+  ctl "fault?kind=503&n=1000&type=PUT&key=/shard_1_of_2" > /dev/null
+  ANVIL_S3_MAX_ATTEMPTS=2 "${hk_launch[@]}" train --data "$tmp/data" "${hk_args[@]}" --steps 4 --ckpt-uri s3://anvil-test/hkf \
+    --out "$tmp/run_hkf" > /dev/null 2> "$tmp/err"
+  rc=$?
+  ctl reset > /dev/null
+  [ $rc = 1 ] && [ "$(grep -c 'not committed to s3://anvil-test/hkf: host b (uploader rank 1) failed to upload' "$tmp/err")" = 1 ] &&
+    ! AWS_ENDPOINT_URL=$direct "$anvil" s3 ls s3://anvil-test/hkf/ 2> /dev/null | grep -q ' hkf/step_00000004/manifest.json$' &&
+    ok "host b failed to upload: no index, one line, exit 1" || bad "a failed host: rc $rc, $(cat "$tmp/err")"
 else
   missing "mpirun is not installed: no run with one uploader per host"
 fi
