@@ -311,7 +311,7 @@ ctl reset > /dev/null
 [ -n "$keys" ] && grep -qx 'ck/step_00000002/manifest.json' <<< "$keys" &&
   ok "killed -9 with step 4's objects uploading ($(grep -c step_00000004/ <<< "$keys") up, no index) after step 2's index" ||
   bad "the kill did not land in step 4's upload: $(tr '\n' ' ' <<< "$(s3keys)") $(cat "$tmp/ck.err")"
-[ -d "$tmp/run_ck/ckpt/upload-step_00000004" ] || bad "the killed run left no staging folder: $(ls "$tmp/run_ck/ckpt")"
+[ -d "$tmp/run_ck/ckpt/upload-step_00000004-host_0" ] || bad "the killed run left no staging folder: $(ls "$tmp/run_ck/ckpt")"
 # The run folder goes, all but the staging folders a killed upload and a killed download leave.
 find "$tmp/run_ck" -mindepth 1 -maxdepth 2 ! -path '*/ckpt' ! -name 'upload-step_*' -exec rm -rf {} +
 mkdir -p "$tmp/run_ck/ckpt/download-step_00000006" && touch "$tmp/run_ck/ckpt/download-step_00000006/model.safetensors"
@@ -340,5 +340,64 @@ AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "s3://anvil-test/$obj" "$tmp/obj" 2> /de
 rc=$?
 [ $rc != 0 ] && [ "$(grep -c "s3://anvil-test/$obj: CRC-32C" "$tmp/err")" = 1 ] && [ ! -d "$tmp/run_bad/ckpt/step_00000008" ] &&
   ok "a corrupted object is refused (exit $rc): $(grep CRC "$tmp/err")" || bad "corrupted object: rc $rc, $(cat "$tmp/err")"
+
+# One uploader per host: 2 ranks with ZeRO-1 write a shard each, simulated as 2 hosts (the
+# ANVIL_HOST_KEY test hook). Each host's uploader PUTs its own shard (once: rank 0 leaves rank 1's
+# to rank 1's host) and host b's marker lists exactly that shard; rank 0 PUTs the index last, after
+# every object of the step and the marker. Then the run folder goes, and with step 8's index
+# deleted (step 8 no longer exists on S3; its objects and another run's marker remain),
+# --resume auto downloads step 4 and ends with the first run's model bytes: the resumed run's rank
+# 0 waits for its own run's marker of step 8, not the stale one.
+if command -v mpirun > /dev/null; then
+  hk=s3://anvil-test/hk
+  hk_launch=(env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" OMP_NUM_THREADS=1 ANVIL_HOST_KEY=a,b timeout 120
+    "$anvil" launch -n 2 --)
+  hk_args=("${train_args[@]}" --batch 2 --zero 1 --no-health --ckpt-every 4 --keep-last 2 --ckpt-uri "$hk" --ckpt-prefixes 4)
+  ctl reset > /dev/null
+  "${hk_launch[@]}" train --data "$tmp/data" "${hk_args[@]}" --out "$tmp/run_hk" > /dev/null 2> "$tmp/hk.err" ||
+    bad "2-rank run uploading per host: $(tail -n 3 "$tmp/hk.err")"
+  ctl stats > "$tmp/hk.stats"
+  # Prints the PUTs per shard file per step, then whether step 8's index came after its other PUTs.
+  order=$(python3 -c '
+import collections, json, sys
+puts = json.load(open(sys.argv[1]))["puts"]
+n = collections.Counter(p[p.index("step_"):] for p in puts if "/shard_" in p)
+last = max(i for i, p in enumerate(puts) if "step_00000008/" in p)
+print(" ".join(f"{k}:{v}" for k, v in sorted(n.items())), puts[last].endswith("/hk/step_00000008/manifest.json"))' "$tmp/hk.stats")
+  [ "$order" = "step_00000004/shard_0_of_2.safetensors:1 step_00000004/shard_1_of_2.safetensors:1 step_00000008/shard_0_of_2.safetensors:1 step_00000008/shard_1_of_2.safetensors:1 True" ] &&
+    ok "one uploader per host: each shard PUT once per step, the index last ($order)" ||
+    bad "per-host uploads: $order; $(cat "$tmp/hk.stats")"
+  AWS_ENDPOINT_URL=$direct "$anvil" s3 cp "$hk/step_00000008/hosts/rank_00001.json" "$tmp/marker.json" 2> "$tmp/err" &&
+    python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+sys.exit(not (m["host"] == "b" and [o["name"] for o in m["objects"]] == ["shard_1_of_2.safetensors"]))' "$tmp/marker.json" &&
+    ok "host b's marker lists its uploader's one object, shard 1" || bad "host b's marker: $(cat "$tmp/marker.json" "$tmp/err")"
+  keys=$(AWS_ENDPOINT_URL=$direct "$anvil" s3 ls "$hk/" 2> /dev/null | awk '{print $2}')
+  [ "$(grep -c '/hosts/' <<< "$keys")" = 2 ] && cp "$tmp/run_hk/model.safetensors" "$tmp/hk_model" &&
+    AWS_ENDPOINT_URL=$direct "$anvil" s3 rm "$hk/step_00000008/manifest.json" 2> /dev/null && rm -rf "$tmp/run_hk" &&
+    "${hk_launch[@]}" train --data "$tmp/data" "${hk_args[@]}" --keep-last 1 --out "$tmp/run_hk" --resume auto > /dev/null 2> "$tmp/err" &&
+    grep -q "resumed from .*step_00000004 (step 4)" "$tmp/err" && cmp -s "$tmp/hk_model" "$tmp/run_hk/model.safetensors" &&
+    ok "2 hosts: resumed from S3 at step 4, the first run's model bytes" || bad "2-host resume from S3: $(cat "$tmp/err")"
+  # The resumed run keeps the last 1: step 8 committed anew, step 4's index, objects and marker gone.
+  keys=$(AWS_ENDPOINT_URL=$direct "$anvil" s3 ls "$hk/" 2> /dev/null | awk '{print $2}')
+  grep -qx 'hk/step_00000008/manifest.json' <<< "$keys" && grep -qx 'hk/step_00000008/hosts/rank_00001.json' <<< "$keys" &&
+    [ "$(grep -c step_00000004 <<< "$keys")" = 0 ] && [ "$(grep -c . <<< "$keys")" = 6 ] &&
+    ok "keep-last 1 on S3 after the 2-host resume: step 8's 4 objects, marker and index only" ||
+    bad "retention with markers: $(tr '\n' ' ' <<< "$keys")"
+  # Host b's shard PUTs answered 503 until its uploader gives up: its marker says it failed, rank
+  # 0 puts no index for the step and says so on one line, and the run exits 1.
+  ctl reset > /dev/null
+  ctl "fault?kind=503&n=1000&type=PUT&key=/shard_1_of_2" > /dev/null
+  ANVIL_S3_MAX_ATTEMPTS=2 "${hk_launch[@]}" train --data "$tmp/data" "${hk_args[@]}" --steps 4 --ckpt-uri s3://anvil-test/hkf \
+    --out "$tmp/run_hkf" > /dev/null 2> "$tmp/err"
+  rc=$?
+  ctl reset > /dev/null
+  [ $rc = 1 ] && [ "$(grep -c 'not committed to s3://anvil-test/hkf: host b (uploader rank 1) failed to upload' "$tmp/err")" = 1 ] &&
+    ! AWS_ENDPOINT_URL=$direct "$anvil" s3 ls s3://anvil-test/hkf/ 2> /dev/null | grep -q ' hkf/step_00000004/manifest.json$' &&
+    ok "host b failed to upload: no index, one line, exit 1" || bad "a failed host: rc $rc, $(cat "$tmp/err")"
+else
+  missing "mpirun is not installed: no run with one uploader per host"
+fi
 
 finish

@@ -202,6 +202,47 @@ int anvil_dist_rank(void) { return D.world ? D.world->rank : 0; }
 int anvil_dist_world_size(void) { return D.world ? D.world->size : 1; }
 const char *anvil_dist_host(void) { return D.host; }
 anvil_group *anvil_dist_world(void) { return D.world; }
+
+void anvil_dist_host_key(char *out, size_t cap) {
+    const char *list = getenv("ANVIL_HOST_KEY");
+    if (!list || !list[0]) {
+        snprintf(out, cap, "%s", D.host);
+        return;
+    }
+    const char *k = list;
+    for (int i = 0; i < anvil_dist_rank(); i++) {
+        const char *comma = strchr(k, ',');
+        if (!comma) break;
+        k = comma + 1;
+    }
+    snprintf(out, cap, "%.*s", (int)strcspn(k, ","), k);
+}
+
+#define HOST_KEY_BYTES 64
+
+int anvil_dist_host_leaders(int *leader) {
+    int world = anvil_dist_world_size();
+    char *keys = calloc((size_t)world, HOST_KEY_BYTES);
+    size_t *counts = malloc((size_t)world * sizeof *counts);
+    if (!keys || !counts) {
+        free(keys);
+        free(counts);
+        return anvil_fail("host keys: out of memory");
+    }
+    char mine[HOST_KEY_BYTES] = {0};
+    anvil_dist_host_key(mine, sizeof mine);
+    for (int r = 0; r < world; r++) counts[r] = HOST_KEY_BYTES;
+    int rc = world > 1 ? anvil_allgather(D.world, mine, keys, counts, ANVIL_U8, "host keys") : 0;
+    if (world == 1) memcpy(keys, mine, sizeof mine);
+    for (int r = 0; !rc && r < world; r++) {
+        int q = 0;
+        while (strncmp(keys + (size_t)q * HOST_KEY_BYTES, keys + (size_t)r * HOST_KEY_BYTES, HOST_KEY_BYTES)) q++;
+        leader[r] = q;
+    }
+    free(keys);
+    free(counts);
+    return rc;
+}
 int anvil_group_rank(const anvil_group *g) { return g->rank; }
 int anvil_group_size(const anvil_group *g) { return g->size; }
 const char *anvil_group_name(const anvil_group *g) { return g->name; }

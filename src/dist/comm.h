@@ -45,6 +45,13 @@ int anvil_dist_is_mpi(void);
 int anvil_dist_rank(void);
 int anvil_dist_world_size(void);
 const char *anvil_dist_host(void);
+/* This rank's host key: anvil_dist_host(), unless ANVIL_HOST_KEY is set. That variable is a test
+ * hook, letting the ranks of one machine act as several hosts: a comma-separated list, rank r
+ * taking its r-th entry (ranks beyond the list, its last). */
+void anvil_dist_host_key(char *out, size_t cap);
+/* Collective over the world: for every rank r, leader[r] is the lowest rank with r's host key
+ * (leader has world-size entries). 0, or -1 after anvil_fail. */
+int anvil_dist_host_leaders(int *leader);
 /* Sends the whole job down with `status` (MPI_Abort), or exits when alone. */
 void anvil_dist_abort(int status);
 

@@ -88,6 +88,7 @@ struct anvil_checkpointer {
     char exchange_err[1024]; /* the exchange's verdict when one failed, for rank 0's writer to report */
     int commit;              /* rank 0: 0 until the exchange decides, then 1 or -1 */
     anvil_ckpt_file shards[ANVIL_CKPT_MAX_FILES];
+    int shard_host[ANVIL_CKPT_MAX_FILES]; /* the uploader rank of each shard's writer's host */
     int nshards;
 };
 
@@ -148,11 +149,31 @@ static void write_shard(anvil_checkpointer *cp) {
     }
     anvil_ckpt_file f = {0};
     int rc = cp->take_rc ? -1 : anvil_ckpt_shard_write(cp->shard_snap, cp->tmp, &f);
+    if (!rc && cp->cfg.host_leader) {
+        char path[sizeof cp->tmp + sizeof f.name + 1];
+        snprintf(path, sizeof path, "%s/%s", cp->tmp, f.name);
+        rc = anvil_ckpt_remote_stage(cp->cfg.run_dir, cp->step, cp->cfg.host_leader[cp->rank], path);
+    }
     if (rc && !cp->take_rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
     if (rc) snprintf(cp->shard_err, sizeof cp->shard_err, "%s", cp->write_err);
     cp->mine.bytes = (int64_t)f.bytes;
     cp->mine.crc32c = f.crc32c;
     set_shard_state(cp, rc ? SHARD_FAILED : SHARD_WRITTEN);
+}
+
+/* Rank 0 queues the committed folder's upload, but for the shard files other hosts upload, and its
+ * commit after their markers. */
+static int push_remote(anvil_checkpointer *cp) {
+    const char *skip[ANVIL_CKPT_MAX_FILES];
+    int hosts[ANVIL_CKPT_MAX_FILES], nskip = 0, nhosts = 0;
+    for (int i = 0; cp->sharded && i < cp->nshards; i++) {
+        int h = cp->shard_host[i], seen = h == 0;
+        if (seen) continue;
+        skip[nskip++] = cp->shards[i].name;
+        for (int j = 0; j < nhosts && !seen; j++) seen = hosts[j] == h;
+        if (!seen) hosts[nhosts++] = h;
+    }
+    return anvil_ckpt_remote_push(cp->cfg.remote, cp->path, cp->step, skip, nskip, hosts, nhosts);
 }
 
 /* Writes (or, sharded, completes or removes) the checkpoint folder, then prunes. */
@@ -174,7 +195,7 @@ static void finish(anvil_checkpointer *cp) {
     } else if (!rc) {
         rc = anvil_ckpt_snapshot_write(cp->snap, cp->cfg.run_dir, cp->path, sizeof cp->path);
     }
-    if (!rc && cp->cfg.remote && anvil_ckpt_remote_push(cp->cfg.remote, cp->path, cp->step)) rc = -1;
+    if (!rc && cp->cfg.remote && push_remote(cp)) rc = -1;
     if (!rc && anvil_ckpt_prune(cp->cfg.run_dir, cp->cfg.keep_last, cp->cfg.keep_every) < 0) rc = -1;
     if (rc && !cp->take_rc) snprintf(cp->write_err, sizeof cp->write_err, "%s", anvil_errmsg());
     cp->write_rc = rc;
@@ -206,6 +227,17 @@ static void *write_main(void *arg) {
     return NULL;
 }
 
+/* A host's uploader other than rank 0, once every shard file is written: its host's, when it wrote
+ * any, go up now. A failure to queue them is logged; rank 0 then finds no marker and does not
+ * commit the step. */
+static void push_host(anvil_checkpointer *cp, int nshards) {
+    int mine = 0;
+    for (int i = 0; i < nshards && !mine; i++) mine = cp->shard_host[i] == cp->rank;
+    if (mine && anvil_ckpt_remote_push_host(cp->cfg.remote, cp->step))
+        fprintf(cp->cfg.log, "error: checkpoint step %lld not uploaded by this host: %s\n", (long long)cp->step,
+                anvil_errmsg());
+}
+
 /* Every rank's shard state, so that rank 0 commits the folder only once
  * every shard file is written; with wait, this rank's own file first. All
  * ranks get the same reports, so they all decide alike: 0 while a shard is
@@ -229,6 +261,7 @@ static int exchange(anvil_checkpointer *cp, int wait) {
             anvil_ckpt_shard_name(r, cp->shard.k, cp->shards[n].name, sizeof cp->shards[n].name);
             cp->shards[n].bytes = (uint64_t)all[r].bytes;
             cp->shards[n].crc32c = (uint32_t)all[r].crc32c;
+            cp->shard_host[n] = cp->cfg.host_leader ? cp->cfg.host_leader[r] : 0;
             n++;
         }
     }
@@ -243,6 +276,7 @@ static int exchange(anvil_checkpointer *cp, int wait) {
     cp->commit = failed >= 0 ? -1 : 1;
     pthread_cond_broadcast(&cp->cv);
     pthread_mutex_unlock(&cp->mu);
+    if (failed < 0 && cp->rank != 0 && cp->cfg.remote) push_host(cp, n);
     return failed < 0 ? 1 : anvil_fail("%s", cp->exchange_err);
 }
 

@@ -28,7 +28,8 @@ typedef struct {
     int async;            /* 1: write in the background */
     FILE *log;
     int progress;         /* 1: log's last line may be a progress bar, ended before a line between steps */
-    anvil_ckpt_remote *remote; /* rank 0: where each committed checkpoint is uploaded (NULL: nowhere) */
+    anvil_ckpt_remote *remote; /* a host's uploader: where its checkpoint files go (NULL: nowhere, or not this rank) */
+    const int *host_leader;    /* with uploads, every rank's host's uploader rank, one per rank (NULL: no uploads) */
 } anvil_checkpointer_config;
 
 /* This rank's part of a sharded checkpoint: shard g of k, its slices (copied

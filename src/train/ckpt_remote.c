@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/crc32c.h"
@@ -23,14 +24,18 @@
 typedef struct job {
     int64_t step;
     char dir[PATH_MAX]; /* the staging folder, removed once uploaded */
+    int commit;         /* rank 0: put the index once the markers of hosts[] are there */
+    int *hosts, nhosts;
     struct job *next;
 } job;
 
 struct anvil_ckpt_remote {
     anvil_s3 *s3;
     char *bucket, *prefix; /* prefix without a trailing '/' ("" for the bucket's root) */
-    int nprefixes, keep_last;
+    char *run_dir, *host;
+    int nprefixes, keep_last, rank;
     int64_t keep_every;
+    char run_id[17];
     FILE *log;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -66,6 +71,18 @@ static int index_key(char *out, size_t cap, const char *prefix, int64_t step) {
     char rest[64];
     snprintf(rest, sizeof rest, "step_%08" PRId64 "/manifest.json", step);
     return key_join(out, cap, prefix, rest);
+}
+
+/* The key of the marker of step's uploader rank. */
+static int marker_key(char *out, size_t cap, const char *prefix, int64_t step, int rank) {
+    char rest[64];
+    snprintf(rest, sizeof rest, "step_%08" PRId64 "/hosts/rank_%05d.json", step, rank);
+    return key_join(out, cap, prefix, rest);
+}
+
+/* The staging folder of step's files on the host whose uploader is rank uploader. */
+static int stage_dir(char *out, size_t cap, const char *run_dir, int64_t step, int uploader) {
+    return fmt(out, cap, "%s/ckpt/upload-step_%08" PRId64 "-host_%d", run_dir, step, uploader);
 }
 
 /* The step of an index key "<prefix>/step_<digits>/manifest.json", or -1. */
@@ -110,9 +127,12 @@ static int list_steps(anvil_s3 *s3, const char *bucket, const char *prefix, step
     return 0;
 }
 
-static cJSON *get_index(anvil_s3 *s3, const char *bucket, const char *key) {
+/* An index or a marker: a JSON object with an "objects" array; NULL after anvil_fail, with
+ * *missing set (when missing is not NULL) if the key does not exist. */
+static cJSON *get_json(anvil_s3 *s3, const char *bucket, const char *key, int *missing) {
     uint64_t size;
     int h = anvil_s3_head(s3, bucket, key, &size);
+    if (missing) *missing = h > 0;
     if (h) {
         if (h > 0) anvil_fail("s3://%s/%s: no such checkpoint index", bucket, key);
         return NULL;
@@ -164,15 +184,35 @@ static int object_key(const anvil_ckpt_remote *r, int64_t step, const char *name
            key_join(out, cap, r->prefix, rest);
 }
 
+static int keep_all(void *ctx, const char *key) {
+    (void)ctx;
+    (void)key;
+    return 1;
+}
+
+/* Deletes the markers of step's hosts. */
+static int delete_markers(anvil_ckpt_remote *r, int64_t step) {
+    char lp[PATH_MAX], rest[64];
+    anvil_s3_list_page pg;
+    snprintf(rest, sizeof rest, "step_%08" PRId64 "/hosts/", step);
+    if (key_join(lp, sizeof lp, r->prefix, rest) || anvil_s3_list_collect(r->s3, r->bucket, lp, keep_all, NULL, &pg))
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < pg.n; i++) rc = anvil_s3_delete(r->s3, r->bucket, pg.objects[i].key);
+    anvil_s3_list_page_free(&pg);
+    return rc;
+}
+
 /* Every step's index beyond the newest keep_last (but multiples of keep_every) is deleted first,
- * then its objects: a crash between leaves objects no index names, never an index without them. */
+ * then its objects and its hosts' markers: a crash between leaves objects no index names, never
+ * an index without them. */
 static int prune(anvil_ckpt_remote *r) {
     step_list l = {0};
     int rc = list_steps(r->s3, r->bucket, r->prefix, &l);
     for (size_t i = (size_t)r->keep_last; !rc && i < l.n; i++) {
         if (r->keep_every && l.steps[i] % r->keep_every == 0) continue;
         char ik[PATH_MAX];
-        cJSON *j = index_key(ik, sizeof ik, r->prefix, l.steps[i]) ? NULL : get_index(r->s3, r->bucket, ik);
+        cJSON *j = index_key(ik, sizeof ik, r->prefix, l.steps[i]) ? NULL : get_json(r->s3, r->bucket, ik, NULL);
         if (!j || anvil_s3_delete(r->s3, r->bucket, ik)) {
             cJSON_Delete(j);
             rc = -1;
@@ -188,16 +228,16 @@ static int prune(anvil_ckpt_remote *r) {
             }
         }
         cJSON_Delete(j);
+        if (!rc) rc = delete_markers(r, l.steps[i]);
     }
     free(l.steps);
     return rc;
 }
 
-static int upload(anvil_ckpt_remote *r, const job *jb) {
+/* Uploads the staged files of a job, adding an entry per object to objects. */
+static int upload_files(anvil_ckpt_remote *r, const job *jb, cJSON *objects) {
     DIR *d = opendir(jb->dir);
     if (!d) return anvil_fail("%s: cannot list: %s", jb->dir, strerror(errno));
-    cJSON *index = cJSON_CreateObject(), *objects = cJSON_AddArrayToObject(index, "objects");
-    cJSON_AddNumberToObject(index, "step", (double)jb->step);
     int rc = 0;
     for (struct dirent *e; !rc && (e = readdir(d));) {
         if (e->d_name[0] == '.') continue;
@@ -218,13 +258,80 @@ static int upload(anvil_ckpt_remote *r, const job *jb) {
         cJSON_AddItemToArray(objects, o);
     }
     closedir(d);
-    if (!rc) {
-        char ik[PATH_MAX];
-        char *text = cJSON_PrintUnformatted(index);
-        rc = !text ? anvil_fail("checkpoint upload: out of memory")
-                   : index_key(ik, sizeof ik, r->prefix, jb->step) || anvil_s3_put(r->s3, r->bucket, ik, text, strlen(text));
-        free(text);
+    return rc;
+}
+
+static int put_json(anvil_ckpt_remote *r, const char *key, const cJSON *j) {
+    char *text = cJSON_PrintUnformatted(j);
+    int rc = !text ? anvil_fail("checkpoint upload: out of memory") : anvil_s3_put(r->s3, r->bucket, key, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* An uploader other than rank 0: its host's files, then its marker, which says why when they failed. */
+static int upload_host(anvil_ckpt_remote *r, const job *jb) {
+    char mk[PATH_MAX];
+    if (marker_key(mk, sizeof mk, r->prefix, jb->step, r->rank)) return -1;
+    cJSON *marker = cJSON_CreateObject(), *objects = cJSON_AddArrayToObject(marker, "objects");
+    cJSON_AddStringToObject(marker, "run", r->run_id);
+    cJSON_AddStringToObject(marker, "host", r->host);
+    cJSON_AddNumberToObject(marker, "step", (double)jb->step);
+    int rc = upload_files(r, jb, objects);
+    if (rc) cJSON_AddStringToObject(marker, "failed", anvil_errmsg());
+    /* A failed host's marker still goes up, so that rank 0 stops waiting for it at once. */
+    if (put_json(r, mk, marker)) rc = -1;
+    cJSON_Delete(marker);
+    return rc;
+}
+
+/* Rank 0 waits for uploader rank host's marker of the step and adds its objects to the index's;
+ * -1 after anvil_fail with one line when the host failed or its marker did not come in time. */
+static int take_marker(anvil_ckpt_remote *r, const job *jb, int host, cJSON *objects) {
+    char mk[PATH_MAX];
+    if (marker_key(mk, sizeof mk, r->prefix, jb->step, host)) return -1;
+    double waited = 0, pause = 0.05;
+    for (;;) {
+        int missing;
+        cJSON *m = get_json(r->s3, r->bucket, mk, &missing);
+        if (!m && !missing) return -1;
+        const cJSON *run = cJSON_GetObjectItemCaseSensitive(m, "run");
+        if (m && cJSON_IsString(run) && !strcmp(run->valuestring, r->run_id)) {
+            const cJSON *why = cJSON_GetObjectItemCaseSensitive(m, "failed"),
+                        *key = cJSON_GetObjectItemCaseSensitive(m, "host");
+            int rc = 0;
+            if (cJSON_IsString(why))
+                rc = anvil_fail("host %s (uploader rank %d) failed to upload: %s",
+                                cJSON_IsString(key) ? key->valuestring : "?", host, why->valuestring);
+            const cJSON *o;
+            cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(m, "objects")) {
+                const char *name, *k;
+                uint32_t crc;
+                if (rc || (rc = index_entry(o, mk, &name, &k, &crc))) break;
+                cJSON_AddItemToArray(objects, cJSON_Duplicate(o, 1));
+            }
+            cJSON_Delete(m);
+            return rc;
+        }
+        /* A marker of an earlier run (killed at this step) is as good as none. */
+        cJSON_Delete(m);
+        if (waited >= ANVIL_CKPT_REMOTE_MARKER_WAIT_S)
+            return anvil_fail("no marker from uploader rank %d's host after %.0f s (s3://%s/%s)", host, waited,
+                              r->bucket, mk);
+        struct timespec ts = {(time_t)pause, (long)((pause - (time_t)pause) * 1e9)};
+        nanosleep(&ts, NULL);
+        waited += pause;
+        pause = pause * 2 > 5 ? 5 : pause * 2;
     }
+}
+
+/* Rank 0: its files, every host's marker, then the index, the commit point; then retention. */
+static int upload_commit(anvil_ckpt_remote *r, const job *jb) {
+    cJSON *index = cJSON_CreateObject(), *objects = cJSON_AddArrayToObject(index, "objects");
+    cJSON_AddNumberToObject(index, "step", (double)jb->step);
+    int rc = upload_files(r, jb, objects);
+    for (int i = 0; !rc && i < jb->nhosts; i++) rc = take_marker(r, jb, jb->hosts[i], objects);
+    char ik[PATH_MAX];
+    if (!rc) rc = index_key(ik, sizeof ik, r->prefix, jb->step) || put_json(r, ik, index) ? -1 : 0;
     cJSON_Delete(index);
     if (!rc) rc = prune(r);
     return rc;
@@ -238,27 +345,36 @@ static void *upload_main(void *arg) {
         job *jb = r->head;
         if (!jb) break;
         pthread_mutex_unlock(&r->mu);
-        int rc = upload(r, jb);
+        int rc = jb->commit ? upload_commit(r, jb) : upload_host(r, jb);
         if (rc)
-            fprintf(r->log, "error: checkpoint step %" PRId64 " not uploaded to s3://%s/%s: %s\n", jb->step, r->bucket,
-                    r->prefix, anvil_errmsg());
-        else
+            fprintf(r->log, "error: checkpoint step %" PRId64 " not %s s3://%s/%s: %s\n", jb->step,
+                    jb->commit ? "committed to" : "uploaded by this host to", r->bucket, r->prefix, anvil_errmsg());
+        else if (jb->commit)
             fprintf(r->log, "checkpoint step %" PRId64 " uploaded to s3://%s/%s\n", jb->step, r->bucket, r->prefix);
         anvil_remove_tree(jb->dir);
         pthread_mutex_lock(&r->mu);
         if (rc) r->failed = 1;
         r->head = jb->next;
         if (!r->head) r->tail = NULL;
+        free(jb->hosts);
         free(jb);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
-anvil_ckpt_remote *anvil_ckpt_remote_open(const char *uri, int nprefixes, int keep_last, int64_t keep_every,
-                                          FILE *log) {
-    if (nprefixes < 1 || nprefixes > ANVIL_CKPT_REMOTE_MAX_PREFIXES) {
-        anvil_fail("--ckpt-prefixes %d: must be 1..%d", nprefixes, ANVIL_CKPT_REMOTE_MAX_PREFIXES);
+static void free_remote(anvil_ckpt_remote *r) {
+    anvil_s3_close(r->s3);
+    free(r->bucket);
+    free(r->prefix);
+    free(r->run_dir);
+    free(r->host);
+    free(r);
+}
+
+anvil_ckpt_remote *anvil_ckpt_remote_open(const anvil_ckpt_remote_config *cfg) {
+    if (cfg->nprefixes < 1 || cfg->nprefixes > ANVIL_CKPT_REMOTE_MAX_PREFIXES) {
+        anvil_fail("--ckpt-prefixes %d: must be 1..%d", cfg->nprefixes, ANVIL_CKPT_REMOTE_MAX_PREFIXES);
         return NULL;
     }
     anvil_ckpt_remote *r = calloc(1, sizeof *r);
@@ -266,64 +382,100 @@ anvil_ckpt_remote *anvil_ckpt_remote_open(const char *uri, int nprefixes, int ke
         anvil_fail("checkpoint upload: out of memory");
         return NULL;
     }
-    if (split_uri(uri, &r->bucket, &r->prefix) || !(r->s3 = anvil_s3_open())) {
-        free(r->bucket);
-        free(r->prefix);
-        free(r);
+    int rc = split_uri(cfg->uri, &r->bucket, &r->prefix);
+    if (!rc && (!(r->run_dir = strdup(cfg->run_dir)) || !(r->host = strdup(cfg->host))))
+        rc = anvil_fail("checkpoint upload: out of memory");
+    if (rc || !(r->s3 = anvil_s3_open())) {
+        free_remote(r);
         return NULL;
     }
-    r->nprefixes = nprefixes;
-    r->keep_last = keep_last < 1 ? 1 : keep_last;
-    r->keep_every = keep_every;
-    r->log = log;
+    r->nprefixes = cfg->nprefixes;
+    r->keep_last = cfg->keep_last < 1 ? 1 : cfg->keep_last;
+    r->keep_every = cfg->keep_every;
+    r->rank = cfg->rank;
+    snprintf(r->run_id, sizeof r->run_id, "%016" PRIx64, cfg->run_id);
+    r->log = cfg->log;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     if (pthread_create(&r->thread, NULL, upload_main, r)) {
-        anvil_s3_close(r->s3);
-        free(r->bucket);
-        free(r->prefix);
-        free(r);
+        free_remote(r);
         anvil_fail("checkpoint upload: cannot start its thread");
         return NULL;
     }
     return r;
 }
 
-int anvil_ckpt_remote_push(anvil_ckpt_remote *r, const char *ckpt_dir, int64_t step) {
-    job *jb = calloc(1, sizeof *jb);
-    if (!jb) return anvil_fail("checkpoint upload: out of memory");
-    jb->step = step;
-    /* Beside the checkpoint, under a name local retention neither lists nor prunes. */
-    const char *slash = strrchr(ckpt_dir, '/');
-    int n = slash ? (int)(slash - ckpt_dir) : 0;
-    DIR *d = NULL;
-    int rc = fmt(jb->dir, sizeof jb->dir, "%.*s%supload-step_%08" PRId64, n, ckpt_dir, slash ? "/" : "", step);
-    if (rc) {
-        free(jb);
+int anvil_ckpt_remote_stage(const char *run_dir, int64_t step, int uploader, const char *path) {
+    char dir[PATH_MAX], to[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (stage_dir(dir, sizeof dir, run_dir, step, uploader) ||
+        fmt(to, sizeof to, "%s/%s", dir, slash ? slash + 1 : path) || anvil_mkdir(dir))
         return -1;
-    }
-    anvil_remove_tree(jb->dir);
-    rc = anvil_mkdir(jb->dir);
-    if (!rc && !(d = opendir(ckpt_dir))) rc = anvil_fail("%s: cannot list: %s", ckpt_dir, strerror(errno));
-    for (struct dirent *e; !rc && (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
-        char from[PATH_MAX], to[PATH_MAX];
-        if (fmt(from, sizeof from, "%s/%s", ckpt_dir, e->d_name) || fmt(to, sizeof to, "%s/%s", jb->dir, e->d_name))
-            rc = -1;
-        else if (link(from, to)) rc = anvil_fail("%s: cannot link into %s: %s", from, jb->dir, strerror(errno));
-    }
-    if (d) closedir(d);
-    if (rc) {
-        anvil_remove_tree(jb->dir);
-        free(jb);
-        return -1;
-    }
+    /* Already there: rank 0 staging its committed folder meets the files its host's writers linked. */
+    if (link(path, to) && errno != EEXIST) return anvil_fail("%s: cannot link into %s: %s", path, dir, strerror(errno));
+    return 0;
+}
+
+static void enqueue(anvil_ckpt_remote *r, job *jb) {
     pthread_mutex_lock(&r->mu);
     if (r->tail) r->tail->next = jb;
     else r->head = jb;
     r->tail = jb;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+}
+
+static job *new_job(anvil_ckpt_remote *r, int64_t step) {
+    job *jb = calloc(1, sizeof *jb);
+    if (!jb) {
+        anvil_fail("checkpoint upload: out of memory");
+        return NULL;
+    }
+    jb->step = step;
+    if (stage_dir(jb->dir, sizeof jb->dir, r->run_dir, step, r->rank)) {
+        free(jb);
+        return NULL;
+    }
+    return jb;
+}
+
+int anvil_ckpt_remote_push(anvil_ckpt_remote *r, const char *ckpt_dir, int64_t step, const char *const *skip,
+                           int nskip, const int *hosts, int nhosts) {
+    job *jb = new_job(r, step);
+    if (!jb) return -1;
+    jb->commit = 1;
+    DIR *d = NULL;
+    int rc = anvil_mkdir(jb->dir);
+    if (!rc && nhosts) {
+        if (!(jb->hosts = malloc((size_t)nhosts * sizeof *jb->hosts))) rc = anvil_fail("checkpoint upload: out of memory");
+        else memcpy(jb->hosts, hosts, (size_t)nhosts * sizeof *hosts);
+        jb->nhosts = nhosts;
+    }
+    if (!rc && !(d = opendir(ckpt_dir))) rc = anvil_fail("%s: cannot list: %s", ckpt_dir, strerror(errno));
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        int skipped = 0;
+        for (int i = 0; i < nskip && !skipped; i++) skipped = !strcmp(skip[i], e->d_name);
+        char from[PATH_MAX];
+        if (!skipped && (fmt(from, sizeof from, "%s/%s", ckpt_dir, e->d_name) ||
+                         anvil_ckpt_remote_stage(r->run_dir, step, r->rank, from)))
+            rc = -1;
+    }
+    if (d) closedir(d);
+    if (rc) {
+        anvil_remove_tree(jb->dir);
+        free(jb->hosts);
+        free(jb);
+        return -1;
+    }
+    enqueue(r, jb);
+    return 0;
+}
+
+int anvil_ckpt_remote_push_host(anvil_ckpt_remote *r, int64_t step) {
+    job *jb = new_job(r, step);
+    if (!jb) return -1;
+    enqueue(r, jb);
     return 0;
 }
 
@@ -335,12 +487,9 @@ int anvil_ckpt_remote_close(anvil_ckpt_remote *r) {
     pthread_mutex_unlock(&r->mu);
     pthread_join(r->thread, NULL);
     int failed = r->failed;
-    anvil_s3_close(r->s3);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
-    free(r->bucket);
-    free(r->prefix);
-    free(r);
+    free_remote(r);
     return failed ? anvil_fail("a checkpoint upload failed (logged above)") : 0;
 }
 
@@ -348,7 +497,7 @@ int anvil_ckpt_remote_close(anvil_ckpt_remote *r) {
 
 static int fetch(anvil_s3 *s3, const char *bucket, const char *prefix, int64_t step, const char *tmp) {
     char ik[PATH_MAX];
-    cJSON *j = index_key(ik, sizeof ik, prefix, step) ? NULL : get_index(s3, bucket, ik);
+    cJSON *j = index_key(ik, sizeof ik, prefix, step) ? NULL : get_json(s3, bucket, ik, NULL);
     if (!j) return -1;
     int rc = anvil_mkdir(tmp);
     const cJSON *o;

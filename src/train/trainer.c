@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
@@ -245,7 +246,8 @@ typedef struct {
     double s3_last_t;
     anvil_metrics *metrics;
     anvil_checkpointer *ckpt;
-    anvil_ckpt_remote *remote; /* rank 0 with --ckpt-uri */
+    anvil_ckpt_remote *remote; /* each host's lowest rank with --ckpt-uri: its host's uploader */
+    int *host_leader;          /* with --ckpt-uri, every rank's host's lowest rank */
     anvil_telemetry *tel;
     int32_t *x, *y;
     double *step_ms; /* per step, for the medians */
@@ -646,6 +648,26 @@ static int open_zero_grid(anvil_run *r) {
     return 0;
 }
 
+/* --ckpt-uri: each host's lowest rank opens its host's uploader (collective: every rank learns its
+ * host's, and rank 0's id of this run, which keeps another run's markers out of its commits). */
+static int open_remote(anvil_run *r) {
+    const anvil_train_config *c = r->c;
+    if (!(r->host_leader = malloc((size_t)r->world * sizeof *r->host_leader)))
+        return anvil_fail("train: out of memory for the host table");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t run_id = (int64_t)(((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40));
+    if (anvil_dist_host_leaders(r->host_leader) ||
+        (r->world > 1 && anvil_broadcast(anvil_dist_world(), &run_id, 1, ANVIL_I64, 0, "checkpoint run id")))
+        return -1;
+    if (r->host_leader[r->rank] != r->rank) return 0;
+    char host[64];
+    anvil_dist_host_key(host, sizeof host);
+    anvil_ckpt_remote_config rc = {c->ckpt_uri, c->out_dir, c->ckpt_prefixes ? c->ckpt_prefixes : ANVIL_CKPT_REMOTE_PREFIXES,
+                                   c->keep_last, c->keep_every, r->rank, host, (uint64_t)run_id, c->log};
+    return (r->remote = anvil_ckpt_remote_open(&rc)) ? 0 : -1;
+}
+
 /* Data parallelism (which takes its part of resumed moments and steps its
  * own optimizer from ZeRO stage 1 on) and the checkpointer. */
 static int open_parallel(anvil_run *r) {
@@ -661,13 +683,11 @@ static int open_parallel(anvil_run *r) {
     }
     /* With a run folder every rank has a checkpointer: a stop signal saves even without a policy. */
     if (c->out_dir) {
+        if (c->ckpt_uri && open_remote(r)) return -1;
         if (r->rank == 0 && anvil_ckpt_remote_clean(c->out_dir)) return -1;
-        if (c->ckpt_uri && r->rank == 0 &&
-            !(r->remote = anvil_ckpt_remote_open(c->ckpt_uri, c->ckpt_prefixes ? c->ckpt_prefixes : ANVIL_CKPT_REMOTE_PREFIXES,
-                                                 c->keep_last, c->keep_every, c->log)))
-            return -1;
         anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
-                                        c->keep_every, !c->ckpt_sync, c->log, c->progress, r->remote};
+                                        c->keep_every, !c->ckpt_sync, c->log, c->progress, r->remote,
+                                        r->host_leader};
         if (!(r->ckpt = anvil_checkpointer_new(&cc))) return -1;
     }
     r->sched = c->lr;
@@ -1045,6 +1065,7 @@ static int run_close(anvil_run *r, int rc) {
         fprintf(r->c->log, "error: %s\n", anvil_errmsg());
         rc = -1;
     }
+    free(r->host_leader);
     if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
     anvil_dp_free(r->dp);
     if (r->pp) anvil_pp_free(r->pp);

@@ -7,11 +7,13 @@ Listens on a free port of 127.0.0.1 (written to PORT_FILE) and forwards every
 request to UPSTREAM_URL unchanged, Host header included, so that SigV4
 signatures made for the proxy's address still check at the server. It counts
 requests by type (GET, HEAD, PUT, PART, LIST, POST, DELETE), the peak
-number being served at once, the bytes of bodies it sent and the Range
-header of each GET. Paths under /__ctl/ steer it:
+number being served at once, the bytes of bodies it sent, the Range
+header of each GET and the path of each PUT, in the order they completed.
+Paths under /__ctl/ steer it:
 
     /__ctl/fault?kind=503&n=N[&type=T]   answer the next N requests (of type T)
                                          503 SlowDown, without forwarding them
+                                         (&key=S: only those whose path has S)
     /__ctl/fault?kind=reset&n=N          cut the next N successful GET bodies
                                          after half their bytes (TCP RST)
     /__ctl/fault?kind=slow&n=N&ms=M      hold the next N requests M ms first
@@ -35,7 +37,7 @@ state = {}
 
 
 def clear():
-    state.update(counts={}, inflight=0, peak=0, faults=[], bytes_down=0, ranges=[])
+    state.update(counts={}, inflight=0, peak=0, faults=[], bytes_down=0, ranges=[], puts=[])
 
 
 clear()
@@ -53,11 +55,11 @@ def kind_of(method, query):
     return method
 
 
-def take_fault(kind, rtype):
-    """The first pending fault of this kind that applies to rtype, used up by one."""
+def take_fault(kind, rtype, path):
+    """The first pending fault of this kind that applies to rtype and path, used up by one."""
     with lock:
         for f in state["faults"]:
-            if f["kind"] == kind and f["n"] > 0 and f.get("type") in (None, rtype):
+            if f["kind"] == kind and f["n"] > 0 and f.get("type") in (None, rtype) and f.get("key", "") in path:
                 f["n"] -= 1
                 return f
     return None
@@ -83,10 +85,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 clear()
             elif path == "/__ctl/fault":
                 f = {"kind": q["kind"], "n": int(q.get("n", "1")), "ms": int(q.get("ms", "0"))}
-                if "type" in q:
-                    f["type"] = q["type"]
+                for k in ("type", "key"):
+                    if k in q:
+                        f[k] = q[k]
                 state["faults"].append(f)
-            body = json.dumps({k: state[k] for k in ("counts", "peak", "bytes_down", "ranges")}).encode()
+            body = json.dumps({k: state[k] for k in ("counts", "peak", "bytes_down", "ranges", "puts")}).encode()
         self.reply(200, body)
 
     def handle_any(self):
@@ -107,12 +110,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         finally:
             with lock:
                 state["inflight"] -= 1
+                if rtype == "PUT":
+                    state["puts"].append(urllib.parse.unquote(path))
 
     def forward(self, rtype, body):
-        slow = take_fault("slow", rtype)
+        path = urllib.parse.unquote(self.path.partition("?")[0])
+        slow = take_fault("slow", rtype, path)
         if slow:
             time.sleep(slow["ms"] / 1000)
-        if take_fault("503", rtype):
+        if take_fault("503", rtype, path):
             return self.reply(503, SLOWDOWN, "application/xml")
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("expect", "connection")}
         conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
@@ -131,7 +137,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
-        if rtype == "GET" and resp.status // 100 == 2 and len(data) > 1 and take_fault("reset", rtype):
+        if rtype == "GET" and resp.status // 100 == 2 and len(data) > 1 and take_fault("reset", rtype, path):
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
             with lock:
