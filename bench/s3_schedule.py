@@ -152,7 +152,8 @@ def main():
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="anvil prep's default")
     p.add_argument("--total-tokens", type=float, default=100e9)
     p.add_argument("--seconds", type=float, default=120, help="how long to replay the data schedule")
-    p.add_argument("--uploaders", default="job", choices=["job", "host"])
+    p.add_argument("--uploaders", default="host", choices=["job", "host"],
+                   help="host: one uploader per host (anvil since the per-host uploader); job: rank 0 alone")
     p.add_argument("--prefixes", type=int, default=16, help="--ckpt-prefixes")
     p.add_argument("--part", type=float, default=16 << 20, help="multipart part size")
     p.add_argument("--ckpt-bytes", type=float, default=18e9, help="ZeRO-3 state of GPT-2 1.5B: fp32 weights, m, v")
