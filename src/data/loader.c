@@ -1,14 +1,13 @@
 #include "data/loader.h"
 
-#include <errno.h>
 #include <fnmatch.h>
 #include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "data/shard.h"
 
@@ -61,10 +60,7 @@ static void stagger(int rank, int requests) {
     const char *env = getenv("ANVIL_LOADER_S3_START_RATE");
     double rate = env ? atof(env) : ANVIL_LOADER_S3_START_RATE;
     if (rank <= 0 || !(rate > 0)) return;
-    double s = (double)rank * requests / rate;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {
-    }
+    anvil_sleep((double)rank * requests / rate);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -466,10 +465,7 @@ static void backoff(anvil_s3 *s, int attempt_no) {
     pthread_mutex_lock(&s->mu);
     double u = (double)(anvil_rng_u64(&s->rng) >> 11) / 9007199254740992.0;
     pthread_mutex_unlock(&s->mu);
-    double ms = u * ceil_ms;
-    struct timespec ts = {(time_t)(ms / 1000), (long)(((long long)(ms * 1e6)) % 1000000000LL)};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {
-    }
+    anvil_sleep(u * ceil_ms / 1000);
 }
 
 /* The request with its retries: 0 on a 2xx (rs filled), -1 after anvil_fail. The status `also_ok`

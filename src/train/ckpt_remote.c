@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
@@ -317,8 +317,7 @@ static int take_marker(anvil_ckpt_remote *r, const job *jb, int host, cJSON *obj
         if (waited >= ANVIL_CKPT_REMOTE_MARKER_WAIT_S)
             return anvil_fail("no marker from uploader rank %d's host after %.0f s (s3://%s/%s)", host, waited,
                               r->bucket, mk);
-        struct timespec ts = {(time_t)pause, (long)((pause - (time_t)pause) * 1e9)};
-        nanosleep(&ts, NULL);
+        anvil_sleep(pause);
         waited += pause;
         pause = pause * 2 > 5 ? 5 : pause * 2;
     }
