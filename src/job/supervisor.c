@@ -21,8 +21,7 @@ extern char **environ;
 
 struct anvil_supervisor {
     anvil_store *st;
-    anvil_backend *backend; /* the daemon's own: backends[0] */
-    anvil_backend *backends[MAX_BACKENDS];
+    anvil_backend *backends[MAX_BACKENDS]; /* the daemon's own first */
     int nbackends;
     anvil_supervisor_options o;
     int active; /* during a tick: jobs Starting, Running or Stopping */
@@ -66,7 +65,6 @@ anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *const *ba
         return NULL;
     }
     sup->st = st;
-    sup->backend = backends[0];
     memcpy(sup->backends, backends, sizeof *backends * (size_t)n);
     sup->nbackends = n;
     sup->o = *o;
@@ -74,7 +72,7 @@ anvil_supervisor *anvil_supervisor_new(anvil_store *st, anvil_backend *const *ba
     return sup;
 }
 
-anvil_backend *anvil_supervisor_backend(anvil_supervisor *sup) { return sup->backend; }
+anvil_backend *anvil_supervisor_backend(anvil_supervisor *sup) { return sup->backends[0]; }
 
 anvil_backend *anvil_supervisor_backend_named(anvil_supervisor *sup, const char *name) {
     return named(sup->backends, sup->nbackends, name);
@@ -83,7 +81,7 @@ anvil_backend *anvil_supervisor_backend_named(anvil_supervisor *sup, const char 
 /* The backend of the job's attempts: the one recorded with its last, else the daemon's own. */
 static anvil_backend *backend_of(anvil_supervisor *sup, const anvil_job *j) {
     anvil_backend *b = j->backend[0] ? anvil_supervisor_backend_named(sup, j->backend) : NULL;
-    return b ? b : sup->backend;
+    return b ? b : sup->backends[0];
 }
 
 void anvil_supervisor_free(anvil_supervisor *sup) {
@@ -266,7 +264,7 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
                                 .keep_alive_s = spec.keep_alive_s, .owner = j->role[0] ? j->role : j->owner,
                                 .user = j->owner,
                                 .argc = c.argc, .argv = c.argv, .envp = c.envp};
-        started ctx = {sup, spec.backend ? anvil_supervisor_backend_named(sup, spec.backend) : sup->backend, j};
+        started ctx = {sup, spec.backend ? anvil_supervisor_backend_named(sup, spec.backend) : sup->backends[0], j};
         rc = ctx.backend ? ctx.backend->ops->start(ctx.backend, &a, record_start, &ctx)
                          : anvil_fail("spec: backend: this daemon has no %s backend", spec.backend);
     }
@@ -509,7 +507,7 @@ int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, const anvil_audit_e
 
 cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *j) {
     cJSON *o = cJSON_CreateObject();
-    if (!o || !cJSON_AddStringToObject(o, "name", j->backend[0] ? j->backend : sup->backend->ops->name)) {
+    if (!o || !cJSON_AddStringToObject(o, "name", j->backend[0] ? j->backend : sup->backends[0]->ops->name)) {
         cJSON_Delete(o);
         anvil_fail("out of memory");
         return NULL;
