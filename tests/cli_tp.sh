@@ -5,20 +5,23 @@
 #   - --tp 2 on 2 ranks, --tp 4 on 4, and --tp 2 on 4 ranks (two data-parallel
 #     replicas of batch 4): per-step loss, gradient norm and final weights
 #     within the tolerances below, 3x the worst measured;
-#   - checkpoints hold whole tensors: the 4-rank (DP 2, TP 2) run's step-10
-#     checkpoint resumes in one process, and a one-process checkpoint resumes
-#     at --tp 2 (each rank reading only its shard), as does a 2-rank ZeRO-1
-#     one (its shard files put together first), all continuing like the
-#     reference; the manifest records the layout;
+#   - checkpoints are sharded: each grid cell's first data-parallel rank
+#     writes its blocks of the whole tensors (no model.safetensors or
+#     optim.safetensors); the 4-rank (DP 2, TP 2) run's step-10 checkpoint
+#     resumes in one process, and a one-process checkpoint resumes at --tp 2
+#     (each rank reading only its shard), as does a 2-rank ZeRO-1 one (read
+#     piece by piece from its shard files), all continuing like the reference;
+#     the manifest records the layout;
 #   - pipeline stages: --pp 2 (1F1B) on 2 ranks and --pp 2 --tp 2 (GPipe) on
 #     4, with 4 micro-batches of 4 x 64 tokens, against one process
 #     accumulating the same 4 batches (their own tolerances: accumulation
 #     differs more, as in cli_dist.sh); the --pp 2 checkpoint resumes in one
 #     process; the --pp 2 --tp 2 one, (DP, PP, TP) = (1, 2, 2), resumes at
-#     (2, 1, 2), at (4, 1, 1) and in one process;
+#     (2, 1, 2), at (4, 1, 1) and in one process, and at its own layout ends
+#     with the same model, byte for byte, as the uninterrupted run;
 #   - ZeRO-1 on the grid's data axis: (DP, PP, TP) = (2, 2, 2) with --zero 1 (8 ranks, 4 micro-batches
-#     of 2 x 64 per replica) against the accumulating reference; its step-10 checkpoint (moments
-#     gathered whole) resumes at (2, 1, 2) with ZeRO-1 and in one process; MiCS on the data axis,
+#     of 2 x 64 per replica) against the accumulating reference; its step-10 checkpoint (each cell's
+#     moments gathered over the data axis) resumes at (2, 1, 2) with ZeRO-1 and in one process; MiCS on the data axis,
 #     (4, 1, 2) with --zero 1 --shard-group-size 2, against one process;
 #   - layouts that cannot work exit 78 with one line, before any step;
 #   - a rank stopped inside a TP group: the watchdog names the group and the
@@ -65,8 +68,10 @@ grep -q "model parallel: 2 tensor-parallel ranks, data parallel over 2" "$tmp/tp
   ok "the 4-rank run reports its grid" || bad "no grid line in the log"
 
 ck="$tmp/tp2_dp2/ckpt/step_00000010"
-if "$anvil" ckpt verify "$ck" > /dev/null && grep -Eq '"tensor_parallel":[[:space:]]*2' "$ck/manifest.json"; then
-  ok "the TP checkpoint verifies and records tensor_parallel 2"
+if "$anvil" ckpt verify "$ck" > /dev/null && grep -Eq '"tensor_parallel":[[:space:]]*2' "$ck/manifest.json" &&
+  [ -f "$ck/shard_0_of_2.safetensors" ] && [ -f "$ck/shard_1_of_2.safetensors" ] &&
+  [ ! -e "$ck/model.safetensors" ] && [ ! -e "$ck/optim.safetensors" ]; then
+  ok "the TP checkpoint verifies, records tensor_parallel 2 and is two shards, no whole file"
 else
   bad "TP checkpoint: $("$anvil" ckpt verify "$ck" 2>&1 | tail -1)"
 fi
@@ -76,7 +81,7 @@ else
   bad "resuming the TP checkpoint in one process: $(tail -1 "$tmp/tp_to_1.log")"
 fi
 run one_to_tp 2 --batch 8 --tp 2 --resume "$tmp/ref/ckpt/step_00000010" && compare ref one_to_tp
-# A ZeRO-1 checkpoint keeps its moments in shard files: put together whole, then sharded at --tp 2.
+# A ZeRO-1 checkpoint keeps its moments in shard files: each TP rank reads its pieces from them.
 run zero1 2 --batch 4 --zero 1 --ckpt-every 10 &&
   run zero_to_tp 2 --batch 8 --tp 2 --resume "$tmp/zero1/ckpt/step_00000010" && compare ref zero_to_tp
 
@@ -101,7 +106,7 @@ run pp2_tp2 4 --batch 4 --total-batch-tokens 1024 --pp 2 --tp 2 --pp-schedule gp
 # 1.9e-4 relative, weights 9.0e-6 absolute, within the pipelines' tolerances above.
 run zero1_222 8 --batch 2 --total-batch-tokens 1024 --pp 2 --tp 2 --zero 1 --ckpt-every 10 &&
   compare ref_acc zero1_222
-# Its checkpoint holds whole moments: it resumes at (2, 1, 2) with ZeRO-1 and in one process.
+# Its checkpoint is the 4 cells' shards: it resumes at (2, 1, 2) with ZeRO-1 and in one process.
 ck="$tmp/zero1_222/ckpt/step_00000010"
 run zero1_to_dp2_tp2 4 --batch 4 --total-batch-tokens 1024 --tp 2 --zero 1 --resume "$ck" &&
   compare ref_acc zero1_to_dp2_tp2
@@ -111,9 +116,21 @@ if "$anvil" train "${common[@]}" --batch 4 --total-batch-tokens 1024 --resume "$
 else
   bad "resuming the (2, 2, 2) ZeRO-1 checkpoint in one process: $(tail -1 "$tmp/zero1_to_1.log")"
 fi
-# Resharding: the (DP, PP, TP) = (1, 2, 2) checkpoint holds whole tensors, so it resumes at (2, 1, 2),
-# at (4, 1, 1) and in one process with the same global batch, each continuing like ref_acc.
+# Resharding: the (DP, PP, TP) = (1, 2, 2) checkpoint, 4 shards that name where each block goes,
+# resumes at (2, 1, 2), at (4, 1, 1) and in one process with the same global batch, each continuing
+# like ref_acc; at its own layout the arithmetic is the same, so the final model is the same bytes.
 ck="$tmp/pp2_tp2/ckpt/step_00000010"
+if [ -f "$ck/shard_3_of_4.safetensors" ] && [ ! -e "$ck/model.safetensors" ]; then
+  ok "the (1, 2, 2) checkpoint is 4 shards"
+else
+  bad "the (1, 2, 2) checkpoint: $(ls "$ck" | tr '\n' ' ')"
+fi
+run grid_to_grid 4 --batch 4 --total-batch-tokens 1024 --pp 2 --tp 2 --pp-schedule gpipe --resume "$ck" &&
+  if cmp -s "$tmp/pp2_tp2/model.safetensors" "$tmp/grid_to_grid/model.safetensors"; then
+    ok "resumed at its own layout, the (1, 2, 2) run ends bit-identical"
+  else
+    bad "resumed at its own layout, the (1, 2, 2) run ends with a different model"
+  fi
 run grid_to_dp2_tp2 4 --batch 4 --total-batch-tokens 1024 --tp 2 --resume "$ck" && compare ref_acc grid_to_dp2_tp2
 run grid_to_dp4 4 --batch 4 --total-batch-tokens 1024 --resume "$ck" && compare ref_acc grid_to_dp4
 if "$anvil" train "${common[@]}" --batch 4 --total-batch-tokens 1024 --resume "$ck" --out "$tmp/grid_to_1" \
@@ -182,7 +199,7 @@ fi
 if hang --pp 2 --total-batch-tokens 256; then
   ok "last stage stopped: exit 76, $(grep -o "timeout on rank 0.*rank 1[^;]*" "$tmp/hang.log" | head -1)"
 else
-  bad "stopped stage: exit ${hang_rc:-none}, $(grep -i "timeout\|no answer" "$tmp/hang.log" | head -2)"
+  bad "stopped stage: exit ${hang_rc:-none}, $(grep -i "timeout\|no answer" "$tmp/hang.log" | head -2); log ends: $(tail -3 "$tmp/hang.log" | tr '\n' '|')"
 fi
 
 finish

@@ -312,7 +312,8 @@ static void test_refusals(void) {
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
     rewrite_manifest_field(dir, "\"zero_stage\":\t0", "\"zero_stage\":\t1", 1);
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1 &&
-          strstr(anvil_errmsg(), "ZeRO-1 checkpoint without shard files"));
+          strstr(anvil_errmsg(), "lists optim.safetensors, but the layout (zero_stage 1, tensor_parallel 1, "
+                                 "pipeline_parallel 1) keeps the moments in shard files"));
     rewrite_manifest_field(dir, "\"zero_stage\":\t1", "\"zero_stage\":\t0", 1);
     rewrite_manifest_field(dir, "\"world\":\t2", "\"world\":\t1", 1);
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
@@ -324,9 +325,9 @@ static void test_refusals(void) {
     CHECK(anvil_ckpt_verify(dir) == 0);
 
     /* A newer format version. */
-    rewrite_manifest_field(dir, "\"version\":\t2", "\"version\":\t3", 1);
+    rewrite_manifest_field(dir, "\"version\":\t3", "\"version\":\t4", 1);
     CHECK(anvil_ckpt_verify(dir) == -1);
-    CHECK(strstr(anvil_errmsg(), "version 3 is newer") != NULL);
+    CHECK(strstr(anvil_errmsg(), "version 4 is newer") != NULL);
     CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1);
     free_trained(&a);
 }
@@ -343,10 +344,10 @@ static int shard_slices(const trained *t, int g, anvil_ckpt_slice *sl, int drop_
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
         size_t a = t->m.offsets[i], len = t->m.offsets[i + 1] - a, half = len / 2;
         size_t lo = g ? a + half : a, l = g ? len - half : half;
-        sl[n++] = (anvil_ckpt_slice){i, lo, l, t->o.m + lo, t->o.v + lo, t->m.params + lo};
+        sl[n++] = (anvil_ckpt_slice){i, lo, l, 0, t->o.m + lo, t->o.v + lo, t->m.params + lo};
     }
     if (drop_last) n--;
-    if (dup_first) sl[n++] = (anvil_ckpt_slice){0, 0, 5, t->o.m, t->o.v, t->m.params};
+    if (dup_first) sl[n++] = (anvil_ckpt_slice){0, 0, 5, 0, t->o.m, t->o.v, t->m.params};
     return n;
 }
 
@@ -403,6 +404,126 @@ static void test_sharded(void) {
     free_trained(&a);
     free_trained(&b);
     free_trained(&c);
+}
+
+/* The shards of tensor parallelism: rank g of 2 saves every even tensor as a block (the columns of
+ * its half of each row, as a rank holds a row-parallel matrix) and every odd one as a run (half of
+ * the tensor). skew moves rank 1's blocks one column left, onto rank 0's. The local data of each
+ * slice is contiguous, so it is copied out of the whole tensors into buf (3 * nparams floats). */
+static int block_slices(const trained *t, int g, int skew, float *buf, anvil_ckpt_slice *sl) {
+    int n = 0;
+    size_t used = 0, np = t->m.nparams;
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        int64_t sh[3];
+        int nd = anvil_gpt2_param_shape(&t->m.cfg, i, sh);
+        size_t a = t->m.offsets[i], len = t->m.offsets[i + 1] - a, w = (size_t)sh[nd - 1], rows = len / w;
+        anvil_ckpt_slice *x = &sl[n++];
+        x->tensor = i;
+        if (i % 2 == 0) {
+            size_t c0 = g ? w / 2 - (size_t)skew : 0, cols = g ? w - c0 : w / 2;
+            x->flat = a + c0;
+            x->len = cols;
+            x->rows = rows;
+            for (size_t r = 0; r < rows; r++)
+                for (size_t c = 0; c < cols; c++) {
+                    size_t from = a + r * w + c0 + c, to = used + r * cols + c;
+                    buf[to] = t->o.m[from];
+                    buf[np + to] = t->o.v[from];
+                    buf[2 * np + to] = t->m.params[from];
+                }
+        } else {
+            size_t half = len / 2;
+            x->flat = g ? a + half : a;
+            x->len = g ? len - half : half;
+            x->rows = 1;
+            memcpy(buf + used, t->o.m + x->flat, x->len * sizeof(float));
+            memcpy(buf + np + used, t->o.v + x->flat, x->len * sizeof(float));
+            memcpy(buf + 2 * np + used, t->m.params + x->flat, x->len * sizeof(float));
+        }
+        x->m = buf + used;
+        x->v = buf + np + used;
+        x->p = buf + 2 * np + used;
+        used += x->rows * x->len;
+    }
+    return n;
+}
+
+static int save_block_step(const char *run, const trained *t, int64_t step, int skew) {
+    anvil_ckpt_layout lay = {2, 0, 1, 2, 1};
+    anvil_ckpt_state st = state_of(t, step);
+    st.layout = &lay;
+    char tmp[PATH_MAX + 64], out[PATH_MAX];
+    anvil_ckpt_file files[2];
+    anvil_ckpt_slice sl[ANVIL_GPT2_NPARAM];
+    float *buf = malloc(3 * t->m.nparams * sizeof(float));
+    int rc = !buf || anvil_ckpt_begin(run, step, tmp, sizeof tmp);
+    for (int g = 0; !rc && g < 2; g++) {
+        int n = block_slices(t, g, g ? skew : 0, buf, sl);
+        rc = anvil_ckpt_write_shard(tmp, g, 2, &t->m, sl, n, &files[g]);
+    }
+    free(buf);
+    anvil_ckpt_snapshot *snap = rc ? NULL : anvil_ckpt_snapshot_take(NULL, &st);
+    rc = rc || !snap || anvil_ckpt_finish(snap, run, tmp, files, 2, out, sizeof out);
+    anvil_ckpt_snapshot_free(snap);
+    return rc ? -1 : 0;
+}
+
+/* A checkpoint whose shards are blocks (tensor parallelism) lists no whole weights or moments, loads
+ * bit-exactly into one process, and reads piece by piece over any range, across blocks; blocks that
+ * overlap are refused by both without touching the model. */
+static void test_sharded_blocks(void) {
+    char run[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 64];
+    path_in(run, sizeof run, root, "blocks");
+    trained a, b;
+    make_trained(&a, 15, 3);
+    make_trained(&b, 16, 1);
+    size_t bytes = a.m.nparams * sizeof(float);
+    CHECK(save_block_step(run, &a, 4, 0) == 0);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000004");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(!exists(path));
+    anvil_ckpt_manifest man;
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, &man) == 0);
+    CHECK(man.version == ANVIL_CKPT_VERSION && man.tensor_parallel == 2 && man.pipeline_parallel == 1);
+    anvil_ckpt_manifest_free(&man);
+    CHECK(memcmp(a.m.params, b.m.params, bytes) == 0);
+    CHECK(memcmp(a.o.m, b.o.m, bytes) == 0 && memcmp(a.o.v, b.o.v, bytes) == 0 && a.o.t == b.o.t);
+
+    anvil_ckpt_reader *r = anvil_ckpt_reader_open(dir, &a.m.cfg, NULL);
+    CHECK(r != NULL);
+    float got[512];
+    anvil_rng rng;
+    anvil_rng_seed(&rng, 3);
+    long reads = 0, bad = 0;
+    for (int k = 0; r && k < 3; k++)
+        for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+            size_t len = a.m.offsets[i + 1] - a.m.offsets[i];
+            const float *want = (k == 0 ? a.m.params : k == 1 ? a.o.m : a.o.v) + a.m.offsets[i];
+            for (int trial = 0; trial < 20; trial++) {
+                size_t n = 1 + anvil_rng_u64(&rng) % (len < 512 ? len : 512);
+                size_t off = anvil_rng_u64(&rng) % (len - n + 1);
+                reads++;
+                if (anvil_ckpt_reader_read(r, k, i, off, n, got)) bad++;
+                else bad += memcmp(got, want + off, n * sizeof(float)) != 0;
+            }
+        }
+    CHECK(reads == 3 * ANVIL_GPT2_NPARAM * 20 && bad == 0);
+    CHECK(r && anvil_ckpt_reader_read(r, 0, ANVIL_GPT2_LNFB, 1, a.m.cfg.n_embd, got) == -1 &&
+          strstr(anvil_errmsg(), "past the end"));
+    anvil_ckpt_reader_close(r);
+
+    /* b now differs from a, so a partial copy of a's checkpoint would show. */
+    float *before = malloc(bytes);
+    train_steps(&b.m, &b.o, 1);
+    memcpy(before, b.m.params, bytes);
+    CHECK(save_block_step(run, &a, 5, 1) == 0);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000005");
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, NULL) == -1 && strstr(anvil_errmsg(), "overlap"));
+    CHECK(memcmp(before, b.m.params, bytes) == 0);
+    CHECK(anvil_ckpt_reader_open(dir, &a.m.cfg, NULL) == NULL && strstr(anvil_errmsg(), "overlap"));
+    free(before);
+    free_trained(&a);
+    free_trained(&b);
 }
 
 static void test_manifest_bit_flips(void) {
@@ -488,7 +609,7 @@ static void test_manifest_v1(void) {
     CHECK(anvil_ckpt_verify(dir) == -1 && strstr(anvil_errmsg(), "'manifest_crc32c' is missing"));
 
     /* As version 1 wrote it: no checksum, no order fields. */
-    rewrite_manifest_field(dir, "\"version\":\t2", "\"version\":\t1", 0);
+    rewrite_manifest_field(dir, "\"version\":\t3", "\"version\":\t1", 0);
     rewrite_manifest_field(dir,
                            ",\n\t\t\"shuffled\":\ttrue,\n\t\t\"shuffle_seed\":\t\"18364758544493064721\",\n\t\t\"layout\":\t"
                            "\"strided\"",
@@ -934,6 +1055,7 @@ int main(int argc, char **argv) {
     test_round_trip();
     test_refusals();
     test_sharded();
+    test_sharded_blocks();
     test_corruption_and_fallback();
     test_manifest_bit_flips();
     test_manifest_v1();

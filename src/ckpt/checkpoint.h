@@ -14,9 +14,11 @@
  * 8 lowercase hex digits, the CRC-32C of the file's exact bytes with those 8
  * digits read as "00000000". Readers check it on the raw bytes before parsing,
  * so any single flipped bit, in whitespace as much as in a value, fails with
- * "<path>: checksum mismatch". Format version 2 (this build) always has it,
- * and every later version keeps it; version 1 manifests, written before it
- * existed (and before shuffled data orders), are still read, unprotected.
+ * "<path>: checksum mismatch". Format version 2 and later always have it;
+ * version 1 manifests, written before it existed (and before shuffled data
+ * orders), are still read, unprotected. Version 3 (this build) added block
+ * slices to shard files and the shards of tensor and pipeline parallelism;
+ * version 2 checkpoints read as before.
  *
  * Crash safety: a checkpoint is assembled in step_X.tmp-<pid>/, every file
  * and the folder are fsync'ed, the folder is renamed to step_X and the
@@ -52,20 +54,21 @@
 #include "model/gpt2.h"
 #include "optim/optim.h"
 
-#define ANVIL_CKPT_VERSION 2
+#define ANVIL_CKPT_VERSION 3
 #define ANVIL_CKPT_MAX_FILES 258 /* weights, moments and up to 256 shard files */
 
 /* The process layout of the run that saves: recorded in the manifest's
  * "parallel" object. From ZeRO stage 1 on, the AdamW moments (and from stage
- * 3 the weights) are not whole on any rank: each shard's rank writes its own
- * file (anvil_ckpt_write_shard), and loading puts the pieces back together
- * whatever the layout of the run that reads them (resharding). */
+ * 3 the weights) are not whole on any rank, nor are the weights and moments
+ * under tensor or pipeline parallelism: each shard's rank writes its own file
+ * (anvil_ckpt_write_shard), and loading puts the pieces back together
+ * whatever the layout of the run that reads them (resharding). The manifest
+ * lists model.safetensors and optim.safetensors only when rank 0 held them
+ * whole; readers go by that list. */
 typedef struct {
     int world, zero_stage, shard_group;
-    /* Ranks per tensor-parallel group (0 or 1: none). Tensor-parallel runs gather their shards and
-     * save whole tensors, so any layout can read them back. */
-    int tensor_parallel;
-    int pipeline_parallel; /* stages (0 or 1: none); saved whole the same way */
+    int tensor_parallel;   /* ranks per tensor-parallel group (0 or 1: none) */
+    int pipeline_parallel; /* stages (0 or 1: none) */
 } anvil_ckpt_layout;
 
 /* What to save. step counts completed optimizer steps, so a resumed run
@@ -102,6 +105,7 @@ typedef struct {
     int64_t adam_t;
     anvil_adamw_config adamw; /* the hyperparameters in use when saved, for information */
     int world, rank, zero_stage, shard_group;
+    int tensor_parallel, pipeline_parallel; /* 1 in manifests written before these were recorded */
     int nfiles;
     anvil_ckpt_file files[ANVIL_CKPT_MAX_FILES];
     char *train_config; /* the training configuration as compact JSON text (owned) */
@@ -141,13 +145,16 @@ void anvil_ckpt_snapshot_free(anvil_ckpt_snapshot *s);
  * rank write its shard file into the temporary folder, and the first rank
  * finish it with the other files' names, sizes and checksums. */
 
-/* One slice of a rank's shard, in the flat layout of model/gpt2.h: elements
- * [flat, flat+len) of parameter tensor `tensor`, and where the slice's
- * moments (and, at stage 3, weights) are. */
+/* One slice of a rank's shard, in the flat layout of model/gpt2.h, and where the slice's moments
+ * (and, when the weights are sharded too, weights) are. With rows 0 or 1 it is elements
+ * [flat, flat+len) of parameter tensor `tensor`; with more it is a block: rows runs of len elements,
+ * the first at flat and each next one a row of the tensor further on (a row: the tensor's last
+ * dimension, anvil_gpt2_param_shape), as a tensor-parallel rank holds the input columns of a
+ * row-parallel matrix. The slice's own data is contiguous either way, rows * len floats. */
 typedef struct {
     int tensor;
-    size_t flat, len;
-    const float *m, *v, *p; /* p is NULL below stage 3 */
+    size_t flat, len, rows;
+    const float *m, *v, *p; /* p is NULL while the weights are whole on rank 0 */
 } anvil_ckpt_slice;
 
 /* Creates RUN/ckpt/step_<step>.tmp-<pid> (and RUN/ckpt) and writes its path to tmp. */
@@ -155,9 +162,10 @@ int anvil_ckpt_begin(const char *run_dir, int64_t step, char *tmp, size_t cap);
 /* The file name of shard g of k, shard_<g>_of_<k>.safetensors, into out (room for
  * sizeof(anvil_ckpt_file.name)). */
 void anvil_ckpt_shard_name(int g, int k, char *out, size_t cap);
-/* Shard g of k's file shard_<g>_of_<k>.safetensors holds one 1-D tensor per slice and kind, named
- * "m.<param>.<first element within the parameter>" (and "v.", "p."), so that the file says where
- * every value goes. A shard snapshot is that file's image, copied from the slices: like
+/* Shard g of k's file shard_<g>_of_<k>.safetensors holds one tensor per slice and kind, named
+ * "m.<param>.<first element within the parameter>" (and "v.", "p."), 1-D [len] for a run and 2-D
+ * [rows, len] for a block, so that the file says where every value goes and a reader needs to know
+ * nothing of the layout that wrote it. A shard snapshot is that file's image, copied from the slices: like
  * anvil_ckpt_snapshot_take (reuse, threads), and written from any thread. NULL after anvil_fail. */
 typedef struct anvil_ckpt_shard_snapshot anvil_ckpt_shard_snapshot;
 anvil_ckpt_shard_snapshot *anvil_ckpt_shard_take(anvil_ckpt_shard_snapshot *reuse, int g, int k,

@@ -37,6 +37,23 @@ struct anvil_ckpt_snapshot {
     anvil_ckpt_layout layout;
 };
 
+/* Where a snapshot's state is: the weights are in shard files at ZeRO stage 3 and under tensor or
+ * pipeline parallelism, the moments from stage 1 on and under those two as well; otherwise rank 0
+ * holds them whole (layout NULL: one process). */
+static inline int ckpt_weights_sharded(const anvil_ckpt_layout *l) {
+    return l && (l->zero_stage == 3 || l->tensor_parallel > 1 || l->pipeline_parallel > 1);
+}
+static inline int ckpt_moments_sharded(const anvil_ckpt_layout *l) {
+    return l && (l->zero_stage > 0 || ckpt_weights_sharded(l));
+}
+
+/* The length of a row of tensor i: its last dimension, the distance between a block slice's runs. */
+static inline size_t ckpt_row_width(const anvil_gpt2_config *c, int i) {
+    int64_t s[3];
+    int nd = anvil_gpt2_param_shape(c, i, s);
+    return (size_t)s[nd - 1];
+}
+
 /* The kinds of a shard file's slices, the first part of their tensor names: AdamW m and v, weights p. */
 extern const char *const ckpt_slice_kinds[3];
 

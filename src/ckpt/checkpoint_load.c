@@ -80,14 +80,28 @@ static anvil_st_file *open_checked(const char *dir, const char *leaf, const char
     return f;
 }
 
-/* A slice of a shard file: where it goes in the flat layout, and its tensor. */
+/* A checkpoint's shard files, read as an index: every slice of each kind cut into runs (a 1-D slice
+ * is one run, a block one run per row), sorted by where they go in the flat layout of model/gpt2.h.
+ * Opening checks that every tensor is a named slice inside its parameter and that the runs of each
+ * kind a caller needs cover the whole layout exactly once, so a read can neither miss nor overlap. */
 typedef struct {
-    size_t start, len;
+    size_t start, len; /* elements [start, start+len) of the flat layout */
+    uint64_t src;      /* the run's first byte within its slice's data */
     const anvil_st_tensor *t;
-} span;
+    const anvil_st_file *f;
+} run;
 
-static int cmp_span(const void *a, const void *b) {
-    size_t x = ((const span *)a)->start, y = ((const span *)b)->start;
+typedef struct {
+    anvil_st_file *files[ANVIL_CKPT_MAX_FILES];
+    char names[ANVIL_CKPT_MAX_FILES][sizeof(((anvil_ckpt_file *)0)->name)];
+    int nfiles;
+    run *runs[3]; /* m, v, p (ckpt_slice_kinds) */
+    size_t nruns[3];
+    size_t offsets[ANVIL_GPT2_NPARAM + 1];
+} shard_index;
+
+static int cmp_run(const void *a, const void *b) {
+    size_t x = ((const run *)a)->start, y = ((const run *)b)->start;
     return (x > y) - (x < y);
 }
 
@@ -108,71 +122,150 @@ static int parse_slice_name(const char *name, char kind[4], char param[32], size
     return 1;
 }
 
-/* The shard files of a sharded checkpoint, opened and checked: every tensor
- * is a named slice inside its parameter, and the slices of each kind cover
- * the whole flat layout exactly once. Only then are they copied into m and v
- * (when not NULL) and p (when not NULL: a stage-3 checkpoint has no whole
- * weights file), so a bad checkpoint changes nothing. */
-static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const anvil_gpt2 *model, float *p, float *m,
-                       float *v) {
-    anvil_st_file *files[ANVIL_CKPT_MAX_FILES] = {0};
-    span *spans[3] = {0};
-    size_t nspans[3] = {0}, cap = 0;
-    int nf = 0, rc = 0;
-    for (int i = 0; i < man->nfiles; i++)
+/* Tensor t of a shard file as its slice: its kind, parameter, first element and, for a block, rows
+ * of cols elements one row of the parameter apart. 0 when it is not one that fits inside its
+ * parameter. */
+static int parse_slice(const anvil_st_tensor *t, const anvil_gpt2_config *c, const size_t *offsets, int *kind,
+                       int *param, size_t *off, size_t *rows, size_t *cols) {
+    char ks[4], ps[32];
+    *kind = *param = -1;
+    if (!parse_slice_name(t->name, ks, ps, off) || t->dtype != ANVIL_ST_F32 || t->ndim < 1 || t->ndim > 2) return 0;
+    for (int j = 0; j < ANVIL_GPT2_NPARAM; j++)
+        if (!strcmp(ps, anvil_gpt2_param_names[j])) *param = j;
+    for (int j = 0; j < 3; j++)
+        if (!strcmp(ks, ckpt_slice_kinds[j])) *kind = j;
+    if (*param < 0 || *kind < 0) return 0;
+    size_t size = offsets[*param + 1] - offsets[*param], width = ckpt_row_width(c, *param);
+    /* The safetensors reader has checked that the shape's product is the data's size. */
+    *rows = t->ndim == 2 ? (size_t)t->shape[0] : 1;
+    *cols = (size_t)t->shape[t->ndim - 1];
+    if (*off > size || *cols > size - *off) return 0;
+    if (*rows > 1 && (*cols > width || *rows - 1 > (size - *off - *cols) / width)) return 0;
+    return 1;
+}
+
+static void shard_index_close(shard_index *x) {
+    for (int f = 0; f < x->nfiles; f++) anvil_st_close(x->files[f]);
+    for (int k = 0; k < 3; k++) free(x->runs[k]);
+    memset(x, 0, sizeof *x);
+}
+
+/* Opens the shard files of dir's manifest (headers only) and indexes them; need[k] says which kinds
+ * must cover the layout. The model is c with its padded vocabulary. */
+static int shard_index_open(shard_index *x, const char *dir, const anvil_ckpt_manifest *man,
+                            const anvil_gpt2_config *c, const int need[3]) {
+    memset(x, 0, sizeof *x);
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        int64_t s[3];
+        int nd = anvil_gpt2_param_shape(c, i, s);
+        size_t n = 1;
+        for (int d = 0; d < nd; d++) n *= (size_t)s[d];
+        x->offsets[i + 1] = x->offsets[i] + n;
+    }
+    size_t total = x->offsets[ANVIL_GPT2_NPARAM], cap[3] = {0};
+    int rc = 0;
+    for (int i = 0; !rc && i < man->nfiles; i++)
         if (!strncmp(man->files[i].name, "shard_", 6)) {
             char path[PATH_MAX];
-            if (ckpt_join(path, sizeof path, dir, man->files[i].name) || !(files[nf] = anvil_st_open(path))) {
+            if (ckpt_join(path, sizeof path, dir, man->files[i].name) ||
+                !(x->files[x->nfiles] = anvil_st_open_index(path)))
                 rc = -1;
-                break;
-            }
-            cap += (size_t)anvil_st_count(files[nf++]);
-        }
-    if (!rc && !nf) rc = anvil_fail("%s: a ZeRO-%d checkpoint without shard files", dir, man->zero_stage);
-    for (int k = 0; !rc && k < 3; k++)
-        if (!(spans[k] = malloc((cap + 1) * sizeof(span)))) rc = anvil_fail("%s: out of memory", dir);
-    for (int f = 0; !rc && f < nf; f++)
-        for (int i = 0; !rc && i < anvil_st_count(files[f]); i++) {
-            const anvil_st_tensor *t = anvil_st_at(files[f], i);
-            char kind[4], param[32];
-            size_t off = 0;
-            int ti = -1, ki = -1;
-            if (parse_slice_name(t->name, kind, param, &off)) {
-                for (int j = 0; j < ANVIL_GPT2_NPARAM; j++)
-                    if (!strcmp(param, anvil_gpt2_param_names[j])) ti = j;
-                for (int j = 0; j < 3; j++)
-                    if (!strcmp(kind, ckpt_slice_kinds[j])) ki = j;
-            }
-            size_t len = t->ndim == 1 ? (size_t)t->shape[0] : 0;
-            if (ti < 0 || ki < 0 || t->dtype != ANVIL_ST_F32 || t->ndim != 1 ||
-                off > model->offsets[ti + 1] - model->offsets[ti] ||
-                len > model->offsets[ti + 1] - model->offsets[ti] - off)
-                rc = anvil_fail("%s: tensor '%s' is not a slice of this model's parameters", man->files[f].name,
-                                t->name);
             else
-                spans[ki][nspans[ki]++] = (span){model->offsets[ti] + off, len, t};
+                memcpy(x->names[x->nfiles++], man->files[i].name, sizeof x->names[0]);
         }
-    float *dst[3] = {m, v, p};
-    for (int k = 0; !rc && k < 3; k++) {
-        if (!dst[k]) continue;
-        qsort(spans[k], nspans[k], sizeof(span), cmp_span);
-        size_t at = 0;
-        for (size_t i = 0; !rc && i < nspans[k]; i++) {
-            if (spans[k][i].start != at)
-                rc = anvil_fail("%s: the shards' '%s' slices %s at element %zu", dir, ckpt_slice_kinds[k],
-                                spans[k][i].start > at ? "leave a gap" : "overlap", at);
-            at = spans[k][i].start + spans[k][i].len;
-        }
-        if (!rc && at != model->nparams)
-            rc = anvil_fail("%s: the shards' '%s' slices cover %zu of %zu elements", dir, ckpt_slice_kinds[k], at,
-                            model->nparams);
+    if (!rc && !x->nfiles) rc = anvil_fail("%s: a sharded checkpoint without shard files", dir);
+    /* Two passes: count each kind's runs, then fill them. */
+    for (int pass = 0; !rc && pass < 2; pass++) {
+        for (int k = 0; pass && !rc && k < 3; k++)
+            if (!(x->runs[k] = malloc((cap[k] + 1) * sizeof(run)))) rc = anvil_fail("%s: out of memory", dir);
+        for (int f = 0; !rc && f < x->nfiles; f++)
+            for (int i = 0; !rc && i < anvil_st_count(x->files[f]); i++) {
+                const anvil_st_tensor *t = anvil_st_at(x->files[f], i);
+                int kind, param;
+                size_t off, rows, cols;
+                if (!parse_slice(t, c, x->offsets, &kind, &param, &off, &rows, &cols)) {
+                    rc = anvil_fail("%s: tensor '%s' is not a slice of this model's parameters", x->names[f],
+                                    t->name);
+                    break;
+                }
+                if (!cols) continue;
+                if (!pass) {
+                    cap[kind] += rows;
+                    continue;
+                }
+                size_t width = ckpt_row_width(c, param);
+                for (size_t r = 0; r < rows; r++)
+                    x->runs[kind][x->nruns[kind]++] = (run){x->offsets[param] + off + r * width, cols,
+                                                            (uint64_t)(r * cols) * sizeof(float), t, x->files[f]};
+            }
     }
-    for (int k = 0; !rc && k < 3; k++)
-        for (size_t i = 0; dst[k] && i < nspans[k]; i++)
-            model->k->upload(dst[k] + spans[k][i].start, spans[k][i].t->data, spans[k][i].t->nbytes);
-    for (int f = 0; f < nf; f++) anvil_st_close(files[f]);
-    for (int k = 0; k < 3; k++) free(spans[k]);
+    for (int k = 0; !rc && k < 3; k++) {
+        qsort(x->runs[k], x->nruns[k], sizeof(run), cmp_run);
+        size_t at = 0;
+        for (size_t i = 0; need[k] && !rc && i < x->nruns[k]; i++) {
+            if (x->runs[k][i].start != at)
+                rc = anvil_fail("%s: the shards' '%s' slices %s at element %zu", dir, ckpt_slice_kinds[k],
+                                x->runs[k][i].start > at ? "leave a gap" : "overlap", at);
+            at = x->runs[k][i].start + x->runs[k][i].len;
+        }
+        if (need[k] && !rc && at != total)
+            rc = anvil_fail("%s: the shards' '%s' slices cover %zu of %zu elements", dir, ckpt_slice_kinds[k], at,
+                            total);
+    }
+    if (rc) shard_index_close(x);
     return rc;
+}
+
+/* Elements [at, at+n) of the flat layout of kind k into host memory at dst: the runs cover the
+ * layout, so the first run is the last one starting at or before at, and its successors follow. */
+static int shard_index_read(const shard_index *x, int k, size_t at, size_t n, float *dst) {
+    const run *r = x->runs[k];
+    size_t lo = 0, hi = x->nruns[k];
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r[mid].start <= at) lo = mid;
+        else hi = mid;
+    }
+    for (size_t i = lo; n; i++) {
+        size_t skip = at - r[i].start, take = r[i].len - skip < n ? r[i].len - skip : n;
+        if (anvil_st_read(r[i].f, r[i].t, r[i].src + skip * sizeof(float), take * sizeof(float), dst)) return -1;
+        dst += take;
+        at += take;
+        n -= take;
+    }
+    return 0;
+}
+
+/* The most floats a whole load stages at once. */
+#define LOAD_CHUNK ((size_t)1 << 22)
+
+/* The shard files' weights (into p, stage 3 or tensor/pipeline parallel), moments (m and v) of a
+ * sharded checkpoint: indexed and checked first, so a bad checkpoint changes nothing, then read
+ * through a host buffer into backend memory. A NULL destination is not read. */
+static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const anvil_gpt2 *model, float *p, float *m,
+                       float *v) {
+    float *dst[3] = {m, v, p};
+    int need[3] = {m != NULL, v != NULL, p != NULL};
+    shard_index x;
+    if (shard_index_open(&x, dir, man, &model->cfg, need)) return -1;
+    size_t total = x.offsets[ANVIL_GPT2_NPARAM], chunk = total < LOAD_CHUNK ? total : LOAD_CHUNK;
+    float *host = malloc((chunk + 1) * sizeof(float));
+    int rc = host ? 0 : anvil_fail("%s: out of memory", dir);
+    for (int k = 0; !rc && k < 3; k++)
+        for (size_t at = 0; dst[k] && !rc && at < total; at += chunk) {
+            size_t n = total - at < chunk ? total - at : chunk;
+            if (!(rc = shard_index_read(&x, k, at, n, host))) model->k->upload(dst[k] + at, host, n * sizeof(float));
+        }
+    free(host);
+    shard_index_close(&x);
+    return rc;
+}
+
+/* Whether the manifest lists a file of this name. */
+static int lists(const anvil_ckpt_manifest *m, const char *name) {
+    for (int i = 0; i < m->nfiles; i++)
+        if (!strcmp(m->files[i].name, name)) return 1;
+    return 0;
 }
 
 static const char *const wpre[] = {""}, *const opre[] = {"m.", "v."};
@@ -183,17 +276,17 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
     int rc = ckpt_verify_files(ckpt_dir, &m, NULL, NULL);
     if (!rc) rc = compare_config(ckpt_dir, &m.model, &model->cfg);
-    /* Every file is opened and checked before anything is copied, so a failure changes nothing.
-     * Below stage 1 the state is whole in model and optim; from stage 1 the moments, and from
-     * stage 3 the weights, come back from the shard files. */
-    int stage = m.zero_stage;
+    /* Every file is opened and checked before anything is copied. The weights and moments come from
+     * model.safetensors and optim.safetensors when the manifest lists them (rank 0 held them whole),
+     * and from the shard files otherwise. */
+    int whole_w = lists(&m, "model.safetensors"), whole_o = lists(&m, "optim.safetensors");
     anvil_st_file *fw = NULL, *fo = NULL;
-    if (!rc && stage < 3 && !(fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, &model->cfg, 0))) rc = -1;
-    if (!rc && opt && stage == 0 && !(fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, &model->cfg, 0)))
+    if (!rc && whole_w && !(fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, &model->cfg, 0))) rc = -1;
+    if (!rc && opt && whole_o && !(fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, &model->cfg, 0)))
         rc = -1;
-    if (!rc && stage > 0 && (opt || stage == 3))
-        rc = load_shards(ckpt_dir, &m, model, stage == 3 ? model->params : NULL, opt ? opt->m : NULL,
-                         opt ? opt->v : NULL);
+    if (!rc && (!whole_w || (opt && !whole_o)))
+        rc = load_shards(ckpt_dir, &m, model, whole_w ? NULL : model->params, opt && !whole_o ? opt->m : NULL,
+                         opt && !whole_o ? opt->v : NULL);
     size_t pad = model->offsets[ANVIL_GPT2_WTE + 1] - model->offsets[ANVIL_GPT2_WTE] -
                  (size_t)model->cfg.vocab_size * model->cfg.n_embd;
     float *zeros = rc ? NULL : calloc(pad + 1, sizeof(float));
@@ -218,15 +311,20 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
 
 /* ---- reading piece by piece ---- */
 
+/* Each kind comes from its whole file (model.safetensors for the weights, optim.safetensors for the
+ * moments) when the manifest lists it, else from the shard files' index. */
 struct anvil_ckpt_reader {
     anvil_st_file *fw, *fo;
     const anvil_st_tensor *t[3][ANVIL_GPT2_NPARAM]; /* weights, m, v */
+    int sharded[3];
+    shard_index shards;
 };
 
 void anvil_ckpt_reader_close(anvil_ckpt_reader *r) {
     if (!r) return;
     anvil_st_close(r->fw);
     anvil_st_close(r->fo);
+    shard_index_close(&r->shards);
     free(r);
 }
 
@@ -237,16 +335,19 @@ anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return NULL;
     anvil_ckpt_reader *r = calloc(1, sizeof *r);
     int rc = r ? 0 : anvil_fail("%s: out of memory", ckpt_dir);
-    if (!rc && m.zero_stage > 0)
-        rc = anvil_fail("%s: a ZeRO-%d checkpoint keeps its state in shard files, not read piece by piece", ckpt_dir,
-                        m.zero_stage);
     if (!rc) rc = ckpt_verify_files(ckpt_dir, &m, NULL, NULL);
     if (!rc) rc = compare_config(ckpt_dir, &m.model, cfg);
-    if (!rc && (!(r->fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, cfg, 1)) ||
-                !(r->fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, cfg, 1))))
-        rc = -1;
+    if (!rc) {
+        r->sharded[0] = !lists(&m, "model.safetensors");
+        r->sharded[1] = r->sharded[2] = !lists(&m, "optim.safetensors");
+    }
+    if (!rc && !r->sharded[0] && !(r->fw = open_checked(ckpt_dir, "model.safetensors", wpre, 1, cfg, 1))) rc = -1;
+    if (!rc && !r->sharded[1] && !(r->fo = open_checked(ckpt_dir, "optim.safetensors", opre, 2, cfg, 1))) rc = -1;
+    /* The index's kinds are m, v, p; the reader's weights, m, v. */
+    int need[3] = {r && r->sharded[1], r && r->sharded[2], r && r->sharded[0]};
+    if (!rc && (need[0] || need[2]) && shard_index_open(&r->shards, ckpt_dir, &m, cfg, need)) rc = -1;
     for (int k = 0; !rc && k < 3; k++)
-        for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        for (int i = 0; !r->sharded[k] && i < ANVIL_GPT2_NPARAM; i++) {
             char name[64];
             snprintf(name, sizeof name, "%s%s", k ? opre[k - 1] : "", anvil_gpt2_param_names[i]);
             r->t[k][i] = anvil_st_find(k ? r->fo : r->fw, name);
@@ -264,6 +365,13 @@ anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2
 int anvil_ckpt_reader_read(anvil_ckpt_reader *r, int kind, int i, size_t off, size_t n, float *dst) {
     if (kind < 0 || kind > 2 || i < 0 || i >= ANVIL_GPT2_NPARAM)
         return anvil_fail("checkpoint: no tensor %d of kind %d", i, kind);
+    if (r->sharded[kind]) {
+        const size_t *o = r->shards.offsets;
+        if (off > o[i + 1] - o[i] || n > o[i + 1] - o[i] - off)
+            return anvil_fail("checkpoint: read of %zu elements at %zu is past the end of '%s' (%zu)", n, off,
+                              anvil_gpt2_param_names[i], o[i + 1] - o[i]);
+        return shard_index_read(&r->shards, kind ? kind - 1 : 2, o[i] + off, n, dst);
+    }
     const anvil_st_tensor *t = r->t[kind][i];
     /* The file's wte stops at the real vocabulary: what lies past it is padding, zero. */
     size_t real = (size_t)(t->nbytes / sizeof(float)), a = off < real ? off : real;

@@ -221,6 +221,30 @@ static int parse_files(const cJSON *root, const char *name, anvil_ckpt_manifest 
     return 0;
 }
 
+/* The files must be where the layout keeps the state: whole weights and moments on rank 0 (listed as
+ * model.safetensors and optim.safetensors) or in shard files. Before version 3, tensor and pipeline
+ * parallel runs saved whole files. */
+static int check_files_layout(const anvil_ckpt_manifest *m, const char *name) {
+    int grid = m->version >= 3 && (m->tensor_parallel > 1 || m->pipeline_parallel > 1);
+    int whole[2] = {m->zero_stage < 3 && !grid, m->zero_stage == 0 && !grid}, listed[2] = {0, 0}, shards = 0;
+    static const char *const files[2] = {"model.safetensors", "optim.safetensors"};
+    static const char *const what[2] = {"weights", "moments"};
+    for (int i = 0; i < m->nfiles; i++) {
+        for (int k = 0; k < 2; k++) listed[k] |= !strcmp(m->files[i].name, files[k]);
+        shards |= !strncmp(m->files[i].name, "shard_", 6);
+    }
+    for (int k = 0; k < 2; k++)
+        if (listed[k] != whole[k])
+            return anvil_fail("%s: field 'files' %s %s, but the layout (zero_stage %d, tensor_parallel %d, "
+                              "pipeline_parallel %d) keeps the %s %s",
+                              name, listed[k] ? "lists" : "does not list", files[k], m->zero_stage,
+                              m->tensor_parallel, m->pipeline_parallel, what[k],
+                              whole[k] ? "whole" : "in shard files");
+    if ((!whole[0] || !whole[1]) && !shards)
+        return anvil_fail("%s: field 'files' lists no shard files, but the layout keeps state in them", name);
+    return 0;
+}
+
 static int parse_root(const cJSON *root, const char *name, const char *crc_value, anvil_ckpt_manifest *m) {
     if (!cJSON_IsObject(root)) return anvil_fail("%s: not a JSON object", name);
     const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "format"));
@@ -305,10 +329,22 @@ static int parse_root(const cJSON *root, const char *name, const char *crc_value
     m->rank = (int)p[1];
     m->zero_stage = (int)p[2];
     m->shard_group = (int)p[3];
+    /* Recorded since tensor and pipeline parallelism; older manifests had neither. */
+    int64_t tp = 1, pp = 1;
+    if ((cJSON_GetObjectItemCaseSensitive(o, "tensor_parallel") &&
+         get_int(o, "tensor_parallel", "parallel.", name, 1, 1 << 24, &tp)) ||
+        (cJSON_GetObjectItemCaseSensitive(o, "pipeline_parallel") &&
+         get_int(o, "pipeline_parallel", "parallel.", name, 1, 1 << 24, &pp)))
+        return -1;
+    if (tp * pp > p[0])
+        return anvil_fail("%s: field 'parallel.tensor_parallel' x 'parallel.pipeline_parallel' exceeds "
+                          "'parallel.world'", name);
+    m->tensor_parallel = (int)tp;
+    m->pipeline_parallel = (int)pp;
 
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "train_config");
     if (!cJSON_IsObject(tc)) return anvil_fail("%s: field 'train_config' is missing or not an object", name);
-    if (parse_files(root, name, m)) return -1;
+    if (parse_files(root, name, m) || check_files_layout(m, name)) return -1;
     m->train_config = cJSON_PrintUnformatted(tc);
     if (!m->train_config) return anvil_fail("%s: out of memory", name);
     return 0;

@@ -166,8 +166,11 @@ static char *compact_config(const char *json) {
 
 anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const anvil_ckpt_state *st) {
     int stage = st && st->layout ? st->layout->zero_stage : 0;
-    int has_opt = st && st->opt && (stage > 0 || (st->opt->m && st->opt->v));
-    if (!st || !st->model || !has_opt || (stage < 3 && !st->model->params) || st->step < 0 ||
+    /* What rank 0 holds whole, and so writes itself; the rest is in the shard files. */
+    int whole_weights = !ckpt_weights_sharded(st ? st->layout : NULL);
+    int whole_moments = !ckpt_moments_sharded(st ? st->layout : NULL);
+    int has_opt = st && st->opt && (!whole_moments || (st->opt->m && st->opt->v));
+    if (!st || !st->model || !has_opt || (whole_weights && !st->model->params) || st->step < 0 ||
         st->tokens_seen < 0 || stage < 0 || stage > 3) {
         anvil_ckpt_snapshot_free(reuse);
         anvil_fail("checkpoint: the state to save needs a model, an initialized optimizer and counters >= 0");
@@ -197,10 +200,9 @@ anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const 
     s->nparams = model->nparams;
     s->cfg = model->cfg;
     memcpy(s->offsets, model->offsets, sizeof s->offsets);
-    /* Below stage 3 the weights are whole here; only stage 0 has whole moments (the others' are in shards). */
-    if (stage == 3) anvil_st_image_free(&s->weights);
-    if (stage > 0) anvil_st_image_free(&s->moments);
-    if ((stage < 3 && take_weights(s, model)) || (stage == 0 && take_moments(s, model, st->opt))) {
+    if (!whole_weights) anvil_st_image_free(&s->weights);
+    if (!whole_moments) anvil_st_image_free(&s->moments);
+    if ((whole_weights && take_weights(s, model)) || (whole_moments && take_moments(s, model, st->opt))) {
         anvil_ckpt_snapshot_free(s);
         return NULL;
     }
@@ -363,8 +365,10 @@ anvil_ckpt_shard_snapshot *anvil_ckpt_shard_take(anvil_ckpt_shard_snapshot *reus
     if (!s || !t || !names) rc = anvil_fail("checkpoint: out of memory for shard %d of %d", g, k);
     for (int i = 0; !rc && i < n; i++) {
         int ti = sl[i].tensor;
-        if (ti < 0 || ti >= ANVIL_GPT2_NPARAM || sl[i].flat < model->offsets[ti] ||
-            sl[i].flat + sl[i].len > model->offsets[ti + 1] || (kinds == 3) != (sl[i].p != NULL)) {
+        size_t rows = sl[i].rows > 1 ? sl[i].rows : 1;
+        size_t width = ti >= 0 && ti < ANVIL_GPT2_NPARAM ? ckpt_row_width(&model->cfg, ti) : 0;
+        if (ti < 0 || ti >= ANVIL_GPT2_NPARAM || sl[i].flat < model->offsets[ti] || (rows > 1 && sl[i].len > width) ||
+            sl[i].flat + (rows - 1) * width + sl[i].len > model->offsets[ti + 1] || (kinds == 3) != (sl[i].p != NULL)) {
             rc = anvil_fail("checkpoint: shard %d of %d: slice %d is outside its tensor", g, k, i);
             break;
         }
@@ -374,9 +378,10 @@ anvil_ckpt_shard_snapshot *anvil_ckpt_shard_take(anvil_ckpt_shard_snapshot *reus
                      anvil_gpt2_param_names[ti], sl[i].flat - model->offsets[ti]);
             x->name = names[i * kinds + j];
             x->dtype = ANVIL_ST_F32;
-            x->ndim = 1;
-            x->shape[0] = (int64_t)sl[i].len;
-            x->nbytes = sl[i].len * sizeof(float);
+            x->ndim = rows > 1 ? 2 : 1;
+            x->shape[0] = (int64_t)(rows > 1 ? rows : sl[i].len);
+            x->shape[1] = (int64_t)sl[i].len;
+            x->nbytes = rows * sl[i].len * sizeof(float);
             x->data = j == 0 ? sl[i].m : j == 1 ? sl[i].v : sl[i].p;
         }
     }

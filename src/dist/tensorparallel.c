@@ -253,6 +253,20 @@ static void shard_copy(const anvil_tp *m, int i, int rank, float *whole, float *
     }
 }
 
+size_t anvil_tp_num_blocks(const anvil_tp *m, int i) {
+    split_desc d = describe(&m->cfg, i);
+    if (!owned(m, i) || num_pieces(m, i) == 0) return 0;
+    if (d.split == REPLICATED) return m->rank == 0;
+    /* A row-parallel shard's pieces are one per row, a row apart: one block. */
+    return d.split == SPLIT_COLS ? 1 : num_pieces(m, i);
+}
+
+void anvil_tp_block(const anvil_tp *m, int i, size_t p, size_t *whole, size_t *local, size_t *rows, size_t *cols) {
+    int block = describe(&m->cfg, i).split == SPLIT_COLS;
+    piece_at(m, i, m->rank, block ? 0 : p, whole, local, cols);
+    *rows = block ? num_pieces(m, i) : 1;
+}
+
 /* The most floats anvil_tp_fill reads at once. */
 #define FILL_CHUNK ((size_t)1 << 16)
 

@@ -64,6 +64,15 @@ int anvil_tp_unshard(anvil_tp *m, const float *local, float *full);
  * Reads go forward, by tensor and then offset. anvil_tp_fill writes them into local (parameters or
  * a moment, the local layout); anvil_tp_init_weights gives the parameters anvil_gpt2_init_weights'
  * values, bit-identical to initializing the whole model and taking the shard. */
+/* The blocks this rank saves of tensor i, for checkpoints in which every rank writes its own part: over
+ * the ranks of the group and the stages, they cover each tensor once (a replicated tensor is saved by
+ * rank 0 of the group, wte by the first stage). Block p is rows runs of cols elements, the first at
+ * element `whole` of the whole tensor (anvil_gpt2's layout) and each next one a row of the whole
+ * tensor (its last dimension) further on; the block's local data is contiguous, rows * cols floats
+ * from element `local` of the tensor's local shard. */
+size_t anvil_tp_num_blocks(const anvil_tp *m, int i);
+void anvil_tp_block(const anvil_tp *m, int i, size_t p, size_t *whole, size_t *local, size_t *rows, size_t *cols);
+
 typedef int (*anvil_tp_read_fn)(void *ctx, int i, size_t off, size_t n, float *dst);
 int anvil_tp_fill(anvil_tp *m, anvil_tp_read_fn read, void *ctx, float *local);
 int anvil_tp_init_weights(anvil_tp *m, uint64_t seed);

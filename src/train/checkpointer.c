@@ -28,6 +28,7 @@ typedef struct {
     int64_t state; /* shard_state */
     int64_t bytes;
     int64_t crc32c;
+    int64_t g; /* the shard's number, which names its file */
 } shard_report;
 
 /* An asynchronous checkpoint has two phases: the snapshot, which the training
@@ -250,15 +251,15 @@ static int exchange(anvil_checkpointer *cp, int wait) {
     while (wait && cp->mine.state == SHARD_PENDING) pthread_cond_wait(&cp->cv, &cp->mu);
     all[cp->rank] = cp->mine;
     pthread_mutex_unlock(&cp->mu);
-    if (anvil_allreduce(anvil_dist_world(), all, (size_t)cp->world * 3, ANVIL_I64, "checkpoint shard files"))
+    if (anvil_allreduce(anvil_dist_world(), all, (size_t)cp->world * (sizeof *all / sizeof(int64_t)), ANVIL_I64,
+                        "checkpoint shard files"))
         return -1;
     int failed = -1, pending = 0, n = 0;
     for (int r = 0; r < cp->world; r++) {
         if (all[r].state == SHARD_PENDING) pending = 1;
         if (all[r].state == SHARD_FAILED && failed < 0) failed = r;
         if (all[r].state == SHARD_WRITTEN && n < ANVIL_CKPT_MAX_FILES - 2) {
-            /* The first replica of shard group rank r is world rank r (groups are consecutive ranks). */
-            anvil_ckpt_shard_name(r, cp->shard.k, cp->shards[n].name, sizeof cp->shards[n].name);
+            anvil_ckpt_shard_name((int)all[r].g, cp->shard.k, cp->shards[n].name, sizeof cp->shards[n].name);
             cp->shards[n].bytes = (uint64_t)all[r].bytes;
             cp->shards[n].crc32c = (uint32_t)all[r].crc32c;
             cp->shard_host[n] = cp->cfg.host_leader ? cp->cfg.host_leader[r] : 0;
@@ -437,7 +438,7 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
     cp->done = 0;
     cp->steps_ms = cp->waited_ms = 0;
     cp->nsteps = 0;
-    cp->mine = (shard_report){SHARD_PENDING, 0, 0};
+    cp->mine = (shard_report){SHARD_PENDING, 0, 0, shard ? shard->g : 0};
     cp->shard_err[0] = '\0';
     cp->last_save_time = called;
     if (cp->cfg.async && !force_sync) {

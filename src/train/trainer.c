@@ -72,6 +72,9 @@ int anvil_train_check(const anvil_train_config *c) {
     if (anvil_grid_check(world, tp, pp, &m)) return -1;
     if (tp * pp > 1 && c->zero_stage && anvil_zg_check(c->zero_stage, c->shard_group_size, world / (tp * pp)))
         return -1;
+    if (tp * pp > ANVIL_CKPT_MAX_FILES - 2 && c->out_dir)
+        return anvil_fail("train: --tp x --pp is %d grid cells, more than the %d shard files a checkpoint holds",
+                          tp * pp, ANVIL_CKPT_MAX_FILES - 2);
     if (tp * pp > 1 && c->matmul_dtype == ANVIL_MATMUL_BF16)
         return anvil_fail("train: --tp and --pp run in fp32 only; drop --dtype bf16");
     /* The ranks of one model replica share their batch: the data ranks are the data-parallel replicas. */
@@ -325,30 +328,9 @@ static int read_checkpoint(void *ctx, int i, size_t off, size_t n, float *dst) {
 }
 
 /* Tensor and pipeline parallelism: the rank's shard of the checkpoint's weights and moments, read
- * piece by piece, so no rank holds a whole tensor. A checkpoint written with ZeRO keeps them in shard
- * files: that one is put together whole, and then sharded. */
+ * piece by piece from whatever files hold them (whole, or the shards of any layout), so no rank
+ * holds a whole tensor. */
 static int load_shards(anvil_run *r, const char *dir, anvil_ckpt_manifest *man) {
-    anvil_ckpt_manifest peek;
-    if (anvil_ckpt_read_manifest(dir, &peek)) return -1;
-    int zero = peek.zero_stage;
-    anvil_ckpt_manifest_free(&peek);
-    if (zero > 0) {
-        anvil_gpt2 *m = &r->model;
-        int rc = (m->params = m->k->alloc(m->nparams * sizeof(float))) ? 0 : anvil_fail("train: out of memory");
-        if (!rc) rc = anvil_adamw_init_whole(&r->whole_opt, r->k, &r->c->adamw, m->offsets, ANVIL_GPT2_NPARAM,
-                                             anvil_gpt2_param_decays);
-        int loaded = !rc && !(rc = anvil_ckpt_load(dir, m, &r->whole_opt, man));
-        if (!rc && (anvil_tp_shard(r->tp, m->params, anvil_tp_params(r->tp)) ||
-                    anvil_tp_shard(r->tp, r->whole_opt.m, r->tp_opt.m) ||
-                    anvil_tp_shard(r->tp, r->whole_opt.v, r->tp_opt.v)))
-            rc = -1;
-        if (!rc) r->tp_opt.t = r->whole_opt.t;
-        else if (loaded) anvil_ckpt_manifest_free(man);
-        anvil_adamw_free(&r->whole_opt);
-        m->k->free(m->params);
-        m->params = NULL;
-        return rc;
-    }
     shard_source src = {anvil_ckpt_reader_open(dir, &r->model.cfg, man), 0};
     if (!src.ckpt) return -1;
     float *dst[3] = {anvil_tp_params(r->tp), r->tp_opt.m, r->tp_opt.v};
@@ -415,36 +397,43 @@ static int whole_model(anvil_run *r, anvil_gpt2 *whole, float **gathered) {
     return 0;
 }
 
-/* Tensor parallel: every rank gathers the whole weights and moments (collectives), and rank 0
- * saves them as a replicated run would, so that any layout can resume from them. */
-static int save_tp_checkpoint(anvil_run *r, anvil_ckpt_state *st, int force_sync) {
-    const anvil_train_config *c = r->c;
-    anvil_gpt2 whole;
-    float *gathered;
-    anvil_adamw opt;
-    if (whole_model(r, &whole, &gathered)) return -1;
-    int rc = anvil_adamw_init_whole(&opt, r->k, &c->adamw, r->model.offsets, ANVIL_GPT2_NPARAM,
-                                    anvil_gpt2_param_decays);
-    if (!rc) {
-        float *lm = r->tp_opt.m, *lv = r->tp_opt.v, *blocks = NULL;
-        size_t n = anvil_tp_num_params(r->tp);
-        if (r->zg) {
-            /* ZeRO-1: the local moments are put back together from the data axis's blocks first. */
-            if (!(blocks = r->k->alloc(2 * n * sizeof(float)))) rc = anvil_fail("train: out of memory for a checkpoint");
-            lm = blocks;
-            lv = blocks ? blocks + n : NULL;
-            if (!rc) rc = anvil_zg_gather_moments(r->zg, lm, lv);
-        }
-        opt.t = r->opt->t;
-        if (!rc) rc = unshard(r, lm, opt.m) || unshard(r, lv, opt.v) ? -1 : 0;
-        st->model = &whole;
-        st->opt = &opt;
-        /* The snapshot is taken within the call, so the gathered copies can go right after. */
-        if (!rc) rc = anvil_checkpointer_save(r->ckpt, st, NULL, force_sync);
-        anvil_adamw_free(&opt);
-        if (blocks) r->k->free(blocks);
+/* Tensor and pipeline parallelism: each cell of the grid (a TP rank of a stage) is one shard, written
+ * by its first data-parallel replica as blocks of the whole tensors (anvil_tp_block), so no rank ever
+ * holds a whole tensor and any layout reads them back. Under ZeRO-1 the cell's moments are first put
+ * back together from the data axis's blocks. */
+static int save_grid_checkpoint(anvil_run *r, anvil_ckpt_state *st, int force_sync) {
+    anvil_checkpointer_shard sh = {r->grid.pp_rank * r->grid.tp + r->grid.tp_rank, r->grid.pp * r->grid.tp,
+                                   r->grid.dp_rank == 0, NULL, 0};
+    size_t n = anvil_tp_num_params(r->tp);
+    const size_t *off = anvil_tp_offsets(r->tp);
+    float *lm = r->tp_opt.m, *lv = r->tp_opt.v, *blocks = NULL, *p = anvil_tp_params(r->tp);
+    anvil_ckpt_slice *sl = NULL;
+    int rc = 0;
+    if (r->zg) {
+        if (!(blocks = r->k->alloc(2 * n * sizeof(float)))) rc = anvil_fail("train: out of memory for a checkpoint");
+        lm = blocks;
+        lv = blocks ? blocks + n : NULL;
+        /* Collective over the shard group, so every replica takes part. */
+        if (!rc) rc = anvil_zg_gather_moments(r->zg, lm, lv);
     }
-    r->k->free(gathered);
+    size_t count = 0;
+    for (int i = 0; sh.writer && i < ANVIL_GPT2_NPARAM; i++) count += anvil_tp_num_blocks(r->tp, i);
+    if (!rc && !(sl = calloc(count + 1, sizeof *sl))) rc = anvil_fail("train: out of memory for a checkpoint");
+    for (int i = 0; !rc && sh.writer && i < ANVIL_GPT2_NPARAM; i++)
+        for (size_t b = 0, nb = anvil_tp_num_blocks(r->tp, i); b < nb; b++) {
+            size_t whole, local;
+            anvil_ckpt_slice *x = &sl[sh.nslices++];
+            anvil_tp_block(r->tp, i, b, &whole, &local, &x->rows, &x->len);
+            x->tensor = i;
+            x->flat = r->model.offsets[i] + whole;
+            x->m = lm + off[i] + local;
+            x->v = lv + off[i] + local;
+            x->p = p + off[i] + local;
+        }
+    sh.slices = sl;
+    if (!rc) rc = anvil_checkpointer_save(r->ckpt, st, &sh, force_sync);
+    free(sl);
+    if (blocks) r->k->free(blocks);
     return rc;
 }
 
@@ -459,9 +448,11 @@ static int save_checkpoint(anvil_run *r, int64_t step, int force_sync) {
                            r->world > 1 ? &lay : NULL};
     if (r->train) st.loader = anvil_loader_get_state(r->train);
     if (r->tp) {
-        lay.tensor_parallel = r->grid.tp;
-        lay.pipeline_parallel = r->grid.pp;
-        return save_tp_checkpoint(r, &st, force_sync);
+        int g = 0, k = 1;
+        if (r->zg) anvil_zg_shard(r->zg, &g, &k);
+        lay = (anvil_ckpt_layout){r->world, r->zg ? 1 : 0, k, r->grid.tp, r->grid.pp};
+        st.layout = &lay;
+        return save_grid_checkpoint(r, &st, force_sync);
     }
     if (!r->sharded) return anvil_checkpointer_save(r->ckpt, &st, NULL, force_sync);
     anvil_checkpointer_shard sh;
