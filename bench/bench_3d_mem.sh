@@ -9,20 +9,27 @@
 # trainer's own figure, and the peak RSS (VmHWM, getrusage) of the largest and
 # smallest rank, from the trainer's per-rank memory line.
 #
-# usage: bench/bench_3d_mem.sh [--anvil PATH] [--out DIR]
+# With --ckpt, each run also saves a checkpoint after step 2 (--ckpt-every 2,
+# synchronously), inside the measured peak: the trainer reports its peak before
+# the final model file, which is gathered whole.
+#
+# usage: bench/bench_3d_mem.sh [--anvil PATH] [--out DIR] [--ckpt]
 #   --anvil PATH   anvil binary (default build/anvil)
 #   --out DIR      keep the logs here (default: a new temp dir)
+#   --ckpt         save a checkpoint within the measured steps
 # Cost on 2 cores: about a minute.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 anvil="$(dirname "$here")/build/anvil"
 out=""
+ckpt=()
 die() { echo "bench_3d_mem: $*" >&2; exit 2; }
 while (($#)); do
     case "$1" in
         --anvil) (($# >= 2)) || die "--anvil needs a path"; anvil=$2; shift 2 ;;
         --out) (($# >= 2)) || die "--out needs a folder"; out=$2; shift 2 ;;
+        --ckpt) ckpt=(--ckpt-every 2 --ckpt-sync); shift ;;
         *) die "unknown option $1" ;;
     esac
 done
@@ -41,10 +48,13 @@ for layout in "1 process:1:1:1" "TP 2:2:2:1" "TP 4:4:4:1" "PP 2:2:1:2" "PP 4:4:1
     IFS=: read -r name n tp pp <<< "$layout"
     echo "bench_3d_mem: $name" >&2
     tag="mem_tp${tp}_pp${pp}"
+    [[ ${#ckpt[@]} -eq 0 ]] || rm -rf "$out/run_$tag"
+    save=()
+    [[ ${#ckpt[@]} -eq 0 ]] || save=("${ckpt[@]}" --out "$out/run_$tag")
     if [[ $n -eq 1 ]]; then
-        OMP_NUM_THREADS=1 "$anvil" "${common[@]}" --summary-json > "$out/$tag.out" 2> "$out/$tag.err" || status=1
+        OMP_NUM_THREADS=1 "$anvil" "${common[@]}" "${save[@]}" --summary-json > "$out/$tag.out" 2> "$out/$tag.err" || status=1
     else
-        OMP_NUM_THREADS=1 "$anvil" launch --log-dir "$out/logs" -n "$n" -- "${common[@]}" --tp "$tp" --pp "$pp" \
+        OMP_NUM_THREADS=1 "$anvil" launch --log-dir "$out/logs" -n "$n" -- "${common[@]}" "${save[@]}" --tp "$tp" --pp "$pp" \
             > "$out/$tag.out" 2> "$out/$tag.err" || status=1
     fi
     "$py" - "$out/$tag.out" "$out/$tag.err" "$name" "$n" "$tp" "$pp" "$L" <<'EOF' || { status=1; echo "| $name | $n | run failed |"; }

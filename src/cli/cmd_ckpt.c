@@ -42,8 +42,9 @@ static int inspect(const char *dir) {
     printf("rng          %" PRIu64 " %" PRIu64 "\n", m.rng.s[0], m.rng.s[1]);
     printf("optimizer    adamw t=%" PRId64 ", beta1 %g, beta2 %g, eps %g, weight_decay %g\n", m.adam_t,
            (double)m.adamw.beta1, (double)m.adamw.beta2, (double)m.adamw.eps, (double)m.adamw.weight_decay);
-    printf("parallel     world %d, rank %d, zero_stage %d, shard_group %d\n", m.world, m.rank, m.zero_stage,
-           m.shard_group);
+    printf("parallel     world %d, rank %d, zero_stage %d, shard_group %d, tensor_parallel %d, "
+           "pipeline_parallel %d\n",
+           m.world, m.rank, m.zero_stage, m.shard_group, m.tensor_parallel, m.pipeline_parallel);
     printf("files\n");
     for (int i = 0; i < m.nfiles; i++)
         printf("  %-20s %14" PRIu64 " bytes  crc32c %08" PRIx32 "\n", m.files[i].name, m.files[i].bytes,
