@@ -151,7 +151,8 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
     /* The stage's tensors put back whole (the other stages' parts left zero), against the reference. */
     const anvil_gpt2 *rm = &ref->model;
     float *full = calloc(rm->nparams, sizeof *full);
-    CHECK(anvil_tp_unshard(st, anvil_tp_params(st), full) == 0);
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
+        CHECK(anvil_tp_gather_tensor(st, i, anvil_tp_params(st), full + rm->offsets[i]) == 0);
     int l0, l1;
     anvil_pp_layers(pp, &l0, &l1);
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {

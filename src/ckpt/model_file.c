@@ -13,11 +13,7 @@
 #include "core/error.h"
 #include "core/fsutil.h"
 
-int anvil_model_save(const char *path, const anvil_gpt2 *m, const anvil_model_tokenizer *tok) {
-    const anvil_gpt2_config *c = &m->cfg;
-    float *host = malloc(m->nparams * sizeof(float));
-    if (!host) return anvil_fail("%s: out of memory", path);
-    m->k->download(host, m->params, m->nparams * sizeof(float));
+anvil_st_stream *anvil_model_stream_open(const char *path, const anvil_gpt2_config *c, const anvil_model_tokenizer *tok) {
     anvil_st_tensor t[ANVIL_GPT2_NPARAM];
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
         int64_t s[3];
@@ -32,7 +28,6 @@ int anvil_model_save(const char *path, const anvil_gpt2 *m, const anvil_model_to
             t[i].shape[d] = s[d];
             t[i].nbytes *= (uint64_t)s[d];
         }
-        t[i].data = host + m->offsets[i];
     }
     char vals[5][24];
     snprintf(vals[0], sizeof vals[0], "%d", c->n_layer);
@@ -46,7 +41,28 @@ int anvil_model_save(const char *path, const anvil_gpt2 *m, const anvil_model_to
                           "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4],
                           "tokenizer", tok && !tok->bytes ? "tiktoken" : "bytes",
                           "tokenizer_pattern", tok ? tok->pattern : "", "tokenizer_crc32c", crc};
-    int rc = anvil_st_write(path, t, ANVIL_GPT2_NPARAM, meta, tok && tok->recorded ? 9 : 6);
+    return anvil_st_stream_open(path, t, ANVIL_GPT2_NPARAM, meta, tok && tok->recorded ? 9 : 6);
+}
+
+int anvil_model_stream_put(anvil_st_stream *s, const anvil_gpt2_config *c, int i, const float *data) {
+    int64_t sh[3];
+    int nd = anvil_gpt2_param_shape(c, i, sh);
+    /* wte's padding rows are the layout's, not the file's: its real rows come first. */
+    if (i == ANVIL_GPT2_WTE) sh[0] = c->vocab_size;
+    size_t n = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)sh[d];
+    return anvil_st_stream_write(s, data, n * sizeof(float));
+}
+
+int anvil_model_save(const char *path, const anvil_gpt2 *m, const anvil_model_tokenizer *tok) {
+    float *host = malloc(m->nparams * sizeof(float));
+    if (!host) return anvil_fail("%s: out of memory", path);
+    m->k->download(host, m->params, m->nparams * sizeof(float));
+    anvil_st_stream *s = anvil_model_stream_open(path, &m->cfg, tok);
+    int rc = s ? 0 : -1;
+    for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++) rc = anvil_model_stream_put(s, &m->cfg, i, host + m->offsets[i]);
+    if (!rc) rc = anvil_st_stream_commit(s);
+    else anvil_st_stream_abort(s);
     free(host);
     return rc;
 }

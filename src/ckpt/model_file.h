@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt/safetensors.h"
 #include "model/gpt2.h"
 
 /* The tokenizer a model was trained with, as its file's metadata records
@@ -31,6 +32,13 @@ int anvil_model_tokenizer_keep(const char *rank_file, const char *dir);
 /* Atomic: a crash leaves the previous file or the complete new one. tok (may be NULL) is recorded
  * in the metadata. */
 int anvil_model_save(const char *path, const anvil_gpt2 *m, const anvil_model_tokenizer *tok);
+/* The same file written tensor by tensor, for a caller that never holds the whole model: open
+ * writes the header to a temporary file; then put tensor i = 0, 1, ... in order, each in the whole
+ * model's layout (host memory; of wte, whose padding rows the file leaves out, the real rows), then
+ * anvil_st_stream_commit (or _abort). NULL or -1 after anvil_fail. */
+anvil_st_stream *anvil_model_stream_open(const char *path, const anvil_gpt2_config *cfg,
+                                         const anvil_model_tokenizer *tok);
+int anvil_model_stream_put(anvil_st_stream *s, const anvil_gpt2_config *cfg, int i, const float *data);
 /* The tokenizer record of a model file (recorded 0 when it has none). */
 int anvil_model_read_tokenizer(const char *path, anvil_model_tokenizer *out);
 /* For what anvil_model_load_any was given (a model file or a run folder; a checkpoint folder

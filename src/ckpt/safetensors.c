@@ -556,30 +556,71 @@ static void put_header_length(unsigned char out[8], size_t hlen) {
     for (int i = 0; i < 8; i++) out[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
 }
 
-int anvil_st_write(const char *path, const anvil_st_tensor *tensors, int n, const char *const *meta_kv,
-                   int n_meta_pairs) {
-    if (check_write_args(path, tensors, n, meta_kv, n_meta_pairs, 1) < 0) return -1;
-    char *text = build_header(path, tensors, n, meta_kv, n_meta_pairs);
-    if (!text) return -1;
-    size_t tlen = strlen(text), hlen = padded_header(tlen);
-
+struct anvil_st_stream {
     anvil_atomic_file f;
-    if (anvil_atomic_open(&f, path)) {
-        cJSON_free(text);
-        return -1;
+    uint64_t left; /* data bytes still to come */
+};
+
+anvil_st_stream *anvil_st_stream_open(const char *path, const anvil_st_tensor *tensors, int n,
+                                      const char *const *meta_kv, int n_meta_pairs) {
+    if (check_write_args(path, tensors, n, meta_kv, n_meta_pairs, 0) < 0) return NULL;
+    anvil_st_stream *s = calloc(1, sizeof *s);
+    char *text = s ? build_header(path, tensors, n, meta_kv, n_meta_pairs) : NULL;
+    if (!s) anvil_fail("%s: out of memory", path);
+    if (!text) {
+        free(s);
+        return NULL;
     }
+    size_t tlen = strlen(text), hlen = padded_header(tlen);
+    for (int i = 0; i < n; i++) s->left += tensors[i].nbytes;
     unsigned char lenbuf[8];
     put_header_length(lenbuf, hlen);
     static const char spaces[8] = "        ";
-    int ok = anvil_write_all(f.fd, lenbuf, 8, path) == 0 && anvil_write_all(f.fd, text, tlen, path) == 0 &&
-             anvil_write_all(f.fd, spaces, hlen - tlen, path) == 0;
-    for (int i = 0; ok && i < n; i++) ok = anvil_write_all(f.fd, tensors[i].data, tensors[i].nbytes, path) == 0;
+    int rc = anvil_atomic_open(&s->f, path);
+    if (!rc && (anvil_write_all(s->f.fd, lenbuf, 8, path) || anvil_write_all(s->f.fd, text, tlen, path) ||
+                anvil_write_all(s->f.fd, spaces, hlen - tlen, path))) {
+        anvil_atomic_abort(&s->f);
+        rc = -1;
+    }
     cJSON_free(text);
+    if (rc) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int anvil_st_stream_write(anvil_st_stream *s, const void *data, size_t n) {
+    if (n > s->left) return anvil_fail("%s: %zu bytes more than the header announced", s->f.path, n - (size_t)s->left);
+    s->left -= n;
+    return anvil_write_all(s->f.fd, data, n, s->f.path);
+}
+
+int anvil_st_stream_commit(anvil_st_stream *s) {
+    int rc = s->left ? anvil_fail("%s: %llu bytes of tensor data missing", s->f.path, (unsigned long long)s->left) : 0;
+    if (rc) anvil_atomic_abort(&s->f);
+    else rc = anvil_atomic_commit(&s->f);
+    free(s);
+    return rc;
+}
+
+void anvil_st_stream_abort(anvil_st_stream *s) {
+    if (!s) return;
+    anvil_atomic_abort(&s->f);
+    free(s);
+}
+
+int anvil_st_write(const char *path, const anvil_st_tensor *tensors, int n, const char *const *meta_kv,
+                   int n_meta_pairs) {
+    if (check_write_args(path, tensors, n, meta_kv, n_meta_pairs, 1) < 0) return -1;
+    anvil_st_stream *s = anvil_st_stream_open(path, tensors, n, meta_kv, n_meta_pairs);
+    int ok = s != NULL;
+    for (int i = 0; ok && i < n; i++) ok = anvil_st_stream_write(s, tensors[i].data, tensors[i].nbytes) == 0;
     if (!ok) {
-        anvil_atomic_abort(&f);
+        anvil_st_stream_abort(s);
         return -1;
     }
-    return anvil_atomic_commit(&f);
+    return anvil_st_stream_commit(s);
 }
 
 void anvil_st_image_free(anvil_st_image *img) {

@@ -85,6 +85,17 @@ const char *anvil_st_dtype_name(anvil_st_dtype d);
 int anvil_st_write(const char *path, const anvil_st_tensor *tensors, int n, const char *const *meta_kv,
                    int n_meta_pairs);
 
+/* anvil_st_write in pieces, for a writer that never holds every tensor at once: open writes the
+ * header of tensors (their data pointers are not used) to the temporary file; the data then comes
+ * in order, in pieces of any size, and commit checks that exactly the announced bytes came before
+ * it renames the file into place. Commit and abort free the stream; NULL or -1 after anvil_fail. */
+typedef struct anvil_st_stream anvil_st_stream;
+anvil_st_stream *anvil_st_stream_open(const char *path, const anvil_st_tensor *tensors, int n,
+                                      const char *const *meta_kv, int n_meta_pairs);
+int anvil_st_stream_write(anvil_st_stream *s, const void *data, size_t n);
+int anvil_st_stream_commit(anvil_st_stream *s);
+void anvil_st_stream_abort(anvil_st_stream *s);
+
 /* A file in anvil_st_write's layout built in memory, for writers that put the tensors' bytes in
  * place themselves (a checkpoint's snapshot copies the training state straight into its files) and
  * then write it whole with anvil_write_new_file_direct: bytes is aligned and padded as that wants.

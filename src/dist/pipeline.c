@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -212,13 +213,14 @@ int anvil_pp_forward(anvil_pp *p, const int32_t *inputs, const int32_t *targets,
     return drain_slot(p, 0) ? -1 : share_loss(p, a.loss_sum, loss);
 }
 
-int anvil_pp_unshard(anvil_pp *p, const float *local, float *full) {
-    const anvil_kernels *k = p->stage_k;
-    size_t n = anvil_gpt2_num_params(&p->cfg);
-    /* Each stage writes its own tensors over zeros; the sum over the stages is the whole. */
-    k->zero(full, n * sizeof(float));
-    if (anvil_tp_unshard(p->stage, local, full)) return -1;
-    return p->P > 1 ? anvil_allreduce(p->grid->pp_group, full, n, ANVIL_F32, "pp gather parameters") : 0;
+int anvil_pp_gather_tensor(anvil_pp *p, int i, const float *local, float *whole) {
+    int64_t s[3];
+    int nd = anvil_gpt2_param_shape(&p->cfg, i, s);
+    size_t n = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)s[d];
+    memset(whole, 0, n * sizeof(float));
+    if (anvil_tp_gather_tensor(p->stage, i, local, whole)) return -1;
+    return p->P > 1 ? anvil_allreduce(p->grid->pp_group, whole, n, ANVIL_F32, "pp gather tensor") : 0;
 }
 
 int anvil_pp_grad_sumsq(anvil_pp *p, double *sumsq) {

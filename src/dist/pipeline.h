@@ -36,7 +36,7 @@ typedef struct anvil_pp anvil_pp;
 anvil_pp *anvil_pp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, const anvil_grid *grid, int micro,
                        anvil_pp_schedule schedule);
 void anvil_pp_free(anvil_pp *p);
-/* The stage's shard: parameters, gradients, layout, anvil_tp_shard and anvil_tp_unshard. */
+/* The stage's shard: parameters, gradients, layout, anvil_tp_shard and anvil_tp_gather_tensor. */
 anvil_tp *anvil_pp_stage(anvil_pp *p);
 void anvil_pp_layers(const anvil_pp *p, int *l0, int *l1);
 
@@ -47,9 +47,11 @@ int anvil_pp_forward_backward(anvil_pp *p, const int32_t *inputs, const int32_t 
                               float grad_scale, float *loss);
 /* Evaluation: one micro-batch forward through the stages; *loss on every rank. Collective. */
 int anvil_pp_forward(anvil_pp *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
-/* Collective over the PP and TP groups: the whole buffer (parameters or a moment; anvil_gpt2's
- * layout, backend memory) on every rank from every stage's local shard. 0 or -1 after anvil_fail. */
-int anvil_pp_unshard(anvil_pp *p, const float *local, float *full);
+/* Tensor i of the whole model from every stage's TP shards (local: the stage's local parameters),
+ * into whole (host memory, the tensor's size): anvil_tp_gather_tensor within the stage, then a sum
+ * over the stages, each having written only what it owns over zeros. Collective over the TP and PP
+ * groups. 0 or -1 after anvil_fail. */
+int anvil_pp_gather_tensor(anvil_pp *p, int i, const float *local, float *whole);
 /* The whole model's squared gradient norm, every tensor counted once. Collective. */
 int anvil_pp_grad_sumsq(anvil_pp *p, double *sumsq);
 /* The most micro-batches whose activations this stage held at once, over every step so far. */

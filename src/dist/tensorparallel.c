@@ -315,31 +315,30 @@ int anvil_tp_shard(anvil_tp *m, const float *full, float *local) {
     return 0;
 }
 
-int anvil_tp_unshard(anvil_tp *m, const float *local, float *full) {
-    size_t n = anvil_tp_num_params(m), tp = (size_t)m->tp, nfull = m->full_offsets[ANVIL_GPT2_NPARAM];
-    float *mine = malloc(n * sizeof(float)), *all = malloc(tp * n * sizeof(float));
-    float *whole = malloc(nfull * sizeof(float));
-    size_t *counts = malloc(tp * sizeof *counts);
-    int rc = -1;
-    if (!mine || !all || !whole || !counts) {
-        anvil_fail("tensor parallel: out of memory gathering %zu parameters", nfull);
-        goto out;
+int anvil_tp_gather_tensor(anvil_tp *m, int i, const float *local, float *whole) {
+    size_t n = m->offsets[i + 1] - m->offsets[i], tp = (size_t)m->tp;
+    if (!owned(m, i) || !n) return 0;
+    float *all = malloc((describe(&m->cfg, i).split == REPLICATED ? 1 : tp) * n * sizeof(float));
+    if (!all) return anvil_fail("tensor parallel: out of memory gathering '%s'", anvil_gpt2_param_names[i]);
+    m->k->download(all, local + m->offsets[i], n * sizeof(float));
+    int rc = 0;
+    if (describe(&m->cfg, i).split == REPLICATED) {
+        shard_copy(m, i, m->rank, whole, all, 0);
+    } else {
+        size_t *counts = malloc(tp * sizeof *counts);
+        float *mine = malloc(n * sizeof(float));
+        if (!counts || !mine) rc = anvil_fail("tensor parallel: out of memory gathering '%s'", anvil_gpt2_param_names[i]);
+        for (size_t r = 0; !rc && r < tp; r++) counts[r] = n;
+        if (!rc) {
+            memcpy(mine, all, n * sizeof(float));
+            m->bytes += tp * n * sizeof(float);
+            rc = anvil_allgather(m->g, mine, all, counts, ANVIL_F32, "tp gather tensor");
+        }
+        for (int r = 0; !rc && r < m->tp; r++) shard_copy(m, i, r, whole, all + (size_t)r * n, 0);
+        free(counts);
+        free(mine);
     }
-    m->k->download(mine, local, n * sizeof(float));
-    /* A stage writes its own layers only: the rest of full keeps what it held. */
-    m->k->download(whole, full, nfull * sizeof(float));
-    for (size_t r = 0; r < tp; r++) counts[r] = n;
-    m->bytes += tp * n * sizeof(float);
-    if ((rc = anvil_allgather(m->g, mine, all, counts, ANVIL_F32, "tp gather parameters"))) goto out;
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
-        for (int r = 0; owned(m, i) && r < m->tp; r++)
-            shard_copy(m, i, r, whole + m->full_offsets[i], all + (size_t)r * n + m->offsets[i], 0);
-    m->k->upload(full, whole, nfull * sizeof(float));
-out:
-    free(mine);
     free(all);
-    free(whole);
-    free(counts);
     return rc;
 }
 

@@ -49,14 +49,18 @@ float *anvil_tp_grads(anvil_tp *m);
 /* Whether tensor i is split across the group (else every rank holds all of it). */
 int anvil_tp_is_split(int i);
 
-/* Whole buffers (parameters, gradients, moments: anvil_gpt2's layout, n floats) and this rank's
- * shard of them (the local layout), both in backend memory. anvil_tp_shard takes the rank's part of
- * full into local; anvil_tp_unshard, a collective over the group, assembles every rank's local into
- * full on each of them. Return 0 or -1 after anvil_fail. */
+/* A whole buffer (parameters or a moment: anvil_gpt2's layout, n floats) and this rank's shard of
+ * it (the local layout), both in backend memory: anvil_tp_shard takes the rank's part of full into
+ * local. Returns 0 or -1 after anvil_fail. */
 int anvil_tp_shard(anvil_tp *m, const float *full, float *local);
-int anvil_tp_unshard(anvil_tp *m, const float *local, float *full);
-/* (A stage writes only its own tensors into full: its layers, wte and wpe on the first stage, the
- * final LayerNorm on the last; the rest of full is left as it was.) */
+/* The way back, one tensor at a time, so that a rank never holds more than one whole tensor: the
+ * group's shards of tensor i (local: the local layout of parameters, gradients or a moment, backend
+ * memory) into whole, the whole tensor i in host memory. Collective over the group, except for a
+ * replicated tensor or one the stage does not own, which need none. A stage writes only the tensors
+ * it owns (its layers, wte and wpe on the first stage, the final LayerNorm on the last), and of a
+ * stacked per-layer tensor only its layers' rows; the rest of whole is left as it was.
+ * 0 or -1 after anvil_fail. */
+int anvil_tp_gather_tensor(anvil_tp *m, int i, const float *local, float *whole);
 
 /* The same shard read piece by piece, so that no rank ever holds a whole tensor: read(ctx, i, off, n,
  * dst) puts elements [off, off + n) of the whole model's tensor i (anvil_gpt2's layout, wte with its

@@ -371,14 +371,24 @@ static int resume_from(anvil_run *r) {
     return rc;
 }
 
-/* A whole buffer from the shards of tensor and pipeline parallelism (a collective). */
-static int unshard(anvil_run *r, const float *local, float *full) {
-    return r->pp ? anvil_pp_unshard(r->pp, local, full) : anvil_tp_unshard(r->tp, local, full);
+/* Tensor i of the whole model from the shards of tensor and pipeline parallelism, into host memory
+ * (a collective over the grid). */
+static int gather_tensor(anvil_run *r, int i, float *whole) {
+    const float *p = anvil_tp_params(r->tp);
+    return r->pp ? anvil_pp_gather_tensor(r->pp, i, p, whole) : anvil_tp_gather_tensor(r->tp, i, p, whole);
 }
 
-/* The whole weights on every rank, for sampling and saving: stage 3 keeps
- * none, so they are gathered (a collective) into *gathered, which the caller
- * frees; otherwise the model's own. */
+/* The size of the largest tensor of the whole model: what gather_tensor needs. */
+static size_t largest_tensor(const anvil_gpt2 *m) {
+    size_t most = 0;
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
+        if (m->offsets[i + 1] - m->offsets[i] > most) most = m->offsets[i + 1] - m->offsets[i];
+    return most;
+}
+
+/* The whole weights, for sampling: the model's own where it holds them; gathered (a collective)
+ * into *gathered, which the caller frees, at stage 3 on every rank, and under tensor and pipeline
+ * parallelism tensor by tensor on rank 0 only (the others get NULL and hold one tensor at a time). */
 static int whole_model(anvil_run *r, anvil_gpt2 *whole, float **gathered) {
     anvil_gpt2 *m = &r->model;
     *gathered = NULL;
@@ -386,15 +396,53 @@ static int whole_model(anvil_run *r, anvil_gpt2 *whole, float **gathered) {
         *whole = anvil_gpt2_with_params(m, m->params);
         return 0;
     }
+    if (r->tp && r->rank != 0) {
+        float *buf = malloc(largest_tensor(m) * sizeof(float));
+        int rc = buf ? 0 : anvil_fail("train: out of memory gathering the parameters");
+        for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++) rc = gather_tensor(r, i, buf);
+        free(buf);
+        return rc;
+    }
     if (!(*gathered = m->k->alloc(m->nparams * sizeof(float))))
         return anvil_fail("train: out of memory gathering the parameters");
-    if (r->tp ? unshard(r, anvil_tp_params(r->tp), *gathered) : anvil_dp_gather_params(r->dp, *gathered)) {
+    int rc = 0;
+    if (r->tp) {
+        float *buf = malloc(largest_tensor(m) * sizeof(float));
+        if (!buf) rc = anvil_fail("train: out of memory gathering the parameters");
+        for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++)
+            if (!(rc = gather_tensor(r, i, buf)))
+                m->k->upload(*gathered + m->offsets[i], buf, (m->offsets[i + 1] - m->offsets[i]) * sizeof(float));
+        free(buf);
+    } else {
+        rc = anvil_dp_gather_params(r->dp, *gathered);
+    }
+    if (rc) {
         m->k->free(*gathered);
         *gathered = NULL;
         return -1;
     }
     *whole = anvil_gpt2_with_params(m, *gathered);
     return 0;
+}
+
+/* Tensor and pipeline parallelism: the final model file, gathered one tensor at a time and
+ * streamed into the file by rank 0, so no rank ever holds the whole model. */
+static int save_grid_model(anvil_run *r, const char *path) {
+    float *buf = malloc(largest_tensor(&r->model) * sizeof(float));
+    int rc = buf ? 0 : anvil_fail("train: out of memory gathering the parameters"), failed = 0;
+    anvil_st_stream *s = NULL;
+    char err[1024] = "";
+    if (!rc && r->rank == 0 && !(s = anvil_model_stream_open(path, &r->model.cfg, &r->tok_rec))) failed = 1;
+    /* Rank 0 keeps taking part in the gathers after its own write failed, so no rank waits for it. */
+    for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++)
+        if (!(rc = gather_tensor(r, i, buf)) && s && !failed && anvil_model_stream_put(s, &r->model.cfg, i, buf))
+            failed = 1;
+    if (failed) snprintf(err, sizeof err, "%s", anvil_errmsg());
+    if (s && !rc && !failed) rc = anvil_st_stream_commit(s);
+    else anvil_st_stream_abort(s);
+    if (failed && !rc) rc = anvil_fail("%s", err);
+    free(buf);
+    return rc;
 }
 
 /* Tensor and pipeline parallelism: each cell of the grid (a TP rank of a stage) is one shard, written
@@ -1039,12 +1087,16 @@ static int run_finish(anvil_run *r) {
     beat(r, "finishing", res->steps_done);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
-    anvil_gpt2 whole;
-    float *gathered;
-    if (whole_model(r, &whole, &gathered)) return -1;
-    int rc = r->rank == 0 ? anvil_model_save(path, &whole, &r->tok_rec) : 0;
-    r->model.k->free(gathered);
-    if (rc) return -1;
+    if (r->tp) {
+        if (save_grid_model(r, path)) return -1;
+    } else {
+        anvil_gpt2 whole;
+        float *gathered;
+        if (whole_model(r, &whole, &gathered)) return -1;
+        int rc = r->rank == 0 ? anvil_model_save(path, &whole, &r->tok_rec) : 0;
+        r->model.k->free(gathered);
+        if (rc) return -1;
+    }
     if (r->rank == 0) fprintf(c->log, "saved %s\n", path);
     return 0;
 }
