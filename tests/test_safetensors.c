@@ -1,6 +1,7 @@
 /* safetensors reader and writer: a bit-exact round trip (whole, and read
  * range by range through the index), refusal of every kind of malformed
- * file with a message (as a whole file, an index and from memory), and the layout of the PyTorch GPT-2
+ * file with a message (as a whole file, an index and from memory), the streamed writer against the
+ * whole one, and the layout of the PyTorch GPT-2
  * fixture that the model tests rely on. */
 #include "ckpt/safetensors.h"
 #include "core/error.h"
@@ -198,6 +199,52 @@ static void expect_refused(const char *what, const char *json, uint64_t hlen_fie
     unlink(path);
 }
 
+static int read_all(const char *path, unsigned char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return (int)n;
+}
+
+/* The streamed writer gives anvil_st_write's bytes whatever the pieces; a stream that ends short
+ * or runs long fails with a message and leaves nothing behind. */
+static void test_stream(void) {
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {-1, -2, -3};
+    anvil_st_tensor ts[] = {
+        {.name = "a", .dtype = ANVIL_ST_F32, .ndim = 2, .shape = {2, 3}, .nbytes = sizeof a, .data = a},
+        {.name = "b", .dtype = ANVIL_ST_F32, .ndim = 1, .shape = {3}, .nbytes = sizeof b, .data = b},
+    };
+    const char *meta[] = {"format", "anvil"};
+    char whole[128], streamed[128];
+    join(whole, sizeof whole, "whole.safetensors");
+    join(streamed, sizeof streamed, "streamed.safetensors");
+    CHECK(anvil_st_write(whole, ts, 2, meta, 1) == 0);
+    anvil_st_stream *s = anvil_st_stream_open(streamed, ts, 2, meta, 1);
+    CHECK(s != NULL);
+    /* Pieces that do not follow the tensors: 5 floats, then 4. */
+    CHECK(s && anvil_st_stream_write(s, a, 5 * sizeof(float)) == 0);
+    float rest[4] = {a[5], b[0], b[1], b[2]};
+    CHECK(s && anvil_st_stream_write(s, rest, sizeof rest) == 0);
+    CHECK(s && anvil_st_stream_commit(s) == 0);
+    static unsigned char x[4096], y[4096];
+    int nx = read_all(whole, x, sizeof x), ny = read_all(streamed, y, sizeof y);
+    CHECK(nx > 0 && nx == ny && memcmp(x, y, (size_t)nx) == 0);
+    unlink(whole);
+    unlink(streamed);
+
+    s = anvil_st_stream_open(streamed, ts, 2, meta, 1);
+    CHECK(s && anvil_st_stream_write(s, a, sizeof a) == 0);
+    clear_error();
+    CHECK(s && anvil_st_stream_commit(s) == -1 && strstr(anvil_errmsg(), "12 bytes of tensor data missing"));
+    CHECK(count_dir_entries() == 0);
+    s = anvil_st_stream_open(streamed, ts, 2, meta, 1);
+    CHECK(s && anvil_st_stream_write(s, a, sizeof a) == 0);
+    CHECK(s && anvil_st_stream_write(s, a, sizeof a) == -1 && strstr(anvil_errmsg(), "12 bytes more than the header"));
+    anvil_st_stream_abort(s);
+    CHECK(count_dir_entries() == 0);
+}
+
 static void test_malformed(void) {
     const uint64_t own = ~(uint64_t)0;
     const char *one = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
@@ -359,6 +406,7 @@ int main(void) {
     }
     test_round_trip();
     test_write_errors();
+    test_stream();
     test_malformed();
     test_gpt2_fixture();
     rmdir(dir);
