@@ -2,7 +2,7 @@
 # Tensor parallelism through `anvil launch` (mpirun is required, unless
 # ANVIL_TEST_ALLOW_SKIP=1), on the book of Genesis, against one process with
 # the same global batch (8 sequences of 64 tokens, 20 steps, lr 3e-3):
-#   - --tp 2 on 2 ranks, --tp 4 on 4, and --tp 2 on 4 ranks (two data-parallel
+#   - --tp 2 on 2 ranks, --tp 4 on 4, --tp 2 --sequence-parallel on 2, and --tp 2 on 4 ranks (two data-parallel
 #     replicas of batch 4): per-step loss, gradient norm and final weights
 #     within the tolerances below, 3x the worst measured;
 #   - checkpoints are sharded: each grid cell's first data-parallel rank
@@ -14,8 +14,9 @@
 #     the manifest records the layout;
 #   - pipeline stages: --pp 2 (1F1B) on 2 ranks and --pp 2 --tp 2 (GPipe) on
 #     4, with 4 micro-batches of 4 x 64 tokens, against one process
-#     accumulating the same 4 batches (their own tolerances: accumulation
-#     differs more, as in cli_dist.sh); the --pp 2 checkpoint resumes in one
+#     accumulating the same 4 batches, and --pp 2 --tp 2 --sequence-parallel
+#     (1F1B) (their own tolerances: accumulation differs more, as in
+#     cli_dist.sh); the --pp 2 checkpoint resumes in one
 #     process; the --pp 2 --tp 2 one, (DP, PP, TP) = (1, 2, 2), resumes at
 #     (2, 1, 2), at (4, 1, 1) and in one process, and at its own layout ends
 #     with the same model, byte for byte, as the uninterrupted run;
@@ -23,7 +24,8 @@
 #     of 2 x 64 per replica) against the accumulating reference; its step-10 checkpoint (each cell's
 #     moments gathered over the data axis) resumes at (2, 1, 2) with ZeRO-1 and in one process; MiCS on the data axis,
 #     (4, 1, 2) with --zero 1 --shard-group-size 2, against one process;
-#   - layouts that cannot work exit 78 with one line, before any step;
+#   - layouts that cannot work exit 78 with one line, before any step (--sequence-parallel without
+#     --tp, or with a micro-batch whose tokens do not split evenly over the TP ranks among them);
 #   - a rank stopped inside a TP group: the watchdog names the group and the
 #     rank, exit 76; a stopped pipeline stage: exit 76, naming it.
 . "$(dirname "$0")/tools/cli_common.sh"
@@ -36,7 +38,8 @@ bible -f "gen1:1-gen50:26" > "$tmp/gen.txt" || { missing "bible-kjv is not insta
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
 common=(--data "$tmp/data" --preset tiny --seq 64 --steps 20 --lr 3e-3 --no-progress --sample-every -1)
 # Worst measured over the comparisons here (2026-12-02, avx512 path): loss 1.44e-7 and gradient norm
-# 1.21e-5 relative (tp2), weights 1.88e-5 absolute (tp4). About 3x those:
+# 1.21e-5 relative (tp2), weights 1.88e-5 absolute (tp4); --tp 2 --sequence-parallel within them (1.44e-7,
+# 1.13e-5, 1.60e-5). About 3x those:
 tol=(5e-7 4e-5 6e-5)
 
 "$anvil" train "${common[@]}" --batch 8 --ckpt-every 10 --out "$tmp/ref" > /dev/null 2> "$tmp/ref.log" ||
@@ -63,6 +66,9 @@ run() {
 }
 run tp2 2 --batch 8 --tp 2 && compare ref tp2
 run tp4 4 --batch 8 --tp 4 && compare ref tp4
+run tp2_sp 2 --batch 8 --tp 2 --sequence-parallel && compare ref tp2_sp
+grep -q "model parallel: 2 tensor-parallel ranks (sequence parallel)" "$tmp/tp2_sp.log" &&
+  ok "the sequence-parallel run reports it" || bad "no sequence-parallel grid line in the log"
 run tp2_dp2 4 --batch 4 --tp 2 --ckpt-every 10 && compare ref tp2_dp2
 grep -q "model parallel: 2 tensor-parallel ranks, data parallel over 2" "$tmp/tp2_dp2.log" &&
   ok "the 4-rank run reports its grid" || bad "no grid line in the log"
@@ -93,7 +99,8 @@ grep -q "ZeRO-1 on the data axis: moments sharded over 2 ranks, 2 replicas" "$tm
   ok "the MiCS grid run reports its shard groups" || bad "no ZeRO-1 line in the MiCS log"
 
 # Pipelines against one process accumulating the same micro-batches. Worst measured (2026-12-02, avx512):
-# loss 2.2e-6 and gradient norm 2.1e-4 relative, weights 9.8e-6 absolute (pp2); about 3x those:
+# loss 2.2e-6 and gradient norm 2.1e-4 relative, weights 9.8e-6 absolute (pp2; pp2_tp2_sp 1.65e-6, 1.55e-4,
+# 7.28e-6); about 3x those:
 tol=(6.5e-6 6e-4 3e-5)
 "$anvil" train "${common[@]}" --batch 4 --total-batch-tokens 1024 --out "$tmp/ref_acc" > /dev/null 2>&1 ||
   bad "reference run with accumulation"
@@ -102,6 +109,7 @@ grep -q "1 tensor-parallel ranks x 2 pipeline stages (1F1B, 4 micro-batches)" "$
   ok "the pipeline reports its schedule" || bad "no pipeline line in the log"
 run pp2_tp2 4 --batch 4 --total-batch-tokens 1024 --pp 2 --tp 2 --pp-schedule gpipe --ckpt-every 10 &&
   compare ref_acc pp2_tp2
+run pp2_tp2_sp 4 --batch 4 --total-batch-tokens 1024 --pp 2 --tp 2 --sequence-parallel && compare ref_acc pp2_tp2_sp
 # ZeRO-1 on the data axis of a full grid. Measured (2026-12-02, avx512): loss 2.0e-6, gradient norm
 # 1.9e-4 relative, weights 9.0e-6 absolute, within the pipelines' tolerances above.
 run zero1_222 8 --batch 2 --total-batch-tokens 1024 --pp 2 --tp 2 --zero 1 --ckpt-every 10 &&
@@ -167,6 +175,9 @@ refuse "--tp with ZeRO-2" "--zero 2 does not combine with --tp or --pp" 2 --tp 2
 refuse "shard group not dividing the data axis" "--shard-group-size 4 does not divide the 2 data-parallel ranks" 4 \
   --tp 2 --zero 1 --shard-group-size 4
 refuse "more stages than layers" "--pp 4 makes more pipeline stages than the model's 2 layers" 4 --pp 4
+refuse "--sequence-parallel without --tp" "--sequence-parallel needs --tp 2 or more" 2 --sequence-parallel
+refuse "tokens not divisible by --tp under SP" "batch\*seq (1\*63 = 63 tokens) is not divisible by --tp 2" 2 --tp 2 \
+  --sequence-parallel --batch 1 --seq 63
 
 # A rank stopped in a TP group: the watchdog names the group and the rank. 2 ranks, one TP group, so
 # the peer waits in a TP collective, unless the stop lands in the microseconds between the step's

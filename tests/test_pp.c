@@ -1,14 +1,16 @@
 /* Pipeline parallelism (with tensor parallelism inside each stage) against
  * one process. CTest runs it alone and under mpirun with 2 and 4 ranks; it
  * tries every layout the world allows of (PP, TP) in {(1,1), (2,1), (4,1),
- * (2,2)} (and DP 2 below), each with GPipe and 1F1B, on a 4-layer model (4 heads, C = 64,
+ * (2,2), (2,2) with sequence parallelism} (and DP 2 below), each with GPipe and 1F1B, on a 4-layer
+ * model (4 heads, C = 64,
  * vocabulary 257): 8 AdamW steps of 4 micro-batches of 2 x 16 tokens, against
  * one process accumulating the same micro-batches. Checks each step's loss
  * and gradient norm, the final weights of each stage's layers (and of wte,
  * wpe and the final LayerNorm where they live), that GPipe and 1F1B give
  * identical weights, that 1F1B never holds more than P - s micro-batches'
  * activations on stage s (GPipe: all m), and the bytes sent between stages
- * against 2*B*T*C floats per micro-batch per boundary, and that the time a
+ * against 2*B*T*C floats per micro-batch per boundary (a TP rank's 1/tp of them
+ * under sequence parallelism), and that the time a
  * stage waited on its neighbours lies within its schedules' time. With a
  * data axis, (DP, PP, TP) = (2, 1, 1) on 2 ranks and (2, 2, 1) on 4, the same
  * steps run with ZeRO-1 over the DP group (dist/zero_grid.h): both replicas
@@ -107,8 +109,8 @@ static void run_reference(const anvil_gpt2_config *cfg, reference *ref) {
 }
 
 /* The same steps through the pipeline; the stage starts from the reference's initial weights. */
-static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_schedule sched, const reference *ref,
-                run_result *res) {
+static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_schedule sched, int sp,
+                const reference *ref, run_result *res) {
     const anvil_kernels *k = anvil_kernels_cpu();
     memset(res, 0, sizeof *res);
     anvil_gpt2 init;
@@ -121,6 +123,7 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
         return;
     }
     anvil_tp *st = anvil_pp_stage(pp);
+    anvil_tp_set_sequence_parallel(st, sp);
     CHECK(anvil_tp_shard(st, init.params, anvil_tp_params(st)) == 0);
     anvil_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
     anvil_adamw opp;
@@ -176,7 +179,7 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
     anvil_gpt2_free(&init);
 }
 
-static void test_layout(const anvil_gpt2_config *cfg, const reference *ref, int pp, int tp) {
+static void test_layout(const anvil_gpt2_config *cfg, const reference *ref, int pp, int tp, int sp) {
     anvil_grid grid;
     CHECK(anvil_grid_check(W, tp, pp, cfg) == 0);
     if (anvil_grid_init(&grid, anvil_dist_world(), tp, pp)) {
@@ -184,12 +187,12 @@ static void test_layout(const anvil_gpt2_config *cfg, const reference *ref, int 
         return;
     }
     run_result g, f;
-    run(cfg, &grid, ANVIL_PP_GPIPE, ref, &g);
-    run(cfg, &grid, ANVIL_PP_1F1B, ref, &f);
+    run(cfg, &grid, ANVIL_PP_GPIPE, sp, ref, &g);
+    run(cfg, &grid, ANVIL_PP_1F1B, sp, ref, &f);
     int s = grid.pp_rank, P = grid.pp;
-    printf("rank %d, DP %d%s x PP %d x TP %d, stage %d: deviation loss %.3g / %.3g, grad norm %.3g / %.3g, weights %.3g / %.3g "
+    printf("rank %d, DP %d%s x PP %d x TP %d%s, stage %d: deviation loss %.3g / %.3g, grad norm %.3g / %.3g, weights %.3g / %.3g "
            "(GPipe / 1F1B); held %d / %d micro-batches; sent %llu bytes per step\n",
-           R, grid.dp, grid.dp > 1 ? " (ZeRO-1)" : "", P, tp, s, g.worst_loss, f.worst_loss, g.worst_norm, f.worst_norm, g.weight_dev, f.weight_dev,
+           R, grid.dp, grid.dp > 1 ? " (ZeRO-1)" : "", P, tp, sp ? " + SP" : "", s, g.worst_loss, f.worst_loss, g.worst_norm, f.worst_norm, g.weight_dev, f.weight_dev,
            g.max_in_flight, f.max_in_flight, (unsigned long long)f.bytes_per_step);
     CHECK(g.worst_loss <= LOSS_RTOL && f.worst_loss <= LOSS_RTOL);
     CHECK(g.worst_norm <= NORM_RTOL && f.worst_norm <= NORM_RTOL);
@@ -198,8 +201,9 @@ static void test_layout(const anvil_gpt2_config *cfg, const reference *ref, int 
     CHECK(g.nlocal == f.nlocal && g.local && f.local && memcmp(g.local, f.local, g.nlocal * sizeof(float)) == 0);
     CHECK(g.max_in_flight == M);
     CHECK(f.max_in_flight == (P - s < M ? P - s : M) && f.max_in_flight <= P);
-    /* One activation forward and one gradient backward per micro-batch over each boundary this stage has. */
-    uint64_t per_mb = (uint64_t)B * T * cfg->n_embd * sizeof(float);
+    /* One activation forward and one gradient backward per micro-batch over each boundary this stage has;
+     * with sequence parallelism a TP rank sends its share of the tokens only. */
+    uint64_t per_mb = (uint64_t)B * T * cfg->n_embd * sizeof(float) / (uint64_t)(sp ? tp : 1);
     uint64_t boundaries = (uint64_t)(s < P - 1) + (uint64_t)(s > 0);
     CHECK(f.bytes_per_step == boundaries * M * per_mb && g.bytes_per_step == f.bytes_per_step);
     free(g.local);
@@ -219,10 +223,12 @@ int main(void) {
     CHECK(anvil_gpt2_config_check(&cfg) == 0);
     reference ref;
     run_reference(&cfg, &ref);
-    /* (PP, TP, DP) */
-    const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {2, 2, 1}, {1, 1, 2}, {2, 1, 2}};
+    /* (PP, TP, DP, sequence parallel) */
+    const int layouts[][4] = {{1, 1, 1, 0}, {2, 1, 1, 0}, {4, 1, 1, 0}, {2, 2, 1, 0},
+                              {2, 2, 1, 1}, {1, 1, 2, 0}, {2, 1, 2, 0}};
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-        if (layouts[i][0] * layouts[i][1] * layouts[i][2] == W) test_layout(&cfg, &ref, layouts[i][0], layouts[i][1]);
+        if (layouts[i][0] * layouts[i][1] * layouts[i][2] == W)
+            test_layout(&cfg, &ref, layouts[i][0], layouts[i][1], layouts[i][3]);
     anvil_gpt2_free(&ref.model);
     char name[32];
     snprintf(name, sizeof name, "test_pp rank %d/%d", R, W);

@@ -102,6 +102,9 @@ static const char *usage =
     "                          groups (TP innermost, then data parallel, then PP), the accumulation\n"
     "                          steps (--total-batch-tokens) flowing through as micro-batches\n"
     "  --pp-schedule S         1f1b (default: at most P micro-batches alive per stage) or gpipe\n"
+    "  --sequence-parallel     with --tp: LayerNorms and the residual stream split by tokens over the TP\n"
+    "                          group (batch*seq divisible by T), all-reduces become reduce-scatters and\n"
+    "                          all-gathers: less activation memory per rank, the same bytes on a ring\n"
     "  --collective-timeout S  abort the job (exit 76) when a collective waits longer than S seconds,\n"
     "                          naming the ranks that did not answer (default 600)\n"
     "  --batch and --total-batch-tokens: the batch is per rank; the total counts all ranks\n"
@@ -162,6 +165,7 @@ static int train_main(int argc, char **argv, s3path_stage *meta) {
         if (!strcmp(o, "--no-progress")) { progress = 0; continue; }
         if (!strcmp(o, "--no-health")) { health = 0; continue; }
         if (!strcmp(o, "--ckpt-sync")) { c.ckpt_sync = 1; continue; }
+        if (!strcmp(o, "--sequence-parallel")) { c.sequence_parallel = 1; continue; }
         if (strncmp(o, "--", 2)) return cli_usage_error(cmd, "unexpected argument '%s'", o);
         if (!(v = arg_value(cmd, argc, argv, &i))) return 2;
         int bad = 0;

@@ -121,7 +121,7 @@ static int tag_of(int mb, int backward) { return 2 * mb + backward; }
 
 static int forward(anvil_pp *p, step_args *a, int mb) {
     int slot = mb % p->nslots;
-    size_t BT = (size_t)a->B * a->T, n = BT * (size_t)p->cfg.n_embd;
+    size_t BT = (size_t)a->B * a->T, n = anvil_tp_stage_floats(p->stage);
     if (drain_slot(p, slot)) return -1;
     if (p->s > 0 && receive(p, anvil_tp_stage_input(p->stage, slot), n, p->s - 1, tag_of(mb, 0), "pp activation"))
         return -1;
@@ -142,7 +142,7 @@ static int forward(anvil_pp *p, step_args *a, int mb) {
 
 static int backward(anvil_pp *p, step_args *a, int mb) {
     int slot = mb % p->nslots;
-    size_t n = (size_t)a->B * a->T * (size_t)p->cfg.n_embd;
+    size_t n = anvil_tp_stage_floats(p->stage);
     if (p->s < p->P - 1 && receive(p, anvil_tp_stage_grad(p->stage, slot), n, p->s + 1, tag_of(mb, 1), "pp gradient"))
         return -1;
     if (anvil_tp_stage_backward(p->stage, slot, a->grad_scale / (float)p->micro)) return -1;

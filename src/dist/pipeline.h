@@ -17,7 +17,9 @@
  * at most P-s micro-batches. Both run the backwards in micro-batch order,
  * so they accumulate the same gradients in the same order and give
  * identical weights. Point-to-point traffic per step: 2*B*T*C floats per
- * micro-batch per stage boundary. */
+ * micro-batch per stage boundary, from each TP rank (under sequence
+ * parallelism only its 1/tp of the tokens, sent to the next stage's rank of
+ * the same TP index). */
 #ifndef ANVIL_DIST_PIPELINE_H
 #define ANVIL_DIST_PIPELINE_H
 

@@ -49,6 +49,7 @@ struct tp_slot {
 struct tp_scratch {
     anvil_gpt2_block_scratch block;
     float *tlogit, *lse_all;
+    float *ln_grads; /* sequence parallelism: one backward's LayerNorm gradients, before their sum */
 };
 
 struct anvil_tp {
@@ -62,10 +63,13 @@ struct anvil_tp {
     size_t offsets[ANVIL_GPT2_NPARAM + 1];
     float *params, *grads;
     int B, T, nslots;
+    int sp, rows; /* sequence parallelism; rows: the tokens of the residual stream this rank holds */
+    size_t *counts; /* tp entries: the elements each rank puts into a collective over the tokens */
     struct tp_slot *slots;
     struct tp_scratch x;
     void **owned; /* every activation buffer, for freeing */
     int nowned;
+    size_t act_bytes;
     uint64_t bytes;
 };
 
@@ -74,6 +78,7 @@ const size_t *anvil_tp_offsets(const anvil_tp *m) { return m->offsets; }
 float *anvil_tp_params(anvil_tp *m) { return m->params; }
 float *anvil_tp_grads(anvil_tp *m) { return m->grads; }
 uint64_t anvil_tp_bytes(const anvil_tp *m) { return m->bytes; }
+size_t anvil_tp_activation_bytes(const anvil_tp *m) { return m->act_bytes; }
 
 static int per_layer(int i) { return i >= ANVIL_GPT2_LN1W && i <= ANVIL_GPT2_FCPROJB; }
 
@@ -122,7 +127,8 @@ anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *
     size_t bytes = anvil_tp_num_params(m) * sizeof(float);
     m->params = k->alloc(bytes);
     m->grads = k->alloc(bytes);
-    if (!m->params || !m->grads) {
+    m->counts = calloc((size_t)m->tp, sizeof *m->counts);
+    if (!m->params || !m->grads || !m->counts) {
         anvil_fail("tensor parallel: cannot allocate %zu parameters and their gradients", anvil_tp_num_params(m));
         anvil_tp_free(m);
         return NULL;
@@ -141,6 +147,7 @@ static void acts_free(anvil_tp *m) {
     m->owned = NULL;
     m->slots = NULL;
     m->nowned = 0;
+    m->act_bytes = 0;
     memset(&m->x, 0, sizeof m->x);
     m->B = m->T = 0;
 }
@@ -150,6 +157,7 @@ void anvil_tp_free(anvil_tp *m) {
     acts_free(m);
     m->k->free(m->params);
     m->k->free(m->grads);
+    free(m->counts);
     free(m);
 }
 
@@ -165,29 +173,59 @@ static int alloc_plan(anvil_tp *m, const buffer_plan *plan, int n) {
         void *b = m->k->alloc(plan[i].bytes);
         if (!b) return -1;
         m->owned[m->nowned++] = b;
+        m->act_bytes += plan[i].bytes;
         *(void **)plan[i].p = b;
     }
     return 0;
 }
 
+/* The LayerNorm tensors, in the order sequence parallelism sums their gradients: ln1w, ln1b, ln2w, ln2b of
+ * the stage's layers (the first N_LN_LAYER), then lnfw and lnfb on the last stage. */
+static const int ln_tensors[] = {ANVIL_GPT2_LN1W, ANVIL_GPT2_LN1B, ANVIL_GPT2_LN2W,
+                                 ANVIL_GPT2_LN2B, ANVIL_GPT2_LNFW, ANVIL_GPT2_LNFB};
+enum { N_LN = sizeof ln_tensors / sizeof ln_tensors[0], N_LN_LAYER = 4 };
+
+static size_t ln_grads_floats(const anvil_tp *m) {
+    size_t n = 0;
+    for (int j = 0; j < N_LN; j++) n += m->offsets[ln_tensors[j] + 1] - m->offsets[ln_tensors[j]];
+    return n;
+}
+
+int anvil_tp_sp_check(int tp, int B, int T) {
+    if (tp > 1 && ((int64_t)B * T) % tp)
+        return anvil_fail("sequence parallel: batch*seq (%d*%d = %lld tokens) is not divisible by --tp %d", B, T,
+                          (long long)B * T, tp);
+    return 0;
+}
+
+void anvil_tp_set_sequence_parallel(anvil_tp *m, int on) {
+    acts_free(m);
+    m->sp = on && m->tp > 1;
+}
+
+/* Under sequence parallelism the residual stream, the LayerNorms' statistics and the stream's gradient
+ * hold rows = N/tp tokens; the LayerNorm outputs are kept gathered (the column-parallel matrices' inputs,
+ * which their weights' gradients read again). */
 static int acts_ensure(anvil_tp *m, int B, int T) {
     if (m->B == B && m->T == T) return 0;
+    if (m->sp && anvil_tp_sp_check(m->tp, B, T)) return -1;
     acts_free(m);
     size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, N = (size_t)B * T;
     size_t Cs = C / (size_t)m->tp, NHs = (size_t)(m->cfg.n_head / m->tp), tp = (size_t)m->tp, f = sizeof(float);
-    enum { PER_SLOT = 19, SCRATCH = 8 };
+    size_t R = m->sp ? N / tp : N;
+    enum { PER_SLOT = 19, SCRATCH = 9 };
     m->owned = calloc((size_t)m->nslots * PER_SLOT + SCRATCH, sizeof *m->owned);
     m->slots = calloc((size_t)m->nslots, sizeof *m->slots);
     int rc = m->owned && m->slots ? 0 : -1;
     for (int s = 0; !rc && s < m->nslots; s++) {
         struct tp_slot *a = &m->slots[s];
         buffer_plan plan[PER_SLOT] = {
-            {&a->resid, (L + 1) * N * C * f}, {&a->ln1, L * N * C * f},      {&a->ln1_mean, L * N * f},
-            {&a->ln1_rstd, L * N * f},        {&a->qkv, L * N * 3 * Cs * f}, {&a->atty, L * N * Cs * f},
-            {&a->lse, L * NHs * N * f},       {&a->resid2, L * N * C * f},   {&a->ln2, L * N * C * f},
-            {&a->ln2_mean, L * N * f},        {&a->ln2_rstd, L * N * f},     {&a->fch, L * N * 4 * Cs * f},
-            {&a->lnf, N * C * f},             {&a->lnf_mean, N * f},         {&a->lnf_rstd, N * f},
-            {&a->cls_lse, N * f},             {&a->dres, N * C * f},         {&a->inputs, N * sizeof(int32_t)},
+            {&a->resid, (L + 1) * R * C * f}, {&a->ln1, L * N * C * f},      {&a->ln1_mean, L * R * f},
+            {&a->ln1_rstd, L * R * f},        {&a->qkv, L * N * 3 * Cs * f}, {&a->atty, L * N * Cs * f},
+            {&a->lse, L * NHs * N * f},       {&a->resid2, L * R * C * f},   {&a->ln2, L * N * C * f},
+            {&a->ln2_mean, L * R * f},        {&a->ln2_rstd, L * R * f},     {&a->fch, L * N * 4 * Cs * f},
+            {&a->lnf, N * C * f},             {&a->lnf_mean, R * f},         {&a->lnf_rstd, R * f},
+            {&a->cls_lse, N * f},             {&a->dres, R * C * f},         {&a->inputs, N * sizeof(int32_t)},
             {&a->targets, N * sizeof(int32_t)},
         };
         rc = alloc_plan(m, plan, PER_SLOT);
@@ -197,8 +235,9 @@ static int acts_ensure(anvil_tp *m, int B, int T) {
         {&x->block.gelu, N * 4 * Cs * f}, {&x->block.dfch, N * 4 * Cs * f}, {&x->block.dln, N * C * f},
         {&x->block.datty, N * Cs * f},    {&x->block.dqkv, N * 3 * Cs * f}, {&x->block.partial, N * C * f},
         {&x->tlogit, N * f},              {&x->lse_all, tp * N * f},
+        {&x->ln_grads, ln_grads_floats(m) * f},
     };
-    if (!rc) rc = alloc_plan(m, scratch, SCRATCH);
+    if (!rc) rc = alloc_plan(m, scratch, m->sp ? SCRATCH : SCRATCH - 1);
     if (rc) {
         acts_free(m);
         return anvil_fail("tensor parallel: cannot allocate activations for %d micro-batches of B=%d T=%d",
@@ -206,6 +245,7 @@ static int acts_ensure(anvil_tp *m, int B, int T) {
     }
     m->B = B;
     m->T = T;
+    m->rows = (int)R;
     return 0;
 }
 
@@ -349,6 +389,21 @@ static int allreduce(anvil_tp *m, float *buf, size_t n, const char *what) {
     return anvil_allreduce(m->g, buf, n, ANVIL_F32, what);
 }
 
+/* Sequence parallelism's collectives over the tokens, rank r's rows at r * n_local floats. Each counts
+ * the whole [N,C] it assembles or reduces: on a ring a reduce-scatter and an all-gather each move half
+ * of what an all-reduce of the same buffer moves. */
+static int gather_rows(anvil_tp *m, const float *local, float *full, size_t n_local, const char *what) {
+    for (int r = 0; r < m->tp; r++) m->counts[r] = n_local;
+    m->bytes += (uint64_t)m->tp * n_local * sizeof(float);
+    return anvil_allgather(m->g, local, full, m->counts, ANVIL_F32, what);
+}
+
+static int scatter_rows(anvil_tp *m, const float *full, float *local, size_t n_local, const char *what) {
+    for (int r = 0; r < m->tp; r++) m->counts[r] = n_local;
+    m->bytes += (uint64_t)m->tp * n_local * sizeof(float);
+    return anvil_reduce_scatter(m->g, full, local, m->counts, ANVIL_F32, what);
+}
+
 static float *P(anvil_tp *m, int i) { return m->params + m->offsets[i]; }
 static float *G(anvil_tp *m, int i) { return m->grads + m->offsets[i]; }
 
@@ -388,16 +443,27 @@ static int prepare(anvil_tp *m, struct tp_slot **slot, int s, const int32_t *inp
 }
 
 static int reduce(void *ctx, float *buf, size_t n, const char *what) { return allreduce(ctx, buf, n, what); }
+static int gather(void *ctx, const float *local, float *full, size_t n, const char *what) {
+    return gather_rows(ctx, local, full, n, what);
+}
+static int scatter(void *ctx, const float *full, float *local, size_t n, const char *what) {
+    return scatter_rows(ctx, full, local, n, what);
+}
+
+static anvil_gpt2_reduce block_hook(anvil_tp *m) {
+    if (m->sp) return (anvil_gpt2_reduce){m, NULL, gather, scatter, m->rows};
+    return (anvil_gpt2_reduce){m, reduce, NULL, NULL, m->rows};
+}
 
 /* Layer l's activations within a slot's stacked buffers, at the shard's widths. */
 static anvil_gpt2_layer_acts layer_acts(const anvil_tp *m, struct tp_slot *a, int l) {
     size_t N = (size_t)m->B * m->T, NC = N * (size_t)m->cfg.n_embd, NCs = NC / (size_t)m->tp, L = (size_t)l;
-    size_t NHs = (size_t)(m->cfg.n_head / m->tp);
-    return (anvil_gpt2_layer_acts){a->resid + L * NC,    a->ln1 + L * NC,      a->ln1_mean + L * N,
-                                   a->ln1_rstd + L * N,  a->qkv + L * 3 * NCs, a->atty + L * NCs,
-                                   a->lse + L * NHs * N, a->resid2 + L * NC,   a->ln2 + L * NC,
-                                   a->ln2_mean + L * N,  a->ln2_rstd + L * N,  a->fch + L * 4 * NCs,
-                                   a->resid + (L + 1) * NC};
+    size_t NHs = (size_t)(m->cfg.n_head / m->tp), R = (size_t)m->rows, RC = R * (size_t)m->cfg.n_embd;
+    return (anvil_gpt2_layer_acts){a->resid + L * RC,    a->ln1 + L * NC,      a->ln1_mean + L * R,
+                                   a->ln1_rstd + L * R,  a->qkv + L * 3 * NCs, a->atty + L * NCs,
+                                   a->lse + L * NHs * N, a->resid2 + L * RC,   a->ln2 + L * NC,
+                                   a->ln2_mean + L * R,  a->ln2_rstd + L * R,  a->fch + L * 4 * NCs,
+                                   a->resid + (L + 1) * RC};
 }
 
 /* Layer l's slices of the per-layer tensors within base (the parameters or the gradients). */
@@ -408,7 +474,8 @@ static void layer_view(const anvil_tp *m, float *base, int l, anvil_gpt2_view *v
 }
 
 /* The embedding (first stage) and the stage's layers: every rank of the
- * group ends with the same resid[L]. */
+ * group ends with the same resid[L] (under sequence parallelism, with its
+ * rows of it). */
 static int forward_body(anvil_tp *m, struct tp_slot *a) {
     const anvil_kernels *k = m->k;
     int B = m->B, T = m->T, L = m->cfg.n_layer, C = m->cfg.n_embd, N = B * T, Cs = C / m->tp;
@@ -416,13 +483,16 @@ static int forward_body(anvil_tp *m, struct tp_slot *a) {
     if (m->first) {
         int v0, Vr, Vs;
         vocab_shard(m, &v0, &Vr, &Vs);
-        /* wpe rides along on rank 0 only, so the all-reduce adds it once. */
-        k->encoder_shard_forward(a->resid, a->inputs, P(m, ANVIL_GPT2_WTE), m->rank ? NULL : P(m, ANVIL_GPT2_WPE), B,
-                                 T, C, v0, Vs);
-        if (allreduce(m, a->resid, NC, "tp embedding forward")) return -1;
+        /* wpe rides along on rank 0 only, so the sum adds it once. */
+        float *emb = m->sp ? m->x.block.partial : a->resid;
+        k->encoder_shard_forward(emb, a->inputs, P(m, ANVIL_GPT2_WTE), m->rank ? NULL : P(m, ANVIL_GPT2_WPE), B, T, C,
+                                 v0, Vs);
+        if (m->sp ? scatter_rows(m, emb, a->resid, (size_t)m->rows * C, "sp embedding forward")
+                  : allreduce(m, a->resid, NC, "tp embedding forward"))
+            return -1;
     }
     anvil_gpt2_block_shape shape = {B, T, C, Cs, m->cfg.n_head / m->tp};
-    anvil_gpt2_reduce r = {m, reduce};
+    anvil_gpt2_reduce r = block_hook(m);
     for (int l = 0; l < L; l++) {
         anvil_gpt2_view w;
         anvil_gpt2_layer_acts la = layer_acts(m, a, l);
@@ -443,8 +513,12 @@ static int head_forward(anvil_tp *m, struct tp_slot *a, const int32_t *targets, 
     const anvil_kernels *k = m->k;
     struct tp_scratch *x = &m->x;
     int N = m->B * m->T, C = m->cfg.n_embd, L = m->cfg.n_layer, v0, Vr, Vs, tp = m->tp;
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * N * C, P(m, ANVIL_GPT2_LNFW),
-                         P(m, ANVIL_GPT2_LNFB), N, C);
+    size_t RC = (size_t)m->rows * C;
+    /* Under sequence parallelism the LayerNorm runs on this rank's rows and the LM head on all of them. */
+    float *lnf = m->sp ? x->block.partial : a->lnf;
+    k->layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * RC, P(m, ANVIL_GPT2_LNFW),
+                         P(m, ANVIL_GPT2_LNFB), m->rows, C);
+    if (m->sp && gather_rows(m, lnf, a->lnf, RC, "sp head gather")) return -1;
     vocab_shard(m, &v0, &Vr, &Vs);
     if (k->classifier_shard_stats(a->cls_lse, x->tlogit, a->lnf, P(m, ANVIL_GPT2_WTE), a->targets, N, C, v0, Vr, Vs))
         return -1;
@@ -487,6 +561,19 @@ int anvil_tp_stage_forward(anvil_tp *m, int slot, const int32_t *inputs, const i
     return m->last ? head_forward(m, a, targets, loss) : 0;
 }
 
+/* Sequence parallelism: the LayerNorm gradients of one backward, summed over the group and added to the
+ * gradients, the same on every rank (so the norm counts them once, as any replicated tensor). */
+static int sum_ln_grads(anvil_tp *m) {
+    if (allreduce(m, m->x.ln_grads, ln_grads_floats(m), "sp layernorm gradients")) return -1;
+    for (size_t j = 0, at = 0; j < N_LN; j++) {
+        int i = ln_tensors[j];
+        size_t n = m->offsets[i + 1] - m->offsets[i];
+        m->k->add_inplace(G(m, i), m->x.ln_grads + at, n);
+        at += n;
+    }
+    return 0;
+}
+
 int anvil_tp_stage_backward(anvil_tp *m, int slot, float grad_scale) {
     const anvil_kernels *k = m->k;
     struct tp_slot *a = &m->slots[slot];
@@ -495,34 +582,59 @@ int anvil_tp_stage_backward(anvil_tp *m, int slot, float grad_scale) {
     int v0, Vr, Vs;
     size_t NC = (size_t)N * C;
     vocab_shard(m, &v0, &Vr, &Vs);
+    size_t RC = (size_t)m->rows * C;
+    /* Under sequence parallelism each rank's LayerNorm gradients cover its rows only: they go to
+     * ln_grads first, to be summed over the group and added to the gradients (which may hold earlier
+     * micro-batches' sums already). */
+    float *ln_g[ANVIL_GPT2_NPARAM] = {0};
+    for (size_t j = 0, at = 0; j < N_LN; j++) {
+        int i = ln_tensors[j];
+        size_t n = m->offsets[i + 1] - m->offsets[i];
+        ln_g[i] = m->sp ? x->ln_grads + at : G(m, i);
+        at += n;
+    }
+    if (m->sp) k->zero(x->ln_grads, ln_grads_floats(m) * sizeof(float));
     if (m->last) {
         float dscale = a->count ? grad_scale / (float)a->count : 0.0f;
         if (k->classifier_shard_backward(x->block.dln, G(m, ANVIL_GPT2_WTE), a->lnf, P(m, ANVIL_GPT2_WTE), a->cls_lse,
                                          a->targets, N, C, v0, Vr, Vs, dscale))
             return -1;
-        if (allreduce(m, x->block.dln, NC, "tp loss backward")) return -1;
-        k->zero(a->dres, NC * sizeof(float));
-        k->layernorm_backward(a->dres, G(m, ANVIL_GPT2_LNFW), G(m, ANVIL_GPT2_LNFB), x->block.dln,
-                              a->resid + (size_t)L * NC, P(m, ANVIL_GPT2_LNFW), a->lnf_mean, a->lnf_rstd, N, C);
+        float *dlnf = m->sp ? x->block.partial : x->block.dln;
+        if (m->sp ? scatter_rows(m, x->block.dln, dlnf, RC, "sp loss backward")
+                  : allreduce(m, x->block.dln, NC, "tp loss backward"))
+            return -1;
+        k->zero(a->dres, RC * sizeof(float));
+        k->layernorm_backward(a->dres, ln_g[ANVIL_GPT2_LNFW], ln_g[ANVIL_GPT2_LNFB], dlnf, a->resid + (size_t)L * RC,
+                              P(m, ANVIL_GPT2_LNFW), a->lnf_mean, a->lnf_rstd, m->rows, C);
     }
     anvil_gpt2_block_shape shape = {B, T, C, Cs, m->cfg.n_head / m->tp};
-    anvil_gpt2_reduce r = {m, reduce};
+    anvil_gpt2_reduce r = block_hook(m);
     for (int l = L - 1; l >= 0; l--) {
         anvil_gpt2_view w, g;
         anvil_gpt2_layer_acts la = layer_acts(m, a, l);
         layer_view(m, m->params, l, &w);
         layer_view(m, m->grads, l, &g);
+        if (m->sp)
+            for (int j = 0; j < N_LN_LAYER; j++) {
+                int i = ln_tensors[j];
+                g.t[i] = ln_g[i] + (size_t)l * C;
+            }
         if (anvil_gpt2_block_backward(k, &shape, &w, &g, &la, a->dres, &m->x.block, &r)) return -1;
     }
-    if (m->first)
-        k->encoder_shard_backward(G(m, ANVIL_GPT2_WTE), G(m, ANVIL_GPT2_WPE), a->dres, a->inputs, B, T, C, v0, Vs);
-    return 0;
+    if (m->first) {
+        /* The embedding's rows are the vocabulary shard's, wherever their tokens sit: every token's gradient. */
+        float *demb = m->sp ? x->block.partial : a->dres;
+        if (m->sp && gather_rows(m, a->dres, demb, RC, "sp embedding backward")) return -1;
+        k->encoder_shard_backward(G(m, ANVIL_GPT2_WTE), G(m, ANVIL_GPT2_WPE), demb, a->inputs, B, T, C, v0, Vs);
+    }
+    return m->sp ? sum_ln_grads(m) : 0;
 }
 
 float *anvil_tp_stage_input(anvil_tp *m, int slot) { return m->slots[slot].resid; }
 float *anvil_tp_stage_output(anvil_tp *m, int slot) {
-    return m->slots[slot].resid + (size_t)m->cfg.n_layer * m->B * m->T * m->cfg.n_embd;
+    return m->slots[slot].resid + (size_t)m->cfg.n_layer * m->rows * m->cfg.n_embd;
 }
+size_t anvil_tp_stage_floats(const anvil_tp *m) { return (size_t)m->rows * m->cfg.n_embd; }
 float *anvil_tp_stage_grad(anvil_tp *m, int slot) { return m->slots[slot].dres; }
 
 int anvil_tp_stage_ready(anvil_tp *m, int B, int T) { return acts_ensure(m, B, T); }

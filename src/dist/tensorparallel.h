@@ -24,7 +24,20 @@
  * shapes, so the optimizer steps through them as it does through a whole
  * model. Per step (one forward and backward of N = B*T tokens) the group's
  * all-reduces carry (4*n_layer + 2)*N*C + N floats and the all-gather tp*N:
- * the 4*N*C per layer of Megatron plus the embedding and the head. */
+ * the 4*N*C per layer of Megatron plus the embedding and the head.
+ *
+ * Sequence parallelism (Megatron-LM's, optional) splits what lies outside
+ * those regions by tokens: each rank holds and computes the residual stream,
+ * the LayerNorms (their statistics) and the embedding's output for its
+ * N/tp of the N tokens only, rank r the rows [r*N/tp, (r+1)*N/tp). Each
+ * all-reduce above becomes a reduce-scatter over tokens where a row-parallel
+ * product (or the embedding) enters the stream, and an all-gather goes
+ * before each column-parallel matrix and the LM head; the backward runs the
+ * duals. The LayerNorm outputs are kept gathered, as the matrices' weight
+ * gradients read them. Per step: 8*n_layer + 4 collectives of N*C floats
+ * (half of them all-gathers, half reduce-scatters), which on a ring move
+ * what the 4*n_layer + 2 all-reduces of N*C move, plus one all-reduce of the
+ * LayerNorms' weight gradients, each rank's covering its own rows. */
 #ifndef ANVIL_DIST_TENSORPARALLEL_H
 #define ANVIL_DIST_TENSORPARALLEL_H
 
@@ -119,7 +132,23 @@ int anvil_tp_grad_sumsq(anvil_tp *m, double *sumsq);
 /* Whether this stage's gradient of tensor i is its to count in the model's norm: every layer's,
  * wte and wpe on the first stage only (the last holds the tied wte too), lnf on the last only. */
 int anvil_tp_owns(const anvil_tp *m, int i);
-/* Bytes this rank has passed to the group's collectives so far. */
+/* Bytes this rank has passed to the group's collectives so far: an all-reduce counts its buffer, an
+ * all-gather what it assembles, a reduce-scatter what it reduces. */
 uint64_t anvil_tp_bytes(const anvil_tp *m);
+
+/* Sequence parallelism on (on != 0, and the group has more than one rank) or off, for the steps that
+ * follow: frees the activations, so call it before a step rather than between a forward and its
+ * backward. A pipeline stage's input, output and their gradients are then its rows only: its neighbours'
+ * ranks of the same TP index exchange them. */
+void anvil_tp_set_sequence_parallel(anvil_tp *m, int on);
+/* Whether micro-batches of B x T split evenly over tp ranks by tokens. One-line error; 0 or -1 after
+ * anvil_fail. Steps with sequence parallelism check it before allocating. */
+int anvil_tp_sp_check(int tp, int B, int T);
+/* Floats of a stage's input, output and their gradients on this rank for the current micro-batch
+ * shape (after anvil_tp_stage_ready): B*T*C, or this rank's rows' share under sequence parallelism. */
+size_t anvil_tp_stage_floats(const anvil_tp *m);
+/* Bytes of the activation buffers (every slot's and the scratch) allocated for the current micro-batch
+ * shape. */
+size_t anvil_tp_activation_bytes(const anvil_tp *m);
 
 #endif

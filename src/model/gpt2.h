@@ -165,6 +165,16 @@ void anvil_gpt2_view_packed(const anvil_gpt2 *m, int u, float *packed, anvil_gpt
 typedef struct {
     void *ctx;
     int (*reduce)(void *ctx, float *buf, size_t n, const char *what);
+    /* Sequence parallelism (gather and scatter both set, reduce unused): the residual stream, the
+     * LayerNorms' inputs, statistics and gradients (res, res2, out, the means and rstds, dres) hold
+     * only this rank's `rows` of the N tokens, consecutive from rank * rows. gather puts every rank's
+     * rows [rows,C] (local) together into full [N,C]; scatter sums full [N,C] over the group and leaves
+     * this rank's rows in local. The LayerNorm outputs ln1 and ln2 are kept gathered, [N,C], for the
+     * weights' gradients. The LayerNorms' weight gradients are then this rank's rows' share only: the
+     * caller sums them over the group. */
+    int (*gather)(void *ctx, const float *local, float *full, size_t n_local, const char *what);
+    int (*scatter)(void *ctx, const float *full, float *local, size_t n_local, const char *what);
+    int rows;
 } anvil_gpt2_reduce;
 
 typedef struct {
@@ -178,7 +188,8 @@ typedef struct {
 } anvil_gpt2_layer_acts;
 
 /* Scratch the blocks use and leave: gelu and dfch [N,4Cs], dln [N,C], datty [N,Cs], dqkv [N,3Cs], and
- * partial [N,C] (with a reduce hook only). */
+ * partial [N,C] (with a reduce hook only; under sequence parallelism it also holds the gathered
+ * gradient of the residual stream and the scattered one of a LayerNorm output). */
 typedef struct {
     float *gelu, *dfch, *dln, *datty, *dqkv, *partial;
 } anvil_gpt2_block_scratch;

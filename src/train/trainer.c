@@ -77,6 +77,8 @@ int anvil_train_check(const anvil_train_config *c) {
                           tp * pp, ANVIL_CKPT_MAX_FILES - 2);
     if (tp * pp > 1 && c->matmul_dtype == ANVIL_MATMUL_BF16)
         return anvil_fail("train: --tp and --pp run in fp32 only; drop --dtype bf16");
+    if (c->sequence_parallel && tp < 2) return anvil_fail("train: --sequence-parallel needs --tp 2 or more");
+    if (c->sequence_parallel && anvil_tp_sp_check(tp, c->B, c->T)) return -1;
     /* The ranks of one model replica share their batch: the data ranks are the data-parallel replicas. */
     int data_ranks = world / (tp * pp);
     int64_t bt = (int64_t)c->B * c->T * data_ranks;
@@ -657,6 +659,7 @@ static int open_tensor_parallel(anvil_run *r) {
     } else if (!(r->tp = anvil_tp_new(&m->cfg, r->k, r->grid.tp_group))) {
         return -1;
     }
+    anvil_tp_set_sequence_parallel(r->tp, c->sequence_parallel);
     if ((m->params ? anvil_tp_shard(r->tp, m->params, anvil_tp_params(r->tp))
                    : anvil_tp_init_weights(r->tp, c->seed)) ||
         anvil_adamw_init_whole(&r->tp_opt, r->k, &c->adamw, anvil_tp_offsets(r->tp), ANVIL_GPT2_NPARAM,
@@ -669,8 +672,9 @@ static int open_tensor_parallel(anvil_run *r) {
     if (r->grid.pp > 1)
         snprintf(stages, sizeof stages, " x %d pipeline stages (%s, %d micro-batches)", r->grid.pp,
                  c->pipeline_gpipe ? "GPipe" : "1F1B", r->accum);
-    fprintf(c->log, "model parallel: %d tensor-parallel ranks%s, data parallel over %d; %.2fM parameters on rank 0\n",
-            r->grid.tp, stages, r->data_ranks, (double)anvil_tp_num_params(r->tp) / 1e6);
+    fprintf(c->log, "model parallel: %d tensor-parallel ranks%s%s, data parallel over %d; %.2fM parameters on rank 0\n",
+            r->grid.tp, c->sequence_parallel ? " (sequence parallel)" : "", stages, r->data_ranks,
+            (double)anvil_tp_num_params(r->tp) / 1e6);
     return 0;
 }
 

@@ -53,6 +53,7 @@ typedef struct {
     int tensor_parallel;     /* ranks per tensor-parallel group (0 or 1: none); data parallel over the rest */
     int pipeline_parallel;   /* pipeline stages (0 or 1: none); the accumulation steps are its micro-batches */
     int pipeline_gpipe;      /* 1: GPipe's schedule instead of 1F1B */
+    int sequence_parallel;   /* 1: Megatron's sequence parallelism within the TP groups (needs tensor_parallel > 1) */
     const char *resume;      /* "auto": newest valid checkpoint of out_dir, if any; or a checkpoint folder */
     const char *ckpt_uri;    /* s3://bucket/prefix: checkpoints uploaded there too, and "auto" resumes from there
                               * when out_dir has none (NULL: local only) */
