@@ -79,24 +79,31 @@ static int meta_int(const anvil_st_file *f, const char *path, const char *key, i
     return 0;
 }
 
+/* Tensor prefix+param i of f, checked against config c (wte without its padding rows), or NULL after
+ * anvil_fail naming it. */
+static const anvil_st_tensor *checked_tensor(const anvil_st_file *f, const char *path, const char *prefix,
+                                             const anvil_gpt2_config *c, int i) {
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
+    const anvil_st_tensor *t = anvil_st_find(f, name);
+    int64_t s[3];
+    int nd = anvil_gpt2_param_shape(c, i, s);
+    if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
+    int ok = t && t->dtype == ANVIL_ST_F32 && t->ndim == nd;
+    for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
+    if (!t) anvil_fail("%s: tensor '%s' is missing", path, name);
+    else if (!ok) anvil_fail("%s: tensor '%s' has the wrong dtype or shape for this model configuration", path, name);
+    return ok ? t : NULL;
+}
+
 static int load_from(const anvil_st_file *f, const char *path, const char *prefix, anvil_gpt2 *m) {
-    const anvil_gpt2_config *c = &m->cfg;
     float *host = calloc(m->nparams, sizeof(float));
     if (!host) return anvil_fail("%s: out of memory", path);
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-        char name[128];
-        snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
-        const anvil_st_tensor *t = anvil_st_find(f, name);
-        int64_t s[3];
-        int nd = anvil_gpt2_param_shape(c, i, s);
-        if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
-        int ok = t && t->dtype == ANVIL_ST_F32 && t->ndim == nd;
-        for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
-        if (!ok) {
+        const anvil_st_tensor *t = checked_tensor(f, path, prefix, &m->cfg, i);
+        if (!t) {
             free(host);
-            if (!t) return anvil_fail("%s: tensor '%s' is missing", path, name);
-            return anvil_fail("%s: tensor '%s' has the wrong dtype or shape for this model configuration", path,
-                              name);
+            return -1;
         }
         memcpy(host + m->offsets[i], t->data, t->nbytes);
     }
@@ -113,22 +120,71 @@ int anvil_model_load_tensors(const char *path, const char *prefix, anvil_gpt2 *m
     return rc;
 }
 
+/* The model configuration a model file's metadata records, checked (padded_vocab set). */
+static int read_config(const anvil_st_file *f, const char *path, anvil_gpt2_config *c) {
+    memset(c, 0, sizeof *c);
+    const char *fmt = anvil_st_meta(f, "format");
+    if (!fmt || strcmp(fmt, "anvil-gpt2"))
+        return anvil_fail("%s: not an anvil GPT-2 model file (metadata 'format' is %s)", path, fmt ? fmt : "missing");
+    if (meta_int(f, path, "n_layer", &c->n_layer) || meta_int(f, path, "n_head", &c->n_head) ||
+        meta_int(f, path, "n_embd", &c->n_embd) || meta_int(f, path, "block_size", &c->block_size) ||
+        meta_int(f, path, "vocab_size", &c->vocab_size))
+        return -1;
+    if (anvil_gpt2_config_check(c)) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        return anvil_fail("%s: %s", path, why);
+    }
+    return 0;
+}
+
 int anvil_model_load(const char *path, const anvil_kernels *k, anvil_gpt2 *m) {
     anvil_st_file *f = anvil_st_open(path);
     if (!f) return -1;
-    anvil_gpt2_config c = {0};
-    const char *fmt = anvil_st_meta(f, "format");
-    int rc = -1;
-    if (!fmt || strcmp(fmt, "anvil-gpt2")) {
-        anvil_fail("%s: not an anvil GPT-2 model file (metadata 'format' is %s)", path, fmt ? fmt : "missing");
-    } else if (!meta_int(f, path, "n_layer", &c.n_layer) && !meta_int(f, path, "n_head", &c.n_head) &&
-               !meta_int(f, path, "n_embd", &c.n_embd) && !meta_int(f, path, "block_size", &c.block_size) &&
-               !meta_int(f, path, "vocab_size", &c.vocab_size) && !anvil_gpt2_init(m, &c, k)) {
-        rc = load_from(f, path, "", m);
-        if (rc) anvil_gpt2_free(m);
-    }
+    anvil_gpt2_config c;
+    int rc = read_config(f, path, &c) || anvil_gpt2_init(m, &c, k) ? -1 : 0;
+    if (!rc && (rc = load_from(f, path, "", m))) anvil_gpt2_free(m);
     anvil_st_close(f);
     return rc;
+}
+
+struct anvil_model_reader {
+    anvil_st_file *f;
+    const anvil_st_tensor *t[ANVIL_GPT2_NPARAM];
+};
+
+anvil_model_reader *anvil_model_reader_open(const char *path, anvil_gpt2_config *cfg) {
+    anvil_model_reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        anvil_fail("%s: out of memory", path);
+        return NULL;
+    }
+    int rc = (r->f = anvil_st_open_index(path)) ? read_config(r->f, path, cfg) : -1;
+    for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++)
+        if (!(r->t[i] = checked_tensor(r->f, path, "", cfg, i))) rc = -1;
+    if (rc) {
+        anvil_model_reader_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+int anvil_model_reader_read(anvil_model_reader *r, int i, size_t off, size_t n, float *dst) {
+    const anvil_st_tensor *t = r->t[i];
+    /* The file's wte stops at the real vocabulary: what lies past it is padding, zero. */
+    size_t real = (size_t)(t->nbytes / sizeof(float)), a = off < real ? off : real;
+    size_t b = off + n < real ? off + n : real;
+    if (i != ANVIL_GPT2_WTE && b - a < n)
+        return anvil_fail("model: read of %zu elements at %zu is past the end of '%s' (%zu)", n, off, t->name, real);
+    if (b > a && anvil_st_read(r->f, t, (uint64_t)a * sizeof(float), (uint64_t)(b - a) * sizeof(float), dst)) return -1;
+    if (b - a < n) memset(dst + (b - a), 0, (n - (b - a)) * sizeof(float));
+    return 0;
+}
+
+void anvil_model_reader_close(anvil_model_reader *r) {
+    if (!r) return;
+    anvil_st_close(r->f);
+    free(r);
 }
 
 static int load_checkpoint(const char *dir, const anvil_kernels *k, anvil_gpt2 *m) {

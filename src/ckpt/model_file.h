@@ -32,6 +32,15 @@ int anvil_model_tokenizer_keep(const char *rank_file, const char *dir);
 /* Atomic: a crash leaves the previous file or the complete new one. tok (may be NULL) is recorded
  * in the metadata. */
 int anvil_model_save(const char *path, const anvil_gpt2 *m, const anvil_model_tokenizer *tok);
+/* A model file read piece by piece, for a process that holds a shard of the model (tensor and
+ * pipeline parallelism) and must never hold a whole tensor: opening reads the header only, checks
+ * the format, the configuration (into cfg, padded_vocab set) and every tensor's shape; a read then
+ * takes elements [off, off + n) of tensor i (anvil_gpt2's layout: wte's padding rows read as zeros)
+ * into host memory at dst. NULL or -1 after anvil_fail. */
+typedef struct anvil_model_reader anvil_model_reader;
+anvil_model_reader *anvil_model_reader_open(const char *path, anvil_gpt2_config *cfg);
+int anvil_model_reader_read(anvil_model_reader *r, int i, size_t off, size_t n, float *dst);
+void anvil_model_reader_close(anvil_model_reader *r);
 /* The same file written tensor by tensor, for a caller that never holds the whole model: open
  * writes the header to a temporary file; then put tensor i = 0, 1, ... in order, each in the whole
  * model's layout (host memory; of wte, whose padding rows the file leaves out, the real rows), then

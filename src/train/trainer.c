@@ -242,6 +242,7 @@ typedef struct {
     anvil_grid grid;
     int have_grid;
     anvil_tp *tp;  /* the rank's shard: of every layer, or of its pipeline stage's (owned by pp) */
+    anvil_model_reader *init; /* --init under TP/PP: the model file, read piece by piece into the shard */
     anvil_pp *pp;
     anvil_adamw tp_opt;
     anvil_zg *zg; /* ZeRO-1 on the data axis: tp_opt's moments then live in its blocks */
@@ -558,7 +559,16 @@ static int report_memory(const anvil_train_config *c, const char *layout, double
  * sharded run restores whole moments from a checkpoint of any layout. */
 static int open_model(anvil_run *r) {
     const anvil_train_config *c = r->c;
-    if (c->init_model) {
+    if (c->init_model && r->have_grid) {
+        /* Each rank reads its shard from the file (open_tensor_parallel): the whole model is a layout. */
+        anvil_gpt2_config fc;
+        if (!(r->init = anvil_model_reader_open(c->init_model, &fc)) || anvil_gpt2_init_layout(&r->model, &fc, r->k))
+            return -1;
+        r->have_model = 1;
+        if (fc.vocab_size != c->model.vocab_size || c->T > fc.block_size)
+            return anvil_fail("train: %s does not fit this run (vocab %d, block %d)", c->init_model, fc.vocab_size,
+                              fc.block_size);
+    } else if (c->init_model) {
         if (anvil_model_load(c->init_model, r->k, &r->model)) return -1;
         r->have_model = 1;
         if (r->model.cfg.vocab_size != c->model.vocab_size || c->T > r->model.cfg.block_size)
@@ -646,9 +656,13 @@ static int open_data(anvil_run *r) {
     return 0;
 }
 
-/* Tensor parallelism: this rank's shard of the model, initialized on its own or taken from a whole
- * model loaded with --init-model (which then goes), and zero moments; resuming reads its shard of a
- * checkpoint's state over them. */
+static int read_init_model(void *ctx, int i, size_t off, size_t n, float *dst) {
+    return anvil_model_reader_read(ctx, i, off, n, dst);
+}
+
+/* Tensor parallelism: this rank's shard of the model, initialized on its own or read piece by piece
+ * from the --init model file, and zero moments; resuming reads its shard of a checkpoint's state
+ * over them. */
 static int open_tensor_parallel(anvil_run *r) {
     const anvil_train_config *c = r->c;
     anvil_gpt2 *m = &r->model;
@@ -660,14 +674,15 @@ static int open_tensor_parallel(anvil_run *r) {
         return -1;
     }
     anvil_tp_set_sequence_parallel(r->tp, c->sequence_parallel);
-    if ((m->params ? anvil_tp_shard(r->tp, m->params, anvil_tp_params(r->tp))
-                   : anvil_tp_init_weights(r->tp, c->seed)) ||
+    int rc = r->init ? anvil_tp_fill(r->tp, read_init_model, r->init, anvil_tp_params(r->tp))
+                     : anvil_tp_init_weights(r->tp, c->seed);
+    anvil_model_reader_close(r->init);
+    r->init = NULL;
+    if (rc ||
         anvil_adamw_init_whole(&r->tp_opt, r->k, &c->adamw, anvil_tp_offsets(r->tp), ANVIL_GPT2_NPARAM,
                                anvil_gpt2_param_decays))
         return -1;
     r->opt = &r->tp_opt;
-    m->k->free(m->params);
-    m->params = NULL;
     char stages[96] = "";
     if (r->grid.pp > 1)
         snprintf(stages, sizeof stages, " x %d pipeline stages (%s, %d micro-batches)", r->grid.pp,
@@ -1113,6 +1128,7 @@ static int run_close(anvil_run *r, int rc) {
         rc = -1;
     }
     free(r->host_leader);
+    anvil_model_reader_close(r->init);
     if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
     anvil_dp_free(r->dp);
     if (r->pp) anvil_pp_free(r->pp);
