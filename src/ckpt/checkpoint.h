@@ -190,19 +190,22 @@ int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const c
  * initialized with the checkpoint's configuration: a difference is refused
  * with a message naming the field. A sharded checkpoint is put back
  * together from its shard files, whatever layout wrote it, so the whole
- * moments land in opt (and, from stage 3, the whole weights in model).
+ * moments land in opt (and, when the weights were sharded too, at ZeRO-3
+ * or under tensor or pipeline parallelism, the whole weights in model).
  * info (may be NULL) receives the manifest
  * (loader state, RNG, counters, tokenizer, training configuration); free it
- * with anvil_ckpt_manifest_free. Nothing is modified on failure. */
+ * with anvil_ckpt_manifest_free. Nothing is modified when a check fails; shard files are indexed
+ * and checked before anything is copied, then read through a bounded buffer, so only an I/O error
+ * in that last pass (the files were verified just before) can leave the destinations partly
+ * written. */
 int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info);
 
 /* A checkpoint read piece by piece, for a process that holds a shard of the model (tensor and
  * pipeline parallelism) and must never hold a whole tensor: opening verifies every file (size and
  * checksum, streamed), compares the model with cfg, and checks the tables of the weights and
- * moments files from their headers alone; a read then takes only the bytes asked for. The state
- * must be whole (ZeRO stage 0, model.safetensors and optim.safetensors); a checkpoint with shard
- * files is refused (anvil_ckpt_load puts those together). info (may be NULL) receives the manifest
- * as for anvil_ckpt_load. NULL after anvil_fail. */
+ * moments files, or indexes the shard files, from their headers alone (shard slices that leave a
+ * gap or overlap are refused); a read then takes only the bytes asked for, whatever layout wrote
+ * them. info (may be NULL) receives the manifest as for anvil_ckpt_load. NULL after anvil_fail. */
 typedef struct anvil_ckpt_reader anvil_ckpt_reader;
 anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2_config *cfg,
                                           anvil_ckpt_manifest *info);
