@@ -54,6 +54,11 @@ static inline size_t ckpt_row_width(const anvil_gpt2_config *c, int i) {
     return (size_t)s[nd - 1];
 }
 
+/* Elements [off, off + n) of tensor t of f (opened as an index), which is tensor i of a model file:
+ * wte's rows stop at the real vocabulary, so what lies past them is padding and reads as zeros.
+ * Into host memory at dst; 0 or -1 after anvil_fail. */
+int ckpt_read_padded(const anvil_st_file *f, const anvil_st_tensor *t, int i, size_t off, size_t n, float *dst);
+
 /* The kinds of a shard file's slices, the first part of their tensor names: AdamW m and v, weights p. */
 extern const char *const ckpt_slice_kinds[3];
 

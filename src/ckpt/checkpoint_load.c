@@ -155,13 +155,7 @@ static void shard_index_close(shard_index *x) {
 static int shard_index_open(shard_index *x, const char *dir, const anvil_ckpt_manifest *man,
                             const anvil_gpt2_config *c, const int need[3]) {
     memset(x, 0, sizeof *x);
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-        int64_t s[3];
-        int nd = anvil_gpt2_param_shape(c, i, s);
-        size_t n = 1;
-        for (int d = 0; d < nd; d++) n *= (size_t)s[d];
-        x->offsets[i + 1] = x->offsets[i] + n;
-    }
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) x->offsets[i + 1] = x->offsets[i] + anvil_gpt2_param_numel(c, i);
     size_t total = x->offsets[ANVIL_GPT2_NPARAM], cap[3] = {0};
     int rc = 0;
     for (int i = 0; !rc && i < man->nfiles; i++)
@@ -372,16 +366,16 @@ int anvil_ckpt_reader_read(anvil_ckpt_reader *r, int kind, int i, size_t off, si
                               anvil_gpt2_param_names[i], o[i + 1] - o[i]);
         return shard_index_read(&r->shards, kind ? kind - 1 : 2, o[i] + off, n, dst);
     }
-    const anvil_st_tensor *t = r->t[kind][i];
-    /* The file's wte stops at the real vocabulary: what lies past it is padding, zero. */
+    return ckpt_read_padded(kind ? r->fo : r->fw, r->t[kind][i], i, off, n, dst);
+}
+
+int ckpt_read_padded(const anvil_st_file *f, const anvil_st_tensor *t, int i, size_t off, size_t n, float *dst) {
     size_t real = (size_t)(t->nbytes / sizeof(float)), a = off < real ? off : real;
     size_t b = off + n < real ? off + n : real;
     if (i != ANVIL_GPT2_WTE && b - a < n)
-        return anvil_fail("checkpoint: read of %zu elements at %zu is past the end of '%s' (%zu)", n, off, t->name,
+        return anvil_fail("safetensors: read of %zu elements at %zu is past the end of '%s' (%zu)", n, off, t->name,
                           real);
-    if (b > a && anvil_st_read(kind ? r->fo : r->fw, t, (uint64_t)a * sizeof(float), (uint64_t)(b - a) * sizeof(float),
-                               dst))
-        return -1;
+    if (b > a && anvil_st_read(f, t, (uint64_t)a * sizeof(float), (uint64_t)(b - a) * sizeof(float), dst)) return -1;
     if (b - a < n) memset(dst + (b - a), 0, (n - (b - a)) * sizeof(float));
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_internal.h"
 #include "ckpt/safetensors.h"
 #include "core/crc32c.h"
 #include "core/error.h"
@@ -45,12 +46,8 @@ anvil_st_stream *anvil_model_stream_open(const char *path, const anvil_gpt2_conf
 }
 
 int anvil_model_stream_put(anvil_st_stream *s, const anvil_gpt2_config *c, int i, const float *data) {
-    int64_t sh[3];
-    int nd = anvil_gpt2_param_shape(c, i, sh);
     /* wte's padding rows are the layout's, not the file's: its real rows come first. */
-    if (i == ANVIL_GPT2_WTE) sh[0] = c->vocab_size;
-    size_t n = 1;
-    for (int d = 0; d < nd; d++) n *= (size_t)sh[d];
+    size_t n = i == ANVIL_GPT2_WTE ? (size_t)c->vocab_size * (size_t)c->n_embd : anvil_gpt2_param_numel(c, i);
     return anvil_st_stream_write(s, data, n * sizeof(float));
 }
 
@@ -170,15 +167,7 @@ anvil_model_reader *anvil_model_reader_open(const char *path, anvil_gpt2_config 
 }
 
 int anvil_model_reader_read(anvil_model_reader *r, int i, size_t off, size_t n, float *dst) {
-    const anvil_st_tensor *t = r->t[i];
-    /* The file's wte stops at the real vocabulary: what lies past it is padding, zero. */
-    size_t real = (size_t)(t->nbytes / sizeof(float)), a = off < real ? off : real;
-    size_t b = off + n < real ? off + n : real;
-    if (i != ANVIL_GPT2_WTE && b - a < n)
-        return anvil_fail("model: read of %zu elements at %zu is past the end of '%s' (%zu)", n, off, t->name, real);
-    if (b > a && anvil_st_read(r->f, t, (uint64_t)a * sizeof(float), (uint64_t)(b - a) * sizeof(float), dst)) return -1;
-    if (b - a < n) memset(dst + (b - a), 0, (n - (b - a)) * sizeof(float));
-    return 0;
+    return ckpt_read_padded(r->f, r->t[i], i, off, n, dst);
 }
 
 void anvil_model_reader_close(anvil_model_reader *r) {

@@ -214,10 +214,7 @@ int anvil_pp_forward(anvil_pp *p, const int32_t *inputs, const int32_t *targets,
 }
 
 int anvil_pp_gather_tensor(anvil_pp *p, int i, const float *local, float *whole) {
-    int64_t s[3];
-    int nd = anvil_gpt2_param_shape(&p->cfg, i, s);
-    size_t n = 1;
-    for (int d = 0; d < nd; d++) n *= (size_t)s[d];
+    size_t n = anvil_gpt2_param_numel(&p->cfg, i);
     memset(whole, 0, n * sizeof(float));
     if (anvil_tp_gather_tensor(p->stage, i, local, whole)) return -1;
     return p->P > 1 ? anvil_allreduce(p->grid->pp_group, whole, n, ANVIL_F32, "pp gather tensor") : 0;

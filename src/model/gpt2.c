@@ -90,6 +90,11 @@ static size_t shape_numel(const int64_t s[3], int nd) {
     return n;
 }
 
+size_t anvil_gpt2_param_numel(const anvil_gpt2_config *c, int i) {
+    int64_t s[3];
+    return shape_numel(s, anvil_gpt2_param_shape(c, i, s));
+}
+
 size_t anvil_gpt2_num_params(const anvil_gpt2_config *c) {
     size_t n = 0;
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
@@ -228,8 +233,7 @@ static int acts_ensure(anvil_gpt2 *m, int B, int T) {
 static size_t drawn(const anvil_gpt2_config *c, int i) {
     if (!anvil_gpt2_param_decays(i)) return 0;
     if (i == ANVIL_GPT2_WTE) return (size_t)c->vocab_size * (size_t)c->n_embd;
-    int64_t s[3];
-    return shape_numel(s, anvil_gpt2_param_shape(c, i, s));
+    return anvil_gpt2_param_numel(c, i);
 }
 
 void anvil_gpt2_init_stream_start(anvil_gpt2_init_stream *s, const anvil_gpt2_config *cfg, uint64_t seed) {
@@ -256,8 +260,7 @@ int anvil_gpt2_init_stream_read(anvil_gpt2_init_stream *s, int i, size_t off, si
         return anvil_fail("model: initialization read of %s at %zu after %s at %zu: reads go forward only",
                           anvil_gpt2_param_names[i], off, anvil_gpt2_param_names[s->tensor], s->pos);
     while (s->tensor < i) {
-        int64_t sh[3];
-        stream_skip(s, shape_numel(sh, anvil_gpt2_param_shape(c, s->tensor, sh)));
+        stream_skip(s, anvil_gpt2_param_numel(c, s->tensor));
         s->tensor++;
         s->pos = 0;
     }

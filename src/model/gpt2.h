@@ -59,6 +59,8 @@ int anvil_gpt2_config_check(anvil_gpt2_config *cfg);
 int anvil_gpt2_batch_check(const anvil_gpt2_config *cfg, int B, int T);
 /* The shape of parameter tensor i: up to 3 dims. */
 int anvil_gpt2_param_shape(const anvil_gpt2_config *cfg, int i, int64_t shape[3]);
+/* The elements of tensor i: the product of its shape (wte with its padding rows). */
+size_t anvil_gpt2_param_numel(const anvil_gpt2_config *cfg, int i);
 /* Whether AdamW decays tensor i: matrices and embeddings yes, biases and LayerNorm no. */
 int anvil_gpt2_param_decays(int i);
 size_t anvil_gpt2_num_params(const anvil_gpt2_config *cfg); /* incl. padding rows of wte */
