@@ -54,6 +54,11 @@ static inline size_t ckpt_row_width(const anvil_gpt2_config *c, int i) {
     return (size_t)s[nd - 1];
 }
 
+/* Tensor prefix+param i of a model-file table in f, checked against config c (wte without its
+ * padding rows), or NULL after anvil_fail naming it and path. */
+const anvil_st_tensor *ckpt_checked_tensor(const anvil_st_file *f, const char *path, const char *prefix,
+                                           const anvil_gpt2_config *c, int i);
+
 /* Elements [off, off + n) of tensor t of f (opened as an index), which is tensor i of a model file:
  * wte's rows stop at the real vocabulary, so what lies past them is padding and reads as zeros.
  * Into host memory at dst; 0 or -1 after anvil_fail. */

@@ -17,19 +17,24 @@
 
 /* Checks that f holds every tensor prefix+param with the model-file shape. */
 static int check_table(const anvil_st_file *f, const char *path, const char *prefix, const anvil_gpt2_config *c) {
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
-        const anvil_st_tensor *t = anvil_st_find(f, name);
-        if (!t) return anvil_fail("%s: tensor '%s' is missing", path, name);
-        int64_t s[3];
-        int nd = anvil_gpt2_param_shape(c, i, s);
-        if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
-        int ok = t->dtype == ANVIL_ST_F32 && t->ndim == nd;
-        for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
-        if (!ok) return anvil_fail("%s: tensor '%s' has the wrong dtype or shape for the manifest's model", path, name);
-    }
+    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
+        if (!ckpt_checked_tensor(f, path, prefix, c, i)) return -1;
     return 0;
+}
+
+const anvil_st_tensor *ckpt_checked_tensor(const anvil_st_file *f, const char *path, const char *prefix,
+                                           const anvil_gpt2_config *c, int i) {
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
+    const anvil_st_tensor *t = anvil_st_find(f, name);
+    int64_t s[3];
+    int nd = anvil_gpt2_param_shape(c, i, s);
+    if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
+    int ok = t && t->dtype == ANVIL_ST_F32 && t->ndim == nd;
+    for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
+    if (!t) anvil_fail("%s: tensor '%s' is missing", path, name);
+    else if (!ok) anvil_fail("%s: tensor '%s' has the wrong dtype or shape for this model configuration", path, name);
+    return ok ? t : NULL;
 }
 
 /* Uploads the checked tensors straight from the file buffer into dst (backend memory); wte's padding

@@ -76,28 +76,11 @@ static int meta_int(const anvil_st_file *f, const char *path, const char *key, i
     return 0;
 }
 
-/* Tensor prefix+param i of f, checked against config c (wte without its padding rows), or NULL after
- * anvil_fail naming it. */
-static const anvil_st_tensor *checked_tensor(const anvil_st_file *f, const char *path, const char *prefix,
-                                             const anvil_gpt2_config *c, int i) {
-    char name[128];
-    snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
-    const anvil_st_tensor *t = anvil_st_find(f, name);
-    int64_t s[3];
-    int nd = anvil_gpt2_param_shape(c, i, s);
-    if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
-    int ok = t && t->dtype == ANVIL_ST_F32 && t->ndim == nd;
-    for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
-    if (!t) anvil_fail("%s: tensor '%s' is missing", path, name);
-    else if (!ok) anvil_fail("%s: tensor '%s' has the wrong dtype or shape for this model configuration", path, name);
-    return ok ? t : NULL;
-}
-
 static int load_from(const anvil_st_file *f, const char *path, const char *prefix, anvil_gpt2 *m) {
     float *host = calloc(m->nparams, sizeof(float));
     if (!host) return anvil_fail("%s: out of memory", path);
     for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-        const anvil_st_tensor *t = checked_tensor(f, path, prefix, &m->cfg, i);
+        const anvil_st_tensor *t = ckpt_checked_tensor(f, path, prefix, &m->cfg, i);
         if (!t) {
             free(host);
             return -1;
@@ -158,7 +141,7 @@ anvil_model_reader *anvil_model_reader_open(const char *path, anvil_gpt2_config 
     }
     int rc = (r->f = anvil_st_open_index(path)) ? read_config(r->f, path, cfg) : -1;
     for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++)
-        if (!(r->t[i] = checked_tensor(r->f, path, "", cfg, i))) rc = -1;
+        if (!(r->t[i] = ckpt_checked_tensor(r->f, path, "", cfg, i))) rc = -1;
     if (rc) {
         anvil_model_reader_close(r);
         return NULL;
