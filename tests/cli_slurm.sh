@@ -166,8 +166,10 @@ victim=$(rank_on "$tmp/killed" n2)
 job wait "$id" > "$tmp/out"
 rc=$?
 excluded=$(field "$id" backend excluded_nodes)
+# The attempt's exit is srun's, the highest over the ranks, and the survivor dies of whatever reaches it
+# first (SIGPIPE from the dead peer's socket, srun's SIGTERM): the history must name the cause.
 if [ $rc = 0 ] && [ "$(field "$id" attempt)" = 2 ] &&
-   history "$id" | grep -q "Retrying (1/2)|exit 137 (signal 9): first on n2: task 1 of attempt 1 .*Killed"; then
+   history "$id" | grep -q "Retrying (1/2)|exit [0-9]* (signal [0-9]*): first on n2: task 1 of attempt 1 .*Killed"; then
   ok "SIGKILLed rank on n2: Retrying (1/2), the history naming it ($(history "$id" | grep -o 'first on n2: task 1')), Completed"
 else bad "SIGKILLed rank: exit $rc: $(history "$id")"; fi
 python3 -c "import sys; e = $excluded; sys.exit(not (len(e) == 1 and e[0]['node'] == 'n2' and 'Killed' in e[0]['why']))" &&

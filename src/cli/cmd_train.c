@@ -2,6 +2,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +315,12 @@ static int train_main(int argc, char **argv, s3path_stage *meta) {
      * complete, so MPI is not finalized: exiting makes mpirun stop the job. */
     if (rc == ANVIL_TRAIN_BAD_INPUT) return cli_config_fail(cmd);
     if (rc != 0 && rc != ANVIL_TRAIN_STOPPED) return cli_fail(cmd);
+    /* The run is over and its checkpoint written, so a stop signal has nothing left to stop; with its
+     * default action it would kill this rank on its way out and turn exit 75 into a death by signal.
+     * It comes late from a second stop request, or from srun --kill-on-bad-exit, which SIGTERMs the
+     * ranks still finalizing as soon as a faster one has exited 75. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
     int rank = anvil_dist_rank(), world = anvil_dist_world_size();
     anvil_dist_finalize();
     if (rc == ANVIL_TRAIN_STOPPED) return ANVIL_EXIT_RESUMABLE;

@@ -1136,10 +1136,6 @@ static int run_close(anvil_run *r, int rc) {
     anvil_adamw_free(&r->tp_opt);
     anvil_zg_free(r->zg);
     if (r->have_grid) anvil_grid_free(&r->grid);
-    if (r->signals_set) {
-        sigaction(SIGTERM, &r->old_term, NULL);
-        sigaction(SIGUSR1, &r->old_usr1, NULL);
-    }
     if (r->have_model) {
         anvil_adamw_free(&r->whole_opt);
         anvil_gpt2_free(&r->model);
@@ -1152,6 +1148,11 @@ static int run_close(anvil_run *r, int rc) {
     free(r->y);
     free(r->step_ms);
     if (r->devnull) fclose(r->devnull);
+    /* Last, so that a stop signal arriving while the run is torn down still only sets stop_signal. */
+    if (r->signals_set) {
+        sigaction(SIGTERM, &r->old_term, NULL);
+        sigaction(SIGUSR1, &r->old_usr1, NULL);
+    }
     return rc;
 }
 
