@@ -7,6 +7,9 @@ set -u
 anvil=$1
 tmp=$(mktemp -d)
 at_exit() { :; }
+# Debian's python3 (scripts/deps.sh installs it, with numpy and torch), not a pyenv shim that may come
+# first on PATH: the shim costs 0.1 s a call, and these scripts call python3 hundreds of times.
+[ -x /usr/bin/python3 ] && python3() { /usr/bin/python3 "$@"; }
 trap 'kill -9 $(jobs -p) 2> /dev/null; pkill -KILL -f "$tmp/" 2> /dev/null; at_exit; rm -rf "$tmp"' EXIT
 fails=0
 ok() { echo "ok: $1"; }
