@@ -154,6 +154,32 @@ run grid_to_grid 4 --batch 4 --total-batch-tokens 1024 --pp 2 --tp 2 --pp-schedu
   else
     bad "resumed at its own layout, the (1, 2, 2) run ends with a different model"
   fi
+# --resume auto on 4 ranks checks the newest checkpoint together, each rank checksumming the files
+# dealt to it (largest first, each to the rank with the fewest bytes so far): a byte flipped in rank
+# 3's file makes every rank skip to step 10, and the run ends as the uninterrupted one, byte for byte.
+cp -r "$tmp/pp2_tp2" "$tmp/skip_bad" && rm "$tmp/skip_bad/model.safetensors"
+newest="$tmp/skip_bad/ckpt/$(cat "$tmp/skip_bad/ckpt/latest")"
+victim=$(python3 - "$newest/manifest.json" << 'PY'
+import json, sys
+files = json.load(open(sys.argv[1]))["files"]
+load, part = [0] * 4, {}
+for f in sorted(files, key=lambda f: -f["bytes"]):
+    p = load.index(min(load))
+    part[f["name"]], load[p] = p, load[p] + f["bytes"]
+print(next(n for n, p in part.items() if p == 3))
+PY
+)
+python3 -c "
+import sys; f = open(sys.argv[1], 'r+b'); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 1]))" \
+  "$newest/$victim" || bad "could not flip a byte of $newest/$victim"
+run skip_bad 4 --batch 4 --total-batch-tokens 1024 --pp 2 --tp 2 --pp-schedule gpipe --ckpt-every 10 --resume auto &&
+  if grep -q "skipping corrupt checkpoint $(basename "$newest"): .*$victim: checksum mismatch .*(rank 3's check)" \
+    "$tmp/skip_bad.log" && grep -q "resumed from .*step_00000010" "$tmp/skip_bad.log" &&
+    cmp -s "$tmp/pp2_tp2/model.safetensors" "$tmp/skip_bad/model.safetensors"; then
+    ok "a byte flipped in $victim: rank 3 found it, all 4 ranks resumed from step 10, the same final model"
+  else
+    bad "a checkpoint bad in rank 3's part: $(grep -v '^\[rank [1-9]' "$tmp/skip_bad.log" | grep -m3 'skipping\|resumed\|error')"
+  fi
 run grid_to_dp2_tp2 4 --batch 4 --total-batch-tokens 1024 --tp 2 --resume "$ck" && compare ref_acc grid_to_dp2_tp2
 run grid_to_dp4 4 --batch 4 --total-batch-tokens 1024 --resume "$ck" && compare ref_acc grid_to_dp4
 if "$anvil" train "${common[@]}" --batch 4 --total-batch-tokens 1024 --resume "$ck" --out "$tmp/grid_to_1" \

@@ -192,7 +192,7 @@ static void test_round_trip(void) {
 
     make_trained(&b, 99, 1);
     anvil_ckpt_manifest info;
-    if (anvil_ckpt_load(dir, &b.m, &b.o, &info)) {
+    if (anvil_ckpt_load(dir, &b.m, &b.o, &info, 1)) {
         t_fail(__FILE__, __LINE__, "load: %s", anvil_errmsg());
         return;
     }
@@ -301,7 +301,7 @@ static void test_refusals(void) {
     other.n_head = 4;
     anvil_gpt2 m;
     make_model(&m, other, 1);
-    CHECK(anvil_ckpt_load(dir, &m, NULL, NULL) == -1);
+    CHECK(anvil_ckpt_load(dir, &m, NULL, NULL, 1) == -1);
     CHECK(strstr(anvil_errmsg(), "n_head is 2 in the checkpoint, 4 in this run") != NULL);
     anvil_gpt2_free(&m);
 
@@ -309,14 +309,14 @@ static void test_refusals(void) {
      * sharded (ZeRO) checkpoint must bring its shard files. */
     rewrite_manifest_field(dir, "\"world\":\t1", "\"world\":\t2", 1);
     CHECK(anvil_ckpt_verify(dir) == 0);
-    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL, 1) == 0);
     rewrite_manifest_field(dir, "\"zero_stage\":\t0", "\"zero_stage\":\t1", 1);
-    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1 &&
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL, 1) == -1 &&
           strstr(anvil_errmsg(), "lists optim.safetensors, but the layout (zero_stage 1, tensor_parallel 1, "
                                  "pipeline_parallel 1) keeps the moments in shard files"));
     rewrite_manifest_field(dir, "\"zero_stage\":\t1", "\"zero_stage\":\t0", 1);
     rewrite_manifest_field(dir, "\"world\":\t2", "\"world\":\t1", 1);
-    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == 0);
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL, 1) == 0);
 
     /* The same edit without a new checksum is corruption. */
     rewrite_manifest_field(dir, "\"world\":\t1", "\"world\":\t2", 0);
@@ -328,7 +328,7 @@ static void test_refusals(void) {
     rewrite_manifest_field(dir, "\"version\":\t3", "\"version\":\t4", 1);
     CHECK(anvil_ckpt_verify(dir) == -1);
     CHECK(strstr(anvil_errmsg(), "version 4 is newer") != NULL);
-    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL) == -1);
+    CHECK(anvil_ckpt_load(dir, &a.m, &a.o, NULL, 1) == -1);
     free_trained(&a);
 }
 
@@ -383,7 +383,7 @@ static void test_sharded(void) {
     snprintf(shard, sizeof shard, "%s/shard_1_of_2.safetensors", dir);
     CHECK(exists(shard));
     anvil_ckpt_manifest man;
-    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, &man) == 0);
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, &man, 1) == 0);
     CHECK(man.world == 2 && man.zero_stage == 3 && man.shard_group == 2);
     anvil_ckpt_manifest_free(&man);
     CHECK(memcmp(a.m.params, b.m.params, bytes) == 0);
@@ -395,10 +395,10 @@ static void test_sharded(void) {
     memcpy(before, c.m.params, bytes);
     CHECK(save_sharded_step(run, &a, 8, 1, 0) == 0);
     path_in(dir, sizeof dir, run, "ckpt/step_00000008");
-    CHECK(anvil_ckpt_load(dir, &c.m, &c.o, NULL) == -1 && strstr(anvil_errmsg(), "slices cover"));
+    CHECK(anvil_ckpt_load(dir, &c.m, &c.o, NULL, 1) == -1 && strstr(anvil_errmsg(), "slices cover"));
     CHECK(save_sharded_step(run, &a, 9, 0, 1) == 0);
     path_in(dir, sizeof dir, run, "ckpt/step_00000009");
-    CHECK(anvil_ckpt_load(dir, &c.m, &c.o, NULL) == -1 && strstr(anvil_errmsg(), "overlap"));
+    CHECK(anvil_ckpt_load(dir, &c.m, &c.o, NULL, 1) == -1 && strstr(anvil_errmsg(), "overlap"));
     CHECK(memcmp(before, c.m.params, bytes) == 0);
     free(before);
     free_trained(&a);
@@ -483,13 +483,13 @@ static void test_sharded_blocks(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     CHECK(!exists(path));
     anvil_ckpt_manifest man;
-    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, &man) == 0);
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, &man, 1) == 0);
     CHECK(man.version == ANVIL_CKPT_VERSION && man.tensor_parallel == 2 && man.pipeline_parallel == 1);
     anvil_ckpt_manifest_free(&man);
     CHECK(memcmp(a.m.params, b.m.params, bytes) == 0);
     CHECK(memcmp(a.o.m, b.o.m, bytes) == 0 && memcmp(a.o.v, b.o.v, bytes) == 0 && a.o.t == b.o.t);
 
-    anvil_ckpt_reader *r = anvil_ckpt_reader_open(dir, &a.m.cfg, NULL);
+    anvil_ckpt_reader *r = anvil_ckpt_reader_open(dir, &a.m.cfg, NULL, 1);
     CHECK(r != NULL);
     float got[512];
     anvil_rng rng;
@@ -518,9 +518,9 @@ static void test_sharded_blocks(void) {
     memcpy(before, b.m.params, bytes);
     CHECK(save_block_step(run, &a, 5, 1) == 0);
     path_in(dir, sizeof dir, run, "ckpt/step_00000005");
-    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, NULL) == -1 && strstr(anvil_errmsg(), "overlap"));
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, NULL, 1) == -1 && strstr(anvil_errmsg(), "overlap"));
     CHECK(memcmp(before, b.m.params, bytes) == 0);
-    CHECK(anvil_ckpt_reader_open(dir, &a.m.cfg, NULL) == NULL && strstr(anvil_errmsg(), "overlap"));
+    CHECK(anvil_ckpt_reader_open(dir, &a.m.cfg, NULL, 1) == NULL && strstr(anvil_errmsg(), "overlap"));
     free(before);
     free_trained(&a);
     free_trained(&b);
@@ -576,7 +576,7 @@ static void test_manifest_bit_flips(void) {
         buf[i] ^= (char)(1 << (i % 8));
         write_text(p, buf, n);
         CHECK(anvil_ckpt_verify(d2) == -1 && strstr(anvil_errmsg(), "step_00000002/manifest.json"));
-        CHECK(anvil_ckpt_load(d2, &a.m, &a.o, NULL) == -1 && strstr(anvil_errmsg(), "step_00000002/manifest.json"));
+        CHECK(anvil_ckpt_load(d2, &a.m, &a.o, NULL, 1) == -1 && strstr(anvil_errmsg(), "step_00000002/manifest.json"));
         if (anvil_ckpt_find_latest_valid(run, out, sizeof out, warn, sizeof warn) != 1 || strcmp(out, d1) ||
             !strstr(warn, "skipping corrupt checkpoint step_00000002"))
             t_fail(__FILE__, __LINE__, "flip at byte %zu: resume did not fall back to step 1 (%s)", i, warn);
@@ -617,7 +617,7 @@ static void test_manifest_v1(void) {
     CHECK(anvil_ckpt_verify(dir) == 0);
     make_trained(&b, 13, 0);
     anvil_ckpt_manifest info;
-    if (anvil_ckpt_load(dir, &b.m, &b.o, &info) == 0) {
+    if (anvil_ckpt_load(dir, &b.m, &b.o, &info, 1) == 0) {
         CHECK(info.version == 1 && info.loader.shuffled == 0 && info.loader.shuffle_seed == 0 &&
               info.loader.layout == ANVIL_LOADER_STRIDED);
         CHECK(info.loader.shard == 3 && info.loader.epoch == 2);
@@ -635,7 +635,7 @@ static void test_manifest_v1(void) {
     /* The layout: strided as written, contiguous read back as such, anything else refused. */
     write_text(p, orig, n);
     rewrite_manifest_field(dir, "\"layout\":\t\"strided\"", "\"layout\":\t\"contiguous\"", 1);
-    if (anvil_ckpt_load(dir, &b.m, &b.o, &info) == 0) {
+    if (anvil_ckpt_load(dir, &b.m, &b.o, &info, 1) == 0) {
         CHECK(info.loader.layout == ANVIL_LOADER_CONTIGUOUS);
         anvil_ckpt_manifest_free(&info);
     } else {
@@ -682,7 +682,7 @@ static void test_corruption_and_fallback(void) {
     corrupt(file, 0, 1000);
     CHECK(anvil_ckpt_verify(d2) == -1);
     CHECK(strstr(anvil_errmsg(), "model.safetensors: 1000 bytes") != NULL);
-    CHECK(anvil_ckpt_load(d2, &a.m, &a.o, NULL) == -1);
+    CHECK(anvil_ckpt_load(d2, &a.m, &a.o, NULL, 1) == -1);
 
     /* A stale temporary folder of a newer step is not a candidate. */
     char stale[PATH_MAX];
@@ -807,7 +807,7 @@ static void test_snapshot_reuse(void) {
     CHECK(s && anvil_ckpt_snapshot_write(s, run, NULL, 0) == 0);
     anvil_ckpt_snapshot_free(s);
     make_trained(&b, 7, 0);
-    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, NULL) == 0);
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, NULL, 1) == 0);
     CHECK(!memcmp(before, b.m.params, a.m.nparams * sizeof(float)));
     st.train_config_json = "[1,2]";
     CHECK(anvil_ckpt_snapshot_take(NULL, &st) == NULL);
@@ -850,7 +850,7 @@ static void test_background_write(void) {
     anvil_ckpt_snapshot_free(s);
     path_in(dir, sizeof dir, run, "ckpt/step_00000005");
     make_trained(&b, 10, 0);
-    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, NULL) == 0);
+    CHECK(anvil_ckpt_load(dir, &b.m, &b.o, NULL, 1) == 0);
     CHECK(!memcmp(at5, b.m.params, a.m.nparams * sizeof(float)) && b.o.t == 1);
     free(at5);
     free_trained(&a);

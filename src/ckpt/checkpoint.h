@@ -184,8 +184,10 @@ void anvil_ckpt_abandon(const char *tmp);
 int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const char *tmp,
                       const anvil_ckpt_file *shards, int nshards, char *out, size_t cap);
 
-/* Verifies the checkpoint folder (its manifest, then every listed file's
- * size and checksum), then restores weights into model and, when opt is not
+/* Verifies the checkpoint folder (its manifest, then, when verify is set,
+ * every listed file's size and checksum: a caller that has verified them
+ * already, with anvil_ckpt_verify_part, passes 0, and reads the folder
+ * once instead of twice), then restores weights into model and, when opt is not
  * NULL, the moments and step count into opt. Both must already be
  * initialized with the checkpoint's configuration: a difference is refused
  * with a message naming the field. A sharded checkpoint is put back
@@ -198,17 +200,17 @@ int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const c
  * and checked before anything is copied, then read through a bounded buffer, so only an I/O error
  * in that last pass (the files were verified just before) can leave the destinations partly
  * written. */
-int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info);
+int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info, int verify);
 
 /* A checkpoint read piece by piece, for a process that holds a shard of the model (tensor and
  * pipeline parallelism) and must never hold a whole tensor: opening verifies every file (size and
- * checksum, streamed), compares the model with cfg, and checks the tables of the weights and
+ * checksum, streamed; with verify 0, as for anvil_ckpt_load, the manifest alone), compares the model with cfg, and checks the tables of the weights and
  * moments files, or indexes the shard files, from their headers alone (shard slices that leave a
  * gap or overlap are refused); a read then takes only the bytes asked for, whatever layout wrote
  * them. info (may be NULL) receives the manifest as for anvil_ckpt_load. NULL after anvil_fail. */
 typedef struct anvil_ckpt_reader anvil_ckpt_reader;
 anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2_config *cfg,
-                                          anvil_ckpt_manifest *info);
+                                          anvil_ckpt_manifest *info, int verify);
 /* Elements [off, off + n) of tensor i (anvil_gpt2's layout; wte's padding rows read as zeros) of the
  * weights (kind 0), AdamW's m (1) or v (2), into host memory at dst. 0, or -1 after anvil_fail. */
 int anvil_ckpt_reader_read(anvil_ckpt_reader *r, int kind, int i, size_t off, size_t n, float *dst);
@@ -222,6 +224,20 @@ typedef void (*anvil_ckpt_progress_fn)(void *ctx, uint64_t done, uint64_t total)
 /* anvil_ckpt_verify, telling progress (may be NULL) the bytes checksummed of all the listed files'. */
 int anvil_ckpt_verify_progress(const char *ckpt_dir, anvil_ckpt_progress_fn progress, void *ctx);
 
+/* Verifies the checkpoint folder's manifest (and, when step >= 0, that it is step's) and the listed
+ * files dealt to part of nparts: largest first, each file goes to the part with the fewest bytes so
+ * far, so that nparts processes sharing the folder each checksum about 1/nparts of it, together all
+ * of it, where anvil_ckpt_verify would have each read the whole. 0, or -1 naming the first bad file. */
+int anvil_ckpt_verify_part(const char *ckpt_dir, int64_t step, int part, int nparts);
+
+/* How anvil_ckpt_find_latest_checked checks the candidate folder of step: 0 when it verifies, -1 to
+ * go on to an older one, -2 to give up; either after anvil_fail. */
+typedef int (*anvil_ckpt_check_fn)(void *ctx, const char *ckpt_dir, int64_t step);
+/* anvil_ckpt_find_latest_valid with each candidate, newest first, checked by check alone (manifest
+ * included), so that processes sharing the run folder can make the check a collective: each verifies
+ * its part and they agree. -1 also when check gave up. */
+int anvil_ckpt_find_latest_checked(const char *run_dir, char *out, size_t cap, char *warn, size_t warn_cap,
+                                   anvil_ckpt_check_fn check, void *ctx);
 /* For --resume auto: the newest RUN/ckpt/step_* folder that verifies.
  * Returns 1 with its path in out; 0 when the run has no checkpoint at all;
  * -1 when none verifies or on an error. Each newer folder skipped because it

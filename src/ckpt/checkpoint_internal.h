@@ -70,8 +70,10 @@ extern const char *const ckpt_slice_kinds[3];
 /* The manifest of snapshot s listing files, stamped with its own checksum; free with cJSON_free.
  * NULL after anvil_fail. */
 char *ckpt_build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file *files, int nfiles);
-/* Checks the size and CRC32C of every file the manifest lists in dir; -1 naming the first bad one.
- * progress (may be NULL) is told the bytes checksummed of all the files' as it goes. */
-int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m, anvil_ckpt_progress_fn progress, void *ctx);
+/* Checks the size and CRC32C of the files the manifest lists in dir that fall to part of nparts (as
+ * anvil_ckpt_verify_part deals them; 0 of 1 is every file); -1 naming the first bad one. progress
+ * (may be NULL) is told the bytes checksummed of the part's files' as it goes. */
+int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m, int part, int nparts,
+                      anvil_ckpt_progress_fn progress, void *ctx);
 
 #endif

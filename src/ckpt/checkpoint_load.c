@@ -269,11 +269,12 @@ static int lists(const anvil_ckpt_manifest *m, const char *name) {
 
 static const char *const wpre[] = {""}, *const opre[] = {"m.", "v."};
 
-int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info) {
+int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info,
+                    int verify) {
     anvil_ckpt_manifest m;
     if (info) memset(info, 0, sizeof *info);
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
-    int rc = ckpt_verify_files(ckpt_dir, &m, NULL, NULL);
+    int rc = verify ? ckpt_verify_files(ckpt_dir, &m, 0, 1, NULL, NULL) : 0;
     if (!rc) rc = compare_config(ckpt_dir, &m.model, &model->cfg);
     /* Every file is opened and checked before anything is copied. The weights and moments come from
      * model.safetensors and optim.safetensors when the manifest lists them (rank 0 held them whole),
@@ -328,13 +329,13 @@ void anvil_ckpt_reader_close(anvil_ckpt_reader *r) {
 }
 
 anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2_config *cfg,
-                                          anvil_ckpt_manifest *info) {
+                                          anvil_ckpt_manifest *info, int verify) {
     anvil_ckpt_manifest m;
     if (info) memset(info, 0, sizeof *info);
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return NULL;
     anvil_ckpt_reader *r = calloc(1, sizeof *r);
     int rc = r ? 0 : anvil_fail("%s: out of memory", ckpt_dir);
-    if (!rc) rc = ckpt_verify_files(ckpt_dir, &m, NULL, NULL);
+    if (!rc && verify) rc = ckpt_verify_files(ckpt_dir, &m, 0, 1, NULL, NULL);
     if (!rc) rc = compare_config(ckpt_dir, &m.model, cfg);
     if (!rc) {
         r->sharded[0] = !lists(&m, "model.safetensors");

@@ -405,10 +405,35 @@ static void file_progress(void *ctx, uint64_t bytes) {
     fp->fn(fp->ctx, fp->before + bytes, fp->total);
 }
 
-int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m, anvil_ckpt_progress_fn progress, void *ctx) {
+/* Which part of nparts checksums each of m's files: largest first, each to the part with the fewest
+ * bytes so far (the lowest on a tie), so that parts differ by at most the largest file and every
+ * process that reads the same manifest deals the same way. */
+static void deal_files(const anvil_ckpt_manifest *m, int nparts, int *part_of) {
+    uint64_t load[ANVIL_CKPT_MAX_FILES] = {0};
+    int dealt[ANVIL_CKPT_MAX_FILES] = {0};
+    if (nparts > ANVIL_CKPT_MAX_FILES) nparts = ANVIL_CKPT_MAX_FILES;
+    for (int k = 0; k < m->nfiles; k++) {
+        int f = -1;
+        for (int i = 0; i < m->nfiles; i++)
+            if (!dealt[i] && (f < 0 || m->files[i].bytes > m->files[f].bytes)) f = i;
+        int p = 0;
+        for (int j = 1; j < nparts; j++)
+            if (load[j] < load[p]) p = j;
+        dealt[f] = 1;
+        part_of[f] = p;
+        load[p] += m->files[f].bytes;
+    }
+}
+
+int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m, int part, int nparts,
+                      anvil_ckpt_progress_fn progress, void *ctx) {
+    int part_of[ANVIL_CKPT_MAX_FILES];
+    deal_files(m, nparts, part_of);
     files_progress fp = {progress, ctx, 0, 0};
-    for (int i = 0; i < m->nfiles; i++) fp.total += m->files[i].bytes;
+    for (int i = 0; i < m->nfiles; i++)
+        if (part_of[i] == part) fp.total += m->files[i].bytes;
     for (int i = 0; i < m->nfiles; i++) {
+        if (part_of[i] != part) continue;
         char path[PATH_MAX];
         uint64_t bytes;
         uint32_t crc;
@@ -426,12 +451,23 @@ int ckpt_verify_files(const char *dir, const anvil_ckpt_manifest *m, anvil_ckpt_
     return 0;
 }
 
+int anvil_ckpt_verify_part(const char *ckpt_dir, int64_t step, int part, int nparts) {
+    if (nparts < 1 || part < 0 || part >= nparts)
+        return anvil_fail("%s: part %d of %d to verify", ckpt_dir, part, nparts);
+    anvil_ckpt_manifest m;
+    if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
+    int rc = step >= 0 && m.step != step ? anvil_fail("%s: the manifest says step %" PRId64, ckpt_dir, m.step)
+                                         : ckpt_verify_files(ckpt_dir, &m, part, nparts, NULL, NULL);
+    anvil_ckpt_manifest_free(&m);
+    return rc;
+}
+
 int anvil_ckpt_verify(const char *ckpt_dir) { return anvil_ckpt_verify_progress(ckpt_dir, NULL, NULL); }
 
 int anvil_ckpt_verify_progress(const char *ckpt_dir, anvil_ckpt_progress_fn progress, void *ctx) {
     anvil_ckpt_manifest m;
     if (anvil_ckpt_read_manifest(ckpt_dir, &m)) return -1;
-    int rc = ckpt_verify_files(ckpt_dir, &m, progress, ctx);
+    int rc = ckpt_verify_files(ckpt_dir, &m, 0, 1, progress, ctx);
     anvil_ckpt_manifest_free(&m);
     return rc;
 }

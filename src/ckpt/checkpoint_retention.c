@@ -83,7 +83,8 @@ static void append(char *buf, size_t cap, const char *fmt, const char *a, const 
     if (len < cap) snprintf(buf + len, cap - len, fmt, a, b);
 }
 
-int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, char *warn, size_t warn_cap) {
+int anvil_ckpt_find_latest_checked(const char *run_dir, char *out, size_t cap, char *warn, size_t warn_cap,
+                                   anvil_ckpt_check_fn check, void *ctx) {
     if (warn && warn_cap) warn[0] = '\0';
     char ckdir[PATH_MAX];
     if (ckpt_join(ckdir, sizeof ckdir, run_dir, "ckpt")) return -1;
@@ -91,31 +92,34 @@ int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, cha
     entry *v = list_steps(ckdir, &n);
     if (n < 0) return 0;
     if (!v) return -1;
-    int found = n == 0 ? 0 : -1;
+    int found = n == 0 ? 0 : -1, gave_up = 0;
     char first_err[1024] = "";
-    for (int i = 0; i < n && found < 0; i++) {
+    for (int i = 0; i < n && found < 0 && !gave_up; i++) {
         char dir[PATH_MAX];
-        anvil_ckpt_manifest m;
         if (ckpt_join(dir, sizeof dir, ckdir, v[i].name)) break;
-        int rc = anvil_ckpt_read_manifest(dir, &m);
-        if (!rc) {
-            if (m.step != v[i].step)
-                rc = anvil_fail("%s: the manifest says step %" PRId64, dir, m.step);
-            else
-                rc = ckpt_verify_files(dir, &m, NULL, NULL);
-            anvil_ckpt_manifest_free(&m);
-        }
+        int rc = check(ctx, dir, v[i].step);
         if (rc == 0) {
             snprintf(out, cap, "%s", dir);
             found = 1;
+        } else if (rc == -2) {
+            gave_up = 1;
         } else {
             if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", anvil_errmsg());
             append(warn, warn_cap, "skipping corrupt checkpoint %s: %s\n", v[i].name, anvil_errmsg());
         }
     }
     free(v);
-    if (found < 0) anvil_fail("%s: no checkpoint verifies (newest: %s)", ckdir, first_err);
+    if (found < 0 && !gave_up) anvil_fail("%s: no checkpoint verifies (newest: %s)", ckdir, first_err);
     return found;
+}
+
+static int verify_whole(void *ctx, const char *ckpt_dir, int64_t step) {
+    (void)ctx;
+    return anvil_ckpt_verify_part(ckpt_dir, step, 0, 1);
+}
+
+int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, char *warn, size_t warn_cap) {
+    return anvil_ckpt_find_latest_checked(run_dir, out, cap, warn, warn_cap, verify_whole, NULL);
 }
 
 int anvil_ckpt_resolve(const char *path, char *out, size_t cap, char *warn, size_t warn_cap) {

@@ -165,7 +165,7 @@ static int load_checkpoint(const char *dir, const anvil_kernels *k, anvil_gpt2 *
     anvil_gpt2_config c = info.model;
     anvil_ckpt_manifest_free(&info);
     if (anvil_gpt2_init(m, &c, k)) return -1;
-    if (anvil_ckpt_load(dir, m, NULL, NULL)) {
+    if (anvil_ckpt_load(dir, m, NULL, NULL, 1)) {
         anvil_gpt2_free(m);
         return -1;
     }

@@ -302,22 +302,53 @@ static int bad_input(anvil_run *r) {
 
 /* With no local checkpoint, rank 0 downloads the newest one from --ckpt-uri into the run folder,
  * which the other ranks then read as a local one (they share it, as they share local checkpoints).
- * 1 with its folder in dir, 0 when S3 has none, -1 on every rank when the download failed. */
-static int fetch_remote(anvil_run *r, char *dir, size_t cap) {
+ * 1 when it downloaded one, 0 when S3 has none, -1 on every rank when the download failed. */
+static int fetch_remote(anvil_run *r) {
     const anvil_train_config *c = r->c;
     int64_t found = 0;
     if (r->rank == 0) {
-        found = anvil_ckpt_remote_fetch_latest(c->ckpt_uri, c->out_dir, dir, cap);
+        char dir[4096];
+        found = anvil_ckpt_remote_fetch_latest(c->ckpt_uri, c->out_dir, dir, sizeof dir);
         if (found > 0) fprintf(c->log, "resume: downloaded %s from %s\n", dir, c->ckpt_uri);
     }
     if (r->world > 1) {
         int64_t all = found;
         if (anvil_allreduce(anvil_dist_world(), &all, 1, ANVIL_I64, "checkpoint download")) return -1;
         if (all < 0) return r->rank == 0 ? -1 : anvil_fail("rank 0 could not download the checkpoint from %s", c->ckpt_uri);
-        char warn[4096] = "";
-        if (all > 0 && r->rank != 0) found = anvil_ckpt_find_latest_valid(c->out_dir, dir, cap, warn, sizeof warn);
+        found = all;
     }
     return (int)found;
+}
+
+/* Checks checkpoint folder dir (of step, or any when step < 0) with every rank at once: each
+ * verifies the files dealt to it (anvil_ckpt_verify_part) and all agree, so that a resume checksums
+ * the checkpoint once over the job instead of once per rank. 0 when every part verified; -1 (an
+ * older one may do) with the lowest bad rank's message on every rank; -2 when the ranks cannot
+ * agree, or see different checkpoints. */
+static int check_together(void *ctx, const char *dir, int64_t step) {
+    anvil_run *r = ctx;
+    int bad = anvil_ckpt_verify_part(dir, step, r->rank, r->world) != 0;
+    if (r->world == 1) return bad ? -1 : 0;
+    int64_t mine[2] = {bad, step}, *all = malloc(2 * sizeof(int64_t) * (size_t)r->world);
+    size_t *counts = malloc(sizeof(size_t) * (size_t)r->world);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", bad ? anvil_errmsg() : "");
+    int rc = all && counts ? 0 : anvil_fail("train: out of memory checking %s", dir), first = -1;
+    for (int i = 0; !rc && i < r->world; i++) counts[i] = 2;
+    if (!rc && anvil_allgather(anvil_dist_world(), mine, all, counts, ANVIL_I64, "checkpoint check")) rc = -1;
+    for (int i = 0; !rc && i < r->world; i++) {
+        if (all[2 * i + 1] != step)
+            rc = anvil_fail("%s: rank %d checked step %lld meanwhile: the ranks do not see the same checkpoints", dir,
+                            i, (long long)all[2 * i + 1]);
+        if (all[2 * i] && first < 0) first = i;
+    }
+    free(all);
+    free(counts);
+    if (rc) return -2;
+    if (first < 0) return 0;
+    if (anvil_broadcast(anvil_dist_world(), msg, sizeof msg, ANVIL_U8, first, "checkpoint check")) return -2;
+    msg[sizeof msg - 1] = 0;
+    return anvil_fail("%s (rank %d's check)", msg, first);
 }
 
 typedef struct {
@@ -334,7 +365,7 @@ static int read_checkpoint(void *ctx, int i, size_t off, size_t n, float *dst) {
  * piece by piece from whatever files hold them (whole, or the shards of any layout), so no rank
  * holds a whole tensor. */
 static int load_shards(anvil_run *r, const char *dir, anvil_ckpt_manifest *man) {
-    shard_source src = {anvil_ckpt_reader_open(dir, &r->model.cfg, man), 0};
+    shard_source src = {anvil_ckpt_reader_open(dir, &r->model.cfg, man, 0), 0};
     if (!src.ckpt) return -1;
     float *dst[3] = {anvil_tp_params(r->tp), r->tp_opt.m, r->tp_opt.v};
     int rc = 0;
@@ -351,19 +382,25 @@ static int resume_from(anvil_run *r) {
     const anvil_train_config *c = r->c;
     char dir[4096], warn[4096] = "";
     if (!strcmp(c->resume, "auto")) {
-        int found = anvil_ckpt_find_latest_valid(c->out_dir, dir, sizeof dir, warn, sizeof warn);
+        int found = anvil_ckpt_find_latest_checked(c->out_dir, dir, sizeof dir, warn, sizeof warn, check_together, r);
         if (warn[0]) fprintf(c->log, "warning: %s", warn);
         if (found < 0) return -1;
-        if (found == 0 && c->ckpt_uri && (found = fetch_remote(r, dir, sizeof dir)) < 0) return -1;
+        if (found == 0 && c->ckpt_uri && (found = fetch_remote(r)) > 0) {
+            found = anvil_ckpt_find_latest_checked(c->out_dir, dir, sizeof dir, warn, sizeof warn, check_together, r);
+            if (warn[0]) fprintf(c->log, "warning: %s", warn);
+        }
+        if (found < 0) return -1;
         if (found == 0) {
             fprintf(c->log, "resume: no checkpoint in %s yet; starting from step 0\n", c->out_dir);
             return 0;
         }
     } else {
         snprintf(dir, sizeof dir, "%s", c->resume);
+        if (check_together(r, dir, -1)) return -1;
     }
+    /* Every file was verified just now, by one rank or another: the load reads each once more. */
     anvil_ckpt_manifest man;
-    if (r->tp ? load_shards(r, dir, &man) : anvil_ckpt_load(dir, &r->model, &r->whole_opt, &man)) return -1;
+    if (r->tp ? load_shards(r, dir, &man) : anvil_ckpt_load(dir, &r->model, &r->whole_opt, &man, 0)) return -1;
     int rc = 0;
     if (r->train && anvil_loader_set_state(r->train, man.loader)) rc = -1;
     r->data_rng = man.rng;

@@ -82,10 +82,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         anvil_adamw_init_whole(&o, m.k, &ac, m.offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays))
         abort();
     anvil_fail("%s", "");
-    int loaded = anvil_ckpt_load(dir, &m, &o, NULL) == 0;
+    int loaded = anvil_ckpt_load(dir, &m, &o, NULL, 1) == 0;
     if (!loaded && !anvil_errmsg()[0]) abort();
     anvil_fail("%s", "");
-    anvil_ckpt_reader *r = anvil_ckpt_reader_open(dir, &cfg, NULL);
+    anvil_ckpt_reader *r = anvil_ckpt_reader_open(dir, &cfg, NULL, 1);
     if (!r && !anvil_errmsg()[0]) abort();
     if (loaded != (r != NULL)) abort();
     /* Every element of every kind reads, in uneven pieces that cross slices, as the load put it. */
