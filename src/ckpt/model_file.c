@@ -159,13 +159,13 @@ void anvil_model_reader_close(anvil_model_reader *r) {
     free(r);
 }
 
-static int load_checkpoint(const char *dir, const anvil_kernels *k, anvil_gpt2 *m) {
+static int load_checkpoint(const char *dir, const anvil_kernels *k, anvil_gpt2 *m, int verify) {
     anvil_ckpt_manifest info;
     if (anvil_ckpt_read_manifest(dir, &info)) return -1;
     anvil_gpt2_config c = info.model;
     anvil_ckpt_manifest_free(&info);
     if (anvil_gpt2_init(m, &c, k)) return -1;
-    if (anvil_ckpt_load(dir, m, NULL, NULL, 1)) {
+    if (anvil_ckpt_load(dir, m, NULL, NULL, verify)) {
         anvil_gpt2_free(m);
         return -1;
     }
@@ -182,7 +182,8 @@ int anvil_model_load_any(const char *path, const anvil_kernels *k, anvil_gpt2 *m
     snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
     if (stat(manifest, &sb) && stat(p, &sb) == 0) return anvil_model_load(p, k, m);
     if (anvil_ckpt_resolve(path, p, sizeof p, warn, warn_cap)) return -1;
-    return load_checkpoint(p, k, m);
+    /* A run folder resolved to its newest checkpoint that verifies: its files were just checksummed. */
+    return load_checkpoint(p, k, m, !strcmp(p, path));
 }
 
 int anvil_model_tokenizer_of(const char *rank_file, const char *pattern, anvil_model_tokenizer *out) {
