@@ -707,6 +707,77 @@ static void test_corruption_and_fallback(void) {
     free_trained(&a);
 }
 
+/* Verifying in parts (the ranks of a resume): every listed file falls to exactly one part whatever the
+ * number of parts, with no two files in one part while a part is empty, and a bad file fails the
+ * part it fell to alone, naming the file. */
+static void test_verify_parts(void) {
+    char run[PATH_MAX], dir[PATH_MAX], file[PATH_MAX + 64];
+    path_in(run, sizeof run, root, "parts");
+    trained a;
+    make_trained(&a, 4, 2);
+    CHECK(save_sharded_step(run, &a, 5, 0, 0) == 0);
+    path_in(dir, sizeof dir, run, "ckpt/step_00000005");
+    anvil_ckpt_manifest man;
+    CHECK(anvil_ckpt_read_manifest(dir, &man) == 0 && man.nfiles >= 2);
+    for (int n = 1; n <= 4; n++)
+        for (int p = 0; p < n; p++) CHECK(anvil_ckpt_verify_part(dir, 5, p, n) == 0);
+    CHECK(anvil_ckpt_verify_part(dir, -1, 0, 3) == 0);
+    CHECK(anvil_ckpt_verify_part(dir, 6, 0, 1) == -1 && strstr(anvil_errmsg(), "the manifest says step 5"));
+    CHECK(anvil_ckpt_verify_part(dir, 5, 2, 2) == -1);
+    int part_of[ANVIL_CKPT_MAX_FILES];
+    for (int f = 0; f < man.nfiles; f++) {
+        snprintf(file, sizeof file, "%s/%s", dir, man.files[f].name);
+        corrupt(file, 100, -1);
+        for (int n = 1; n <= man.nfiles + 1; n++) {
+            int failed = 0;
+            for (int p = 0; p < n; p++)
+                if (anvil_ckpt_verify_part(dir, 5, p, n)) {
+                    failed++;
+                    CHECK(strstr(anvil_errmsg(), man.files[f].name) && strstr(anvil_errmsg(), "checksum mismatch"));
+                    if (n == man.nfiles) part_of[f] = p;
+                }
+            CHECK(failed == 1);
+        }
+        corrupt(file, 100, -1);
+    }
+    for (int f = 0; f < man.nfiles; f++)
+        for (int g = 0; g < f; g++) CHECK(part_of[f] != part_of[g]);
+    anvil_ckpt_manifest_free(&man);
+    free_trained(&a);
+}
+
+/* anvil_ckpt_find_latest_checked's checks: the newest refused (-1: an older one may do), then either
+ * verified as usual or, with *give_up set, the search abandoned (-2). */
+static int refuse_newest(void *ctx, const char *dir, int64_t step) {
+    int *give_up = ctx;
+    if (step == 300) return anvil_fail("%s: refused by the test", dir);
+    if (*give_up) {
+        anvil_fail("%s: given up by the test", dir);
+        return -2;
+    }
+    return anvil_ckpt_verify_part(dir, step, 0, 1);
+}
+
+static void test_find_checked(void) {
+    char run[PATH_MAX], out[PATH_MAX] = "", warn[2048], d2[PATH_MAX];
+    path_in(run, sizeof run, root, "checked");
+    path_in(d2, sizeof d2, run, "ckpt/step_00000200");
+    trained a;
+    make_trained(&a, 3, 1);
+    save_step(run, &a, 100);
+    save_step(run, &a, 200);
+    save_step(run, &a, 300);
+    int give_up = 0;
+    CHECK(anvil_ckpt_find_latest_checked(run, out, sizeof out, warn, sizeof warn, refuse_newest, &give_up) == 1);
+    CHECK(!strcmp(out, d2) && strstr(warn, "skipping corrupt checkpoint step_00000300: ") &&
+          strstr(warn, "refused by the test"));
+    give_up = 1;
+    out[0] = 0;
+    CHECK(anvil_ckpt_find_latest_checked(run, out, sizeof out, warn, sizeof warn, refuse_newest, &give_up) == -1);
+    CHECK(!out[0] && strstr(anvil_errmsg(), "given up by the test") && !strstr(warn, "step_00000200"));
+    free_trained(&a);
+}
+
 static int count_prefix(const char *dir, const char *prefix) {
     DIR *d = opendir(dir);
     int n = 0;
@@ -1057,6 +1128,8 @@ int main(int argc, char **argv) {
     test_sharded();
     test_sharded_blocks();
     test_corruption_and_fallback();
+    test_verify_parts();
+    test_find_checked();
     test_manifest_bit_flips();
     test_manifest_v1();
     test_prune();
