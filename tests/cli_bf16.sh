@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --dtype bf16 (bf16 matmul inputs, fp32 sums, weights and AdamW state)
 # follows the fp32 run's loss curve over 200 steps, and really multiplies in
-# bf16 (the curves are not identical). CTest runs it once per bf16 kernel
+# bf16 (the first step's loss, before any update, is not the fp32 run's); so do
+# --tp 2 and --pp 2 --tp 2 (4 ranks). CTest runs it once per bf16 kernel
 # (ANVIL_BF16=amx, avx512); skipped (77) where the CPU cannot, saying why. The sanitizer pass, 20 times slower, sets
 # CLI_BF16_STEPS=30: the same bounds over a 30-step run.
 . "$(dirname "$0")/tools/cli_common.sh"
@@ -26,7 +27,9 @@ grep -q "kernels: cpu-avx512-$kernel," "$tmp/bf16.log" && ok "the bf16 run used 
 # mean |loss difference| over any 10 consecutive steps was at most 0.019 nats
 # with vdpbf16ps and 0.026 with AMX, and the validation losses every 50 steps
 # differed by at most 0.0051 and 0.0060. The bounds are about 3x the larger.
-/usr/bin/python3 - "$tmp/fp32/metrics.jsonl" "$tmp/bf16/metrics.jsonl" $steps << 'EOF' && ok "bf16 follows the fp32 loss curve" || bad "bf16 strays from the fp32 loss curve"
+# follows RUN: whether RUN's bf16 curve keeps to the fp32 run's.
+follows() {
+/usr/bin/python3 - "$tmp/fp32/metrics.jsonl" "$tmp/$1/metrics.jsonl" $steps << 'EOF'
 import json, sys
 def curves(path):
     train, val = {}, {}
@@ -42,6 +45,32 @@ assert steps == sorted(b) and len(steps) == int(sys.argv[3]), "both runs must lo
 window = max(sum(abs(a[s] - b[s]) for s in steps[i:i + 10]) / 10 for i in range(0, len(steps) - 9))
 val = max(abs(av[s] - bv[s]) for s in av)
 print(f"max 10-step mean |diff| {window:.4f}, max val |diff| {val:.4f}, identical steps {sum(a[s] == b[s] for s in steps)}")
-sys.exit(0 if window <= 0.075 and val <= 0.018 and any(a[s] != b[s] for s in steps) else 1)
+sys.exit(0 if window <= 0.075 and val <= 0.018 and a[steps[0]] != b[steps[0]] else 1)
 EOF
+}
+follows bf16 && ok "bf16 follows the fp32 loss curve" || bad "bf16 strays from the fp32 loss curve"
+
+# Tensor and pipeline parallel runs multiply in bf16 too, and keep to the fp32 curve by the same
+# bounds. (Against the one-process bf16 run they differ from the first step by as much as fp32 does,
+# measured 2.2e-6 relative in the loss and 1.7e-5 in the gradient norm here, 2026-12-03, Zen 5: the
+# row-parallel sums in another order move a few inputs across a bf16 rounding boundary; so they are
+# held to the curve, not to that run.)
+if command -v mpirun > /dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  for grid in "tp2 2 --tp 2" "pp2_tp2 4 --pp 2 --tp 2"; do
+    set -- $grid
+    name=$1 n=$2
+    shift 2
+    if ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" OMP_NUM_THREADS=1 timeout 600 "$anvil" launch -n "$n" -- train \
+      "${args[@]}" --dtype bf16 "$@" --out "$tmp/$name" > "$tmp/$name.log" 2>&1; then
+      grep -q "^\[rank 0\] kernels: cpu-avx512-$kernel," "$tmp/$name.log" ||
+        bad "$name did not report the $kernel kernels"
+      follows "$name" && ok "$name in bf16 follows the fp32 loss curve" || bad "$name in bf16 strays from the fp32 loss curve"
+    else
+      bad "$name in bf16: $(grep -v '^\[rank [1-9]' "$tmp/$name.log" | tail -n 2)"
+    fi
+  done
+else
+  missing "mpirun is not installed: no tensor or pipeline parallel bf16 runs"
+fi
 finish

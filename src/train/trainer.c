@@ -75,8 +75,6 @@ int anvil_train_check(const anvil_train_config *c) {
     if (tp * pp > ANVIL_CKPT_MAX_FILES - 2 && c->out_dir)
         return anvil_fail("train: --tp x --pp is %d grid cells, more than the %d shard files a checkpoint holds",
                           tp * pp, ANVIL_CKPT_MAX_FILES - 2);
-    if (tp * pp > 1 && c->matmul_dtype == ANVIL_MATMUL_BF16)
-        return anvil_fail("train: --tp and --pp run in fp32 only; drop --dtype bf16");
     if (c->sequence_parallel && tp < 2) return anvil_fail("train: --sequence-parallel needs --tp 2 or more");
     if (c->sequence_parallel && anvil_tp_sp_check(tp, c->B, c->T)) return -1;
     /* The ranks of one model replica share their batch: the data ranks are the data-parallel replicas. */

@@ -7,16 +7,14 @@
 #define STR2(x) #x
 #define STR(x) STR2(x)
 
-/* Every entry but the matmuls, which differ between the fp32 table and the
- * bf16 ones (vdpbf16ps, AMX). The vocabulary-parallel classifier multiplies in
- * fp32 in every table: tensor parallelism is fp32 for now. */
+/* Every entry but the matmuls (the linear layers, the classifier and its
+ * vocabulary-parallel halves, the logits), which differ between the fp32 table
+ * and the bf16 ones (vdpbf16ps, AMX). */
 #define COMMON_ENTRIES                                                                                                \
     .alloc = cpu_alloc, .free = free, .zero = cpu_zero, .upload = cpu_memcpy, .download = cpu_memcpy,                 \
     .download_crc32c = cpu_copy_crc32c,                                                                               \
     .encoder_forward = cpu_encoder_forward, .encoder_backward = cpu_encoder_backward,                                 \
     .encoder_shard_forward = cpu_encoder_shard_forward, .encoder_shard_backward = cpu_encoder_shard_backward,         \
-    .classifier_shard_stats = cpu_classifier_shard_stats,                                                             \
-    .classifier_shard_backward = cpu_classifier_shard_backward,                                                       \
     .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,                         \
     .attention_forward = cpu_attention_forward, .attention_backward = cpu_attention_backward,                         \
     .attention_decode = cpu_attention_decode, .gelu_forward = cpu_gelu_forward, .gelu_backward = cpu_gelu_backward,   \
@@ -28,6 +26,8 @@ const anvil_kernels cpu_table = {
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .classifier = cpu_classifier,
+    .classifier_shard_stats = cpu_classifier_shard_stats,
+    .classifier_shard_backward = cpu_classifier_shard_backward,
     .logits = cpu_logits,
 };
 
@@ -38,6 +38,8 @@ const anvil_kernels cpu_table_bf16 = {
     .matmul_forward = cpu_matmul_forward_bf16,
     .matmul_backward = cpu_matmul_backward_bf16,
     .classifier = cpu_classifier_bf16,
+    .classifier_shard_stats = cpu_classifier_shard_stats_bf16,
+    .classifier_shard_backward = cpu_classifier_shard_backward_bf16,
     .logits = cpu_logits_bf16,
 };
 
@@ -47,6 +49,8 @@ const anvil_kernels cpu_table_amx = {
     .matmul_forward = cpu_matmul_forward_amx,
     .matmul_backward = cpu_matmul_backward_amx,
     .classifier = cpu_classifier_amx,
+    .classifier_shard_stats = cpu_classifier_shard_stats_amx,
+    .classifier_shard_backward = cpu_classifier_shard_backward_amx,
     .logits = cpu_logits_amx,
 };
 #endif

@@ -110,14 +110,14 @@ void cpu_logits_amx(float *logits, const float *x, const float *wte, int N, int 
  * chunk, so the backward costs one more x @ wte^T than the fused classifier:
  * the price of never holding a row's softmax across the all-reduce that
  * completes its log-sum-exp. */
-int cpu_classifier_shard_stats(float *lse, float *target_logit, const float *x, const float *wte,
-                               const int32_t *targets, int N, int C, int v0, int Vr, int Vs) {
+static int shard_stats(const cpu_gemm_tile *t, float *lse, float *target_logit, const float *x, const float *wte,
+                       const int32_t *targets, int N, int C, int v0, int Vr, int Vs) {
     int rows = N < ROWS ? N : ROWS;
     float *buf = chunk_buffer((size_t)rows * Vs);
     if (!buf) return anvil_fail("classifier: cannot allocate %d x %d logits", rows, Vs);
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
-        cpu_gemm(&CPU_TILE, false, true, nr, Vs, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, buf, Vs);
+        cpu_gemm(t, false, true, nr, Vs, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, buf, Vs);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nr; r++) {
             const float *row = buf + (size_t)r * Vs;
@@ -134,15 +134,16 @@ int cpu_classifier_shard_stats(float *lse, float *target_logit, const float *x, 
     return 0;
 }
 
-int cpu_classifier_shard_backward(float *dx, float *dwte, const float *x, const float *wte, const float *lse,
-                                  const int32_t *targets, int N, int C, int v0, int Vr, int Vs, float dscale) {
+static int shard_backward(const cpu_gemm_tile *t, float *dx, float *dwte, const float *x, const float *wte,
+                          const float *lse, const int32_t *targets, int N, int C, int v0, int Vr, int Vs,
+                          float dscale) {
     int rows = N < ROWS ? N : ROWS;
     float *buf = chunk_buffer((size_t)rows * Vs);
     if (!buf) return anvil_fail("classifier: cannot allocate %d x %d logits", rows, Vs);
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
         const float *xc = x + (size_t)r0 * C;
-        cpu_gemm(&CPU_TILE, false, true, nr, Vs, C, 1.0f, xc, C, wte, C, 0.0f, buf, Vs);
+        cpu_gemm(t, false, true, nr, Vs, C, 1.0f, xc, C, wte, C, 0.0f, buf, Vs);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nr; r++) {
             float *row = buf + (size_t)r * Vs;
@@ -158,8 +159,25 @@ int cpu_classifier_shard_backward(float *dx, float *dwte, const float *x, const 
             int64_t t = (int64_t)tgt - v0;
             if (t >= 0 && t < Vr) row[t] -= dscale;
         }
-        cpu_gemm(&CPU_TILE, false, false, nr, C, Vs, 1.0f, buf, Vs, wte, C, 0.0f, dx + (size_t)r0 * C, C);
-        cpu_gemm(&CPU_TILE, true, false, Vs, C, nr, 1.0f, buf, Vs, xc, C, 1.0f, dwte, C);
+        cpu_gemm(t, false, false, nr, C, Vs, 1.0f, buf, Vs, wte, C, 0.0f, dx + (size_t)r0 * C, C);
+        cpu_gemm(t, true, false, Vs, C, nr, 1.0f, buf, Vs, xc, C, 1.0f, dwte, C);
     }
     return 0;
 }
+
+/* Each table's pair multiplies as its matmuls do: the path's own fp32 tile, vdpbf16ps or AMX. */
+#define SHARD_PAIR(stats, backward, tile)                                                                              \
+    int stats(float *lse, float *target_logit, const float *x, const float *wte, const int32_t *targets, int N,       \
+              int C, int v0, int Vr, int Vs) {                                                                        \
+        return shard_stats(tile, lse, target_logit, x, wte, targets, N, C, v0, Vr, Vs);                              \
+    }                                                                                                                 \
+    int backward(float *dx, float *dwte, const float *x, const float *wte, const float *lse, const int32_t *targets,  \
+                 int N, int C, int v0, int Vr, int Vs, float dscale) {                                                \
+        return shard_backward(tile, dx, dwte, x, wte, lse, targets, N, C, v0, Vr, Vs, dscale);                       \
+    }
+
+SHARD_PAIR(cpu_classifier_shard_stats, cpu_classifier_shard_backward, &CPU_TILE)
+#ifdef ANVIL_CPU_BF16
+SHARD_PAIR(cpu_classifier_shard_stats_bf16, cpu_classifier_shard_backward_bf16, &cpu_tile_avx512_bf16)
+SHARD_PAIR(cpu_classifier_shard_stats_amx, cpu_classifier_shard_backward_amx, &cpu_tile_amx_bf16)
+#endif

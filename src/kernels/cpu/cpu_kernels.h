@@ -40,6 +40,10 @@ uint32_t cpu_copy_crc32c(void *dst, const void *src, size_t bytes, uint32_t crc)
 #define cpu_encoder_shard_backward CPU_ISA_NAME(cpu_encoder_shard_backward)
 #define cpu_classifier_shard_stats CPU_ISA_NAME(cpu_classifier_shard_stats)
 #define cpu_classifier_shard_backward CPU_ISA_NAME(cpu_classifier_shard_backward)
+#define cpu_classifier_shard_stats_bf16 CPU_ISA_NAME(cpu_classifier_shard_stats_bf16)
+#define cpu_classifier_shard_backward_bf16 CPU_ISA_NAME(cpu_classifier_shard_backward_bf16)
+#define cpu_classifier_shard_stats_amx CPU_ISA_NAME(cpu_classifier_shard_stats_amx)
+#define cpu_classifier_shard_backward_amx CPU_ISA_NAME(cpu_classifier_shard_backward_amx)
 #define cpu_layernorm_forward CPU_ISA_NAME(cpu_layernorm_forward)
 #define cpu_layernorm_backward CPU_ISA_NAME(cpu_layernorm_backward)
 #define cpu_matmul_forward CPU_ISA_NAME(cpu_matmul_forward)
@@ -75,6 +79,14 @@ int cpu_classifier_shard_stats(float *lse, float *target_logit, const float *x, 
                                const int32_t *targets, int N, int C, int v0, int Vr, int Vs);
 int cpu_classifier_shard_backward(float *dx, float *dwte, const float *x, const float *wte, const float *lse,
                                   const int32_t *targets, int N, int C, int v0, int Vr, int Vs, float dscale);
+int cpu_classifier_shard_stats_bf16(float *lse, float *target_logit, const float *x, const float *wte,
+                                    const int32_t *targets, int N, int C, int v0, int Vr, int Vs);
+int cpu_classifier_shard_backward_bf16(float *dx, float *dwte, const float *x, const float *wte, const float *lse,
+                                       const int32_t *targets, int N, int C, int v0, int Vr, int Vs, float dscale);
+int cpu_classifier_shard_stats_amx(float *lse, float *target_logit, const float *x, const float *wte,
+                                   const int32_t *targets, int N, int C, int v0, int Vr, int Vs);
+int cpu_classifier_shard_backward_amx(float *dx, float *dwte, const float *x, const float *wte, const float *lse,
+                                      const int32_t *targets, int N, int C, int v0, int Vr, int Vs, float dscale);
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
                            int N, int C);
 void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
