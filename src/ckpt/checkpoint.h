@@ -204,10 +204,11 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
 
 /* A checkpoint read piece by piece, for a process that holds a shard of the model (tensor and
  * pipeline parallelism) and must never hold a whole tensor: opening verifies every file (size and
- * checksum, streamed; with verify 0, as for anvil_ckpt_load, the manifest alone), compares the model with cfg, and checks the tables of the weights and
- * moments files, or indexes the shard files, from their headers alone (shard slices that leave a
- * gap or overlap are refused); a read then takes only the bytes asked for, whatever layout wrote
- * them. info (may be NULL) receives the manifest as for anvil_ckpt_load. NULL after anvil_fail. */
+ * checksum, streamed; with verify 0, as for anvil_ckpt_load, the manifest alone), compares the
+ * model with cfg, and checks the tables of the weights and moments files, or indexes the shard
+ * files, from their headers alone (shard slices that leave a gap or overlap are refused); a read
+ * then takes only the bytes asked for, whatever layout wrote them. info (may be NULL) receives the
+ * manifest as for anvil_ckpt_load. NULL after anvil_fail. */
 typedef struct anvil_ckpt_reader anvil_ckpt_reader;
 anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2_config *cfg,
                                           anvil_ckpt_manifest *info, int verify);

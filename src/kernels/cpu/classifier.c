@@ -110,14 +110,14 @@ void cpu_logits_amx(float *logits, const float *x, const float *wte, int N, int 
  * chunk, so the backward costs one more x @ wte^T than the fused classifier:
  * the price of never holding a row's softmax across the all-reduce that
  * completes its log-sum-exp. */
-static int shard_stats(const cpu_gemm_tile *t, float *lse, float *target_logit, const float *x, const float *wte,
+static int shard_stats(const cpu_gemm_tile *tile, float *lse, float *target_logit, const float *x, const float *wte,
                        const int32_t *targets, int N, int C, int v0, int Vr, int Vs) {
     int rows = N < ROWS ? N : ROWS;
     float *buf = chunk_buffer((size_t)rows * Vs);
     if (!buf) return anvil_fail("classifier: cannot allocate %d x %d logits", rows, Vs);
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
-        cpu_gemm(t, false, true, nr, Vs, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, buf, Vs);
+        cpu_gemm(tile, false, true, nr, Vs, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, buf, Vs);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nr; r++) {
             const float *row = buf + (size_t)r * Vs;
@@ -134,7 +134,7 @@ static int shard_stats(const cpu_gemm_tile *t, float *lse, float *target_logit, 
     return 0;
 }
 
-static int shard_backward(const cpu_gemm_tile *t, float *dx, float *dwte, const float *x, const float *wte,
+static int shard_backward(const cpu_gemm_tile *tile, float *dx, float *dwte, const float *x, const float *wte,
                           const float *lse, const int32_t *targets, int N, int C, int v0, int Vr, int Vs,
                           float dscale) {
     int rows = N < ROWS ? N : ROWS;
@@ -143,7 +143,7 @@ static int shard_backward(const cpu_gemm_tile *t, float *dx, float *dwte, const 
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
         const float *xc = x + (size_t)r0 * C;
-        cpu_gemm(t, false, true, nr, Vs, C, 1.0f, xc, C, wte, C, 0.0f, buf, Vs);
+        cpu_gemm(tile, false, true, nr, Vs, C, 1.0f, xc, C, wte, C, 0.0f, buf, Vs);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nr; r++) {
             float *row = buf + (size_t)r * Vs;
@@ -159,8 +159,8 @@ static int shard_backward(const cpu_gemm_tile *t, float *dx, float *dwte, const 
             int64_t t = (int64_t)tgt - v0;
             if (t >= 0 && t < Vr) row[t] -= dscale;
         }
-        cpu_gemm(t, false, false, nr, C, Vs, 1.0f, buf, Vs, wte, C, 0.0f, dx + (size_t)r0 * C, C);
-        cpu_gemm(t, true, false, Vs, C, nr, 1.0f, buf, Vs, xc, C, 1.0f, dwte, C);
+        cpu_gemm(tile, false, false, nr, C, Vs, 1.0f, buf, Vs, wte, C, 0.0f, dx + (size_t)r0 * C, C);
+        cpu_gemm(tile, true, false, Vs, C, nr, 1.0f, buf, Vs, xc, C, 1.0f, dwte, C);
     }
     return 0;
 }
