@@ -660,14 +660,19 @@ static void corrupt(const char *file, long off, int truncate_to) {
     close(fd);
 }
 
+/* A run folder root/name with the checkpoints of steps 100, 200 and 300 of a's state. */
+static void three_checkpoints(const char *name, trained *a, char *run, size_t cap) {
+    path_in(run, cap, root, name);
+    make_trained(a, 3, 1);
+    save_step(run, a, 100);
+    save_step(run, a, 200);
+    save_step(run, a, 300);
+}
+
 static void test_corruption_and_fallback(void) {
     char run[PATH_MAX], d1[PATH_MAX], d2[PATH_MAX], d3[PATH_MAX], file[PATH_MAX], out[PATH_MAX], warn[2048];
-    path_in(run, sizeof run, root, "fb");
     trained a;
-    make_trained(&a, 3, 1);
-    save_step(run, &a, 100);
-    save_step(run, &a, 200);
-    save_step(run, &a, 300);
+    three_checkpoints("fb", &a, run, sizeof run);
     path_in(d1, sizeof d1, run, "ckpt/step_00000100");
     path_in(d2, sizeof d2, run, "ckpt/step_00000200");
     path_in(d3, sizeof d3, run, "ckpt/step_00000300");
@@ -760,13 +765,9 @@ static int refuse_newest(void *ctx, const char *dir, int64_t step) {
 
 static void test_find_checked(void) {
     char run[PATH_MAX], out[PATH_MAX] = "", warn[2048], d2[PATH_MAX];
-    path_in(run, sizeof run, root, "checked");
-    path_in(d2, sizeof d2, run, "ckpt/step_00000200");
     trained a;
-    make_trained(&a, 3, 1);
-    save_step(run, &a, 100);
-    save_step(run, &a, 200);
-    save_step(run, &a, 300);
+    three_checkpoints("checked", &a, run, sizeof run);
+    path_in(d2, sizeof d2, run, "ckpt/step_00000200");
     int give_up = 0;
     CHECK(anvil_ckpt_find_latest_checked(run, out, sizeof out, warn, sizeof warn, refuse_newest, &give_up) == 1);
     CHECK(!strcmp(out, d2) && strstr(warn, "skipping corrupt checkpoint step_00000300: ") &&
