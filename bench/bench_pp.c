@@ -21,7 +21,7 @@
 #include "dist/comm.h"
 #include "dist/grid.h"
 #include "dist/pipeline.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 enum { B = 4, T = 64, WARMUP = 2, MAX_STEPS = 64 };
 
@@ -46,15 +46,16 @@ int main(int argc, char **argv) {
     anvil_dist_config dc = {.timeout_s = 120};
     if (anvil_dist_init(&dc)) return die();
     int W = anvil_dist_world_size();
-    anvil_gpt2_config cfg = {.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = T, .vocab_size = 64};
+    anvil_model_config cfg = {.family = anvil_model_family_named("gpt2"), .n_layer = 4, .n_head = 4, .n_embd = 128,
+                              .block_size = T, .vocab_size = 64};
     anvil_grid grid;
-    if (anvil_gpt2_config_check(&cfg) || anvil_grid_check(W, 1, W, &cfg) ||
+    if (anvil_model_config_check(&cfg) || anvil_grid_check(W, 1, W, &cfg) ||
         anvil_grid_init(&grid, anvil_dist_world(), 1, W))
         return die();
     const anvil_kernels *k = anvil_kernels_cpu();
-    anvil_gpt2 init;
-    if (anvil_gpt2_init(&init, &cfg, k)) return die();
-    anvil_gpt2_init_weights(&init, 1);
+    anvil_model init;
+    if (anvil_model_init(&init, &cfg, k)) return die();
+    anvil_model_init_weights(&init, 1);
     const int ms[] = {4, 8, 16};
     int32_t *in = malloc(16 * B * T * sizeof *in), *tg = malloc(16 * B * T * sizeof *tg);
     double *share = malloc(sizeof(double) * (size_t)steps), *all = malloc(sizeof(double) * (size_t)W);
@@ -92,7 +93,7 @@ int main(int argc, char **argv) {
     free(tg);
     free(share);
     free(all);
-    anvil_gpt2_free(&init);
+    anvil_model_free(&init);
     anvil_grid_free(&grid);
     anvil_dist_finalize();
     return 0;

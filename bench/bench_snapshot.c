@@ -27,7 +27,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/optim.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -41,7 +41,7 @@ static double median(double *v, int n) {
 }
 
 typedef struct {
-    anvil_gpt2 m;
+    anvil_model m;
     anvil_adamw o;
     int32_t *x, *y;
     int B, T;
@@ -56,8 +56,8 @@ static double step(run *r) {
     }
     double t0 = anvil_now();
     float loss;
-    anvil_gpt2_zero_grad(&r->m);
-    if (anvil_gpt2_forward_backward(&r->m, r->x, r->y, r->B, r->T, 1.0f, &loss)) return -1;
+    anvil_model_zero_grad(&r->m);
+    if (anvil_model_forward_backward(&r->m, r->x, r->y, r->B, r->T, 1.0f, &loss)) return -1;
     double sumsq = anvil_adamw_grad_sumsq(&r->o, r->m.grads);
     anvil_adamw_step(&r->o, r->m.params, r->m.grads, sumsq, 1.0f, 1e-4f);
     return (anvil_now() - t0) * 1e3;
@@ -81,15 +81,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_snapshot: --reps must be 1..100, --batch and --seq positive\n");
         return 2;
     }
-    anvil_gpt2_config cfg;
+    anvil_model_config cfg;
     const anvil_kernels *k = anvil_kernels_cpu();
     anvil_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
-    if (anvil_gpt2_preset(preset, &cfg) || anvil_gpt2_init(&r.m, &cfg, k) ||
-        anvil_adamw_init_whole(&r.o, k, &ac, r.m.offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays)) {
+    int decays[ANVIL_MODEL_MAX_TENSORS];
+    if (anvil_model_preset(preset, &cfg) || anvil_model_init(&r.m, &cfg, k) ||
+        (anvil_model_decays(&r.m.cfg, decays),
+         anvil_adamw_init_whole(&r.o, k, &ac, r.m.offsets, r.m.ntensors, decays))) {
         fprintf(stderr, "bench_snapshot: %s\n", anvil_errmsg());
         return 1;
     }
-    anvil_gpt2_init_weights(&r.m, 1);
+    anvil_model_init_weights(&r.m, 1);
     anvil_rng_seed(&r.rng, 7);
     r.x = malloc(sizeof(int32_t) * (size_t)(r.B * r.T));
     r.y = malloc(sizeof(int32_t) * (size_t)(r.B * r.T));
@@ -141,7 +143,7 @@ int main(int argc, char **argv) {
     printf("| fork: the next step's time above an ordinary step (copy-on-write faults) | %.0f ms |\n", f - p);
     printf("| fork: in all | %.0f ms (%.1fx the copy) |\n", fk + f - p, (fk + f - p) / c);
     anvil_adamw_free(&r.o);
-    anvil_gpt2_free(&r.m);
+    anvil_model_free(&r.m);
     free(r.x);
     free(r.y);
     free(plain);

@@ -22,7 +22,7 @@
 #include "core/rng.h"
 #include "dist/comm.h"
 #include "dist/tensorparallel.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 enum { B = 4, T = 256, WARMUP = 2, MAX_STEPS = 64 };
 
@@ -47,8 +47,9 @@ static int step(anvil_tp *m, const int32_t *in, const int32_t *tg, double *secon
     float loss;
     if (anvil_barrier(anvil_dist_world(), "bench_sp start")) return -1;
     double t0 = anvil_now();
-    anvil_tp_zero_grad(m);
-    if (anvil_tp_forward_backward(m, in, tg, B, T, 1.0f, &loss) || anvil_barrier(anvil_dist_world(), "bench_sp end"))
+    anvil_model_zero_grad(anvil_tp_model(m));
+    if (anvil_model_forward_backward(anvil_tp_model(m), in, tg, B, T, 1.0f, &loss) ||
+        anvil_barrier(anvil_dist_world(), "bench_sp end"))
         return -1;
     *seconds = anvil_now() - t0;
     return 0;
@@ -64,15 +65,16 @@ int main(int argc, char **argv) {
     anvil_dist_config dc = {.timeout_s = 300};
     if (anvil_dist_init(&dc)) return die();
     int W = anvil_dist_world_size(), R = anvil_dist_rank();
-    anvil_gpt2_config cfg = {.n_layer = 6, .n_head = 8, .n_embd = 384, .block_size = T, .vocab_size = 257};
-    if (anvil_gpt2_config_check(&cfg)) return die();
+    anvil_model_config cfg = {.family = anvil_model_family_named("gpt2"), .n_layer = 6, .n_head = 8, .n_embd = 384,
+                              .block_size = T, .vocab_size = 257};
+    if (anvil_model_config_check(&cfg)) return die();
     const anvil_kernels *k = anvil_kernels_cpu();
     int both = !strcmp(mode, "both");
     anvil_tp *m[2] = {NULL, NULL}; /* [0]: no SP, [1]: SP */
     for (int sp = 0; sp < 2; sp++) {
         if (!both && sp != !strcmp(mode, "on")) continue;
         if (!(m[sp] = anvil_tp_new(&cfg, k, anvil_dist_world())) || anvil_tp_init_weights(m[sp], 1)) return die();
-        anvil_tp_set_sequence_parallel(m[sp], sp);
+        anvil_model_set_sequence_parallel(anvil_tp_model(m[sp]), sp);
     }
     int32_t *in = malloc(B * T * sizeof *in), *tg = malloc(B * T * sizeof *tg);
     double *t[2] = {malloc(sizeof(double) * (size_t)steps), malloc(sizeof(double) * (size_t)steps)};
@@ -104,7 +106,7 @@ int main(int argc, char **argv) {
         getrusage(RUSAGE_SELF, &ru);
         printf("{\"tp\":%d,\"rank\":%d,\"sequence_parallel\":%d,\"activation_bytes\":%zu,\"peak_rss_kb\":%ld,"
                "\"median_s\":%.4f}\n",
-               W, R, sp, anvil_tp_activation_bytes(m[sp]), ru.ru_maxrss, median(t[sp], steps));
+               W, R, sp, anvil_model_activation_bytes(anvil_tp_model(m[sp])), ru.ru_maxrss, median(t[sp], steps));
     }
     free(in);
     free(tg);

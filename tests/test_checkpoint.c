@@ -31,11 +31,11 @@
 
 #include "ckpt/checkpoint.h"
 #include "core/crc32c.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf.h"
 #include "ckpt/model_file.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "testutil.h"
 #include "optim/optim.h"
 
@@ -44,7 +44,7 @@
 
 static char root[64];
 
-static const anvil_gpt2_config tiny_cfg = {2, 2, 32, 16, 67, 0};
+static anvil_model_config tiny_cfg;
 
 static void path_in(char *out, size_t cap, const char *a, const char *b) {
     if ((size_t)snprintf(out, cap, "%s/%s", a, b) >= cap) {
@@ -58,17 +58,17 @@ static int exists(const char *p) {
     return stat(p, &sb) == 0;
 }
 
-static void make_model(anvil_gpt2 *m, anvil_gpt2_config cfg, uint64_t seed) {
-    anvil_gpt2_config_check(&cfg);
-    if (anvil_gpt2_init(m, &cfg, anvil_kernels_cpu())) {
+static void make_model(anvil_model *m, anvil_model_config cfg, uint64_t seed) {
+    anvil_model_config_check(&cfg);
+    if (anvil_model_init(m, &cfg, anvil_kernels_cpu())) {
         fprintf(stderr, "init: %s\n", anvil_errmsg());
         exit(1);
     }
-    anvil_gpt2_init_weights(m, seed);
+    anvil_model_init_weights(m, seed);
 }
 
 /* A few real training steps so the moments are not trivial. */
-static void train_steps(anvil_gpt2 *m, anvil_adamw *o, int steps) {
+static void train_steps(anvil_model *m, anvil_adamw *o, int steps) {
     enum { B = 2, T = 8 };
     int32_t x[B * T], y[B * T];
     anvil_rng r;
@@ -79,14 +79,14 @@ static void train_steps(anvil_gpt2 *m, anvil_adamw *o, int steps) {
             y[i] = (int32_t)(anvil_rng_u64(&r) % (uint64_t)m->cfg.vocab_size);
         }
         float loss;
-        anvil_gpt2_zero_grad(m);
-        CHECK(anvil_gpt2_forward_backward(m, x, y, B, T, 1.0f, &loss) == 0);
+        anvil_model_zero_grad(m);
+        CHECK(anvil_model_forward_backward(m, x, y, B, T, 1.0f, &loss) == 0);
         anvil_adamw_step(o, m->params, m->grads, anvil_adamw_grad_sumsq(o, m->grads), 0.0f, 1e-3f);
     }
 }
 
 typedef struct {
-    anvil_gpt2 m;
+    anvil_model m;
     anvil_adamw o;
 } trained;
 
@@ -94,13 +94,13 @@ static const anvil_adamw_config acfg = {0.9f, 0.95f, 1e-8f, 0.1f};
 
 static void make_trained(trained *t, uint64_t seed, int steps) {
     make_model(&t->m, tiny_cfg, seed);
-    CHECK(anvil_adamw_init_whole(&t->o, t->m.k, &acfg, t->m.offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays) == 0);
+    CHECK(t_adamw_whole(&t->o, t->m.k, &acfg, t->m.offsets, &t->m.cfg) == 0);
     train_steps(&t->m, &t->o, steps);
 }
 
 static void free_trained(trained *t) {
     anvil_adamw_free(&t->o);
-    anvil_gpt2_free(&t->m);
+    anvil_model_free(&t->m);
 }
 
 static anvil_ckpt_state state_of(const trained *t, int64_t step) {
@@ -218,12 +218,12 @@ static void test_round_trip(void) {
     CHECK(!memcmp(a.m.params, b.m.params, bytes));
 
     /* The weights file is a plain model file too. */
-    anvil_gpt2 mf;
+    anvil_model mf;
     char wpath[PATH_MAX];
     path_in(wpath, sizeof wpath, dir, "model.safetensors");
     if (anvil_model_load(wpath, anvil_kernels_cpu(), &mf) == 0) {
         CHECK(mf.nparams == b.m.nparams);
-        anvil_gpt2_free(&mf);
+        anvil_model_free(&mf);
     } else {
         t_fail(__FILE__, __LINE__, "model_load of checkpoint weights: %s", anvil_errmsg());
     }
@@ -297,13 +297,13 @@ static void test_refusals(void) {
     path_in(dir, sizeof dir, run, "ckpt/step_00000010");
 
     /* Another model config: the message names the field. */
-    anvil_gpt2_config other = tiny_cfg;
+    anvil_model_config other = tiny_cfg;
     other.n_head = 4;
-    anvil_gpt2 m;
+    anvil_model m;
     make_model(&m, other, 1);
     CHECK(anvil_ckpt_load(dir, &m, NULL, NULL, 1) == -1);
     CHECK(strstr(anvil_errmsg(), "n_head is 2 in the checkpoint, 4 in this run") != NULL);
-    anvil_gpt2_free(&m);
+    anvil_model_free(&m);
 
     /* Replicas of a multi-process run all hold the same state: any world size restores it. A
      * sharded (ZeRO) checkpoint must bring its shard files. */
@@ -341,7 +341,7 @@ static void test_refusals(void) {
  * overlap are refused without touching the model. */
 static int shard_slices(const trained *t, int g, anvil_ckpt_slice *sl, int drop_last, int dup_first) {
     int n = 0;
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+    for (int i = 0; i < t->m.ntensors; i++) {
         size_t a = t->m.offsets[i], len = t->m.offsets[i + 1] - a, half = len / 2;
         size_t lo = g ? a + half : a, l = g ? len - half : half;
         sl[n++] = (anvil_ckpt_slice){i, lo, l, 0, t->o.m + lo, t->o.v + lo, t->m.params + lo};
@@ -357,7 +357,7 @@ static int save_sharded_step(const char *run, const trained *t, int64_t step, in
     st.layout = &lay;
     char tmp[PATH_MAX + 64], out[PATH_MAX];
     anvil_ckpt_file files[2];
-    anvil_ckpt_slice sl[ANVIL_GPT2_NPARAM + 1];
+    anvil_ckpt_slice sl[ANVIL_MODEL_MAX_TENSORS + 1];
     if (anvil_ckpt_begin(run, step, tmp, sizeof tmp)) return -1;
     for (int g = 0; g < 2; g++) {
         int n = shard_slices(t, g, sl, g == 1 && drop, g == 1 && dup);
@@ -413,10 +413,9 @@ static void test_sharded(void) {
 static int block_slices(const trained *t, int g, int skew, float *buf, anvil_ckpt_slice *sl) {
     int n = 0;
     size_t used = 0, np = t->m.nparams;
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-        int64_t sh[3];
-        int nd = anvil_gpt2_param_shape(&t->m.cfg, i, sh);
-        size_t a = t->m.offsets[i], len = t->m.offsets[i + 1] - a, w = (size_t)sh[nd - 1], rows = len / w;
+    for (int i = 0; i < t->m.ntensors; i++) {
+        size_t a = t->m.offsets[i], len = t->m.offsets[i + 1] - a, w = anvil_model_tensor_row(&t->m.cfg, i);
+        size_t rows = len / w;
         anvil_ckpt_slice *x = &sl[n++];
         x->tensor = i;
         if (i % 2 == 0) {
@@ -454,7 +453,7 @@ static int save_block_step(const char *run, const trained *t, int64_t step, int 
     st.layout = &lay;
     char tmp[PATH_MAX + 64], out[PATH_MAX];
     anvil_ckpt_file files[2];
-    anvil_ckpt_slice sl[ANVIL_GPT2_NPARAM];
+    anvil_ckpt_slice sl[ANVIL_MODEL_MAX_TENSORS];
     float *buf = malloc(3 * t->m.nparams * sizeof(float));
     int rc = !buf || anvil_ckpt_begin(run, step, tmp, sizeof tmp);
     for (int g = 0; !rc && g < 2; g++) {
@@ -496,7 +495,7 @@ static void test_sharded_blocks(void) {
     anvil_rng_seed(&rng, 3);
     long reads = 0, bad = 0;
     for (int k = 0; r && k < 3; k++)
-        for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        for (int i = 0; i < a.m.ntensors; i++) {
             size_t len = a.m.offsets[i + 1] - a.m.offsets[i];
             const float *want = (k == 0 ? a.m.params : k == 1 ? a.o.m : a.o.v) + a.m.offsets[i];
             for (int trial = 0; trial < 20; trial++) {
@@ -507,8 +506,8 @@ static void test_sharded_blocks(void) {
                 else bad += memcmp(got, want + off, n * sizeof(float)) != 0;
             }
         }
-    CHECK(reads == 3 * ANVIL_GPT2_NPARAM * 20 && bad == 0);
-    CHECK(r && anvil_ckpt_reader_read(r, 0, ANVIL_GPT2_LNFB, 1, a.m.cfg.n_embd, got) == -1 &&
+    CHECK(reads == 3 * a.m.ntensors * 20 && bad == 0);
+    CHECK(r && anvil_ckpt_reader_read(r, 0, t_tensor(&a.m.cfg, "lnfb"), 1, a.m.cfg.n_embd, got) == -1 &&
           strstr(anvil_errmsg(), "past the end"));
     anvil_ckpt_reader_close(r);
 
@@ -948,21 +947,21 @@ static void test_manifest_parser(void) {
 
 /* ---- Hugging Face interchange ---- */
 
-static void fixture_model(anvil_gpt2 *m) { make_model(m, tiny_cfg, HF_SEED); }
+static void fixture_model(anvil_model *m) { make_model(m, tiny_cfg, HF_SEED); }
 
 static void test_hf_round_trip(void) {
     char dir[PATH_MAX];
     path_in(dir, sizeof dir, root, "hf");
     trained a;
     make_trained(&a, 8, 2); /* trained weights: no symmetric zeros or ones to hide a transposition */
-    CHECK(anvil_hf_export(&a.m, dir) == 0);
-    anvil_gpt2 b;
-    if (anvil_hf_import(dir, anvil_kernels_cpu(), &b)) {
+    CHECK(anvil_hf_export(&a.m, dir, 0, NULL, NULL) == 0);
+    anvil_model b;
+    if (anvil_hf_import(dir, anvil_kernels_cpu(), &b, NULL, NULL)) {
         t_fail(__FILE__, __LINE__, "import: %s", anvil_errmsg());
         return;
     }
     CHECK(b.nparams == a.m.nparams && !memcmp(a.m.params, b.params, a.m.nparams * sizeof(float)));
-    anvil_gpt2_free(&b);
+    anvil_model_free(&b);
 
     /* The layout HF expects: prefixed names, Conv1D [in, out], no lm_head, format=pt. */
     char p[PATH_MAX];
@@ -976,7 +975,7 @@ static void test_hf_round_trip(void) {
         CHECK(t && t->shape[0] == 128 && t->shape[1] == 32);
         /* c_fc.weight[i][j] is anvil's fcw[layer 0][j][i]. */
         t = anvil_st_find(f, "transformer.h.0.mlp.c_fc.weight");
-        const float *fcw = a.m.params + a.m.offsets[ANVIL_GPT2_FCW];
+        const float *fcw = a.m.params + a.m.offsets[t_tensor(&a.m.cfg, "fcw")];
         CHECK(t && ((const float *)t->data)[5 * 128 + 77] == fcw[77 * 32 + 5]);
         t = anvil_st_find(f, "transformer.wte.weight");
         CHECK(t && t->shape[0] == 67);
@@ -1004,7 +1003,7 @@ static void test_hf_round_trip(void) {
         ts[n + 1] = *anvil_st_find(f, "transformer.wte.weight");
         ts[n + 1].name = "lm_head.weight";
         /* c_attn.bias of layer 1 as F16 holding exactly representable values. */
-        float *qkvb = a.m.params + a.m.offsets[ANVIL_GPT2_QKVB] + 96;
+        float *qkvb = a.m.params + a.m.offsets[t_tensor(&a.m.cfg, "qkvb")] + 96;
         for (int i = 0; i < 96; i++) {
             float v = qkvb[i] = (float)(i - 48) / 64.0f;
             if (v == 0.0f) continue;
@@ -1029,9 +1028,9 @@ static void test_hf_round_trip(void) {
         char cmd[3 * PATH_MAX];
         snprintf(cmd, sizeof cmd, "cp %s %s", cfg1, cfg2);
         CHECK(system(cmd) == 0);
-        if (anvil_hf_import(dir2, anvil_kernels_cpu(), &b) == 0) {
+        if (anvil_hf_import(dir2, anvil_kernels_cpu(), &b, NULL, NULL) == 0) {
             CHECK(!memcmp(a.m.params, b.params, a.m.nparams * sizeof(float)));
-            anvil_gpt2_free(&b);
+            anvil_model_free(&b);
         } else {
             t_fail(__FILE__, __LINE__, "import of the unprefixed file: %s", anvil_errmsg());
         }
@@ -1043,11 +1042,11 @@ static void test_hf_round_trip(void) {
         copy[3] += 1.0f;
         ts[n + 1].data = copy;
         CHECK(anvil_st_write(p2, ts, n + 2, NULL, 0) == 0);
-        CHECK(anvil_hf_import(dir2, anvil_kernels_cpu(), &b) == -1 && strstr(anvil_errmsg(), "lm_head.weight"));
+        CHECK(anvil_hf_import(dir2, anvil_kernels_cpu(), &b, NULL, NULL) == -1 && strstr(anvil_errmsg(), "lm_head.weight"));
         ts[n + 1].data = w;
         ts[n + 1].name = "score.weight";
         CHECK(anvil_st_write(p2, ts, n + 2, NULL, 0) == 0);
-        CHECK(anvil_hf_import(dir2, anvil_kernels_cpu(), &b) == -1 && strstr(anvil_errmsg(), "'score.weight'"));
+        CHECK(anvil_hf_import(dir2, anvil_kernels_cpu(), &b, NULL, NULL) == -1 && strstr(anvil_errmsg(), "'score.weight'"));
         free(copy);
         free(ts);
         free(names);
@@ -1060,7 +1059,7 @@ static void test_hf_round_trip(void) {
               "\"vocab_size\":67,\"activation_function\":\"relu\"}",
               cf);
         fclose(cf);
-        CHECK(anvil_hf_import(dir2, anvil_kernels_cpu(), &b) == -1 && strstr(anvil_errmsg(), "activation_function"));
+        CHECK(anvil_hf_import(dir2, anvil_kernels_cpu(), &b, NULL, NULL) == -1 && strstr(anvil_errmsg(), "activation_function"));
     }
     free_trained(&a);
 }
@@ -1079,20 +1078,20 @@ static void test_hf_logits(void) {
         return;
     }
     int B = (int)ids->shape[0], T = (int)ids->shape[1], V = tiny_cfg.vocab_size;
-    anvil_gpt2 native, imported;
+    anvil_model native, imported;
     fixture_model(&native);
     char dir[PATH_MAX];
     path_in(dir, sizeof dir, root, "hf-fixture");
-    CHECK(anvil_hf_export(&native, dir) == 0);
-    CHECK(anvil_hf_import(dir, anvil_kernels_cpu(), &imported) == 0);
-    anvil_gpt2 *models[2] = {&native, &imported};
+    CHECK(anvil_hf_export(&native, dir, 0, NULL, NULL) == 0);
+    CHECK(anvil_hf_import(dir, anvil_kernels_cpu(), &imported, NULL, NULL) == 0);
+    anvil_model *models[2] = {&native, &imported};
     const char *what[2] = {"logits (anvil model)", "logits (exported and re-imported)"};
     for (int k = 0; k < 2; k++) {
-        anvil_gpt2 *m = models[k];
+        anvil_model *m = models[k];
         float *logits = malloc((size_t)B * T * m->cfg.padded_vocab * sizeof(float));
         float *real = malloc((size_t)B * T * V * sizeof(float));
-        CHECK(anvil_gpt2_forward(m, ids->data, NULL, B, T, NULL) == 0);
-        CHECK(anvil_gpt2_logits(m, logits) == 0);
+        CHECK(anvil_model_forward(m, ids->data, NULL, B, T, NULL) == 0);
+        CHECK(anvil_model_logits(m, logits) == 0);
         for (int r = 0; r < B * T; r++)
             memcpy(real + (size_t)r * V, logits + (size_t)r * m->cfg.padded_vocab, V * sizeof(float));
         /* transformers' fp32 logits: measured |diff| <= 1.2e-7 on every path, 1% of the bound. */
@@ -1100,8 +1099,8 @@ static void test_hf_logits(void) {
         free(logits);
         free(real);
     }
-    anvil_gpt2_free(&native);
-    anvil_gpt2_free(&imported);
+    anvil_model_free(&native);
+    anvil_model_free(&imported);
     anvil_st_close(fx);
 }
 
@@ -1112,12 +1111,13 @@ static int rm_rf(const char *p) {
 }
 
 int main(int argc, char **argv) {
+    tiny_cfg = t_gpt2(2, 2, 32, 16, 67);
     if (argc == 3 && !strcmp(argv[1], "--write-hf")) {
-        anvil_gpt2 m;
+        anvil_model m;
         fixture_model(&m);
-        int rc = anvil_hf_export(&m, argv[2]);
+        int rc = anvil_hf_export(&m, argv[2], 0, NULL, NULL);
         if (rc) fprintf(stderr, "%s\n", anvil_errmsg());
-        anvil_gpt2_free(&m);
+        anvil_model_free(&m);
         return rc ? 1 : 0;
     }
     snprintf(root, sizeof root, "/tmp/anvil-ckpt-XXXXXX");

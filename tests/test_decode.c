@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/rng.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "sample/sampler.h"
 #include "testutil.h"
 #include "optim/optim.h"
@@ -30,10 +30,10 @@ static void collect(void *ctx, int32_t tok) {
 }
 
 static void test_decode_matches_forward(void) {
-    anvil_gpt2_config cfg = {2, 4, 32, 40, 97, 0};
-    anvil_gpt2 m;
-    CHECK(anvil_gpt2_init(&m, &cfg, anvil_kernels_cpu()) == 0);
-    anvil_gpt2_init_weights(&m, 11);
+    anvil_model_config cfg = t_gpt2(2, 4, 32, 40, 97);
+    anvil_model m;
+    CHECK(anvil_model_init(&m, &cfg, anvil_kernels_cpu()) == 0);
+    anvil_model_init_weights(&m, 11);
     /* Larger weights than the init, so that attention is far from uniform. */
     for (size_t i = 0; i < m.nparams; i++) m.params[i] *= 5.0f;
     const int T = 40, Vp = m.cfg.padded_vocab;
@@ -42,13 +42,13 @@ static void test_decode_matches_forward(void) {
     anvil_rng_seed(&rng, 3);
     for (int t = 0; t < T; t++) toks[t] = (int32_t)(anvil_rng_u64(&rng) % 97);
     float *full = malloc(sizeof(float) * T * Vp), *step = malloc(sizeof(float) * T * Vp);
-    CHECK(anvil_gpt2_forward(&m, toks, NULL, 1, T, NULL) == 0);
-    CHECK(anvil_gpt2_logits(&m, full) == 0);
-    anvil_gpt2_cache *c = anvil_gpt2_cache_new(&m);
-    for (int t = 0; t < T; t++) CHECK(anvil_gpt2_decode(&m, c, toks[t], t, step + (size_t)t * Vp) == 0);
+    CHECK(anvil_model_forward(&m, toks, NULL, 1, T, NULL) == 0);
+    CHECK(anvil_model_logits(&m, full) == 0);
+    anvil_model_cache *c = anvil_model_cache_new(&m);
+    for (int t = 0; t < T; t++) CHECK(anvil_model_decode(&m, c, toks[t], t, step + (size_t)t * Vp) == 0);
     /* Measured (2026-12-01): |diff| <= 2.4e-5 on avx2 (93% of this bound), 1.6e-5 generic, 1.3e-5 avx512. */
     t_close("decode vs forward logits", step, full, (size_t)T * Vp, 1e-4f, 1e-5f);
-    CHECK(anvil_gpt2_decode(&m, c, toks[0], T, step) != 0); /* past the context */
+    CHECK(anvil_model_decode(&m, c, toks[0], T, step) != 0); /* past the context */
 
     float logits[97];
     for (int i = 0; i < 97; i++) logits[i] = full[i];
@@ -87,17 +87,17 @@ static void test_decode_matches_forward(void) {
     CHECK(out_a.n == 20 && out_b.n == 20 && memcmp(out_a.buf, out_b.buf, sizeof out_a.buf) == 0);
     /* Past the 40-token context the window slides instead of stopping. */
     CHECK(anvil_generate(&m, toks, 30, 60, &so, &ra, NULL, NULL) == 60);
-    anvil_gpt2_cache_free(c);
+    anvil_model_cache_free(c);
     free(full);
     free(step);
-    anvil_gpt2_free(&m);
+    anvil_model_free(&m);
 }
 
 static void test_accumulation(void) {
-    anvil_gpt2_config cfg = {2, 2, 16, 16, 50, 0};
-    anvil_gpt2 m;
-    CHECK(anvil_gpt2_init(&m, &cfg, anvil_kernels_cpu()) == 0);
-    anvil_gpt2_init_weights(&m, 5);
+    anvil_model_config cfg = t_gpt2(2, 2, 16, 16, 50);
+    anvil_model m;
+    CHECK(anvil_model_init(&m, &cfg, anvil_kernels_cpu()) == 0);
+    anvil_model_init_weights(&m, 5);
     int32_t x[64], y[64];
     anvil_rng rng;
     anvil_rng_seed(&rng, 8);
@@ -106,19 +106,19 @@ static void test_accumulation(void) {
         y[i] = (int32_t)(anvil_rng_u64(&rng) % 50);
     }
     float l_full, l_a, l_b;
-    anvil_gpt2_zero_grad(&m);
-    CHECK(anvil_gpt2_forward_backward(&m, x, y, 4, 16, 1.0f, &l_full) == 0);
+    anvil_model_zero_grad(&m);
+    CHECK(anvil_model_forward_backward(&m, x, y, 4, 16, 1.0f, &l_full) == 0);
     float *g_full = malloc(sizeof(float) * m.nparams);
     memcpy(g_full, m.grads, sizeof(float) * m.nparams);
-    anvil_gpt2_zero_grad(&m);
-    CHECK(anvil_gpt2_forward_backward(&m, x, y, 2, 16, 0.5f, &l_a) == 0);
-    CHECK(anvil_gpt2_forward_backward(&m, x + 32, y + 32, 2, 16, 0.5f, &l_b) == 0);
+    anvil_model_zero_grad(&m);
+    CHECK(anvil_model_forward_backward(&m, x, y, 2, 16, 0.5f, &l_a) == 0);
+    CHECK(anvil_model_forward_backward(&m, x + 32, y + 32, 2, 16, 0.5f, &l_b) == 0);
     float l_mean = 0.5f * (l_a + l_b);
     /* Measured on every path: the loss equal, gradients |diff| <= 4.5e-8 (10% of their bound); 1e-6 is ~8 ulps. */
     t_close("accumulated loss", &l_mean, &l_full, 1, 1e-6f, 0.0f);
     t_close("accumulated gradients", m.grads, g_full, m.nparams, 1e-5f, 1e-7f);
     free(g_full);
-    anvil_gpt2_free(&m);
+    anvil_model_free(&m);
 }
 
 static void test_schedule(void) {

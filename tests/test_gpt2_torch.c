@@ -22,7 +22,7 @@
 #include "ckpt/model_file.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "testutil.h"
 #include "optim/optim.h"
 
@@ -48,14 +48,16 @@ static float max_abs(const float *x, size_t n) {
 
 /* Compares one flat model buffer (params or grads) with the fixture's tensors named prefix+name;
  * wte's padding rows must be exactly zero. */
-static void compare_params(const anvil_gpt2 *m, float *buf, const anvil_st_file *f, const char *prefix,
+static void compare_params(const anvil_model *m, float *buf, const anvil_st_file *f, const char *prefix,
                            float rtol, float atol_frac, float atol_min, int skip_key_bias) {
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+    for (int i = 0; i < m->ntensors; i++) {
         char name[64];
-        snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
+        anvil_tensor_info info;
+        anvil_model_tensor(&m->cfg, i, &info);
+        snprintf(name, sizeof name, "%s%s", prefix, info.name);
         size_t n = m->offsets[i + 1] - m->offsets[i];
         float *got = buf + m->offsets[i];
-        if (i == ANVIL_GPT2_WTE) {
+        if (!strcmp(info.name, "wte")) {
             size_t real = (size_t)m->cfg.vocab_size * m->cfg.n_embd;
             for (size_t j = real; j < n; j++)
                 if (got[j] != 0.0f) {
@@ -65,7 +67,7 @@ static void compare_params(const anvil_gpt2 *m, float *buf, const anvil_st_file 
             n = real;
         }
         const float *want = tensor(f, name, n);
-        if (i == ANVIL_GPT2_QKVB && skip_key_bias) {
+        if (!strcmp(info.name, "qkvb") && skip_key_bias) {
             int C = m->cfg.n_embd;
             for (int l = 0; l < m->cfg.n_layer; l++)
                 for (int c = C; c < 2 * C; c++) got[(size_t)l * 3 * C + c] = want[(size_t)l * 3 * C + c];
@@ -82,32 +84,32 @@ int main(void) {
         fprintf(stderr, "%s\n", anvil_errmsg());
         return 1;
     }
-    anvil_gpt2_config cfg = {meta(f, "n_layer"), meta(f, "n_head"), meta(f, "n_embd"), meta(f, "block_size"),
-                             meta(f, "vocab_size"), 0};
+    anvil_model_config cfg = t_gpt2(meta(f, "n_layer"), meta(f, "n_head"), meta(f, "n_embd"), meta(f, "block_size"),
+                                    meta(f, "vocab_size"));
     int B = meta(f, "batch"), T = meta(f, "seq"), V = cfg.vocab_size;
-    anvil_gpt2 m;
-    CHECK(anvil_gpt2_init(&m, &cfg, anvil_kernels_cpu()) == 0);
+    anvil_model m;
+    CHECK(anvil_model_init(&m, &cfg, anvil_kernels_cpu()) == 0);
     CHECK(m.cfg.padded_vocab == 320);
     CHECK(anvil_model_load_tensors(FIXTURE, "", &m) == 0);
     const int32_t *x = anvil_st_find(f, "inputs")->data, *y = anvil_st_find(f, "targets")->data;
 
     /* Forward: loss and logits (the padded columns are excluded). */
     float loss;
-    CHECK(anvil_gpt2_forward(&m, x, y, B, T, &loss) == 0);
+    CHECK(anvil_model_forward(&m, x, y, B, T, &loss) == 0);
     /* Measured on every path (2026-12-01): 8e-8 relative. */
     t_close("loss", &loss, tensor(f, "loss", 1), 1, 1e-5f, 0.0f);
     float *logits = malloc(sizeof(float) * B * T * m.cfg.padded_vocab);
     float *real = malloc(sizeof(float) * B * T * V);
-    CHECK(anvil_gpt2_logits(&m, logits) == 0);
+    CHECK(anvil_model_logits(&m, logits) == 0);
     for (int r = 0; r < B * T; r++)
         memcpy(real + (size_t)r * V, logits + (size_t)r * m.cfg.padded_vocab, sizeof(float) * V);
     /* Measured on every path: |diff| <= 3e-7, 1% of the bound. */
     t_close("logits", real, tensor(f, "logits", (size_t)B * T * V), (size_t)B * T * V, 1e-4f, 1e-5f);
 
     /* Backward: every parameter gradient. */
-    anvil_gpt2_zero_grad(&m);
+    anvil_model_zero_grad(&m);
     float loss2;
-    CHECK(anvil_gpt2_forward_backward(&m, x, y, B, T, 1.0f, &loss2) == 0);
+    CHECK(anvil_model_forward_backward(&m, x, y, B, T, 1.0f, &loss2) == 0);
     t_close("training-forward loss", &loss2, &loss, 1, 0.0f, 0.0f); /* the same sums: bit-equal */
     /* Measured on every path: |diff| <= 3.7e-8 and 1.6e-5 relative where |gradient| > 1e-3, under 1% of the bound. */
     compare_params(&m, m.grads, f, "grad.", 1e-4f, 1e-4f, 0.0f, 0);
@@ -115,12 +117,12 @@ int main(void) {
     /* Ten AdamW steps with clipping, constant lr, decay on matrices and embeddings only. */
     anvil_adamw_config ac = {metaf(f, "beta1"), metaf(f, "beta2"), metaf(f, "eps"), metaf(f, "weight_decay")};
     anvil_adamw opt;
-    CHECK(anvil_adamw_init_whole(&opt, m.k, &ac, m.offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays) == 0);
+    CHECK(t_adamw_whole(&opt, m.k, &ac, m.offsets, &m.cfg) == 0);
     CHECK(anvil_model_load_tensors(FIXTURE, "", &m) == 0);
     float losses[10], norms[10], lr = metaf(f, "lr"), clip = metaf(f, "grad_clip");
     for (int s = 0; s < 10; s++) {
-        anvil_gpt2_zero_grad(&m);
-        CHECK(anvil_gpt2_forward_backward(&m, x, y, B, T, 1.0f, &losses[s]) == 0);
+        anvil_model_zero_grad(&m);
+        CHECK(anvil_model_forward_backward(&m, x, y, B, T, 1.0f, &losses[s]) == 0);
         norms[s] = anvil_adamw_step(&opt, m.params, m.grads, anvil_adamw_grad_sumsq(&opt, m.grads), clip, lr);
     }
     /* Measured on every path: losses 2e-7 and norms 1.2e-5 relative; final weights |diff| <= 2.7e-5 (fcw, 83% of
@@ -132,7 +134,7 @@ int main(void) {
            tensor(f, "adamw_losses", 10)[9]);
 
     anvil_adamw_free(&opt);
-    anvil_gpt2_free(&m);
+    anvil_model_free(&m);
     anvil_st_close(f);
     free(logits);
     free(real);

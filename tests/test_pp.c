@@ -28,7 +28,7 @@
 #include "dist/grid.h"
 #include "dist/pipeline.h"
 #include "dist/zero_grid.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/optim.h"
 #include "testutil.h"
 
@@ -44,7 +44,7 @@ static int R, W;
 
 /* One process accumulating the same micro-batches: each step's loss and norm, and the final weights. */
 typedef struct {
-    anvil_gpt2 model;
+    anvil_model model;
     float loss[STEPS], norm[STEPS];
 } reference;
 
@@ -65,13 +65,15 @@ static void fill_batch(anvil_rng *rng, int vocab, int32_t *in, int32_t *tg) {
 }
 
 /* Whether element range [off, off+len) of tensor i in the whole layout belongs to this stage. */
-static void stage_range(const anvil_gpt2 *ref, int i, int l0, int l1, size_t *begin, size_t *end) {
+static void stage_range(const anvil_model *ref, int i, int l0, int l1, size_t *begin, size_t *end) {
     size_t a = ref->offsets[i], b = ref->offsets[i + 1], L = (size_t)ref->cfg.n_layer;
     int first = l0 == 0, last = l1 == ref->cfg.n_layer;
     *begin = *end = a;
-    if (i == ANVIL_GPT2_WTE || i == ANVIL_GPT2_WPE) {
+    anvil_tensor_info t;
+    anvil_model_tensor(&ref->cfg, i, &t);
+    if (t.place == ANVIL_PLACE_FIRST || t.place == ANVIL_PLACE_TIED) {
         if (first) *end = b;
-    } else if (i == ANVIL_GPT2_LNFW || i == ANVIL_GPT2_LNFB) {
+    } else if (t.place == ANVIL_PLACE_LAST) {
         if (last) *end = b;
     } else {
         size_t per = (b - a) / L;
@@ -80,24 +82,24 @@ static void stage_range(const anvil_gpt2 *ref, int i, int l0, int l1, size_t *be
     }
 }
 
-static void run_reference(const anvil_gpt2_config *cfg, reference *ref) {
+static void run_reference(const anvil_model_config *cfg, reference *ref) {
     const anvil_kernels *k = anvil_kernels_cpu();
-    CHECK(anvil_gpt2_init(&ref->model, cfg, k) == 0);
-    anvil_gpt2 *m = &ref->model;
-    anvil_gpt2_init_weights(m, 777);
+    CHECK(anvil_model_init(&ref->model, cfg, k) == 0);
+    anvil_model *m = &ref->model;
+    anvil_model_init_weights(m, 777);
     anvil_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
     anvil_adamw o;
-    CHECK(anvil_adamw_init_whole(&o, k, &ac, m->offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays) == 0);
+    CHECK(t_adamw_whole(&o, k, &ac, m->offsets, &m->cfg) == 0);
     int32_t *in = malloc(M * B * T * sizeof *in), *tg = malloc(M * B * T * sizeof *tg);
     anvil_rng rng;
     anvil_rng_seed(&rng, 4242);
     for (int s = 0; s < STEPS; s++) {
         fill_batch(&rng, cfg->vocab_size, in, tg);
-        anvil_gpt2_zero_grad(m);
+        anvil_model_zero_grad(m);
         double l = 0.0;
         for (int mb = 0; mb < M; mb++) {
             float lm = 0.0f;
-            CHECK(anvil_gpt2_forward_backward(m, in + mb * B * T, tg + mb * B * T, B, T, 1.0f / M, &lm) == 0);
+            CHECK(anvil_model_forward_backward(m, in + mb * B * T, tg + mb * B * T, B, T, 1.0f / M, &lm) == 0);
             l += lm;
         }
         ref->loss[s] = (float)(l / M);
@@ -109,26 +111,25 @@ static void run_reference(const anvil_gpt2_config *cfg, reference *ref) {
 }
 
 /* The same steps through the pipeline; the stage starts from the reference's initial weights. */
-static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_schedule sched, int sp,
+static void run(const anvil_model_config *cfg, const anvil_grid *grid, anvil_pp_schedule sched, int sp,
                 const reference *ref, run_result *res) {
     const anvil_kernels *k = anvil_kernels_cpu();
     memset(res, 0, sizeof *res);
-    anvil_gpt2 init;
-    CHECK(anvil_gpt2_init(&init, cfg, k) == 0);
-    anvil_gpt2_init_weights(&init, 777);
+    anvil_model init;
+    CHECK(anvil_model_init(&init, cfg, k) == 0);
+    anvil_model_init_weights(&init, 777);
     anvil_pp *pp = anvil_pp_new(cfg, k, grid, M, sched);
     CHECK(pp != NULL);
     if (!pp) {
-        anvil_gpt2_free(&init);
+        anvil_model_free(&init);
         return;
     }
     anvil_tp *st = anvil_pp_stage(pp);
-    anvil_tp_set_sequence_parallel(st, sp);
+    anvil_model_set_sequence_parallel(anvil_tp_model(st), sp);
     CHECK(anvil_tp_shard(st, init.params, anvil_tp_params(st)) == 0);
     anvil_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
     anvil_adamw opp;
-    CHECK(anvil_adamw_init_whole(&opp, k, &ac, anvil_tp_offsets(st), ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays) ==
-          0);
+    CHECK(t_adamw_whole(&opp, k, &ac, anvil_tp_offsets(st), cfg) == 0);
     anvil_zg *zg = NULL;
     if (grid->dp > 1) CHECK((zg = anvil_zg_new(grid, st, 0, &opp)) != NULL);
     int32_t *in = malloc(M * B * T * sizeof *in), *tg = malloc(M * B * T * sizeof *tg);
@@ -136,7 +137,7 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
     anvil_rng_seed(&rng, 4242);
     for (int s = 0; s < STEPS; s++) {
         fill_batch(&rng, cfg->vocab_size, in, tg);
-        anvil_tp_zero_grad(st);
+        anvil_model_zero_grad(anvil_tp_model(st));
         uint64_t b0 = anvil_pp_bytes_sent(pp);
         float lpp = 0.0f, npp = 0.0f;
         CHECK(anvil_pp_forward_backward(pp, in, tg, B, T, 1.0f / (float)grid->dp, &lpp) == 0);
@@ -152,13 +153,13 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
         res->worst_norm = fmaxf(res->worst_norm, fabsf(npp - ref->norm[s]) / ref->norm[s]);
     }
     /* The stage's tensors put back whole (the other stages' parts left zero), against the reference. */
-    const anvil_gpt2 *rm = &ref->model;
+    const anvil_model *rm = &ref->model;
     float *full = calloc(rm->nparams, sizeof *full);
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
+    for (int i = 0; i < rm->ntensors; i++)
         CHECK(anvil_tp_gather_tensor(st, i, anvil_tp_params(st), full + rm->offsets[i]) == 0);
     int l0, l1;
     anvil_pp_layers(pp, &l0, &l1);
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+    for (int i = 0; i < rm->ntensors; i++) {
         size_t a, b;
         stage_range(rm, i, l0, l1, &a, &b);
         for (size_t j = a; j < b; j++) res->weight_dev = fmaxf(res->weight_dev, fabsf(full[j] - rm->params[j]));
@@ -176,10 +177,10 @@ static void run(const anvil_gpt2_config *cfg, const anvil_grid *grid, anvil_pp_s
     anvil_zg_free(zg);
     anvil_adamw_free(&opp);
     anvil_pp_free(pp);
-    anvil_gpt2_free(&init);
+    anvil_model_free(&init);
 }
 
-static void test_layout(const anvil_gpt2_config *cfg, const reference *ref, int pp, int tp, int sp) {
+static void test_layout(const anvil_model_config *cfg, const reference *ref, int pp, int tp, int sp) {
     anvil_grid grid;
     CHECK(anvil_grid_check(W, tp, pp, cfg) == 0);
     if (anvil_grid_init(&grid, anvil_dist_world(), tp, pp)) {
@@ -219,8 +220,8 @@ int main(void) {
     }
     R = anvil_dist_rank();
     W = anvil_dist_world_size();
-    anvil_gpt2_config cfg = {.n_layer = 4, .n_head = 4, .n_embd = 64, .block_size = 64, .vocab_size = 257};
-    CHECK(anvil_gpt2_config_check(&cfg) == 0);
+    anvil_model_config cfg = t_gpt2(4, 4, 64, 64, 257);
+    CHECK(anvil_model_config_check(&cfg) == 0);
     reference ref;
     run_reference(&cfg, &ref);
     /* (PP, TP, DP, sequence parallel) */
@@ -229,7 +230,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
         if (layouts[i][0] * layouts[i][1] * layouts[i][2] == W)
             test_layout(&cfg, &ref, layouts[i][0], layouts[i][1], layouts[i][3]);
-    anvil_gpt2_free(&ref.model);
+    anvil_model_free(&ref.model);
     char name[32];
     snprintf(name, sizeof name, "test_pp rank %d/%d", R, W);
     int rc = t_done(name);

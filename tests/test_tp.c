@@ -25,7 +25,7 @@
 #include "dist/grid.h"
 #include "dist/tensorparallel.h"
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/optim.h"
 #include "testutil.h"
 
@@ -51,7 +51,7 @@ enum { STEPS = 20, B = 4, T = 16 };
 
 static int R, W;
 
-static void test_grid(const anvil_gpt2_config *cfg) {
+static void test_grid(const anvil_model_config *cfg) {
     anvil_grid g;
     /* 8 ranks as (DP, PP, TP) = (2, 2, 2): TP innermost, then DP, then PP. */
     anvil_grid_coords(&g, 8, 2, 2, 5);
@@ -63,7 +63,7 @@ static void test_grid(const anvil_gpt2_config *cfg) {
     CHECK(anvil_grid_check(6, 4, 1, cfg) == -1 && strstr(anvil_errmsg(), "6 ranks cannot be divided"));
     CHECK(anvil_grid_check(4, 1, 4, cfg) == -1 && strstr(anvil_errmsg(), "more pipeline stages than"));
     CHECK(anvil_grid_check(3, 3, 1, cfg) == -1 && strstr(anvil_errmsg(), "4 attention heads"));
-    anvil_gpt2_config odd = *cfg;
+    anvil_model_config odd = *cfg;
     odd.n_head = 8;
     odd.padded_vocab = 264;
     CHECK(anvil_grid_check(16, 16, 1, &odd) == -1 && strstr(anvil_errmsg(), "8 attention heads"));
@@ -89,7 +89,7 @@ static float max_abs_diff(const float *a, const float *b, size_t n) {
  * output), the LayerNorms' statistics and the stream's gradient hold N/tp rows; the LayerNorm outputs,
  * the split QKV, attention and MLP activations, the LM head's and the scratch hold every token, at the
  * shard's widths. Sequence parallelism adds the LayerNorm gradients' buffer. */
-static size_t activation_bytes(const anvil_gpt2_config *cfg, int tp, int sp, size_t N) {
+static size_t activation_bytes(const anvil_model_config *cfg, int tp, int sp, size_t N) {
     size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, Cs = C / (size_t)tp, NHs = (size_t)cfg->n_head / tp;
     size_t R = sp ? N / (size_t)tp : N;
     size_t stream = (2 * L + 2) * R * C + (4 * L + 2) * R;
@@ -100,16 +100,16 @@ static size_t activation_bytes(const anvil_gpt2_config *cfg, int tp, int sp, siz
 }
 
 /* The training steps against one process, plain tensor parallelism or with sequence parallelism. */
-static void test_training(const anvil_gpt2_config *cfg, anvil_group *g, int sp) {
+static void test_training(const anvil_model_config *cfg, anvil_group *g, int sp) {
     const anvil_kernels *k = anvil_kernels_cpu();
-    anvil_gpt2 ref;
-    CHECK(anvil_gpt2_init(&ref, cfg, k) == 0);
-    anvil_gpt2_init_weights(&ref, 1234);
-    anvil_gpt2_zero_grad(&ref);
+    anvil_model ref;
+    CHECK(anvil_model_init(&ref, cfg, k) == 0);
+    anvil_model_init_weights(&ref, 1234);
+    anvil_model_zero_grad(&ref);
     anvil_tp *tp = anvil_tp_new(cfg, k, g);
     CHECK(tp != NULL);
     if (!tp) return;
-    anvil_tp_set_sequence_parallel(tp, sp);
+    anvil_model_set_sequence_parallel(anvil_tp_model(tp), sp);
     CHECK(anvil_tp_shard(tp, ref.params, anvil_tp_params(tp)) == 0);
     /* The rank's shard initialized on its own, piece by piece, is the shard of the whole initialization, bit
      * for bit. */
@@ -121,9 +121,8 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g, int sp) 
 
     anvil_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
     anvil_adamw oref, otp;
-    CHECK(anvil_adamw_init_whole(&oref, k, &ac, ref.offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays) == 0);
-    CHECK(anvil_adamw_init_whole(&otp, k, &ac, anvil_tp_offsets(tp), ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays) ==
-          0);
+    CHECK(t_adamw_whole(&oref, k, &ac, ref.offsets, cfg) == 0);
+    CHECK(t_adamw_whole(&otp, k, &ac, anvil_tp_offsets(tp), cfg) == 0);
 
     size_t n = ref.nparams;
     float *full = malloc(n * sizeof *full);
@@ -140,16 +139,16 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g, int sp) 
         }
         tg[5] = -1; /* an ignored position */
         float lr = 3e-3f, lref = 0.0f, ltp = 0.0f;
-        anvil_gpt2_zero_grad(&ref);
-        anvil_tp_zero_grad(tp);
-        CHECK(anvil_gpt2_forward_backward(&ref, in, tg, B, T, 1.0f, &lref) == 0);
+        anvil_model_zero_grad(&ref);
+        anvil_model_zero_grad(anvil_tp_model(tp));
+        CHECK(anvil_model_forward_backward(&ref, in, tg, B, T, 1.0f, &lref) == 0);
         uint64_t b0 = anvil_tp_bytes(tp);
-        CHECK(anvil_tp_forward_backward(tp, in, tg, B, T, 1.0f, &ltp) == 0);
+        CHECK(anvil_model_forward_backward(anvil_tp_model(tp), in, tg, B, T, 1.0f, &ltp) == 0);
         bytes_step = anvil_tp_bytes(tp) - b0;
         double sref = anvil_adamw_grad_sumsq(&oref, ref.grads), stp = 0.0;
         CHECK(anvil_tp_grad_sumsq(tp, &stp) == 0);
         if (s == 0) {
-            for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
+            for (int i = 0; i < ref.ntensors; i++)
                 CHECK(anvil_tp_gather_tensor(tp, i, anvil_tp_grads(tp), full + ref.offsets[i]) == 0);
             grad_dev = max_abs_diff(full, ref.grads, n);
         }
@@ -160,15 +159,15 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g, int sp) 
         if (s == 0 || s == STEPS - 1)
             printf("rank %d step %d: loss %.6f (tp %.6f), norm %.6f (tp %.6f)\n", R, s, lref, ltp, nref, ntp);
     }
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
+    for (int i = 0; i < ref.ntensors; i++)
         CHECK(anvil_tp_gather_tensor(tp, i, anvil_tp_params(tp), full + ref.offsets[i]) == 0);
     float weight_dev = max_abs_diff(full, ref.params, n);
     /* Replicated tensors must stay the same on every rank (unshard takes one rank's copy): their
      * checksums, gathered, agree bit for bit. */
     double mine = 0.0, *sums = malloc((size_t)W * sizeof *sums);
     size_t *counts = malloc((size_t)W * sizeof *counts);
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
-        if (!anvil_tp_is_split(i))
+    for (int i = 0; i < ref.ntensors; i++)
+        if (!anvil_tp_is_split(tp, i))
             for (size_t j = anvil_tp_offsets(tp)[i]; j < anvil_tp_offsets(tp)[i + 1]; j++)
                 mine += (double)anvil_tp_params(tp)[j] * (double)(j % 7 + 1);
     for (int r = 0; r < W; r++) counts[r] = 1;
@@ -177,8 +176,8 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g, int sp) 
     free(sums);
     free(counts);
     float eref = 0.0f, etp = 0.0f;
-    CHECK(anvil_gpt2_forward(&ref, in, tg, B, T, &eref) == 0);
-    CHECK(anvil_tp_forward(tp, in, tg, B, T, &etp) == 0);
+    CHECK(anvil_model_forward(&ref, in, tg, B, T, &eref) == 0);
+    CHECK(anvil_model_forward(anvil_tp_model(tp), in, tg, B, T, &etp) == 0);
     const char *mode = sp && W > 1 ? " with sequence parallelism" : "";
     printf("rank %d of %d%s: max relative deviation loss %.3g, grad norm %.3g; step-0 gradients %.3g, "
            "final weights %.3g (abs); eval loss %.6f vs %.6f\n",
@@ -213,60 +212,67 @@ static void test_training(const anvil_gpt2_config *cfg, anvil_group *g, int sp) 
     printf("rank %d%s: TP collectives carried %llu bytes per step; formula %llu (%llu per layer)\n", R, mode,
            (unsigned long long)bytes_step, (unsigned long long)expected, (unsigned long long)per_layer);
     CHECK(bytes_step == expected);
-    size_t act = anvil_tp_activation_bytes(tp), want = activation_bytes(cfg, W, sp && W > 1, (size_t)N);
+    size_t act = anvil_model_activation_bytes(anvil_tp_model(tp)), want = activation_bytes(cfg, W, sp && W > 1, (size_t)N);
     printf("rank %d%s: activations %zu bytes allocated, %zu counted from the shapes\n", R, mode, act, want);
     CHECK(act == want);
     if (sp && W > 1) {
         /* Micro-batches whose tokens do not split evenly are refused before anything is allocated. */
         int32_t odd[3] = {1, 2, 3};
-        CHECK(anvil_tp_forward(tp, odd, odd, 1, 3, &etp) == -1 && strstr(anvil_errmsg(), "not divisible by --tp"));
-        CHECK(anvil_tp_activation_bytes(tp) == act);
+        CHECK(anvil_model_forward(anvil_tp_model(tp), odd, odd, 1, 3, &etp) == -1 &&
+              strstr(anvil_errmsg(), "not divisible by --tp"));
+        CHECK(anvil_model_activation_bytes(anvil_tp_model(tp)) == act);
     }
 
     free(full);
     anvil_adamw_free(&oref);
     anvil_adamw_free(&otp);
     anvil_tp_free(tp);
-    anvil_gpt2_free(&ref);
+    anvil_model_free(&ref);
 }
 
-/* Elements of tensor i of cfg's model. */
-static size_t numel(const anvil_gpt2_config *cfg, int i) {
-    int64_t s[3];
-    int nd = anvil_gpt2_param_shape(cfg, i, s);
-    size_t n = 1;
-    for (int d = 0; d < nd; d++) n *= (size_t)s[d];
-    return n;
+/* Whether name is one of GPT-2's names in list (NULL-ended): the test's own account of the layout, not the
+ * parameter table's. */
+static int named(const anvil_model_config *cfg, int i, const char *const *list) {
+    anvil_tensor_info t;
+    anvil_model_tensor(cfg, i, &t);
+    for (; *list; list++)
+        if (!strcmp(t.name, *list)) return 1;
+    return 0;
 }
+
+static const char *const per_layer[] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+                                        "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw",  "fcprojb", NULL};
+static const char *const split[] = {"wte", "qkvw", "qkvb", "attprojw", "fcw", "fcb", "fcprojw", NULL};
+static const char *const first_stage[] = {"wte", "wpe", NULL}, *const last_stage[] = {"wte", "lnfw", "lnfb", NULL};
 
 /* What a rank holds, counted from the shapes: split tensors 1/W of the whole, replicated ones all of
  * it, and a pipeline stage its layers' share of the per-layer tensors, wte and wpe on the first stage,
  * wte and the final LayerNorm on the last, none of them in the middle. */
-static void test_layout(const anvil_gpt2_config *tiny, anvil_group *g) {
+static void test_layout(const anvil_model_config *tiny, anvil_group *g) {
     const anvil_kernels *k = anvil_kernels_cpu();
-    anvil_gpt2_config cfg;
-    CHECK(anvil_gpt2_preset("mini", &cfg) == 0 && anvil_gpt2_config_check(&cfg) == 0);
+    anvil_model_config cfg;
+    CHECK(anvil_model_preset("mini", &cfg) == 0 && anvil_model_config_check(&cfg) == 0);
     struct {
-        const anvil_gpt2_config *c;
+        const anvil_model_config *c;
         int l0, l1, first, last;
     } stages[] = {{tiny, 0, 2, 1, 1}, {&cfg, 0, 1, 1, 0}, {&cfg, 1, 3, 0, 0}, {&cfg, 3, 4, 0, 1}};
     for (size_t s = 0; s < sizeof stages / sizeof stages[0]; s++) {
-        const anvil_gpt2_config *c = stages[s].c;
+        const anvil_model_config *c = stages[s].c;
         anvil_tp *m = anvil_tp_new_stage(c, k, g, stages[s].l0, stages[s].l1, 1);
         CHECK(m != NULL);
         if (!m) return;
-        size_t want = 0, whole = anvil_gpt2_num_params(c);
-        for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-            size_t n = numel(c, i);
-            if (i >= ANVIL_GPT2_LN1W && i <= ANVIL_GPT2_FCPROJB)
+        size_t want = 0, whole = anvil_model_num_params(c);
+        CHECK(anvil_model_ntensors(c) == 16);
+        for (int i = 0; i < anvil_model_ntensors(c); i++) {
+            size_t n = anvil_model_tensor_numel(c, i);
+            if (named(c, i, per_layer))
                 n = n / (size_t)c->n_layer * (size_t)(stages[s].l1 - stages[s].l0);
-            else if (!((i == ANVIL_GPT2_WTE && (stages[s].first || stages[s].last)) ||
-                       (i == ANVIL_GPT2_WPE && stages[s].first) ||
-                       ((i == ANVIL_GPT2_LNFW || i == ANVIL_GPT2_LNFB) && stages[s].last)))
+            else if (!((stages[s].first && named(c, i, first_stage)) || (stages[s].last && named(c, i, last_stage))))
                 n = 0;
             size_t got = anvil_tp_offsets(m)[i + 1] - anvil_tp_offsets(m)[i];
-            CHECK(got == (anvil_tp_is_split(i) ? n / (size_t)W : n));
-            want += anvil_tp_is_split(i) ? n / (size_t)W : n;
+            CHECK(got == (named(c, i, split) ? n / (size_t)W : n));
+            CHECK(anvil_tp_is_split(m, i) == named(c, i, split));
+            want += named(c, i, split) ? n / (size_t)W : n;
         }
         CHECK(anvil_tp_num_params(m) == want);
         if (s == 0) {
@@ -333,8 +339,8 @@ int main(void) {
     }
     R = anvil_dist_rank();
     W = anvil_dist_world_size();
-    anvil_gpt2_config cfg;
-    CHECK(anvil_gpt2_preset("tiny", &cfg) == 0 && anvil_gpt2_config_check(&cfg) == 0);
+    anvil_model_config cfg;
+    CHECK(anvil_model_preset("tiny", &cfg) == 0 && anvil_model_config_check(&cfg) == 0);
     test_grid(&cfg);
     test_bf16_shards();
     anvil_grid g;

@@ -76,3 +76,22 @@ const char *t_path(const char *test) {
     printf("%s: kernel path %s\n", test, name);
     return name;
 }
+
+int t_tensor(const anvil_model_config *cfg, const char *name) {
+    int i = anvil_model_tensor_index(cfg, name);
+    if (i < 0) t_fail(__FILE__, __LINE__, "the model has no tensor '%s'", name);
+    return i < 0 ? 0 : i;
+}
+
+int t_adamw_whole(anvil_adamw *o, const anvil_kernels *k, const anvil_adamw_config *ac, const size_t *offsets,
+                  const anvil_model_config *cfg) {
+    int decays[ANVIL_MODEL_MAX_TENSORS];
+    anvil_model_decays(cfg, decays);
+    return anvil_adamw_init_whole(o, k, ac, offsets, anvil_model_ntensors(cfg), decays);
+}
+
+anvil_model_config t_gpt2(int n_layer, int n_head, int n_embd, int block_size, int vocab_size) {
+    anvil_model_config c = {.family = anvil_model_family_named("gpt2"), .n_layer = n_layer, .n_head = n_head,
+                            .n_embd = n_embd, .block_size = block_size, .vocab_size = vocab_size};
+    return c;
+}

@@ -6,6 +6,9 @@
 
 #include <stddef.h>
 
+#include "model/model.h"
+#include "optim/optim.h"
+
 extern int t_failures;
 
 #define CHECK(cond)                                                                                \
@@ -24,6 +27,13 @@ const char *t_path(const char *test);
  * the user allows skips with ANVIL_TEST_ALLOW_SKIP=1; then it prints what is
  * skipped and the test's status becomes 77. The caller skips that part. */
 void t_missing(const char *test, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A GPT-2 configuration of these numbers (not yet checked). */
+anvil_model_config t_gpt2(int n_layer, int n_head, int n_embd, int block_size, int vocab_size);
+/* The index of the tensor named name in cfg's parameter table; a failed check when there is none. */
+int t_tensor(const anvil_model_config *cfg, const char *name);
+/* An AdamW optimizer of the whole layout at offsets of cfg's tensors, each decayed as the table says. */
+int t_adamw_whole(anvil_adamw *o, const anvil_kernels *k, const anvil_adamw_config *ac, const size_t *offsets,
+                  const anvil_model_config *cfg);
 /* Prints the summary line and returns the process exit status: 1 when a check
  * failed, else 77 when a part was skipped, else 0. */
 int t_done(const char *name);

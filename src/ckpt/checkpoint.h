@@ -51,7 +51,7 @@
 
 #include "core/rng.h"
 #include "data/loader.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/optim.h"
 
 #define ANVIL_CKPT_VERSION 3
@@ -74,7 +74,7 @@ typedef struct {
 /* What to save. step counts completed optimizer steps, so a resumed run
  * continues with step `step`. */
 typedef struct {
-    const anvil_gpt2 *model;
+    const anvil_model *model;
     const anvil_adamw *opt;
     anvil_loader_state loader;
     anvil_rng rng;
@@ -98,7 +98,7 @@ typedef struct {
 typedef struct {
     int version;
     int64_t step, tokens_seen;
-    anvil_gpt2_config model; /* padded_vocab set */
+    anvil_model_config model; /* its family's, padded_vocab set */
     char tokenizer[256];
     anvil_loader_state loader;
     anvil_rng rng;
@@ -145,11 +145,11 @@ void anvil_ckpt_snapshot_free(anvil_ckpt_snapshot *s);
  * rank write its shard file into the temporary folder, and the first rank
  * finish it with the other files' names, sizes and checksums. */
 
-/* One slice of a rank's shard, in the flat layout of model/gpt2.h, and where the slice's moments
+/* One slice of a rank's shard, in the flat layout of model/model.h, and where the slice's moments
  * (and, when the weights are sharded too, weights) are. With rows 0 or 1 it is elements
  * [flat, flat+len) of parameter tensor `tensor`; with more it is a block: rows runs of len elements,
  * the first at flat and each next one a row of the tensor further on (a row: the tensor's last
- * dimension, anvil_gpt2_param_shape), as a tensor-parallel rank holds the input columns of a
+ * dimension, anvil_model_tensor_row), as a tensor-parallel rank holds the input columns of a
  * row-parallel matrix. The slice's own data is contiguous either way, rows * len floats. */
 typedef struct {
     int tensor;
@@ -169,12 +169,12 @@ void anvil_ckpt_shard_name(int g, int k, char *out, size_t cap);
  * anvil_ckpt_snapshot_take (reuse, threads), and written from any thread. NULL after anvil_fail. */
 typedef struct anvil_ckpt_shard_snapshot anvil_ckpt_shard_snapshot;
 anvil_ckpt_shard_snapshot *anvil_ckpt_shard_take(anvil_ckpt_shard_snapshot *reuse, int g, int k,
-                                                 const anvil_gpt2 *model, const anvil_ckpt_slice *slices, int n);
+                                                 const anvil_model *model, const anvil_ckpt_slice *slices, int n);
 /* Writes the shard's file into the folder tmp, fsync'ed; out gets its name, size and CRC32C. */
 int anvil_ckpt_shard_write(const anvil_ckpt_shard_snapshot *s, const char *tmp, anvil_ckpt_file *out);
 void anvil_ckpt_shard_free(anvil_ckpt_shard_snapshot *s);
 /* The three at once. */
-int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *model, const anvil_ckpt_slice *slices,
+int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_model *model, const anvil_ckpt_slice *slices,
                            int n, anvil_ckpt_file *out);
 /* Removes a temporary folder from anvil_ckpt_begin after a failure elsewhere. */
 void anvil_ckpt_abandon(const char *tmp);
@@ -200,7 +200,7 @@ int anvil_ckpt_finish(const anvil_ckpt_snapshot *s, const char *run_dir, const c
  * and checked before anything is copied, then read through a bounded buffer, so only an I/O error
  * in that last pass (the files were verified just before) can leave the destinations partly
  * written. */
-int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info, int verify);
+int anvil_ckpt_load(const char *ckpt_dir, anvil_model *model, anvil_adamw *opt, anvil_ckpt_manifest *info, int verify);
 
 /* A checkpoint read piece by piece, for a process that holds a shard of the model (tensor and
  * pipeline parallelism) and must never hold a whole tensor: opening verifies every file (size and
@@ -210,9 +210,9 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
  * then takes only the bytes asked for, whatever layout wrote them. info (may be NULL) receives the
  * manifest as for anvil_ckpt_load. NULL after anvil_fail. */
 typedef struct anvil_ckpt_reader anvil_ckpt_reader;
-anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2_config *cfg,
+anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_model_config *cfg,
                                           anvil_ckpt_manifest *info, int verify);
-/* Elements [off, off + n) of tensor i (anvil_gpt2's layout; wte's padding rows read as zeros) of the
+/* Elements [off, off + n) of tensor i (the whole model's layout; padding rows read as zeros) of the
  * weights (kind 0), AdamW's m (1) or v (2), into host memory at dst. 0, or -1 after anvil_fail. */
 int anvil_ckpt_reader_read(anvil_ckpt_reader *r, int kind, int i, size_t off, size_t n, float *dst);
 void anvil_ckpt_reader_close(anvil_ckpt_reader *r);

@@ -22,9 +22,9 @@ static inline int ckpt_join(char *out, size_t cap, const char *a, const char *b)
 /* Everything a checkpoint holds, copied out of the training state: the weights and moments straight
  * into the images of their files (len 0 when this snapshot has none), and what the manifest says. */
 struct anvil_ckpt_snapshot {
-    anvil_gpt2_config cfg;
+    anvil_model_config cfg;
     size_t nparams;
-    size_t offsets[ANVIL_GPT2_NPARAM + 1];
+    size_t offsets[ANVIL_MODEL_MAX_TENSORS + 1];
     anvil_st_image weights, moments;
     uint32_t weights_crc, moments_crc; /* their files' CRC32C */
     anvil_adamw_config acfg;
@@ -48,21 +48,53 @@ static inline int ckpt_moments_sharded(const anvil_ckpt_layout *l) {
 }
 
 /* The length of a row of tensor i: its last dimension, the distance between a block slice's runs. */
-static inline size_t ckpt_row_width(const anvil_gpt2_config *c, int i) {
-    int64_t s[3];
-    int nd = anvil_gpt2_param_shape(c, i, s);
-    return (size_t)s[nd - 1];
+static inline size_t ckpt_row_width(const anvil_model_config *c, int i) { return anvil_model_tensor_row(c, i); }
+
+/* Tensor i's name in files, with prefix prepended, into out (cap bytes). */
+static inline void ckpt_tensor_name(const anvil_model_config *c, int i, const char *prefix, char *out, size_t cap) {
+    anvil_tensor_info t;
+    anvil_model_tensor(c, i, &t);
+    snprintf(out, cap, "%s%s", prefix, t.name);
 }
 
-/* Tensor prefix+param i of a model-file table in f, checked against config c (wte without its
- * padding rows), or NULL after anvil_fail naming it and path. */
-const anvil_st_tensor *ckpt_checked_tensor(const anvil_st_file *f, const char *path, const char *prefix,
-                                           const anvil_gpt2_config *c, int i);
+/* Tensor i's shape in files, where a vocabulary table's rows stop at the real vocabulary (the layout's
+ * padding rows are left out): its dimensions, into s. */
+static inline int ckpt_file_shape(const anvil_model_config *c, int i, int64_t s[3]) {
+    anvil_tensor_info t;
+    anvil_model_tensor(c, i, &t);
+    for (int d = 0; d < 3; d++) s[d] = t.shape[d];
+    if (t.vocab_rows) s[0] = c->vocab_size;
+    return t.ndim;
+}
 
-/* Elements [off, off + n) of tensor t of f (opened as an index), which is tensor i of a model file:
- * wte's rows stop at the real vocabulary, so what lies past them is padding and reads as zeros.
- * Into host memory at dst; 0 or -1 after anvil_fail. */
-int ckpt_read_padded(const anvil_st_file *f, const anvil_st_tensor *t, int i, size_t off, size_t n, float *dst);
+/* The elements of tensor i that files hold (a vocabulary table's real rows). */
+static inline size_t ckpt_file_numel(const anvil_model_config *c, int i) {
+    int64_t s[3];
+    int nd = ckpt_file_shape(c, i, s);
+    size_t n = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)s[d];
+    return n;
+}
+
+/* A model file's metadata: "format" (the family's) and the configuration's fields as key/value pairs,
+ * kv[2j] and kv[2j+1] for j < n, their text held in vals. */
+typedef struct {
+    char vals[24][32];
+    const char *kv[2 * 24 + 2];
+    int n;
+} ckpt_model_meta;
+void ckpt_model_meta_fill(ckpt_model_meta *mm, const anvil_model_config *c);
+
+/* Tensor prefix+param i of a model-file table in f, checked against config c (a vocabulary table
+ * without its padding rows), or NULL after anvil_fail naming it and path. */
+const anvil_st_tensor *ckpt_checked_tensor(const anvil_st_file *f, const char *path, const char *prefix,
+                                           const anvil_model_config *c, int i);
+
+/* Elements [off, off + n) of tensor t of f (opened as an index), which is tensor i of a model file of
+ * config c: a vocabulary table's rows stop at the real vocabulary, so what lies past them is padding
+ * and reads as zeros. Into host memory at dst; 0 or -1 after anvil_fail. */
+int ckpt_read_padded(const anvil_st_file *f, const anvil_st_tensor *t, const anvil_model_config *c, int i, size_t off,
+                     size_t n, float *dst);
 
 /* The kinds of a shard file's slices, the first part of their tensor names: AdamW m and v, weights p. */
 extern const char *const ckpt_slice_kinds[3];

@@ -16,20 +16,19 @@
 /* ---- loading ---- */
 
 /* Checks that f holds every tensor prefix+param with the model-file shape. */
-static int check_table(const anvil_st_file *f, const char *path, const char *prefix, const anvil_gpt2_config *c) {
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
+static int check_table(const anvil_st_file *f, const char *path, const char *prefix, const anvil_model_config *c) {
+    for (int i = 0, n = anvil_model_ntensors(c); i < n; i++)
         if (!ckpt_checked_tensor(f, path, prefix, c, i)) return -1;
     return 0;
 }
 
 const anvil_st_tensor *ckpt_checked_tensor(const anvil_st_file *f, const char *path, const char *prefix,
-                                           const anvil_gpt2_config *c, int i) {
+                                           const anvil_model_config *c, int i) {
     char name[128];
-    snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
+    ckpt_tensor_name(c, i, prefix, name, sizeof name);
     const anvil_st_tensor *t = anvil_st_find(f, name);
     int64_t s[3];
-    int nd = anvil_gpt2_param_shape(c, i, s);
-    if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
+    int nd = ckpt_file_shape(c, i, s);
     int ok = t && t->dtype == ANVIL_ST_F32 && t->ndim == nd;
     for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == s[d];
     if (!t) anvil_fail("%s: tensor '%s' is missing", path, name);
@@ -37,35 +36,41 @@ const anvil_st_tensor *ckpt_checked_tensor(const anvil_st_file *f, const char *p
     return ok ? t : NULL;
 }
 
-/* Uploads the checked tensors straight from the file buffer into dst (backend memory); wte's padding
- * rows get `zeros` (room for them). */
-static void upload_table(const anvil_st_file *f, const char *prefix, const anvil_gpt2 *m, float *dst,
-                         const float *zeros) {
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "%s%s", prefix, anvil_gpt2_param_names[i]);
-        const anvil_st_tensor *t = anvil_st_find(f, name);
-        m->k->upload(dst + m->offsets[i], t->data, t->nbytes);
+/* The most padding elements of any tensor of m: what the zeros uploaded after a vocabulary table's
+ * real rows need. */
+static size_t most_padding(const anvil_model *m) {
+    size_t most = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        size_t pad = m->offsets[i + 1] - m->offsets[i] - ckpt_file_numel(&m->cfg, i);
+        if (pad > most) most = pad;
     }
-    size_t real = (size_t)m->cfg.vocab_size * (size_t)m->cfg.n_embd;
-    size_t pad = m->offsets[ANVIL_GPT2_WTE + 1] - m->offsets[ANVIL_GPT2_WTE] - real;
-    if (pad) m->k->upload(dst + m->offsets[ANVIL_GPT2_WTE] + real, zeros, pad * sizeof(float));
+    return most;
 }
 
-static int compare_config(const char *dir, const anvil_gpt2_config *a, const anvil_gpt2_config *b) {
-    static const struct {
-        const char *name;
-        size_t off;
-    } fields[] = {{"n_layer", offsetof(anvil_gpt2_config, n_layer)},
-                  {"n_head", offsetof(anvil_gpt2_config, n_head)},
-                  {"n_embd", offsetof(anvil_gpt2_config, n_embd)},
-                  {"block_size", offsetof(anvil_gpt2_config, block_size)},
-                  {"vocab_size", offsetof(anvil_gpt2_config, vocab_size)}};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        int x = *(const int *)((const char *)a + fields[i].off), y = *(const int *)((const char *)b + fields[i].off);
-        if (x != y)
-            return anvil_fail("%s: model config differs: %s is %d in the checkpoint, %d in this run", dir,
-                              fields[i].name, x, y);
+/* Uploads the checked tensors straight from the file buffer into dst (backend memory); a vocabulary
+ * table's padding rows get `zeros` (room for them). */
+static void upload_table(const anvil_st_file *f, const char *prefix, const anvil_model *m, float *dst,
+                         const float *zeros) {
+    for (int i = 0; i < m->ntensors; i++) {
+        char name[128];
+        ckpt_tensor_name(&m->cfg, i, prefix, name, sizeof name);
+        const anvil_st_tensor *t = anvil_st_find(f, name);
+        m->k->upload(dst + m->offsets[i], t->data, t->nbytes);
+        size_t real = ckpt_file_numel(&m->cfg, i), pad = m->offsets[i + 1] - m->offsets[i] - real;
+        if (pad) m->k->upload(dst + m->offsets[i] + real, zeros, pad * sizeof(float));
+    }
+}
+
+static int compare_config(const char *dir, const anvil_model_config *a, const anvil_model_config *b) {
+    if (a->family != b->family)
+        return anvil_fail("%s: model config differs: the checkpoint holds a %s model, this run a %s one", dir,
+                          anvil_model_family_name(a->family), anvil_model_family_name(b->family));
+    const char *key;
+    char x[32], y[32];
+    for (int i = 0; anvil_model_config_field(a, i, &key, x, sizeof x, NULL, NULL); i++) {
+        anvil_model_config_field(b, i, &key, y, sizeof y, NULL, NULL);
+        if (strcmp(x, y))
+            return anvil_fail("%s: model config differs: %s is %s in the checkpoint, %s in this run", dir, key, x, y);
     }
     return 0;
 }
@@ -73,7 +78,7 @@ static int compare_config(const char *dir, const anvil_gpt2_config *a, const anv
 /* leaf in dir, read whole, or as an index (anvil_st_open_index) when indexed, with the tables of
  * prefixes checked. */
 static anvil_st_file *open_checked(const char *dir, const char *leaf, const char *const *prefixes, int n,
-                                   const anvil_gpt2_config *c, int indexed) {
+                                   const anvil_model_config *c, int indexed) {
     char path[PATH_MAX];
     if (ckpt_join(path, sizeof path, dir, leaf)) return NULL;
     anvil_st_file *f = indexed ? anvil_st_open_index(path) : anvil_st_open(path);
@@ -86,7 +91,7 @@ static anvil_st_file *open_checked(const char *dir, const char *leaf, const char
 }
 
 /* A checkpoint's shard files, read as an index: every slice of each kind cut into runs (a 1-D slice
- * is one run, a block one run per row), sorted by where they go in the flat layout of model/gpt2.h.
+ * is one run, a block one run per row), sorted by where they go in the flat layout of model/model.h.
  * Opening checks that every tensor is a named slice inside its parameter and that the runs of each
  * kind a caller needs cover the whole layout exactly once, so a read can neither miss nor overlap. */
 typedef struct {
@@ -102,7 +107,7 @@ typedef struct {
     int nfiles;
     run *runs[3]; /* m, v, p (ckpt_slice_kinds) */
     size_t nruns[3];
-    size_t offsets[ANVIL_GPT2_NPARAM + 1];
+    size_t offsets[ANVIL_MODEL_MAX_TENSORS + 1];
 } shard_index;
 
 static int cmp_run(const void *a, const void *b) {
@@ -130,13 +135,12 @@ static int parse_slice_name(const char *name, char kind[4], char param[32], size
 /* Tensor t of a shard file as its slice: its kind, parameter, first element and, for a block, rows
  * of cols elements one row of the parameter apart. 0 when it is not one that fits inside its
  * parameter. */
-static int parse_slice(const anvil_st_tensor *t, const anvil_gpt2_config *c, const size_t *offsets, int *kind,
+static int parse_slice(const anvil_st_tensor *t, const anvil_model_config *c, const size_t *offsets, int *kind,
                        int *param, size_t *off, size_t *rows, size_t *cols) {
     char ks[4], ps[32];
     *kind = *param = -1;
     if (!parse_slice_name(t->name, ks, ps, off) || t->dtype != ANVIL_ST_F32 || t->ndim < 1 || t->ndim > 2) return 0;
-    for (int j = 0; j < ANVIL_GPT2_NPARAM; j++)
-        if (!strcmp(ps, anvil_gpt2_param_names[j])) *param = j;
+    *param = anvil_model_tensor_index(c, ps);
     for (int j = 0; j < 3; j++)
         if (!strcmp(ks, ckpt_slice_kinds[j])) *kind = j;
     if (*param < 0 || *kind < 0) return 0;
@@ -158,10 +162,11 @@ static void shard_index_close(shard_index *x) {
 /* Opens the shard files of dir's manifest (headers only) and indexes them; need[k] says which kinds
  * must cover the layout. The model is c with its padded vocabulary. */
 static int shard_index_open(shard_index *x, const char *dir, const anvil_ckpt_manifest *man,
-                            const anvil_gpt2_config *c, const int need[3]) {
+                            const anvil_model_config *c, const int need[3]) {
     memset(x, 0, sizeof *x);
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) x->offsets[i + 1] = x->offsets[i] + anvil_gpt2_param_numel(c, i);
-    size_t total = x->offsets[ANVIL_GPT2_NPARAM], cap[3] = {0};
+    int nt = anvil_model_ntensors(c);
+    for (int i = 0; i < nt; i++) x->offsets[i + 1] = x->offsets[i] + anvil_model_tensor_numel(c, i);
+    size_t total = x->offsets[nt], cap[3] = {0};
     int rc = 0;
     for (int i = 0; !rc && i < man->nfiles; i++)
         if (!strncmp(man->files[i].name, "shard_", 6)) {
@@ -241,13 +246,13 @@ static int shard_index_read(const shard_index *x, int k, size_t at, size_t n, fl
 /* The shard files' weights (into p, stage 3 or tensor/pipeline parallel), moments (m and v) of a
  * sharded checkpoint: indexed and checked first, so a bad checkpoint changes nothing, then read
  * through a host buffer into backend memory. A NULL destination is not read. */
-static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const anvil_gpt2 *model, float *p, float *m,
+static int load_shards(const char *dir, const anvil_ckpt_manifest *man, const anvil_model *model, float *p, float *m,
                        float *v) {
     float *dst[3] = {m, v, p};
     int need[3] = {m != NULL, v != NULL, p != NULL};
     shard_index x;
     if (shard_index_open(&x, dir, man, &model->cfg, need)) return -1;
-    size_t total = x.offsets[ANVIL_GPT2_NPARAM], chunk = total < LOAD_CHUNK ? total : LOAD_CHUNK;
+    size_t total = x.offsets[model->ntensors], chunk = total < LOAD_CHUNK ? total : LOAD_CHUNK;
     float *host = malloc((chunk + 1) * sizeof(float));
     int rc = host ? 0 : anvil_fail("%s: out of memory", dir);
     for (int k = 0; !rc && k < 3; k++)
@@ -269,7 +274,7 @@ static int lists(const anvil_ckpt_manifest *m, const char *name) {
 
 static const char *const wpre[] = {""}, *const opre[] = {"m.", "v."};
 
-int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, anvil_ckpt_manifest *info,
+int anvil_ckpt_load(const char *ckpt_dir, anvil_model *model, anvil_adamw *opt, anvil_ckpt_manifest *info,
                     int verify) {
     anvil_ckpt_manifest m;
     if (info) memset(info, 0, sizeof *info);
@@ -287,9 +292,7 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
     if (!rc && (!whole_w || (opt && !whole_o)))
         rc = load_shards(ckpt_dir, &m, model, whole_w ? NULL : model->params, opt && !whole_o ? opt->m : NULL,
                          opt && !whole_o ? opt->v : NULL);
-    size_t pad = model->offsets[ANVIL_GPT2_WTE + 1] - model->offsets[ANVIL_GPT2_WTE] -
-                 (size_t)model->cfg.vocab_size * model->cfg.n_embd;
-    float *zeros = rc ? NULL : calloc(pad + 1, sizeof(float));
+    float *zeros = rc ? NULL : calloc(most_padding(model) + 1, sizeof(float));
     if (!rc && !zeros) rc = anvil_fail("%s: out of memory", ckpt_dir);
     if (!rc) {
         if (fw) upload_table(fw, "", model, model->params, zeros);
@@ -315,7 +318,8 @@ int anvil_ckpt_load(const char *ckpt_dir, anvil_gpt2 *model, anvil_adamw *opt, a
  * moments) when the manifest lists it, else from the shard files' index. */
 struct anvil_ckpt_reader {
     anvil_st_file *fw, *fo;
-    const anvil_st_tensor *t[3][ANVIL_GPT2_NPARAM]; /* weights, m, v */
+    anvil_model_config cfg;
+    const anvil_st_tensor *t[3][ANVIL_MODEL_MAX_TENSORS]; /* weights, m, v */
     int sharded[3];
     shard_index shards;
 };
@@ -328,7 +332,7 @@ void anvil_ckpt_reader_close(anvil_ckpt_reader *r) {
     free(r);
 }
 
-anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2_config *cfg,
+anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_model_config *cfg,
                                           anvil_ckpt_manifest *info, int verify) {
     anvil_ckpt_manifest m;
     if (info) memset(info, 0, sizeof *info);
@@ -338,6 +342,7 @@ anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2
     if (!rc && verify) rc = ckpt_verify_files(ckpt_dir, &m, 0, 1, NULL, NULL);
     if (!rc) rc = compare_config(ckpt_dir, &m.model, cfg);
     if (!rc) {
+        r->cfg = m.model;
         r->sharded[0] = !lists(&m, "model.safetensors");
         r->sharded[1] = r->sharded[2] = !lists(&m, "optim.safetensors");
     }
@@ -347,9 +352,9 @@ anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2
     int need[3] = {r && r->sharded[1], r && r->sharded[2], r && r->sharded[0]};
     if (!rc && (need[0] || need[2]) && shard_index_open(&r->shards, ckpt_dir, &m, cfg, need)) rc = -1;
     for (int k = 0; !rc && k < 3; k++)
-        for (int i = 0; !r->sharded[k] && i < ANVIL_GPT2_NPARAM; i++) {
-            char name[64];
-            snprintf(name, sizeof name, "%s%s", k ? opre[k - 1] : "", anvil_gpt2_param_names[i]);
+        for (int i = 0, nt = anvil_model_ntensors(cfg); !r->sharded[k] && i < nt; i++) {
+            char name[128];
+            ckpt_tensor_name(cfg, i, k ? opre[k - 1] : "", name, sizeof name);
             r->t[k][i] = anvil_st_find(k ? r->fo : r->fw, name);
         }
     if (rc) {
@@ -363,22 +368,28 @@ anvil_ckpt_reader *anvil_ckpt_reader_open(const char *ckpt_dir, const anvil_gpt2
 }
 
 int anvil_ckpt_reader_read(anvil_ckpt_reader *r, int kind, int i, size_t off, size_t n, float *dst) {
-    if (kind < 0 || kind > 2 || i < 0 || i >= ANVIL_GPT2_NPARAM)
+    if (kind < 0 || kind > 2 || i < 0 || i >= anvil_model_ntensors(&r->cfg))
         return anvil_fail("checkpoint: no tensor %d of kind %d", i, kind);
     if (r->sharded[kind]) {
         const size_t *o = r->shards.offsets;
-        if (off > o[i + 1] - o[i] || n > o[i + 1] - o[i] - off)
-            return anvil_fail("checkpoint: read of %zu elements at %zu is past the end of '%s' (%zu)", n, off,
-                              anvil_gpt2_param_names[i], o[i + 1] - o[i]);
+        if (off > o[i + 1] - o[i] || n > o[i + 1] - o[i] - off) {
+            char name[64];
+            ckpt_tensor_name(&r->cfg, i, "", name, sizeof name);
+            return anvil_fail("checkpoint: read of %zu elements at %zu is past the end of '%s' (%zu)", n, off, name,
+                              o[i + 1] - o[i]);
+        }
         return shard_index_read(&r->shards, kind ? kind - 1 : 2, o[i] + off, n, dst);
     }
-    return ckpt_read_padded(kind ? r->fo : r->fw, r->t[kind][i], i, off, n, dst);
+    return ckpt_read_padded(kind ? r->fo : r->fw, r->t[kind][i], &r->cfg, i, off, n, dst);
 }
 
-int ckpt_read_padded(const anvil_st_file *f, const anvil_st_tensor *t, int i, size_t off, size_t n, float *dst) {
+int ckpt_read_padded(const anvil_st_file *f, const anvil_st_tensor *t, const anvil_model_config *c, int i, size_t off,
+                     size_t n, float *dst) {
     size_t real = (size_t)(t->nbytes / sizeof(float)), a = off < real ? off : real;
     size_t b = off + n < real ? off + n : real;
-    if (i != ANVIL_GPT2_WTE && b - a < n)
+    anvil_tensor_info info;
+    anvil_model_tensor(c, i, &info);
+    if (!info.vocab_rows && b - a < n)
         return anvil_fail("safetensors: read of %zu elements at %zu is past the end of '%s' (%zu)", n, off, t->name,
                           real);
     if (b > a && anvil_st_read(f, t, (uint64_t)a * sizeof(float), (uint64_t)(b - a) * sizeof(float), dst)) return -1;

@@ -45,6 +45,17 @@ static int add_float(cJSON *o, const char *key, float v) {
     return cJSON_AddRawToObject(o, key, buf) != NULL;
 }
 
+/* The model's family and its configuration's fields, each as the family types it. */
+static int add_model(cJSON *o, const anvil_model_config *c) {
+    if (!cJSON_AddStringToObject(o, "family", anvil_model_family_name(c->family))) return 0;
+    const char *key;
+    char text[32];
+    int is_float;
+    for (int i = 0; anvil_model_config_field(c, i, &key, text, sizeof text, &is_float, NULL); i++)
+        if (!cJSON_AddRawToObject(o, key, text)) return 0;
+    return 1;
+}
+
 char *ckpt_build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file *files, int nfiles) {
     cJSON *root = cJSON_CreateObject(), *o;
     int ok = root != NULL;
@@ -56,11 +67,7 @@ char *ckpt_build_manifest(const anvil_ckpt_snapshot *s, const anvil_ckpt_file *f
     struct tm tmv;
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
     ok = ok && cJSON_AddStringToObject(root, "saved_at", when);
-    ok = ok && (o = cJSON_AddObjectToObject(root, "model"));
-    ok = ok && cJSON_AddNumberToObject(o, "n_layer", s->cfg.n_layer) &&
-         cJSON_AddNumberToObject(o, "n_head", s->cfg.n_head) && cJSON_AddNumberToObject(o, "n_embd", s->cfg.n_embd) &&
-         cJSON_AddNumberToObject(o, "block_size", s->cfg.block_size) &&
-         cJSON_AddNumberToObject(o, "vocab_size", s->cfg.vocab_size);
+    ok = ok && (o = cJSON_AddObjectToObject(root, "model")) && add_model(o, &s->cfg);
     ok = ok && cJSON_AddStringToObject(root, "tokenizer", s->tokenizer);
     cJSON *tc = ok ? anvil_json_parse_str(s->train_config) : NULL;
     ok = ok && tc && cJSON_AddItemToObject(root, "train_config", tc);
@@ -245,6 +252,40 @@ static int check_files_layout(const anvil_ckpt_manifest *m, const char *name) {
     return 0;
 }
 
+/* The "model" object: its family (GPT-2 in manifests written before families were recorded) and the
+ * family's fields, then the family's own checks. */
+static int parse_model(const cJSON *o, const char *name, anvil_model_config *c) {
+    memset(c, 0, sizeof *c);
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(o, "family");
+    if (fam && !cJSON_IsString(fam)) return anvil_fail("%s: field 'model.family' is not a string", name);
+    if (!(c->family = anvil_model_family_named(fam ? fam->valuestring : "gpt2"))) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        return anvil_fail("%s: field 'model.family': %s", name, why);
+    }
+    const char *key;
+    char text[32];
+    int is_float, min;
+    for (int i = 0; anvil_model_config_field(c, i, &key, text, sizeof text, &is_float, &min); i++) {
+        if (is_float) {
+            float f = 0.0f;
+            if (get_num(o, key, "model.", name, &f)) return -1;
+            snprintf(text, sizeof text, "%.9g", (double)f);
+        } else {
+            int64_t x = 0;
+            if (get_int(o, key, "model.", name, min, 1e9, &x)) return -1;
+            snprintf(text, sizeof text, "%lld", (long long)x);
+        }
+        if (anvil_model_config_set(c, key, text)) return -1;
+    }
+    if (anvil_model_config_check(c)) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        return anvil_fail("%s: field 'model' is invalid: %s", name, why);
+    }
+    return 0;
+}
+
 static int parse_root(const cJSON *root, const char *name, const char *crc_value, anvil_ckpt_manifest *m) {
     if (!cJSON_IsObject(root)) return anvil_fail("%s: not a JSON object", name);
     const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "format"));
@@ -267,18 +308,7 @@ static int parse_root(const cJSON *root, const char *name, const char *crc_value
         return -1;
 
     const cJSON *o = get_obj(root, "model", name);
-    int64_t x[5] = {0};
-    if (!o || get_int(o, "n_layer", "model.", name, 1, 1e9, &x[0]) ||
-        get_int(o, "n_head", "model.", name, 1, 1e9, &x[1]) || get_int(o, "n_embd", "model.", name, 1, 1e9, &x[2]) ||
-        get_int(o, "block_size", "model.", name, 1, 1e9, &x[3]) ||
-        get_int(o, "vocab_size", "model.", name, 1, 1e9, &x[4]))
-        return -1;
-    m->model = (anvil_gpt2_config){(int)x[0], (int)x[1], (int)x[2], (int)x[3], (int)x[4], 0};
-    if (anvil_gpt2_config_check(&m->model)) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", anvil_errmsg());
-        return anvil_fail("%s: field 'model' is invalid: %s", name, why);
-    }
+    if (!o || parse_model(o, name, &m->model)) return -1;
 
     const char *tok = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "tokenizer"));
     if (!tok || strlen(tok) >= sizeof m->tokenizer)

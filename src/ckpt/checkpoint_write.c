@@ -26,20 +26,21 @@
 /* ---- tensor tables: the model-file layout, shared by weights and moments ---- */
 
 typedef struct {
-    anvil_st_tensor t[ANVIL_GPT2_NPARAM];
-    char names[ANVIL_GPT2_NPARAM][32];
+    anvil_st_tensor t[ANVIL_MODEL_MAX_TENSORS];
+    char names[ANVIL_MODEL_MAX_TENSORS][64];
+    int n;
 } tensor_table;
 
 /* The tensors of a flat array at base (on the backend) as the model file lays them out. */
-static void fill_table(tensor_table *tt, const anvil_gpt2_config *c, const size_t *offsets, const float *base,
+static void fill_table(tensor_table *tt, const anvil_model_config *c, const size_t *offsets, const float *base,
                        const char *prefix) {
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+    tt->n = anvil_model_ntensors(c);
+    for (int i = 0; i < tt->n; i++) {
         int64_t s[3];
-        int nd = anvil_gpt2_param_shape(c, i, s);
-        if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
+        int nd = ckpt_file_shape(c, i, s);
         anvil_st_tensor *t = &tt->t[i];
         memset(t, 0, sizeof *t);
-        snprintf(tt->names[i], sizeof tt->names[i], "%s%s", prefix, anvil_gpt2_param_names[i]);
+        ckpt_tensor_name(c, i, prefix, tt->names[i], sizeof tt->names[i]);
         t->name = tt->names[i];
         t->dtype = ANVIL_ST_F32;
         t->ndim = nd;
@@ -107,34 +108,26 @@ static int image_take(anvil_st_image *img, const char *name, const anvil_kernels
     return 0;
 }
 
-static int take_weights(anvil_ckpt_snapshot *s, const anvil_gpt2 *model) {
+static int take_weights(anvil_ckpt_snapshot *s, const anvil_model *model) {
     tensor_table tt;
     fill_table(&tt, &s->cfg, s->offsets, model->params, "");
-    char vals[5][24];
-    snprintf(vals[0], sizeof vals[0], "%d", s->cfg.n_layer);
-    snprintf(vals[1], sizeof vals[1], "%d", s->cfg.n_head);
-    snprintf(vals[2], sizeof vals[2], "%d", s->cfg.n_embd);
-    snprintf(vals[3], sizeof vals[3], "%d", s->cfg.block_size);
-    snprintf(vals[4], sizeof vals[4], "%d", s->cfg.vocab_size);
     /* The model file's metadata, so anvil_model_load (and `anvil sample`) read this file directly. */
-    const char *meta[] = {"format", "anvil-gpt2", "n_layer",    vals[0], "n_head",     vals[1],
-                          "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4]};
-    return image_take(&s->weights, "model.safetensors", model->k, tt.t, ANVIL_GPT2_NPARAM, meta, 6,
-                      &s->weights_crc);
+    ckpt_model_meta mm;
+    ckpt_model_meta_fill(&mm, &s->cfg);
+    return image_take(&s->weights, "model.safetensors", model->k, tt.t, tt.n, mm.kv, mm.n, &s->weights_crc);
 }
 
-static int take_moments(anvil_ckpt_snapshot *s, const anvil_gpt2 *model, const anvil_adamw *opt) {
+static int take_moments(anvil_ckpt_snapshot *s, const anvil_model *model, const anvil_adamw *opt) {
     tensor_table tm, tv;
     fill_table(&tm, &s->cfg, s->offsets, opt->m, "m.");
     fill_table(&tv, &s->cfg, s->offsets, opt->v, "v.");
-    anvil_st_tensor all[2 * ANVIL_GPT2_NPARAM];
-    memcpy(all, tm.t, sizeof tm.t);
-    memcpy(all + ANVIL_GPT2_NPARAM, tv.t, sizeof tv.t);
+    anvil_st_tensor all[2 * ANVIL_MODEL_MAX_TENSORS];
+    memcpy(all, tm.t, (size_t)tm.n * sizeof tm.t[0]);
+    memcpy(all + tm.n, tv.t, (size_t)tv.n * sizeof tv.t[0]);
     char t[24];
     snprintf(t, sizeof t, "%d", opt->t);
     const char *meta[] = {"format", "anvil-adamw", "t", t};
-    return image_take(&s->moments, "optim.safetensors", model->k, all, 2 * ANVIL_GPT2_NPARAM, meta, 2,
-                      &s->moments_crc);
+    return image_take(&s->moments, "optim.safetensors", model->k, all, 2 * tm.n, meta, 2, &s->moments_crc);
 }
 
 /* ---- snapshots ---- */
@@ -182,7 +175,7 @@ anvil_ckpt_snapshot *anvil_ckpt_snapshot_take(anvil_ckpt_snapshot *reuse, const 
         anvil_fail("checkpoint: the AdamW hyperparameters are not finite");
         return NULL;
     }
-    const anvil_gpt2 *model = st->model;
+    const anvil_model *model = st->model;
     anvil_ckpt_snapshot *s = reuse ? reuse : calloc(1, sizeof *s);
     if (!s) {
         anvil_fail("checkpoint: out of memory");
@@ -356,7 +349,7 @@ void anvil_ckpt_shard_free(anvil_ckpt_shard_snapshot *s) {
 }
 
 anvil_ckpt_shard_snapshot *anvil_ckpt_shard_take(anvil_ckpt_shard_snapshot *reuse, int g, int k,
-                                                 const anvil_gpt2 *model, const anvil_ckpt_slice *sl, int n) {
+                                                 const anvil_model *model, const anvil_ckpt_slice *sl, int n) {
     int kinds = n > 0 && sl[0].p ? 3 : 2;
     anvil_ckpt_shard_snapshot *s = reuse ? reuse : calloc(1, sizeof *s);
     anvil_st_tensor *t = calloc((size_t)n * kinds + 1, sizeof *t);
@@ -366,16 +359,18 @@ anvil_ckpt_shard_snapshot *anvil_ckpt_shard_take(anvil_ckpt_shard_snapshot *reus
     for (int i = 0; !rc && i < n; i++) {
         int ti = sl[i].tensor;
         size_t rows = sl[i].rows > 1 ? sl[i].rows : 1;
-        size_t width = ti >= 0 && ti < ANVIL_GPT2_NPARAM ? ckpt_row_width(&model->cfg, ti) : 0;
-        if (ti < 0 || ti >= ANVIL_GPT2_NPARAM || sl[i].flat < model->offsets[ti] || (rows > 1 && sl[i].len > width) ||
+        size_t width = ti >= 0 && ti < model->ntensors ? ckpt_row_width(&model->cfg, ti) : 0;
+        if (ti < 0 || ti >= model->ntensors || sl[i].flat < model->offsets[ti] || (rows > 1 && sl[i].len > width) ||
             sl[i].flat + (rows - 1) * width + sl[i].len > model->offsets[ti + 1] || (kinds == 3) != (sl[i].p != NULL)) {
             rc = anvil_fail("checkpoint: shard %d of %d: slice %d is outside its tensor", g, k, i);
             break;
         }
+        char param[32];
+        ckpt_tensor_name(&model->cfg, ti, "", param, sizeof param);
         for (int j = 0; j < kinds; j++) {
             anvil_st_tensor *x = &t[i * kinds + j];
-            snprintf(names[i * kinds + j], sizeof names[0], "%s.%s.%zu", ckpt_slice_kinds[j],
-                     anvil_gpt2_param_names[ti], sl[i].flat - model->offsets[ti]);
+            snprintf(names[i * kinds + j], sizeof names[0], "%s.%s.%zu", ckpt_slice_kinds[j], param,
+                     sl[i].flat - model->offsets[ti]);
             x->name = names[i * kinds + j];
             x->dtype = ANVIL_ST_F32;
             x->ndim = rows > 1 ? 2 : 1;
@@ -413,7 +408,7 @@ int anvil_ckpt_shard_write(const anvil_ckpt_shard_snapshot *s, const char *tmp, 
     return 0;
 }
 
-int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_gpt2 *model, const anvil_ckpt_slice *sl,
+int anvil_ckpt_write_shard(const char *tmp, int g, int k, const anvil_model *model, const anvil_ckpt_slice *sl,
                            int n, anvil_ckpt_file *out) {
     anvil_ckpt_shard_snapshot *s = anvil_ckpt_shard_take(NULL, g, k, model, sl, n);
     int rc = s ? anvil_ckpt_shard_write(s, tmp, out) : -1;

@@ -14,14 +14,30 @@
 #include "core/error.h"
 #include "core/fsutil.h"
 
-anvil_st_stream *anvil_model_stream_open(const char *path, const anvil_gpt2_config *c, const anvil_model_tokenizer *tok) {
-    anvil_st_tensor t[ANVIL_GPT2_NPARAM];
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+void ckpt_model_meta_fill(ckpt_model_meta *mm, const anvil_model_config *c) {
+    const char *key;
+    mm->kv[0] = "format";
+    mm->kv[1] = anvil_model_file_format(c->family);
+    mm->n = 1;
+    while (mm->n - 1 < 24 &&
+           anvil_model_config_field(c, mm->n - 1, &key, mm->vals[mm->n - 1], sizeof mm->vals[0], NULL, NULL)) {
+        mm->kv[2 * mm->n] = key;
+        mm->kv[2 * mm->n + 1] = mm->vals[mm->n - 1];
+        mm->n++;
+    }
+}
+
+anvil_st_stream *anvil_model_stream_open(const char *path, const anvil_model_config *c,
+                                         const anvil_model_tokenizer *tok) {
+    anvil_st_tensor t[ANVIL_MODEL_MAX_TENSORS];
+    char names[ANVIL_MODEL_MAX_TENSORS][64];
+    int nt = anvil_model_ntensors(c);
+    for (int i = 0; i < nt; i++) {
         int64_t s[3];
-        int nd = anvil_gpt2_param_shape(c, i, s);
-        if (i == ANVIL_GPT2_WTE) s[0] = c->vocab_size;
+        int nd = ckpt_file_shape(c, i, s);
         memset(&t[i], 0, sizeof t[i]);
-        t[i].name = anvil_gpt2_param_names[i];
+        ckpt_tensor_name(c, i, "", names[i], sizeof names[i]);
+        t[i].name = names[i];
         t[i].dtype = ANVIL_ST_F32;
         t[i].ndim = nd;
         t[i].nbytes = sizeof(float);
@@ -30,56 +46,43 @@ anvil_st_stream *anvil_model_stream_open(const char *path, const anvil_gpt2_conf
             t[i].nbytes *= (uint64_t)s[d];
         }
     }
-    char vals[5][24];
-    snprintf(vals[0], sizeof vals[0], "%d", c->n_layer);
-    snprintf(vals[1], sizeof vals[1], "%d", c->n_head);
-    snprintf(vals[2], sizeof vals[2], "%d", c->n_embd);
-    snprintf(vals[3], sizeof vals[3], "%d", c->block_size);
-    snprintf(vals[4], sizeof vals[4], "%d", c->vocab_size);
+    ckpt_model_meta mm;
+    ckpt_model_meta_fill(&mm, c);
     char crc[16];
     snprintf(crc, sizeof crc, "%08x", tok ? tok->crc32c : 0u);
-    const char *meta[] = {"format", "anvil-gpt2", "n_layer",    vals[0], "n_head",     vals[1],
-                          "n_embd", vals[2],      "block_size", vals[3], "vocab_size", vals[4],
-                          "tokenizer", tok && !tok->bytes ? "tiktoken" : "bytes",
-                          "tokenizer_pattern", tok ? tok->pattern : "", "tokenizer_crc32c", crc};
-    return anvil_st_stream_open(path, t, ANVIL_GPT2_NPARAM, meta, tok && tok->recorded ? 9 : 6);
+    const char *tmeta[] = {"tokenizer", tok && !tok->bytes ? "tiktoken" : "bytes", "tokenizer_pattern",
+                           tok ? tok->pattern : "", "tokenizer_crc32c", crc};
+    int n = mm.n;
+    if (tok && tok->recorded)
+        for (int j = 0; j < 3; j++, n++) {
+            mm.kv[2 * n] = tmeta[2 * j];
+            mm.kv[2 * n + 1] = tmeta[2 * j + 1];
+        }
+    return anvil_st_stream_open(path, t, nt, mm.kv, n);
 }
 
-int anvil_model_stream_put(anvil_st_stream *s, const anvil_gpt2_config *c, int i, const float *data) {
-    /* wte's padding rows are the layout's, not the file's: its real rows come first. */
-    size_t n = i == ANVIL_GPT2_WTE ? (size_t)c->vocab_size * (size_t)c->n_embd : anvil_gpt2_param_numel(c, i);
-    return anvil_st_stream_write(s, data, n * sizeof(float));
+int anvil_model_stream_put(anvil_st_stream *s, const anvil_model_config *c, int i, const float *data) {
+    /* A vocabulary table's padding rows are the layout's, not the file's: its real rows come first. */
+    return anvil_st_stream_write(s, data, ckpt_file_numel(c, i) * sizeof(float));
 }
 
-int anvil_model_save(const char *path, const anvil_gpt2 *m, const anvil_model_tokenizer *tok) {
+int anvil_model_save(const char *path, const anvil_model *m, const anvil_model_tokenizer *tok) {
     float *host = malloc(m->nparams * sizeof(float));
     if (!host) return anvil_fail("%s: out of memory", path);
     m->k->download(host, m->params, m->nparams * sizeof(float));
     anvil_st_stream *s = anvil_model_stream_open(path, &m->cfg, tok);
     int rc = s ? 0 : -1;
-    for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++) rc = anvil_model_stream_put(s, &m->cfg, i, host + m->offsets[i]);
+    for (int i = 0; !rc && i < m->ntensors; i++) rc = anvil_model_stream_put(s, &m->cfg, i, host + m->offsets[i]);
     if (!rc) rc = anvil_st_stream_commit(s);
     else anvil_st_stream_abort(s);
     free(host);
     return rc;
 }
 
-static int meta_int(const anvil_st_file *f, const char *path, const char *key, int *out) {
-    const char *v = anvil_st_meta(f, key);
-    if (!v) return anvil_fail("%s: metadata field '%s' is missing", path, key);
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < 1 || x > 1 << 24)
-        return anvil_fail("%s: metadata field '%s' is not a positive integer: '%s'", path, key, v);
-    *out = (int)x;
-    return 0;
-}
-
-static int load_from(const anvil_st_file *f, const char *path, const char *prefix, anvil_gpt2 *m) {
+static int load_from(const anvil_st_file *f, const char *path, const char *prefix, anvil_model *m) {
     float *host = calloc(m->nparams, sizeof(float));
     if (!host) return anvil_fail("%s: out of memory", path);
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+    for (int i = 0; i < m->ntensors; i++) {
         const anvil_st_tensor *t = ckpt_checked_tensor(f, path, prefix, &m->cfg, i);
         if (!t) {
             free(host);
@@ -92,7 +95,7 @@ static int load_from(const anvil_st_file *f, const char *path, const char *prefi
     return 0;
 }
 
-int anvil_model_load_tensors(const char *path, const char *prefix, anvil_gpt2 *m) {
+int anvil_model_load_tensors(const char *path, const char *prefix, anvil_model *m) {
     anvil_st_file *f = anvil_st_open(path);
     if (!f) return -1;
     int rc = load_from(f, path, prefix, m);
@@ -100,17 +103,32 @@ int anvil_model_load_tensors(const char *path, const char *prefix, anvil_gpt2 *m
     return rc;
 }
 
-/* The model configuration a model file's metadata records, checked (padded_vocab set). */
-static int read_config(const anvil_st_file *f, const char *path, anvil_gpt2_config *c) {
+/* The model configuration a model file's metadata records, checked (padded_vocab set): its family by
+ * the format, then the family's fields. */
+static int read_config(const anvil_st_file *f, const char *path, anvil_model_config *c) {
     memset(c, 0, sizeof *c);
     const char *fmt = anvil_st_meta(f, "format");
-    if (!fmt || strcmp(fmt, "anvil-gpt2"))
-        return anvil_fail("%s: not an anvil GPT-2 model file (metadata 'format' is %s)", path, fmt ? fmt : "missing");
-    if (meta_int(f, path, "n_layer", &c->n_layer) || meta_int(f, path, "n_head", &c->n_head) ||
-        meta_int(f, path, "n_embd", &c->n_embd) || meta_int(f, path, "block_size", &c->block_size) ||
-        meta_int(f, path, "vocab_size", &c->vocab_size))
-        return -1;
-    if (anvil_gpt2_config_check(c)) {
+    if (!fmt || !(c->family = anvil_model_family_of_format(fmt)))
+        return anvil_fail("%s: not an anvil model file (metadata 'format' is %s)", path, fmt ? fmt : "missing");
+    const char *key;
+    char text[32];
+    int is_float, min;
+    for (int i = 0; anvil_model_config_field(c, i, &key, text, sizeof text, &is_float, &min); i++) {
+        const char *v = anvil_st_meta(f, key);
+        if (!v) return anvil_fail("%s: metadata field '%s' is missing", path, key);
+        char *end;
+        errno = 0;
+        long x = is_float ? 0 : strtol(v, &end, 10);
+        if (!is_float && (errno || end == v || *end || x < min || x > 1 << 24))
+            return anvil_fail("%s: metadata field '%s' is not an integer in [%d, %d]: '%s'", path, key, min, 1 << 24,
+                              v);
+        if (anvil_model_config_set(c, key, v)) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", anvil_errmsg());
+            return anvil_fail("%s: metadata field '%s': %s", path, key, why);
+        }
+    }
+    if (anvil_model_config_check(c)) {
         char why[256];
         snprintf(why, sizeof why, "%s", anvil_errmsg());
         return anvil_fail("%s: %s", path, why);
@@ -118,29 +136,31 @@ static int read_config(const anvil_st_file *f, const char *path, anvil_gpt2_conf
     return 0;
 }
 
-int anvil_model_load(const char *path, const anvil_kernels *k, anvil_gpt2 *m) {
+int anvil_model_load(const char *path, const anvil_kernels *k, anvil_model *m) {
     anvil_st_file *f = anvil_st_open(path);
     if (!f) return -1;
-    anvil_gpt2_config c;
-    int rc = read_config(f, path, &c) || anvil_gpt2_init(m, &c, k) ? -1 : 0;
-    if (!rc && (rc = load_from(f, path, "", m))) anvil_gpt2_free(m);
+    anvil_model_config c;
+    int rc = read_config(f, path, &c) || anvil_model_init(m, &c, k) ? -1 : 0;
+    if (!rc && (rc = load_from(f, path, "", m))) anvil_model_free(m);
     anvil_st_close(f);
     return rc;
 }
 
 struct anvil_model_reader {
     anvil_st_file *f;
-    const anvil_st_tensor *t[ANVIL_GPT2_NPARAM];
+    anvil_model_config cfg;
+    const anvil_st_tensor *t[ANVIL_MODEL_MAX_TENSORS];
 };
 
-anvil_model_reader *anvil_model_reader_open(const char *path, anvil_gpt2_config *cfg) {
+anvil_model_reader *anvil_model_reader_open(const char *path, anvil_model_config *cfg) {
     anvil_model_reader *r = calloc(1, sizeof *r);
     if (!r) {
         anvil_fail("%s: out of memory", path);
         return NULL;
     }
     int rc = (r->f = anvil_st_open_index(path)) ? read_config(r->f, path, cfg) : -1;
-    for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++)
+    if (!rc) r->cfg = *cfg;
+    for (int i = 0, nt = rc ? 0 : anvil_model_ntensors(cfg); !rc && i < nt; i++)
         if (!(r->t[i] = ckpt_checked_tensor(r->f, path, "", cfg, i))) rc = -1;
     if (rc) {
         anvil_model_reader_close(r);
@@ -150,7 +170,8 @@ anvil_model_reader *anvil_model_reader_open(const char *path, anvil_gpt2_config 
 }
 
 int anvil_model_reader_read(anvil_model_reader *r, int i, size_t off, size_t n, float *dst) {
-    return ckpt_read_padded(r->f, r->t[i], i, off, n, dst);
+    if (i < 0 || i >= anvil_model_ntensors(&r->cfg)) return anvil_fail("model file: no tensor %d", i);
+    return ckpt_read_padded(r->f, r->t[i], &r->cfg, i, off, n, dst);
 }
 
 void anvil_model_reader_close(anvil_model_reader *r) {
@@ -159,20 +180,20 @@ void anvil_model_reader_close(anvil_model_reader *r) {
     free(r);
 }
 
-static int load_checkpoint(const char *dir, const anvil_kernels *k, anvil_gpt2 *m, int verify) {
+static int load_checkpoint(const char *dir, const anvil_kernels *k, anvil_model *m, int verify) {
     anvil_ckpt_manifest info;
     if (anvil_ckpt_read_manifest(dir, &info)) return -1;
-    anvil_gpt2_config c = info.model;
+    anvil_model_config c = info.model;
     anvil_ckpt_manifest_free(&info);
-    if (anvil_gpt2_init(m, &c, k)) return -1;
+    if (anvil_model_init(m, &c, k)) return -1;
     if (anvil_ckpt_load(dir, m, NULL, NULL, verify)) {
-        anvil_gpt2_free(m);
+        anvil_model_free(m);
         return -1;
     }
     return 0;
 }
 
-int anvil_model_load_any(const char *path, const anvil_kernels *k, anvil_gpt2 *m, char *warn, size_t warn_cap) {
+int anvil_model_load_any(const char *path, const anvil_kernels *k, anvil_model *m, char *warn, size_t warn_cap) {
     struct stat sb;
     char p[PATH_MAX];
     if (warn_cap) warn[0] = 0;

@@ -1,15 +1,18 @@
 /* anvil export / anvil import: Hugging Face GPT-2 (GPT2LMHeadModel) folders. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf.h"
 #include "ckpt/model_file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/s3path.h"
 #include "core/error.h"
 #include "obs/metrics.h"
+
+static const anvil_device cpu = {ANVIL_DEVICE_CPU, 0};
 
 static const char *export_usage =
     "usage: anvil export --model PATH --out DIR [--no-progress]\n"
@@ -81,41 +84,46 @@ static void tensors_done(void *ctx, uint64_t done, uint64_t total) {
 }
 
 /* export from a local model to a local folder; *tokenizer says whether the model's tokenizer.tiktoken
- * went along. -1 after anvil_fail. */
-static int export_local(const char *in, const char *out, int show_progress, int *tokenizer) {
-    anvil_gpt2 m;
+ * went along, *sharded whether the weights are in several files. -1 after anvil_fail. */
+static int export_local(const char *in, const char *out, int show_progress, int *tokenizer, int *sharded) {
+    anvil_model m;
     char warn[4096];
-    int rc = anvil_model_load_any(in, anvil_kernels_cpu(), &m, warn, sizeof warn);
+    int rc = anvil_model_load_any(in, anvil_kernels_for(cpu, ANVIL_MATMUL_F32), &m, warn, sizeof warn);
     fputs(warn, stderr);
     if (rc) return -1;
     char own[4096], pattern[32];
     anvil_meter meter;
     anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "export", "tensors");
     rc = anvil_model_tokenizer_for(in, NULL, own, sizeof own, pattern) ||
-         anvil_hf_export_progress(&m, out, meter.mode != ANVIL_METER_OFF ? tensors_done : NULL, &meter) ||
+         anvil_hf_export(&m, out, 0, meter.mode != ANVIL_METER_OFF ? tensors_done : NULL, &meter) ||
          (own[0] && anvil_model_tokenizer_keep(own, out));
-    anvil_gpt2_free(&m);
+    anvil_model_free(&m);
     if (rc) {
         anvil_meter_break(&meter);
         return -1;
     }
     anvil_meter_finish(&meter, meter.done, meter.total, "");
     *tokenizer = own[0] != 0;
+    char index[4096];
+    struct stat sb;
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", out);
+    *sharded = stat(index, &sb) == 0;
     return 0;
 }
 
 int cmd_export(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
-    int rc, show_progress, tokenizer = 0;
+    int rc, show_progress, tokenizer = 0, sharded = 0;
     if (two_paths("export", export_usage, "--model", argc, argv, &in, &out, &show_progress, &rc)) return rc;
     s3path_stage sin, sout;
     memset(&sout, 0, sizeof sout);
     rc = s3path_in(&sin, in, ".safetensors", "model.safetensors") || s3path_out(&sout, out, NULL) ||
-         export_local(sin.local, sout.local, show_progress, &tokenizer) || s3path_out_push(&sout);
+         export_local(sin.local, sout.local, show_progress, &tokenizer, &sharded) || s3path_out_push(&sout);
     s3path_done(&sin);
     s3path_done(&sout);
     if (rc) return cli_fail("export");
-    printf("wrote %s/model.safetensors and %s/config.json%s\n", out, out,
+    printf("wrote %s/%s and %s/config.json%s\n", out,
+           sharded ? "model-*-of-*.safetensors, model.safetensors.index.json" : "model.safetensors", out,
            tokenizer ? " and the model's tokenizer.tiktoken" : "");
     return 0;
 }
@@ -131,11 +139,11 @@ int cmd_import(int argc, char **argv) {
         s3path_done(&sout);
         return cli_fail("import");
     }
-    anvil_gpt2 m;
+    anvil_model m;
     anvil_meter meter;
     anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "import", "tensors");
-    if (anvil_hf_import_progress(sin.local, anvil_kernels_cpu(), &m,
-                                 meter.mode != ANVIL_METER_OFF ? tensors_done : NULL, &meter)) {
+    if (anvil_hf_import(sin.local, anvil_kernels_for(cpu, ANVIL_MATMUL_F32), &m,
+                        meter.mode != ANVIL_METER_OFF ? tensors_done : NULL, &meter)) {
         anvil_meter_break(&meter);
         s3path_done(&sin);
         s3path_done(&sout);
@@ -149,6 +157,6 @@ int cmd_import(int argc, char **argv) {
     if (!rc)
         printf("wrote %s (n_layer %d, n_head %d, n_embd %d, block_size %d, vocab_size %d)\n", out, m.cfg.n_layer,
                m.cfg.n_head, m.cfg.n_embd, m.cfg.block_size, m.cfg.vocab_size);
-    anvil_gpt2_free(&m);
+    anvil_model_free(&m);
     return rc ? cli_fail("import") : 0;
 }

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "kernels/gemm.h"
 #include "kernels/isa.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 static const char *usage =
     "usage: anvil info [--gemm-rate]\n"
@@ -103,14 +103,14 @@ int cmd_info(int argc, char **argv) {
         if (!strcmp(argv[i], "--gemm-rate")) return gemm_rate();
         return cli_usage_error("info", "unknown option '%s'", argv[i]);
     }
-    static const char *names[] = {"tiny", "mini", "small", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"};
-    printf("%-12s %6s %6s %6s %6s %7s %12s\n", "preset", "layers", "heads", "embd", "block", "vocab", "parameters");
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        anvil_gpt2_config c;
-        anvil_gpt2_preset(names[i], &c);
-        anvil_gpt2_config_check(&c);
-        printf("%-12s %6d %6d %6d %6d %7d %11.2fM\n", names[i], c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size,
-               (double)anvil_gpt2_num_params(&c) / 1e6);
+    printf("%-12s %-6s %6s %6s %6s %6s %7s %12s\n", "preset", "family", "layers", "heads", "embd", "block", "vocab",
+           "parameters");
+    const char *name;
+    for (int i = 0; anvil_model_preset_at(i, &name, NULL); i++) {
+        anvil_model_config c;
+        if (anvil_model_preset(name, &c) || anvil_model_config_check(&c)) return cli_fail("info");
+        printf("%-12s %-6s %6d %6d %6d %6d %7d %11.2fM\n", name, anvil_model_family_name(c.family), c.n_layer,
+               c.n_head, c.n_embd, c.block_size, c.vocab_size, (double)anvil_model_num_params(&c) / 1e6);
     }
     char paths[64];
     supported_paths(paths, sizeof paths);

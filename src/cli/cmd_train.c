@@ -257,7 +257,7 @@ static int train_main(int argc, char **argv, s3path_stage *meta) {
         c.profile_first = c.steps < 5 ? c.steps : 5;
         c.profile_last = c.profile_first + 2 < c.steps ? c.profile_first + 2 : c.steps;
     }
-    if (anvil_gpt2_preset(preset, &c.model)) return cli_config_fail(cmd);
+    if (anvil_model_preset(preset, &c.model)) return cli_config_fail(cmd);
     char train_glob[4096], val_glob[4096];
     if (data) {
         if (c.train_pattern || c.val_pattern) return cli_usage_error(cmd, "--data cannot be combined with --train/--val");

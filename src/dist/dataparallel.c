@@ -28,7 +28,7 @@ typedef struct {
 enum { NSLOT = 3 }; /* the head's, and two for layers so one fills while one is used */
 
 struct anvil_dp {
-    anvil_gpt2 *m;
+    anvil_model *m;
     const anvil_kernels *k;
     anvil_dp_config cfg;
     anvil_group *world, *shard, *replica; /* replica: NULL when the shard group is the world */
@@ -45,7 +45,7 @@ struct anvil_dp {
     anvil_adamw opt;       /* stages 1-3: the update of the rank's blocks, with their moments */
     float *gather;     /* stages 1-2: one unit, packed, for the parameter all-gather */
     int gather_owned;  /* stage 2 borrows the largest gradient slot instead */
-    anvil_gpt2_hooks hooks;
+    anvil_model_hooks hooks;
     dp_slot gslots[NSLOT], pslots[NSLOT];
     anvil_req **pending; /* stages 0-1: this step's all-reduces */
     int npending, cappending;
@@ -76,37 +76,37 @@ static int wait_req(anvil_dp *dp, anvil_req **r) {
     return rc;
 }
 
-static void pack(const anvil_gpt2 *m, int u, const float *flat, float *packed) {
-    anvil_gpt2_range r[ANVIL_GPT2_NPARAM] = {{0}};
-    int n = anvil_gpt2_unit_ranges(m, u, r);
+static void pack(const anvil_model *m, int u, const float *flat, float *packed) {
+    anvil_model_range r[ANVIL_MODEL_MAX_TENSORS];
+    int n = anvil_model_unit_ranges(m, u, r);
     for (int i = 0; i < n; i++) {
-        memcpy(packed, flat + r[i].offset, r[i].len * sizeof(float));
+        m->k->copy(packed, flat + r[i].offset, r[i].len);
         packed += r[i].len;
     }
 }
 
-static void unpack(const anvil_gpt2 *m, int u, const float *packed, float *flat) {
-    anvil_gpt2_range r[ANVIL_GPT2_NPARAM] = {{0}};
-    int n = anvil_gpt2_unit_ranges(m, u, r);
+static void unpack(const anvil_model *m, int u, const float *packed, float *flat) {
+    anvil_model_range r[ANVIL_MODEL_MAX_TENSORS];
+    int n = anvil_model_unit_ranges(m, u, r);
     for (int i = 0; i < n; i++) {
-        memcpy(flat + r[i].offset, packed, r[i].len * sizeof(float));
+        m->k->copy(flat + r[i].offset, packed, r[i].len);
         packed += r[i].len;
     }
 }
 
 /* The layout: block sizes per unit, the rank's blocks, and its segments. */
 static int plan(anvil_dp *dp) {
-    anvil_gpt2 *m = dp->m;
+    anvil_model *m = dp->m;
     int U = dp->nunits, S = dp->ssize;
     dp->usize = calloc((size_t)U, sizeof(size_t));
     dp->counts = calloc((size_t)U * S, sizeof(size_t));
     dp->own_off = calloc((size_t)U, sizeof(size_t));
     dp->shard_at = calloc((size_t)U, sizeof(size_t));
-    dp->segs = calloc((size_t)U * ANVIL_GPT2_NPARAM, sizeof(dp_seg));
+    dp->segs = calloc((size_t)U * ANVIL_MODEL_MAX_TENSORS, sizeof(dp_seg));
     if (!dp->usize || !dp->counts || !dp->own_off || !dp->shard_at || !dp->segs)
         return anvil_fail("dist: out of memory for the shard plan");
     for (int u = 0; u < U; u++) {
-        size_t n = anvil_gpt2_unit_size(m, u), *c = unit_counts(dp, u), off = 0;
+        size_t n = anvil_model_unit_size(m, u), *c = unit_counts(dp, u), off = 0;
         dp->usize[u] = n;
         if (n > dp->max_unit) dp->max_unit = n;
         if (u > 0 && n > dp->max_layer) dp->max_layer = n;
@@ -117,8 +117,8 @@ static int plan(anvil_dp *dp) {
         }
         dp->shard_at[u] = dp->shard_n;
         size_t a = dp->own_off[u], b = a + c[dp->srank], p = 0;
-        anvil_gpt2_range r[ANVIL_GPT2_NPARAM] = {{0}};
-        int nr = anvil_gpt2_unit_ranges(m, u, r);
+        anvil_model_range r[ANVIL_MODEL_MAX_TENSORS];
+        int nr = anvil_model_unit_ranges(m, u, r);
         for (int i = 0; i < nr; i++) {
             size_t lo = a > p ? a : p, hi = b < p + r[i].len ? b : p + r[i].len;
             if (lo < hi)
@@ -163,19 +163,19 @@ static dp_slot *free_slot(anvil_dp *dp, dp_slot *slots, int (*drain)(anvil_dp *,
     return best;
 }
 
-static int hook_get_grads(void *ctx, int u, anvil_gpt2_view *v) {
+static int hook_get_grads(void *ctx, int u, anvil_model_view *v) {
     anvil_dp *dp = ctx;
     if (u == 0) dp->backward = 1;
     if (!sharded_grads(dp)) {
-        anvil_gpt2_view_flat(dp->m, u, dp->m->grads, v);
+        anvil_model_view_flat(dp->m, u, dp->m->grads, v);
         return 0;
     }
     dp_slot *s = u == 0 ? &dp->gslots[0] : free_slot(dp, dp->gslots, drain_gslot);
     if (!s || (u == 0 && drain_gslot(dp, s))) return -1;
     s->unit = u;
     s->in_use = 1;
-    memset(s->buf, 0, dp->usize[u] * sizeof(float));
-    anvil_gpt2_view_packed(dp->m, u, s->buf, v);
+    dp->k->zero(s->buf, dp->usize[u] * sizeof(float));
+    anvil_model_view_packed(dp->m, u, s->buf, v);
     return 0;
 }
 
@@ -185,8 +185,8 @@ static int hook_put_grads(void *ctx, int u) {
     snprintf(what, sizeof what, "gradients of unit %d", u);
     if (!sharded_grads(dp)) {
         if (!dp->last_micro) return 0;
-        anvil_gpt2_range r[ANVIL_GPT2_NPARAM] = {{0}};
-        int n = anvil_gpt2_unit_ranges(dp->m, u, r);
+        anvil_model_range r[ANVIL_MODEL_MAX_TENSORS];
+        int n = anvil_model_unit_ranges(dp->m, u, r);
         for (int i = 0; i < n; i++) {
             if (dp->npending == dp->cappending) {
                 int cap = dp->cappending ? 2 * dp->cappending : 64;
@@ -233,10 +233,10 @@ static int start_gather(anvil_dp *dp, dp_slot *s, int u) {
     return s->req[0] ? 0 : -1;
 }
 
-static int hook_get_params(void *ctx, int u, anvil_gpt2_view *v) {
+static int hook_get_params(void *ctx, int u, anvil_model_view *v) {
     anvil_dp *dp = ctx;
     if (dp->cfg.zero_stage < 3) {
-        anvil_gpt2_view_flat(dp->m, u, dp->m->params, v);
+        anvil_model_view_flat(dp->m, u, dp->m->params, v);
         return 0;
     }
     dp_slot *s = NULL;
@@ -252,7 +252,7 @@ static int hook_get_params(void *ctx, int u, anvil_gpt2_view *v) {
     }
     if (wait_req(dp, &s->req[0])) return -1;
     s->in_use = 1;
-    anvil_gpt2_view_packed(dp->m, u, s->buf, v);
+    anvil_model_view_packed(dp->m, u, s->buf, v);
     /* Prefetch the unit the pass needs next while this one computes. */
     int next = u == 0 ? (dp->backward ? -1 : 1) : dp->backward ? u - 1 : u + 1;
     if (next >= 1 && next < dp->nunits) {
@@ -295,7 +295,7 @@ static int init_optimizer(anvil_dp *dp) {
     for (int i = 0; i < dp->nsegs; i++) {
         const dp_seg *g = &dp->segs[i];
         segs[i] = (anvil_adamw_segment){st == 3 ? g->shard : g->flat, st == 1 ? g->flat : g->shard, g->shard, g->len,
-                                        anvil_gpt2_param_decays(g->tensor)};
+                                        anvil_model_tensor_decays(&dp->m->cfg, g->tensor)};
     }
     int rc = anvil_adamw_init(&dp->opt, dp->k, &dp->cfg.adamw, segs, dp->nsegs, dp->shard_n);
     free(segs);
@@ -311,7 +311,7 @@ static float *alloc_f(anvil_dp *dp, size_t n) {
     return p;
 }
 
-anvil_dp *anvil_dp_new(anvil_gpt2 *m, const anvil_dp_config *cfg) {
+anvil_dp *anvil_dp_new(anvil_model *m, const anvil_dp_config *cfg) {
     anvil_group *world = anvil_dist_world();
     if (!world) {
         anvil_fail("dist: data parallelism before anvil_dist_init");
@@ -342,7 +342,7 @@ anvil_dp *anvil_dp_new(anvil_gpt2 *m, const anvil_dp_config *cfg) {
     }
     dp->srank = cfg->zero_stage == 0 ? 0 : anvil_group_rank(dp->shard);
     dp->ssize = cfg->zero_stage == 0 ? 1 : anvil_group_size(dp->shard);
-    dp->nunits = anvil_gpt2_num_units(&m->cfg);
+    dp->nunits = anvil_model_num_units(&m->cfg);
     for (int i = 0; i < NSLOT; i++) dp->gslots[i].unit = dp->pslots[i].unit = -1;
     if (plan(dp)) goto fail;
     if (anvil_broadcast(world, m->params, m->nparams, ANVIL_F32, 0, "initial parameters")) goto fail;
@@ -374,13 +374,13 @@ anvil_dp *anvil_dp_new(anvil_gpt2 *m, const anvil_dp_config *cfg) {
     if (st == 3) {
         if (dp->shard_n && !(dp->sparam = alloc_f(dp, dp->shard_n))) goto oom;
         for (int i = 0; i < dp->nsegs; i++)
-            memcpy(dp->sparam + dp->segs[i].shard, m->params + dp->segs[i].flat, dp->segs[i].len * sizeof(float));
+            dp->k->copy(dp->sparam + dp->segs[i].shard, m->params + dp->segs[i].flat, dp->segs[i].len);
         for (int i = 0; i < NSLOT; i++)
             if (!(dp->pslots[i].buf = alloc_f(dp, i == 0 ? dp->usize[0] : dp->max_layer))) goto oom;
         dp->k->free(m->params);
         m->params = NULL;
     }
-    dp->hooks = (anvil_gpt2_hooks){dp, hook_get_params, hook_put_params, hook_get_grads, hook_put_grads};
+    dp->hooks = (anvil_model_hooks){dp, hook_get_params, hook_put_params, hook_get_grads, hook_put_grads};
     m->hooks = &dp->hooks;
     return dp;
 oom:
@@ -421,7 +421,7 @@ int anvil_dp_begin_step(anvil_dp *dp) {
     if (sharded_grads(dp)) {
         if (dp->shard_n) dp->k->zero(dp->sgrad, dp->shard_n * sizeof(float));
     } else {
-        anvil_gpt2_zero_grad(dp->m);
+        anvil_model_zero_grad(dp->m);
         if (!dp->m->grads) return anvil_fail("model: cannot allocate gradients");
     }
     return 0;
@@ -440,7 +440,7 @@ int anvil_dp_finish_grads(anvil_dp *dp) {
 }
 
 int anvil_dp_step(anvil_dp *dp, float lr, float max_norm, float *norm) {
-    anvil_gpt2 *m = dp->m;
+    anvil_model *m = dp->m;
     int st = dp->cfg.zero_stage;
     if (st == 0) return anvil_fail("dist: anvil_dp_step is for ZeRO stages 1-3");
     float *grads = st == 1 ? m->grads : dp->sgrad;
@@ -463,9 +463,9 @@ int anvil_dp_step(anvil_dp *dp, float lr, float max_norm, float *norm) {
 }
 
 int anvil_dp_gather_params(anvil_dp *dp, float *flat) {
-    anvil_gpt2 *m = dp->m;
+    anvil_model *m = dp->m;
     if (dp->cfg.zero_stage < 3) {
-        memcpy(flat, m->params, m->nparams * sizeof(float));
+        m->k->copy(flat, m->params, m->nparams);
         return 0;
     }
     float *buf = alloc_f(dp, dp->max_unit);
@@ -504,8 +504,8 @@ anvil_adamw *anvil_dp_optimizer(anvil_dp *dp) { return dp->cfg.zero_stage ? &dp-
 void anvil_dp_set_moments(anvil_dp *dp, const anvil_adamw *whole) {
     for (int i = 0; i < dp->nsegs; i++) {
         const dp_seg *g = &dp->segs[i];
-        memcpy(dp->opt.m + g->shard, whole->m + g->flat, g->len * sizeof(float));
-        memcpy(dp->opt.v + g->shard, whole->v + g->flat, g->len * sizeof(float));
+        dp->k->copy(dp->opt.m + g->shard, whole->m + g->flat, g->len);
+        dp->k->copy(dp->opt.v + g->shard, whole->v + g->flat, g->len);
     }
     dp->opt.t = whole->t;
 }

@@ -10,7 +10,7 @@
  *            right before the pass needs it (the next one prefetched) and
  *            its buffer reused right after
  *
- * The shards are cut per model unit (model/gpt2.h): unit u's packed
+ * The shards are cut per model unit (model/model.h): unit u's packed
  * parameters are split into shard-group-size nearly equal blocks, block g
  * going to group rank g. With MiCS (shard_group_size k < world) the model
  * state is sharded within groups of k consecutive ranks and replicated
@@ -29,7 +29,7 @@
 #include <stddef.h>
 
 #include "dist/comm.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/optim.h"
 
 typedef struct {
@@ -47,7 +47,7 @@ int anvil_dp_check(const anvil_dp_config *cfg, int world);
  * world (collective). Rank 0's parameters are broadcast first so that every
  * replica starts identical. From stage 3 on, m->params is freed: only the
  * rank's shard stays. NULL after anvil_fail. */
-anvil_dp *anvil_dp_new(anvil_gpt2 *m, const anvil_dp_config *cfg);
+anvil_dp *anvil_dp_new(anvil_model *m, const anvil_dp_config *cfg);
 void anvil_dp_free(anvil_dp *dp);
 
 /* Starts a step: clears the gradients (whole or sharded). */

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 
-int anvil_grid_check(int world, int tp, int pp, const anvil_gpt2_config *cfg) {
+int anvil_grid_check(int world, int tp, int pp, const anvil_model_config *cfg) {
     if (tp < 1) return anvil_fail("grid: --tp %d must be at least 1", tp);
     if (pp < 1) return anvil_fail("grid: --pp %d must be at least 1", pp);
     if (world % (tp * pp))
@@ -15,10 +15,11 @@ int anvil_grid_check(int world, int tp, int pp, const anvil_gpt2_config *cfg) {
     if (!cfg) return 0;
     if (pp > cfg->n_layer)
         return anvil_fail("grid: --pp %d makes more pipeline stages than the model's %d layers", pp, cfg->n_layer);
-    if (cfg->n_head % tp)
-        return anvil_fail("grid: --tp %d does not divide the model's %d attention heads", tp, cfg->n_head);
-    if (cfg->padded_vocab % tp)
-        return anvil_fail("grid: --tp %d does not divide the padded vocabulary of %d rows", tp, cfg->padded_vocab);
+    if (anvil_model_tp_check(cfg, tp)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        return anvil_fail("grid: %s", why);
+    }
     return 0;
 }
 

@@ -18,7 +18,7 @@
 #define ANVIL_DIST_GRID_H
 
 #include "dist/comm.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 typedef struct {
     int world, tp, dp, pp;          /* sizes; world = tp * dp * pp */
@@ -27,10 +27,11 @@ typedef struct {
 } anvil_grid;
 
 /* Whether world ranks can form a grid of --tp tp and --pp pp for model cfg: both at least 1, tp * pp
- * dividing world, no more stages than layers, and tp dividing the heads and the padded vocabulary
+ * dividing world, no more stages than layers, and tp dividing what the model splits (anvil_model_tp_check: for
+ * GPT-2 the heads and the padded vocabulary)
  * (tensor parallelism splits both). Allocates nothing, so a bad layout fails before any rank
  * commits memory. One-line error naming the option; returns 0 or -1 after anvil_fail. */
-int anvil_grid_check(int world, int tp, int pp, const anvil_gpt2_config *cfg);
+int anvil_grid_check(int world, int tp, int pp, const anvil_model_config *cfg);
 /* Coordinates of rank in a grid of these sizes (no groups). */
 void anvil_grid_coords(anvil_grid *g, int world, int tp, int pp, int rank);
 /* Collective over world: checks the sizes (tp * pp must divide the world) and splits one group per

@@ -8,7 +8,7 @@
 #include "core/error.h"
 
 struct anvil_pp {
-    anvil_gpt2_config cfg;
+    anvil_model_config cfg;
     const anvil_kernels *stage_k;
     const anvil_grid *grid;
     anvil_tp *stage;
@@ -35,7 +35,7 @@ void anvil_pp_layers(const anvil_pp *p, int *l0, int *l1) {
     *l1 = p->l1;
 }
 
-anvil_pp *anvil_pp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, const anvil_grid *grid, int micro,
+anvil_pp *anvil_pp_new(const anvil_model_config *cfg, const anvil_kernels *k, const anvil_grid *grid, int micro,
                        anvil_pp_schedule schedule) {
     if (micro < 1) {
         anvil_fail("pipeline: %d micro-batches; at least 1", micro);
@@ -68,7 +68,7 @@ anvil_pp *anvil_pp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, con
     if (p->P > 1) {
         int ends = p->s == 0 || p->s == p->P - 1;
         char name[32];
-        snprintf(name, sizeof name, "%s of pp group %d", ends ? "tied wte" : "middle stages",
+        snprintf(name, sizeof name, "%s of pp group %d", ends ? "tied tensors" : "middle stages",
                  grid->dp_rank * grid->tp + grid->tp_rank);
         if (!(p->tied = anvil_group_split(grid->pp_group, ends, p->s, name))) {
             anvil_pp_free(p);
@@ -121,17 +121,17 @@ static int tag_of(int mb, int backward) { return 2 * mb + backward; }
 
 static int forward(anvil_pp *p, step_args *a, int mb) {
     int slot = mb % p->nslots;
-    size_t BT = (size_t)a->B * a->T, n = anvil_tp_stage_floats(p->stage);
+    size_t BT = (size_t)a->B * a->T, n = anvil_model_stage_floats(anvil_tp_model(p->stage));
     if (drain_slot(p, slot)) return -1;
-    if (p->s > 0 && receive(p, anvil_tp_stage_input(p->stage, slot), n, p->s - 1, tag_of(mb, 0), "pp activation"))
+    if (p->s > 0 && receive(p, anvil_model_stage_input(anvil_tp_model(p->stage), slot), n, p->s - 1, tag_of(mb, 0), "pp activation"))
         return -1;
     float loss = 0.0f;
-    if (anvil_tp_stage_forward(p->stage, slot, a->inputs + mb * BT, a->targets + mb * BT, a->B, a->T, &loss))
+    if (anvil_model_stage_forward(anvil_tp_model(p->stage), slot, a->inputs + mb * BT, a->targets + mb * BT, a->B, a->T, &loss))
         return -1;
     a->loss_sum += loss;
     if (++p->in_flight > p->max_in_flight) p->max_in_flight = p->in_flight;
     if (p->s < p->P - 1) {
-        anvil_req *r = anvil_isend(p->grid->pp_group, anvil_tp_stage_output(p->stage, slot), n, ANVIL_F32, p->s + 1,
+        anvil_req *r = anvil_isend(p->grid->pp_group, anvil_model_stage_output(anvil_tp_model(p->stage), slot), n, ANVIL_F32, p->s + 1,
                                    tag_of(mb, 0), "pp activation");
         if (!r) return -1;
         p->sends[2 * slot] = r;
@@ -142,13 +142,13 @@ static int forward(anvil_pp *p, step_args *a, int mb) {
 
 static int backward(anvil_pp *p, step_args *a, int mb) {
     int slot = mb % p->nslots;
-    size_t n = anvil_tp_stage_floats(p->stage);
-    if (p->s < p->P - 1 && receive(p, anvil_tp_stage_grad(p->stage, slot), n, p->s + 1, tag_of(mb, 1), "pp gradient"))
+    size_t n = anvil_model_stage_floats(anvil_tp_model(p->stage));
+    if (p->s < p->P - 1 && receive(p, anvil_model_stage_grad(anvil_tp_model(p->stage), slot), n, p->s + 1, tag_of(mb, 1), "pp gradient"))
         return -1;
-    if (anvil_tp_stage_backward(p->stage, slot, a->grad_scale / (float)p->micro)) return -1;
+    if (anvil_model_stage_backward(anvil_tp_model(p->stage), slot, a->grad_scale / (float)p->micro)) return -1;
     p->in_flight--;
     if (p->s > 0) {
-        anvil_req *r = anvil_isend(p->grid->pp_group, anvil_tp_stage_grad(p->stage, slot), n, ANVIL_F32, p->s - 1,
+        anvil_req *r = anvil_isend(p->grid->pp_group, anvil_model_stage_grad(anvil_tp_model(p->stage), slot), n, ANVIL_F32, p->s - 1,
                                    tag_of(mb, 1), "pp gradient");
         if (!r) return -1;
         p->sends[2 * slot + 1] = r;
@@ -187,7 +187,7 @@ static int run_schedule(anvil_pp *p, step_args *a) {
 int anvil_pp_forward_backward(anvil_pp *p, const int32_t *inputs, const int32_t *targets, int B, int T,
                               float grad_scale, float *loss) {
     step_args a = {inputs, targets, B, T, grad_scale, 0.0};
-    if (anvil_tp_stage_ready(p->stage, B, T)) return -1;
+    if (anvil_model_stage_ready(anvil_tp_model(p->stage), B, T)) return -1;
     double t0 = anvil_now();
     p->waited = 0.0;
     if (run_schedule(p, &a)) return -1;
@@ -195,26 +195,30 @@ int anvil_pp_forward_backward(anvil_pp *p, const int32_t *inputs, const int32_t 
         if (drain_slot(p, slot)) return -1;
     p->schedule_s += anvil_now() - t0;
     p->idle_s += p->waited;
-    /* The tied wte: the first stage's embedding gradient plus the last stage's LM head gradient. */
+    /* A tied tensor (GPT-2's wte): the first stage's embedding gradient plus the last stage's LM head's. */
     anvil_tp *st = p->stage;
+    const anvil_model *sm = anvil_tp_model(st);
     const size_t *off = anvil_tp_offsets(st);
     int ends = p->s == 0 || p->s == p->P - 1;
-    if (p->tied && ends &&
-        anvil_allreduce(p->tied, anvil_tp_grads(st) + off[ANVIL_GPT2_WTE], off[ANVIL_GPT2_WTE + 1] - off[ANVIL_GPT2_WTE],
-                        ANVIL_F32, "pp tied wte gradient"))
-        return -1;
+    for (int i = 0; p->tied && ends && i < sm->ntensors; i++) {
+        anvil_tensor_info t;
+        anvil_model_tensor(&sm->cfg, i, &t);
+        if (t.place == ANVIL_PLACE_TIED &&
+            anvil_allreduce(p->tied, anvil_tp_grads(st) + off[i], off[i + 1] - off[i], ANVIL_F32, "pp tied gradient"))
+            return -1;
+    }
     return share_loss(p, a.loss_sum / p->micro, loss);
 }
 
 int anvil_pp_forward(anvil_pp *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
     step_args a = {inputs, targets, B, T, 0.0f, 0.0};
-    if (anvil_tp_stage_ready(p->stage, B, T) || forward(p, &a, 0)) return -1;
+    if (anvil_model_stage_ready(anvil_tp_model(p->stage), B, T) || forward(p, &a, 0)) return -1;
     p->in_flight--;
     return drain_slot(p, 0) ? -1 : share_loss(p, a.loss_sum, loss);
 }
 
 int anvil_pp_gather_tensor(anvil_pp *p, int i, const float *local, float *whole) {
-    size_t n = anvil_gpt2_param_numel(&p->cfg, i);
+    size_t n = anvil_model_tensor_numel(&p->cfg, i);
     memset(whole, 0, n * sizeof(float));
     if (anvil_tp_gather_tensor(p->stage, i, local, whole)) return -1;
     return p->P > 1 ? anvil_allreduce(p->grid->pp_group, whole, n, ANVIL_F32, "pp gather tensor") : 0;

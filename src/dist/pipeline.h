@@ -1,4 +1,6 @@
-/* Pipeline parallelism of GPT-2 over the PP axis of the grid (dist/grid.h).
+/* Pipeline parallelism over the PP axis of the grid (dist/grid.h), for any
+ * model family (the stages' passes are the model's own; model/model.h). For
+ * GPT-2:
  *
  * Stage s of P holds layers [s*L/P, (s+1)*L/P), each stage a tensor-parallel
  * shard over its TP group (dist/tensorparallel.h); the first stage also
@@ -35,7 +37,7 @@ typedef struct anvil_pp anvil_pp;
 /* This rank's stage of cfg on the grid, for steps of `micro` micro-batches. Collective over the
  * grid's PP groups (it splits the group that ties wte). cfg must pass anvil_grid_check. Returns
  * NULL after anvil_fail. */
-anvil_pp *anvil_pp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, const anvil_grid *grid, int micro,
+anvil_pp *anvil_pp_new(const anvil_model_config *cfg, const anvil_kernels *k, const anvil_grid *grid, int micro,
                        anvil_pp_schedule schedule);
 void anvil_pp_free(anvil_pp *p);
 /* The stage's shard: parameters, gradients, layout, anvil_tp_shard and anvil_tp_gather_tensor. */

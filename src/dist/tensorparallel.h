@@ -1,4 +1,7 @@
-/* Tensor parallelism (Megatron-LM's layout) of GPT-2 over one process group.
+/* Tensor parallelism (Megatron-LM's layout) over one process group, for any
+ * model family: the split of every tensor comes from the model's parameter
+ * table (model/model.h), and the passes are the model's own, computing
+ * through the collectives this module gives it. For GPT-2:
  *
  * Each of the group's tp ranks holds a slice of every layer:
  *   - QKV and the MLP's first matrix (fc) are column-parallel: a rank holds
@@ -20,7 +23,7 @@
  *     replicated: every rank computes the same values and the same gradients.
  *
  * Parameters, gradients and the optimizer's moments live in flat local
- * buffers laid out tensor after tensor as in src/model/gpt2.h, with local
+ * buffers laid out tensor after tensor as the whole model's, with local
  * shapes, so the optimizer steps through them as it does through a whole
  * model. Per step (one forward and backward of N = B*T tokens) the group's
  * all-reduces carry (4*n_layer + 2)*N*C + N floats and the all-gather tp*N:
@@ -45,24 +48,31 @@
 #include <stdint.h>
 
 #include "dist/comm.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 typedef struct anvil_tp anvil_tp;
 
 /* A shard of cfg's model for this rank of group g, with zeroed parameters. cfg must pass
  * anvil_grid_check for the group's size. Returns NULL after anvil_fail. */
-anvil_tp *anvil_tp_new(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g);
+anvil_tp *anvil_tp_new(const anvil_model_config *cfg, const anvil_kernels *k, anvil_group *g);
+/* Pipeline stages (src/dist/pipeline.h) are shards of a range of layers [l0, l1), with nslots
+ * micro-batches' activations alive at once; the model's parameter table says which of the other
+ * tensors a stage holds (model.h's anvil_place). anvil_tp_new is the stage of every layer with one
+ * slot. */
+anvil_tp *anvil_tp_new_stage(const anvil_model_config *cfg, const anvil_kernels *k, anvil_group *g, int l0, int l1,
+                             int nslots);
 void anvil_tp_free(anvil_tp *m);
-
-/* The local layout: offsets[i] .. offsets[i+1] of the flat buffers is tensor i's shard. */
+/* The shard's model: its passes (anvil_model_forward_backward, the stage passes), its sequence
+ * parallelism, its local layout (offsets[i] .. offsets[i+1] of the flat buffers is tensor i's share). */
+anvil_model *anvil_tp_model(anvil_tp *m);
 size_t anvil_tp_num_params(const anvil_tp *m);
 const size_t *anvil_tp_offsets(const anvil_tp *m);
 float *anvil_tp_params(anvil_tp *m);
 float *anvil_tp_grads(anvil_tp *m);
 /* Whether tensor i is split across the group (else every rank holds all of it). */
-int anvil_tp_is_split(int i);
+int anvil_tp_is_split(const anvil_tp *m, int i);
 
-/* A whole buffer (parameters or a moment: anvil_gpt2's layout, n floats) and this rank's shard of
+/* A whole buffer (parameters or a moment: the whole model's layout, n floats) and this rank's shard of
  * it (the local layout), both in backend memory: anvil_tp_shard takes the rank's part of full into
  * local. Returns 0 or -1 after anvil_fail. */
 int anvil_tp_shard(anvil_tp *m, const float *full, float *local);
@@ -70,85 +80,37 @@ int anvil_tp_shard(anvil_tp *m, const float *full, float *local);
  * group's shards of tensor i (local: the local layout of parameters, gradients or a moment, backend
  * memory) into whole, the whole tensor i in host memory. Collective over the group, except for a
  * replicated tensor or one the stage does not own, which need none. A stage writes only the tensors
- * it owns (its layers, wte and wpe on the first stage, the final LayerNorm on the last), and of a
- * stacked per-layer tensor only its layers' rows; the rest of whole is left as it was.
- * 0 or -1 after anvil_fail. */
+ * it owns, and of a stacked per-layer tensor only its layers' rows; the rest of whole is left as it
+ * was. 0 or -1 after anvil_fail. */
 int anvil_tp_gather_tensor(anvil_tp *m, int i, const float *local, float *whole);
 
-/* The same shard read piece by piece, so that no rank ever holds a whole tensor: read(ctx, i, off, n,
- * dst) puts elements [off, off + n) of the whole model's tensor i (anvil_gpt2's layout, wte with its
- * padding rows) into host memory at dst, n at most 65536, and returns 0 or -1 after anvil_fail.
- * Reads go forward, by tensor and then offset. anvil_tp_fill writes them into local (parameters or
- * a moment, the local layout); anvil_tp_init_weights gives the parameters anvil_gpt2_init_weights'
- * values, bit-identical to initializing the whole model and taking the shard. */
 /* The blocks this rank saves of tensor i, for checkpoints in which every rank writes its own part: over
  * the ranks of the group and the stages, they cover each tensor once (a replicated tensor is saved by
- * rank 0 of the group, wte by the first stage). Block p is rows runs of cols elements, the first at
- * element `whole` of the whole tensor (anvil_gpt2's layout) and each next one a row of the whole
- * tensor (its last dimension) further on; the block's local data is contiguous, rows * cols floats
- * from element `local` of the tensor's local shard. */
+ * rank 0 of the group, a tied one by the first stage). Block p is rows runs of cols elements, the first
+ * at element `whole` of the whole tensor and each next one a row of the whole tensor (its last
+ * dimension) further on; the block's local data is contiguous, rows * cols floats from element `local`
+ * of the tensor's local shard. */
 size_t anvil_tp_num_blocks(const anvil_tp *m, int i);
 void anvil_tp_block(const anvil_tp *m, int i, size_t p, size_t *whole, size_t *local, size_t *rows, size_t *cols);
 
+/* The same shard read piece by piece, so that no rank ever holds a whole tensor: read(ctx, i, off, n,
+ * dst) puts elements [off, off + n) of the whole model's tensor i (a vocabulary table with its padding
+ * rows) into host memory at dst, n at most 65536, and returns 0 or -1 after anvil_fail. Reads go
+ * forward, by tensor and then offset. anvil_tp_fill writes them into local (parameters or a moment,
+ * the local layout); anvil_tp_init_weights gives the parameters anvil_model_init_weights' values,
+ * bit-identical to initializing the whole model and taking the shard. */
 typedef int (*anvil_tp_read_fn)(void *ctx, int i, size_t off, size_t n, float *dst);
 int anvil_tp_fill(anvil_tp *m, anvil_tp_read_fn read, void *ctx, float *local);
 int anvil_tp_init_weights(anvil_tp *m, uint64_t seed);
 
-void anvil_tp_zero_grad(anvil_tp *m);
-/* One training micro-step over B sequences of T tokens (the same on every rank of the group):
- * accumulates into the local gradients the gradient of mean_loss * grad_scale and sets *loss to the
- * mean loss. Collective. Returns 0 or -1 after anvil_fail. */
-int anvil_tp_forward_backward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T,
-                              float grad_scale, float *loss);
-/* Pipeline stages (src/dist/pipeline.h) are shards of a range of layers, with several micro-batches'
- * activations ("slots") alive at once. A stage of layers [l0, l1) holds the embedding (wte, wpe)
- * when l0 = 0 and the final LayerNorm and the LM head (wte, tied) when l1 = n_layer; a tensor it does
- * not hold keeps its place in the layout with no elements. anvil_tp_new is the stage of every layer
- * with one slot. */
-anvil_tp *anvil_tp_new_stage(const anvil_gpt2_config *cfg, const anvil_kernels *k, anvil_group *g, int l0, int l1,
-                             int nslots);
-/* Allocates the slots for micro-batches of B x T (a no-op when they are), so that a stage's input
- * can be received into anvil_tp_stage_input before its forward. Returns 0 or -1 after anvil_fail. */
-int anvil_tp_stage_ready(anvil_tp *m, int B, int T);
-/* A micro-batch's forward in slot: the first stage embeds inputs, the others start from what
- * anvil_tp_stage_input(slot) holds ([B,T,C], the previous stage's output); the stage's output is
- * then at anvil_tp_stage_output(slot), and the last stage sets *loss. Collective over the group. */
-int anvil_tp_stage_forward(anvil_tp *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T,
-                           float *loss);
-/* Its backward, accumulating the gradient of mean_loss * grad_scale: the last stage starts from the
- * loss, the others from anvil_tp_stage_grad(slot) (the gradient of their output, received), which
- * then holds the gradient of the stage's input, for the previous stage. */
-int anvil_tp_stage_backward(anvil_tp *m, int slot, float grad_scale);
-float *anvil_tp_stage_input(anvil_tp *m, int slot);
-float *anvil_tp_stage_output(anvil_tp *m, int slot);
-float *anvil_tp_stage_grad(anvil_tp *m, int slot);
-
-/* Evaluation: the mean loss only. Collective. */
-int anvil_tp_forward(anvil_tp *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
 /* The squared norm of the gradient of the model's (or stage's) tensors: split tensors summed over
- * the group, replicated ones counted once; a stage counts wte and wpe on the first stage and lnf on
- * the last only. Collective; returns 0 or -1 after anvil_fail. */
+ * the group, replicated ones counted once; a stage counts only the tensors it owns. Collective;
+ * returns 0 or -1 after anvil_fail. */
 int anvil_tp_grad_sumsq(anvil_tp *m, double *sumsq);
-/* Whether this stage's gradient of tensor i is its to count in the model's norm: every layer's,
- * wte and wpe on the first stage only (the last holds the tied wte too), lnf on the last only. */
+/* Whether this stage's gradient of tensor i is its to count in the model's norm (anvil_model_owns). */
 int anvil_tp_owns(const anvil_tp *m, int i);
 /* Bytes this rank has passed to the group's collectives so far: an all-reduce counts its buffer, an
  * all-gather what it assembles, a reduce-scatter what it reduces. */
 uint64_t anvil_tp_bytes(const anvil_tp *m);
-
-/* Sequence parallelism on (on != 0, and the group has more than one rank) or off, for the steps that
- * follow: frees the activations, so call it before a step rather than between a forward and its
- * backward. A pipeline stage's input, output and their gradients are then its rows only: its neighbours'
- * ranks of the same TP index exchange them. */
-void anvil_tp_set_sequence_parallel(anvil_tp *m, int on);
-/* Whether micro-batches of B x T split evenly over tp ranks by tokens. One-line error; 0 or -1 after
- * anvil_fail. Steps with sequence parallelism check it before allocating. */
-int anvil_tp_sp_check(int tp, int B, int T);
-/* Floats of a stage's input, output and their gradients on this rank for the current micro-batch
- * shape (after anvil_tp_stage_ready): B*T*C, or this rank's rows' share under sequence parallelism. */
-size_t anvil_tp_stage_floats(const anvil_tp *m);
-/* Bytes of the activation buffers (every slot's and the scratch) allocated for the current micro-batch
- * shape. */
-size_t anvil_tp_activation_bytes(const anvil_tp *m);
 
 #endif

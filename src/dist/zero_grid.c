@@ -32,11 +32,13 @@ int anvil_zg_check(int zero_stage, int shard_group_size, int dp) {
 static int init_optimizer(anvil_zg *z, const anvil_adamw_config *cfg) {
     const size_t *off = anvil_tp_offsets(z->tp);
     size_t a = z->own_off, b = a + z->counts[z->srank];
-    anvil_adamw_segment segs[ANVIL_GPT2_NPARAM];
+    const anvil_model *m = anvil_tp_model(z->tp);
+    anvil_adamw_segment segs[ANVIL_MODEL_MAX_TENSORS];
     int nsegs = 0;
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+    for (int i = 0; i < m->ntensors; i++) {
         size_t lo = a > off[i] ? a : off[i], hi = b < off[i + 1] ? b : off[i + 1];
-        if (lo < hi) segs[nsegs++] = (anvil_adamw_segment){lo, lo, lo - a, hi - lo, anvil_gpt2_param_decays(i)};
+        if (lo < hi)
+            segs[nsegs++] = (anvil_adamw_segment){lo, lo, lo - a, hi - lo, anvil_model_tensor_decays(&m->cfg, i)};
     }
     return anvil_adamw_init(&z->opt, z->k, cfg, segs, nsegs, b - a);
 }
@@ -85,8 +87,8 @@ anvil_zg *anvil_zg_new(const anvil_grid *g, anvil_tp *tp, int shard_group_size, 
         goto fail;
     }
     if (init_optimizer(z, &local->cfg)) goto fail;
-    memcpy(z->opt.m, local->m + z->own_off, own * sizeof(float));
-    memcpy(z->opt.v, local->v + z->own_off, own * sizeof(float));
+    z->k->copy(z->opt.m, local->m + z->own_off, own);
+    z->k->copy(z->opt.v, local->v + z->own_off, own);
     z->opt.t = local->t;
     return z;
 fail:
@@ -110,7 +112,7 @@ int anvil_zg_reduce_grads(anvil_zg *z) {
     if (anvil_reduce_scatter(z->shard, grads, z->recv, z->counts, ANVIL_F32, "gradients") ||
         (z->replica && anvil_allreduce(z->replica, z->recv, own, ANVIL_F32, "gradients")))
         return -1;
-    memcpy(grads + z->own_off, z->recv, own * sizeof(float));
+    z->k->copy(grads + z->own_off, z->recv, own);
     return 0;
 }
 
@@ -123,7 +125,7 @@ int anvil_zg_step(anvil_zg *z, float lr, float max_norm, float *norm) {
             const anvil_adamw_segment *g = &z->opt.segs[s];
             int i = 0;
             while (off[i + 1] <= g->grad) i++;
-            if (anvil_tp_owns(z->tp, i) && (anvil_tp_is_split(i) || z->tp_rank == 0))
+            if (anvil_tp_owns(z->tp, i) && (anvil_tp_is_split(z->tp, i) || z->tp_rank == 0))
                 ss += z->k->sumsq(grads + g->grad, g->len);
         }
     }

@@ -27,12 +27,12 @@ int anvil_adamw_init(anvil_adamw *o, const anvil_kernels *k, const anvil_adamw_c
 }
 
 int anvil_adamw_init_whole(anvil_adamw *o, const anvil_kernels *k, const anvil_adamw_config *cfg,
-                           const size_t *offsets, int ntensors, int (*decays)(int tensor)) {
+                           const size_t *offsets, int ntensors, const int *decays) {
     anvil_adamw_segment *segs = malloc((size_t)(ntensors ? ntensors : 1) * sizeof *segs);
     if (!segs) return anvil_fail("optimizer: out of memory");
     for (int i = 0; i < ntensors; i++) {
         size_t off = offsets[i];
-        segs[i] = (anvil_adamw_segment){off, off, off, offsets[i + 1] - off, decays(i)};
+        segs[i] = (anvil_adamw_segment){off, off, off, offsets[i + 1] - off, decays[i]};
     }
     int rc = anvil_adamw_init(o, k, cfg, segs, ntensors, offsets[ntensors] - offsets[0]);
     free(segs);

@@ -39,9 +39,9 @@ typedef struct {
 int anvil_adamw_init(anvil_adamw *o, const anvil_kernels *k, const anvil_adamw_config *cfg,
                      const anvil_adamw_segment *segs, int nsegs, size_t n);
 /* The optimizer of whole buffers of ntensors tensors, tensor i at [offsets[i], offsets[i+1]) of each,
- * decayed when decays(i) says so. */
+ * decayed when decays[i] says so. */
 int anvil_adamw_init_whole(anvil_adamw *o, const anvil_kernels *k, const anvil_adamw_config *cfg,
-                           const size_t *offsets, int ntensors, int (*decays)(int tensor));
+                           const size_t *offsets, int ntensors, const int *decays);
 void anvil_adamw_free(anvil_adamw *o);
 
 /* The sum of squares of the gradients the segments cover, the square of their part of the global

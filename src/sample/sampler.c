@@ -61,14 +61,14 @@ int32_t anvil_sample_pick(float *logits, int vocab, const anvil_sample_opts *o, 
     return pick;
 }
 
-int anvil_generate(anvil_gpt2 *m, const int32_t *prompt, int nprompt, int max_new, const anvil_sample_opts *o,
+int anvil_generate(anvil_model *m, const int32_t *prompt, int nprompt, int max_new, const anvil_sample_opts *o,
                    anvil_rng *rng, void (*emit)(void *ctx, int32_t token), void *ctx) {
     const int ctx_len = m->cfg.block_size;
     if (nprompt < 1) return anvil_fail("sample: the prompt must hold at least one token");
     if (nprompt > ctx_len)
         return anvil_fail("sample: the prompt (%d tokens) is longer than the context (%d)", nprompt, ctx_len);
     if (max_new <= 0) return 0;
-    anvil_gpt2_cache *cache = anvil_gpt2_cache_new(m);
+    anvil_model_cache *cache = anvil_model_cache_new(m);
     float *dev_logits = m->k->alloc((size_t)m->cfg.padded_vocab * sizeof(float));
     float *logits = malloc((size_t)m->cfg.padded_vocab * sizeof(float));
     int32_t *window = malloc(sizeof(int32_t) * (size_t)ctx_len); /* the tokens now in the cache */
@@ -81,7 +81,7 @@ int anvil_generate(anvil_gpt2 *m, const int32_t *prompt, int nprompt, int max_ne
     int n = nprompt, fed = 0; /* tokens in the window, and how many of them the cache holds */
     for (;;) {
         for (; fed < n; fed++)
-            if (anvil_gpt2_decode(m, cache, window[fed], fed, dev_logits)) goto out;
+            if (anvil_model_decode(m, cache, window[fed], fed, dev_logits)) goto out;
         m->k->download(logits, dev_logits, (size_t)m->cfg.vocab_size * sizeof(float));
         int32_t tok = anvil_sample_pick(logits, m->cfg.vocab_size, o, rng);
         made++;
@@ -99,7 +99,7 @@ int anvil_generate(anvil_gpt2 *m, const int32_t *prompt, int nprompt, int max_ne
     }
     rc = made;
 out:
-    anvil_gpt2_cache_free(cache);
+    anvil_model_cache_free(cache);
     if (dev_logits) m->k->free(dev_logits);
     free(logits);
     free(window);

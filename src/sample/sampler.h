@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "core/rng.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 typedef struct {
     float temperature; /* 0 means greedy (argmax) */
@@ -22,7 +22,7 @@ int32_t anvil_sample_pick(float *logits, int vocab, const anvil_sample_opts *o, 
 /* Feeds the prompt, then generates up to max_new tokens, calling emit for each new token. When the
  * context (block_size) fills up, it slides: the newest half is kept and re-fed to the cache.
  * Returns the number generated, or -1 after anvil_fail. */
-int anvil_generate(anvil_gpt2 *m, const int32_t *prompt, int nprompt, int max_new, const anvil_sample_opts *o,
+int anvil_generate(anvil_model *m, const int32_t *prompt, int nprompt, int max_new, const anvil_sample_opts *o,
                    anvil_rng *rng, void (*emit)(void *ctx, int32_t token), void *ctx);
 
 #endif

@@ -20,8 +20,6 @@
 #include "dist/comm.h"
 #include "dist/dataparallel.h"
 #include "dist/grid.h"
-#include "dist/pipeline.h"
-#include "dist/tensorparallel.h"
 #include "dist/zero_grid.h"
 #include "kernels/isa.h"
 #include "obs/heartbeat.h"
@@ -32,12 +30,13 @@
 #include "tok/tokenizer.h"
 #include "train/checkpointer.h"
 #include "train/ckpt_remote.h"
+#include "train/layout.h"
 #include "train/profile.h"
 #include "train/telemetry.h"
 
 void anvil_train_defaults(anvil_train_config *c) {
     memset(c, 0, sizeof *c);
-    anvil_gpt2_preset("tiny", &c->model);
+    anvil_model_preset("tiny", &c->model);
     c->B = 4;
     c->T = 64;
     c->steps = 100;
@@ -56,12 +55,12 @@ void anvil_train_defaults(anvil_train_config *c) {
 }
 
 int anvil_train_check(const anvil_train_config *c) {
-    anvil_gpt2_config m = c->model;
-    if (anvil_gpt2_config_check(&m)) return -1;
+    anvil_model_config m = c->model;
+    if (anvil_model_config_check(&m)) return -1;
     if (c->B < 1) return anvil_fail("train: --batch must be positive, got %d", c->B);
     if (c->T < 1 || c->T > m.block_size)
         return anvil_fail("train: --seq must be in 1..block_size (%d), got %d", m.block_size, c->T);
-    if (anvil_gpt2_batch_check(&m, c->B, c->T)) return -1;
+    if (anvil_model_batch_check(&m, c->B, c->T)) return -1;
     if (c->matmul_dtype == ANVIL_MATMUL_BF16 && anvil_isa_check_bf16()) {
         char why[256];
         snprintf(why, sizeof why, "%s", anvil_errmsg());
@@ -76,7 +75,7 @@ int anvil_train_check(const anvil_train_config *c) {
         return anvil_fail("train: --tp x --pp is %d grid cells, more than the %d shard files a checkpoint holds",
                           tp * pp, ANVIL_CKPT_MAX_FILES - 2);
     if (c->sequence_parallel && tp < 2) return anvil_fail("train: --sequence-parallel needs --tp 2 or more");
-    if (c->sequence_parallel && anvil_tp_sp_check(tp, c->B, c->T)) return -1;
+    if (c->sequence_parallel && anvil_model_sp_check(tp, c->B, c->T)) return -1;
     /* The ranks of one model replica share their batch: the data ranks are the data-parallel replicas. */
     int data_ranks = world / (tp * pp);
     int64_t bt = (int64_t)c->B * c->T * data_ranks;
@@ -142,16 +141,13 @@ static double peak_rss_mb(void) {
 
 /* Mean loss over the first val_batches batches of the val split (always
  * the same batches, so successive validations are comparable). */
-static int validate(const anvil_train_config *c, anvil_gpt2 *m, anvil_tp *tp, anvil_pp *pp, anvil_loader *val,
-                    int32_t *x, int32_t *y, float *out) {
+static int validate(const anvil_train_config *c, anvil_layout *L, anvil_loader *val, int32_t *x, int32_t *y,
+                    float *out) {
     anvil_loader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < c->val_batches; i++) {
         float l;
-        if (anvil_loader_next(val, x, y)) return -1;
-        if (pp ? anvil_pp_forward(pp, x, y, c->B, c->T, &l)
-               : tp ? anvil_tp_forward(tp, x, y, c->B, c->T, &l) : anvil_gpt2_forward(m, x, y, c->B, c->T, &l))
-            return -1;
+        if (anvil_loader_next(val, x, y) || L->ops->forward(L, x, y, &l)) return -1;
         sum += l;
     }
     if (anvil_dist_world_size() > 1 && anvil_allreduce(anvil_dist_world(), &sum, 1, ANVIL_F64, "validation loss"))
@@ -184,7 +180,7 @@ static void emit_id(void *ctx, int32_t tok) { fprintf(((const sample_sink *)ctx)
 
 /* A sample from the end-of-text token, printed as text when the tokenizer
  * is known (given, or bytes) and as ids otherwise. */
-static int print_sample(const anvil_train_config *c, anvil_gpt2 *m, int step) {
+static int print_sample(const anvil_train_config *c, anvil_model *m, int step) {
     const anvil_tok *tk = c->tokenizer;
     int text = tk || m->cfg.vocab_size == ANVIL_BYTETOK_VOCAB;
     int32_t eot = tk ? anvil_tok_eot(tk) : text ? ANVIL_BYTETOK_EOT : -1;
@@ -230,21 +226,7 @@ typedef struct {
     anvil_train_result *res;
     int rank, world;
     const anvil_kernels *k;
-    anvil_gpt2 model;
-    int have_model;
-    anvil_adamw whole_opt; /* replicated runs; sharded ones only while resuming */
-    anvil_adamw *opt;      /* the optimizer that steps: whole_opt, or the rank's blocks' at ZeRO */
-    anvil_dp *dp;
-    /* Tensor parallelism: the grid, this rank's shard of the model and its optimizer. The whole
-     * model above then keeps no weights (gathered when sampling or saving). */
-    anvil_grid grid;
-    int have_grid;
-    anvil_tp *tp;  /* the rank's shard: of every layer, or of its pipeline stage's (owned by pp) */
-    anvil_model_reader *init; /* --init under TP/PP: the model file, read piece by piece into the shard */
-    anvil_pp *pp;
-    anvil_adamw tp_opt;
-    anvil_zg *zg; /* ZeRO-1 on the data axis: tp_opt's moments then live in its blocks */
-    int data_rank, data_ranks; /* which slice of the data this rank reads, of how many */
+    anvil_layout *L; /* the model state over the ranks, and how each step runs on it */
     anvil_loader *train, *val;
     anvil_s3_stats s3_last; /* the train loader's S3 counters at the last "s3" record, and its time */
     double s3_last_t;
@@ -253,10 +235,10 @@ typedef struct {
     anvil_ckpt_remote *remote; /* each host's lowest rank with --ckpt-uri: its host's uploader */
     int *host_leader;          /* with --ckpt-uri, every rank's host's lowest rank */
     anvil_telemetry *tel;
-    int32_t *x, *y;
+    int32_t *x, *y; /* a step's micro-batches, one after another */
     double *step_ms; /* per step, for the medians */
     int timed;
-    int accum, sharded, ckpt_policy;
+    int ckpt_policy;
     size_t bt;
     double tokens_per_step, flops_per_step;
     anvil_rng data_rng;
@@ -349,31 +331,6 @@ static int check_together(void *ctx, const char *dir, int64_t step) {
     return anvil_fail("%s (rank %d's check)", msg, first);
 }
 
-typedef struct {
-    anvil_ckpt_reader *ckpt;
-    int kind;
-} shard_source;
-
-static int read_checkpoint(void *ctx, int i, size_t off, size_t n, float *dst) {
-    shard_source *s = ctx;
-    return anvil_ckpt_reader_read(s->ckpt, s->kind, i, off, n, dst);
-}
-
-/* Tensor and pipeline parallelism: the rank's shard of the checkpoint's weights and moments, read
- * piece by piece from whatever files hold them (whole, or the shards of any layout), so no rank
- * holds a whole tensor. */
-static int load_shards(anvil_run *r, const char *dir, anvil_ckpt_manifest *man) {
-    shard_source src = {anvil_ckpt_reader_open(dir, &r->model.cfg, man, 0), 0};
-    if (!src.ckpt) return -1;
-    float *dst[3] = {anvil_tp_params(r->tp), r->tp_opt.m, r->tp_opt.v};
-    int rc = 0;
-    for (; !rc && src.kind < 3; src.kind++) rc = anvil_tp_fill(r->tp, read_checkpoint, &src, dst[src.kind]);
-    anvil_ckpt_reader_close(src.ckpt);
-    if (!rc) r->tp_opt.t = (int)man->adam_t;
-    else anvil_ckpt_manifest_free(man);
-    return rc;
-}
-
 /* Restores model, optimizer, loader and RNG from the checkpoint that
  * c->resume names; r->start receives its step (0 when "auto" finds none). */
 static int resume_from(anvil_run *r) {
@@ -398,7 +355,7 @@ static int resume_from(anvil_run *r) {
     }
     /* Every file was verified just now, by one rank or another: the load reads each once more. */
     anvil_ckpt_manifest man;
-    if (r->tp ? load_shards(r, dir, &man) : anvil_ckpt_load(dir, &r->model, &r->whole_opt, &man, 0)) return -1;
+    if (r->L->ops->resume(r->L, dir, &man)) return -1;
     int rc = 0;
     if (r->train && anvil_loader_set_state(r->train, man.loader)) rc = -1;
     r->data_rng = man.rng;
@@ -409,228 +366,27 @@ static int resume_from(anvil_run *r) {
     return rc;
 }
 
-/* Tensor i of the whole model from the shards of tensor and pipeline parallelism, into host memory
- * (a collective over the grid). */
-static int gather_tensor(anvil_run *r, int i, float *whole) {
-    const float *p = anvil_tp_params(r->tp);
-    return r->pp ? anvil_pp_gather_tensor(r->pp, i, p, whole) : anvil_tp_gather_tensor(r->tp, i, p, whole);
-}
-
-/* The size of the largest tensor of the whole model: what gather_tensor needs. */
-static size_t largest_tensor(const anvil_gpt2 *m) {
-    size_t most = 0;
-    for (int i = 0; i < ANVIL_GPT2_NPARAM; i++)
-        if (m->offsets[i + 1] - m->offsets[i] > most) most = m->offsets[i + 1] - m->offsets[i];
-    return most;
-}
-
-/* The whole weights, for sampling: the model's own where it holds them; gathered (a collective)
- * into *gathered, which the caller frees, at stage 3 on every rank, and under tensor and pipeline
- * parallelism tensor by tensor on rank 0 only (the others get NULL and hold one tensor at a time). */
-static int whole_model(anvil_run *r, anvil_gpt2 *whole, float **gathered) {
-    anvil_gpt2 *m = &r->model;
-    *gathered = NULL;
-    if (m->params) {
-        *whole = anvil_gpt2_with_params(m, m->params);
-        return 0;
-    }
-    if (r->tp && r->rank != 0) {
-        float *buf = malloc(largest_tensor(m) * sizeof(float));
-        int rc = buf ? 0 : anvil_fail("train: out of memory gathering the parameters");
-        for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++) rc = gather_tensor(r, i, buf);
-        free(buf);
-        return rc;
-    }
-    if (!(*gathered = m->k->alloc(m->nparams * sizeof(float))))
-        return anvil_fail("train: out of memory gathering the parameters");
-    int rc = 0;
-    if (r->tp) {
-        float *buf = malloc(largest_tensor(m) * sizeof(float));
-        if (!buf) rc = anvil_fail("train: out of memory gathering the parameters");
-        for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++)
-            if (!(rc = gather_tensor(r, i, buf)))
-                m->k->upload(*gathered + m->offsets[i], buf, (m->offsets[i + 1] - m->offsets[i]) * sizeof(float));
-        free(buf);
-    } else {
-        rc = anvil_dp_gather_params(r->dp, *gathered);
-    }
-    if (rc) {
-        m->k->free(*gathered);
-        *gathered = NULL;
-        return -1;
-    }
-    *whole = anvil_gpt2_with_params(m, *gathered);
-    return 0;
-}
-
-/* Tensor and pipeline parallelism: the final model file, gathered one tensor at a time and
- * streamed into the file by rank 0, so no rank ever holds the whole model. */
-static int save_grid_model(anvil_run *r, const char *path) {
-    float *buf = malloc(largest_tensor(&r->model) * sizeof(float));
-    int rc = buf ? 0 : anvil_fail("train: out of memory gathering the parameters"), failed = 0;
-    anvil_st_stream *s = NULL;
-    char err[1024] = "";
-    if (!rc && r->rank == 0 && !(s = anvil_model_stream_open(path, &r->model.cfg, &r->tok_rec))) failed = 1;
-    /* Rank 0 keeps taking part in the gathers after its own write failed, so no rank waits for it. */
-    for (int i = 0; !rc && i < ANVIL_GPT2_NPARAM; i++)
-        if (!(rc = gather_tensor(r, i, buf)) && s && !failed && anvil_model_stream_put(s, &r->model.cfg, i, buf))
-            failed = 1;
-    if (failed) snprintf(err, sizeof err, "%s", anvil_errmsg());
-    if (s && !rc && !failed) rc = anvil_st_stream_commit(s);
-    else anvil_st_stream_abort(s);
-    if (failed && !rc) rc = anvil_fail("%s", err);
-    free(buf);
-    return rc;
-}
-
-/* Tensor and pipeline parallelism: each cell of the grid (a TP rank of a stage) is one shard, written
- * by its first data-parallel replica as blocks of the whole tensors (anvil_tp_block), so no rank ever
- * holds a whole tensor and any layout reads them back. Under ZeRO-1 the cell's moments are first put
- * back together from the data axis's blocks. */
-static int save_grid_checkpoint(anvil_run *r, anvil_ckpt_state *st, int force_sync) {
-    anvil_checkpointer_shard sh = {r->grid.pp_rank * r->grid.tp + r->grid.tp_rank, r->grid.pp * r->grid.tp,
-                                   r->grid.dp_rank == 0, NULL, 0};
-    size_t n = anvil_tp_num_params(r->tp);
-    const size_t *off = anvil_tp_offsets(r->tp);
-    float *lm = r->tp_opt.m, *lv = r->tp_opt.v, *blocks = NULL, *p = anvil_tp_params(r->tp);
-    anvil_ckpt_slice *sl = NULL;
-    int rc = 0;
-    if (r->zg) {
-        if (!(blocks = r->k->alloc(2 * n * sizeof(float)))) rc = anvil_fail("train: out of memory for a checkpoint");
-        lm = blocks;
-        lv = blocks ? blocks + n : NULL;
-        /* Collective over the shard group, so every replica takes part. */
-        if (!rc) rc = anvil_zg_gather_moments(r->zg, lm, lv);
-    }
-    size_t count = 0;
-    for (int i = 0; sh.writer && i < ANVIL_GPT2_NPARAM; i++) count += anvil_tp_num_blocks(r->tp, i);
-    if (!rc && !(sl = calloc(count + 1, sizeof *sl))) rc = anvil_fail("train: out of memory for a checkpoint");
-    for (int i = 0; !rc && sh.writer && i < ANVIL_GPT2_NPARAM; i++)
-        for (size_t b = 0, nb = anvil_tp_num_blocks(r->tp, i); b < nb; b++) {
-            size_t whole, local;
-            anvil_ckpt_slice *x = &sl[sh.nslices++];
-            anvil_tp_block(r->tp, i, b, &whole, &local, &x->rows, &x->len);
-            x->tensor = i;
-            x->flat = r->model.offsets[i] + whole;
-            x->m = lm + off[i] + local;
-            x->v = lv + off[i] + local;
-            x->p = p + off[i] + local;
-        }
-    sh.slices = sl;
-    if (!rc) rc = anvil_checkpointer_save(r->ckpt, st, &sh, force_sync);
-    free(sl);
-    if (blocks) r->k->free(blocks);
-    return rc;
-}
-
-/* A checkpoint of the state after `step` steps, through the checkpointer on
- * every rank: replicated runs save rank 0's copy, sharded ones every shard. */
+/* A checkpoint of the state after `step` steps, through the checkpointer on every rank: the layout
+ * says which parts each rank saves. */
 static int save_checkpoint(anvil_run *r, int64_t step, int force_sync) {
-    const anvil_train_config *c = r->c;
-    /* Replicas: rank 0's copy is everyone's; the layout is recorded for information. */
-    anvil_ckpt_layout lay = {r->world, 0, 1, 1, 1};
-    anvil_ckpt_state st = {&r->model, r->opt, {0}, r->data_rng, step, r->tokens_seen,
-                           r->tok_name[0] ? r->tok_name : NULL, c->config_json,
-                           r->world > 1 ? &lay : NULL};
+    anvil_ckpt_state st = {NULL, NULL, {0}, r->data_rng, step, r->tokens_seen,
+                           r->tok_name[0] ? r->tok_name : NULL, r->c->config_json, NULL};
     if (r->train) st.loader = anvil_loader_get_state(r->train);
-    if (r->tp) {
-        int g = 0, k = 1;
-        if (r->zg) anvil_zg_shard(r->zg, &g, &k);
-        lay = (anvil_ckpt_layout){r->world, r->zg ? 1 : 0, k, r->grid.tp, r->grid.pp};
-        st.layout = &lay;
-        return save_grid_checkpoint(r, &st, force_sync);
-    }
-    if (!r->sharded) return anvil_checkpointer_save(r->ckpt, &st, NULL, force_sync);
-    anvil_checkpointer_shard sh;
-    anvil_dp_shard_id(r->dp, &sh.g, &sh.k, &sh.writer);
-    lay = (anvil_ckpt_layout){r->world, c->zero_stage, sh.k, 1, 1};
-    st.layout = &lay;
-    sh.nslices = anvil_dp_num_slices(r->dp);
-    anvil_ckpt_slice *sl = calloc((size_t)sh.nslices + 1, sizeof *sl);
-    if (!sl) return anvil_fail("train: out of memory for a checkpoint");
-    for (int i = 0; i < sh.nslices; i++)
-        anvil_dp_slice(r->dp, i, &sl[i].tensor, &sl[i].flat, &sl[i].len, &sl[i].m, &sl[i].v, &sl[i].p);
-    sh.slices = sl;
-    int rc = anvil_checkpointer_save(r->ckpt, &st, &sh, force_sync);
-    free(sl);
-    return rc;
-}
-
-static double current_rss_mb(void) {
-    long pages = 0, resident = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-        fclose(f);
-    }
-    return (double)resident * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
-}
-
-/* Rank 0 prints every rank's memory: the peak, the resident size after training, and what the
- * rank's share of parameters, gradients and moments takes. layout names how the state is divided. */
-static int report_memory(const anvil_train_config *c, const char *layout, double state_bytes, double rss_mb) {
-    int world = anvil_dist_world_size(), rank = anvil_dist_rank();
-    double *v = calloc((size_t)world * 3, sizeof *v);
-    if (!v) return anvil_fail("train: out of memory");
-    v[3 * rank] = rss_mb;
-    v[3 * rank + 1] = current_rss_mb();
-    v[3 * rank + 2] = state_bytes / 1048576.0;
-    int rc = anvil_allreduce(anvil_dist_world(), v, (size_t)world * 3, ANVIL_F64, "memory report");
-    if (!rc) {
-        fprintf(c->log, "memory (%s):", layout);
-        for (int r = 0; r < world; r++)
-            fprintf(c->log, " rank %d %.0f MB peak RSS, %.0f MB RSS now, %.0f MB model state;", r, v[3 * r],
-                    v[3 * r + 1], v[3 * r + 2]);
-        fprintf(c->log, "\n");
-    }
-    free(v);
-    return rc;
+    return r->L->ops->save_checkpoint(r->L, &st, r->ckpt, force_sync);
 }
 
 /* ---- open ---- */
 
-/* The model (loaded or freshly initialized), the step's shape, and a whole
- * optimizer where one is needed: replicated runs, and resuming, where a
- * sharded run restores whole moments from a checkpoint of any layout. */
+/* The model state over the ranks (loaded or freshly initialized) and the step's shape. */
 static int open_model(anvil_run *r) {
     const anvil_train_config *c = r->c;
-    if (c->init_model && r->have_grid) {
-        /* Each rank reads its shard from the file (open_tensor_parallel): the whole model is a layout. */
-        anvil_gpt2_config fc;
-        if (!(r->init = anvil_model_reader_open(c->init_model, &fc)) || anvil_gpt2_init_layout(&r->model, &fc, r->k))
-            return -1;
-        r->have_model = 1;
-        if (fc.vocab_size != c->model.vocab_size || c->T > fc.block_size)
-            return anvil_fail("train: %s does not fit this run (vocab %d, block %d)", c->init_model, fc.vocab_size,
-                              fc.block_size);
-    } else if (c->init_model) {
-        if (anvil_model_load(c->init_model, r->k, &r->model)) return -1;
-        r->have_model = 1;
-        if (r->model.cfg.vocab_size != c->model.vocab_size || c->T > r->model.cfg.block_size)
-            return anvil_fail("train: %s does not fit this run (vocab %d, block %d)", c->init_model,
-                              r->model.cfg.vocab_size, r->model.cfg.block_size);
-    } else if (r->have_grid) {
-        /* Each rank initializes its own shard (open_tensor_parallel): the whole model is only a layout. */
-        if (anvil_gpt2_init_layout(&r->model, &c->model, r->k)) return -1;
-        r->have_model = 1;
-    } else {
-        if (anvil_gpt2_init(&r->model, &c->model, r->k)) return -1;
-        r->have_model = 1;
-        anvil_gpt2_init_weights(&r->model, c->seed);
-    }
-    const anvil_gpt2_config *mc = &r->model.cfg;
+    if (!(r->L = anvil_layout_new(c, r->k)) || r->L->ops->open(r->L)) return -1;
+    const anvil_model_config *mc = &r->L->model.cfg;
     r->bt = (size_t)c->B * c->T;
-    r->accum = c->total_batch_tokens ? (int)(c->total_batch_tokens / ((int64_t)r->bt * r->data_ranks)) : 1;
-    r->tokens_per_step = (double)r->bt * r->accum * r->data_ranks;
-    r->sharded = c->zero_stage > 0;
-    r->flops_per_step = anvil_gpt2_flops_per_token(mc, c->T) * r->tokens_per_step;
-    r->res->params = (int64_t)anvil_gpt2_num_params(mc);
+    r->tokens_per_step = (double)r->bt * r->L->accum * r->L->data_ranks;
+    r->flops_per_step = anvil_model_flops_per_token(mc, c->T) * r->tokens_per_step;
+    r->res->params = (int64_t)anvil_model_num_params(mc);
     r->ckpt_policy = c->out_dir && (c->ckpt_every || c->ckpt_minutes > 0 || c->resume);
-    r->opt = &r->whole_opt;
-    if (!r->have_grid && (!r->sharded || c->resume) &&
-        anvil_adamw_init_whole(&r->whole_opt, r->k, &c->adamw, r->model.offsets, ANVIL_GPT2_NPARAM,
-                               anvil_gpt2_param_decays))
-        return -1;
     return 0;
 }
 
@@ -644,7 +400,7 @@ static int keep_tokenizer(anvil_run *r) {
             anvil_model_tokenizer_keep(c->tokenizer_file, c->out_dir))
             return -1;
         snprintf(r->tok_name, sizeof r->tok_name, "%s crc32c %08x", r->tok_rec.pattern, r->tok_rec.crc32c);
-    } else if (r->model.cfg.vocab_size == ANVIL_BYTETOK_VOCAB) {
+    } else if (r->L->model.cfg.vocab_size == ANVIL_BYTETOK_VOCAB) {
         anvil_model_tokenizer_of(NULL, NULL, &r->tok_rec);
     }
     return 0;
@@ -658,17 +414,16 @@ static int data_layout(const anvil_train_config *c, const char *pattern, int shu
 /* Loaders, the run folder and its metrics, the batch buffers. */
 static int open_data(anvil_run *r) {
     const anvil_train_config *c = r->c;
-    int vocab = r->model.cfg.vocab_size;
+    int vocab = r->L->model.cfg.vocab_size, dr = r->L->data_rank, drs = r->L->data_ranks;
     if (!c->synthetic) {
         size_t range = c->s3_range ? c->s3_range : ANVIL_S3_READ_RANGE;
         int inflight = c->s3_inflight ? c->s3_inflight : ANVIL_S3_READ_INFLIGHT;
-        r->train = anvil_loader_open_s3(c->train_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab, range, inflight);
+        r->train = anvil_loader_open_s3(c->train_pattern, c->B, c->T, dr, drs, vocab, range, inflight);
         if (!r->train || anvil_loader_set_layout(r->train, data_layout(c, c->train_pattern, c->shuffle)) ||
             (c->shuffle && anvil_loader_set_shuffle(r->train, c->seed)))
             return bad_input(r);
         if (c->val_pattern &&
-            (!(r->val = anvil_loader_open_s3(c->val_pattern, c->B, c->T, r->data_rank, r->data_ranks, vocab, range,
-                                             inflight)) ||
+            (!(r->val = anvil_loader_open_s3(c->val_pattern, c->B, c->T, dr, drs, vocab, range, inflight)) ||
              anvil_loader_set_layout(r->val, data_layout(c, c->val_pattern, 0))))
             return bad_input(r);
     }
@@ -682,62 +437,12 @@ static int open_data(anvil_run *r) {
         if (!(r->metrics = anvil_metrics_open(path))) return -1;
         if (keep_tokenizer(r)) return -1;
     }
-    /* A pipeline's step reads all its micro-batches before it starts. */
-    size_t tokens = r->bt * (size_t)(c->pipeline_parallel > 1 ? r->accum : 1);
+    /* A step reads all its micro-batches before it starts. */
+    size_t tokens = r->bt * (size_t)r->L->accum;
     r->x = malloc(tokens * sizeof(int32_t));
     r->y = malloc(tokens * sizeof(int32_t));
     r->step_ms = malloc(sizeof(double) * (size_t)c->steps);
     if (!r->x || !r->y || !r->step_ms) return anvil_fail("train: out of memory");
-    return 0;
-}
-
-static int read_init_model(void *ctx, int i, size_t off, size_t n, float *dst) {
-    return anvil_model_reader_read(ctx, i, off, n, dst);
-}
-
-/* Tensor parallelism: this rank's shard of the model, initialized on its own or read piece by piece
- * from the --init model file, and zero moments; resuming reads its shard of a checkpoint's state
- * over them. */
-static int open_tensor_parallel(anvil_run *r) {
-    const anvil_train_config *c = r->c;
-    anvil_gpt2 *m = &r->model;
-    if (r->grid.pp > 1) {
-        anvil_pp_schedule sched = c->pipeline_gpipe ? ANVIL_PP_GPIPE : ANVIL_PP_1F1B;
-        if (!(r->pp = anvil_pp_new(&m->cfg, r->k, &r->grid, r->accum, sched))) return -1;
-        r->tp = anvil_pp_stage(r->pp);
-    } else if (!(r->tp = anvil_tp_new(&m->cfg, r->k, r->grid.tp_group))) {
-        return -1;
-    }
-    anvil_tp_set_sequence_parallel(r->tp, c->sequence_parallel);
-    int rc = r->init ? anvil_tp_fill(r->tp, read_init_model, r->init, anvil_tp_params(r->tp))
-                     : anvil_tp_init_weights(r->tp, c->seed);
-    anvil_model_reader_close(r->init);
-    r->init = NULL;
-    if (rc ||
-        anvil_adamw_init_whole(&r->tp_opt, r->k, &c->adamw, anvil_tp_offsets(r->tp), ANVIL_GPT2_NPARAM,
-                               anvil_gpt2_param_decays))
-        return -1;
-    r->opt = &r->tp_opt;
-    char stages[96] = "";
-    if (r->grid.pp > 1)
-        snprintf(stages, sizeof stages, " x %d pipeline stages (%s, %d micro-batches)", r->grid.pp,
-                 c->pipeline_gpipe ? "GPipe" : "1F1B", r->accum);
-    fprintf(c->log, "model parallel: %d tensor-parallel ranks%s%s, data parallel over %d; %.2fM parameters on rank 0\n",
-            r->grid.tp, c->sequence_parallel ? " (sequence parallel)" : "", stages, r->data_ranks,
-            (double)anvil_tp_num_params(r->tp) / 1e6);
-    return 0;
-}
-
-/* ZeRO-1 on the grid's data axis: each rank keeps its block of the local moments, fresh or resumed
- * (so after resume_from has read them), and steps its block's optimizer. */
-static int open_zero_grid(anvil_run *r) {
-    const anvil_train_config *c = r->c;
-    if (!(r->zg = anvil_zg_new(&r->grid, r->tp, c->shard_group_size, &r->tp_opt))) return -1;
-    anvil_adamw_free(&r->tp_opt);
-    r->opt = anvil_zg_optimizer(r->zg);
-    int g, k;
-    anvil_zg_shard(r->zg, &g, &k);
-    fprintf(c->log, "ZeRO-1 on the data axis: moments sharded over %d ranks, %d replicas\n", k, r->data_ranks / k);
     return 0;
 }
 
@@ -761,19 +466,9 @@ static int open_remote(anvil_run *r) {
     return (r->remote = anvil_ckpt_remote_open(&rc)) ? 0 : -1;
 }
 
-/* Data parallelism (which takes its part of resumed moments and steps its
- * own optimizer from ZeRO stage 1 on) and the checkpointer. */
+/* The checkpointer and the schedule. */
 static int open_parallel(anvil_run *r) {
     const anvil_train_config *c = r->c;
-    if (!r->have_grid && (r->world > 1 || r->sharded)) {
-        anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
-        if (!(r->dp = anvil_dp_new(&r->model, &dc))) return -1;
-        if (r->sharded) {
-            if (r->whole_opt.m) anvil_dp_set_moments(r->dp, &r->whole_opt);
-            anvil_adamw_free(&r->whole_opt);
-            r->opt = anvil_dp_optimizer(r->dp);
-        }
-    }
     /* With a run folder every rank has a checkpointer: a stop signal saves even without a policy. */
     if (c->out_dir) {
         if (c->ckpt_uri && open_remote(r)) return -1;
@@ -826,15 +521,6 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     r->rank = anvil_dist_rank();
     if (anvil_train_check(c)) return bad_input(r);
     r->world = anvil_dist_world_size();
-    r->data_rank = r->rank;
-    r->data_ranks = r->world;
-    if (c->tensor_parallel > 1 || c->pipeline_parallel > 1) {
-        int tp = c->tensor_parallel > 1 ? c->tensor_parallel : 1, pp = c->pipeline_parallel > 1 ? c->pipeline_parallel : 1;
-        if (anvil_grid_init(&r->grid, anvil_dist_world(), tp, pp)) return -1;
-        r->have_grid = 1;
-        r->data_rank = r->grid.dp_rank;
-        r->data_ranks = r->grid.dp;
-    }
     /* Only rank 0 talks; the others log nowhere. */
     if (r->rank != 0) {
         if (!(r->devnull = fopen("/dev/null", "w"))) return anvil_fail("train: cannot open /dev/null");
@@ -844,26 +530,26 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     }
     memset(res, 0, sizeof *res);
     res->val_loss = NAN;
-    if (!(r->k = anvil_kernels_cpu_for(c->matmul_dtype)) || open_telemetry(r)) return -1;
+    if (!(r->k = anvil_kernels_for(c->device, c->matmul_dtype)) || open_telemetry(r)) return -1;
     if (c->profile_dir) r->k = anvil_profiled_kernels(r->k);
     c = r->c;
     catch_stop_signals(r);
     if (open_model(r)) return bad_input(r);
     if (open_data(r)) return -1;
-    const anvil_gpt2_config *mc = &r->model.cfg;
+    const anvil_model_config *mc = &r->L->model.cfg;
     fprintf(c->log,
             "model: %d layers, %d heads, %d embd, block %d, vocab %d (padded %d), %.2fM parameters\n"
             "batch: %d x %d tokens x %d accumulation x %d data ranks = %.0f tokens/step, %d steps, %.3g FLOP/token\n"
             "kernels: %s, %d threads\n",
             mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size, mc->padded_vocab,
-            (double)res->params / 1e6, c->B, c->T, r->accum, r->data_ranks, r->tokens_per_step, c->steps,
-            anvil_gpt2_flops_per_token(mc, c->T), r->k->name, omp_get_max_threads());
+            (double)res->params / 1e6, c->B, c->T, r->L->accum, r->L->data_ranks, r->tokens_per_step, c->steps,
+            anvil_model_flops_per_token(mc, c->T), r->k->name, omp_get_max_threads());
     /* Synthetic tokens differ per rank; rank 0 draws what a single process would. */
-    anvil_rng_seed(&r->data_rng, c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->data_rank * 0x9e3779b97f4a7c15ULL));
-    if (r->have_grid && open_tensor_parallel(r)) return -1;
+    anvil_rng_seed(&r->data_rng,
+                   c->seed ^ 0x5eedda7aULL ^ ((uint64_t)r->L->data_rank * 0x9e3779b97f4a7c15ULL));
+    r->L->ops->describe(r->L, c->log);
     if (c->resume && resume_from(r)) return bad_input(r);
-    if (r->have_grid && c->zero_stage && open_zero_grid(r)) return -1;
-    if (open_parallel(r) || anvil_telemetry_start(r->tel, r->metrics)) return -1;
+    if (r->L->ops->start(r->L) || open_parallel(r) || anvil_telemetry_start(r->tel, r->metrics)) return -1;
     r->t_start = anvil_now();
     return 0;
 }
@@ -874,69 +560,32 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
  * and the update. */
 static int run_step(anvil_run *r, int step) {
     const anvil_train_config *c = r->c;
-    anvil_gpt2 *m = &r->model;
+    anvil_layout *L = r->L;
     if (anvil_telemetry_step_begin(r->tel, step + 1)) return -1;
     double t0 = anvil_now(), span = anvil_trace_begin() >= 0 ? t0 : -1;
-    if (r->dp) {
-        if (anvil_dp_begin_step(r->dp)) return -1;
-    } else if (r->tp) {
-        anvil_tp_zero_grad(r->tp);
-    } else {
-        anvil_gpt2_zero_grad(m);
-    }
-    double loss_sum = 0.0;
-    /* A pipeline takes the step's micro-batches together: they are read first, one after another. */
-    int pipelined = r->pp != NULL;
-    for (int micro = 0; micro < r->accum; micro++) {
+    if (L->ops->zero_grads(L)) return -1;
+    for (int micro = 0; micro < L->accum; micro++) {
         double wait = anvil_trace_begin();
-        int32_t *x = r->x + (pipelined ? micro * r->bt : 0), *y = r->y + (pipelined ? micro * r->bt : 0);
-        if (c->synthetic) fill_synthetic(&r->data_rng, x, y, r->bt, m->cfg.vocab_size);
+        int32_t *x = r->x + micro * r->bt, *y = r->y + micro * r->bt;
+        if (c->synthetic) fill_synthetic(&r->data_rng, x, y, r->bt, L->model.cfg.vocab_size);
         else if (anvil_loader_next(r->train, x, y)) return -1;
         anvil_trace_end(wait, "data", c->synthetic ? "synthetic batch" : "loader wait", -1, -1);
-        if (pipelined) continue;
-        float l;
-        if (r->dp) anvil_dp_set_last_micro(r->dp, micro == r->accum - 1);
-        float scale = 1.0f / ((float)r->accum * (float)r->data_ranks);
-        if (r->tp ? anvil_tp_forward_backward(r->tp, r->x, r->y, c->B, c->T, scale, &l)
-                  : anvil_gpt2_forward_backward(m, r->x, r->y, c->B, c->T, scale, &l))
-            return -1;
-        loss_sum += l;
     }
-    if (pipelined) {
-        float l;
-        if (anvil_pp_forward_backward(r->pp, r->x, r->y, c->B, c->T, 1.0f / (float)r->data_ranks, &l)) return -1;
-        loss_sum = (double)l * r->accum;
-    }
+    double loss_sum = 0.0;
+    if (L->ops->micro_steps(L, r->x, r->y, &loss_sum)) return -1;
     r->agreed = (step_agreement){loss_sum, stop_signal != 0,
                                  r->rank == 0 && r->ckpt && anvil_checkpointer_due(r->ckpt, step + 1)};
-    if (r->dp && anvil_dp_finish_grads(r->dp)) return -1;
-    /* Tensor parallel with data parallelism: plain replicas of each shard, gradients all-reduced, or
-     * with ZeRO-1 each rank's block reduced. */
-    if (r->zg ? anvil_zg_reduce_grads(r->zg)
-              : r->tp && r->grid.dp > 1 && anvil_allreduce(r->grid.dp_group, anvil_tp_grads(r->tp),
-                                                           anvil_tp_num_params(r->tp), ANVIL_F32, "gradients"))
-        return -1;
+    if (L->ops->finish_grads(L)) return -1;
     if (r->world > 1 && anvil_allreduce(anvil_dist_world(), &r->agreed, 3, ANVIL_F64, "loss and flags")) return -1;
     /* Every rank's loss is summed, tensor-parallel ranks' too (each holds its group's loss). */
-    r->loss = (float)(r->agreed.loss_sum / r->accum / r->world);
+    r->loss = (float)(r->agreed.loss_sum / L->accum / r->world);
     if (!isfinite(r->loss))
         return anvil_fail("train: step %d: the loss is %s; stopping (try a lower --lr)", step + 1,
                           isnan(r->loss) ? "NaN" : "infinite");
     if (anvil_checkpointer_before_update(r->ckpt)) return -1;
     r->lr = anvil_lr_at(&r->sched, step);
     double opt = anvil_trace_begin();
-    if (r->zg) {
-        if (anvil_zg_step(r->zg, r->lr, c->grad_clip, &r->norm)) return -1;
-    } else if (r->sharded) {
-        if (anvil_dp_step(r->dp, r->lr, c->grad_clip, &r->norm)) return -1;
-    } else if (r->tp) {
-        double sumsq;
-        if (r->pp ? anvil_pp_grad_sumsq(r->pp, &sumsq) : anvil_tp_grad_sumsq(r->tp, &sumsq)) return -1;
-        r->norm = anvil_adamw_step(r->opt, anvil_tp_params(r->tp), anvil_tp_grads(r->tp), sumsq, c->grad_clip, r->lr);
-    } else {
-        double sumsq = anvil_adamw_grad_sumsq(r->opt, m->grads);
-        r->norm = anvil_adamw_step(r->opt, m->params, m->grads, sumsq, c->grad_clip, r->lr);
-    }
+    if (L->ops->step(L, r->lr, c->grad_clip, &r->norm)) return -1;
     anvil_trace_end(opt, "optimizer", "optimizer", -1, -1);
     r->dt = anvil_now() - t0;
     anvil_trace_record(span, t0 + r->dt, "step", "step", -1, -1);
@@ -1022,7 +671,7 @@ static int validate_and_sample(anvil_run *r, int step, int last) {
     if (r->val && ((c->val_every && (step + 1) % c->val_every == 0) || last)) {
         float vl;
         double span = anvil_trace_begin();
-        if (validate(c, &r->model, r->tp, r->pp, r->val, r->x, r->y, &vl)) return -1;
+        if (validate(c, r->L, r->val, r->x, r->y, &vl)) return -1;
         anvil_trace_end(span, "validation", "validation", -1, -1);
         r->res->val_loss = vl;
         anvil_telemetry_validated(r->tel, step + 1, vl);
@@ -1036,11 +685,11 @@ static int validate_and_sample(anvil_run *r, int step, int last) {
     }
     if (c->sample_every >= 0 && ((c->sample_every && (step + 1) % c->sample_every == 0) || last)) {
         if (c->progress && !r->val) anvil_progress_end(c->log);
-        anvil_gpt2 whole;
+        anvil_model whole;
         float *gathered;
-        if (whole_model(r, &whole, &gathered)) return -1;
+        if (r->L->ops->whole(r->L, &whole, &gathered)) return -1;
         int rc = r->rank == 0 ? print_sample(c, &whole, step + 1) : 0;
-        r->model.k->free(gathered);
+        r->k->free(gathered);
         if (rc) return -1;
     }
     return 0;
@@ -1076,10 +725,8 @@ static int save_or_stop(anvil_run *r, int step, int last) {
 
 /* The step's figures to the telemetry, once everything the step logs is logged. */
 static int telemetry_step(anvil_run *r, int step) {
-    anvil_dp_info info = {0};
-    if (r->dp) anvil_dp_get_info(r->dp, &info);
     anvil_telemetry_step ts = {step + 1, r->loss, r->lr, r->norm, r->dt, r->tokens_per_step, r->flops_per_step,
-                               r->tokens_seen, info.comm_wait_s};
+                               r->tokens_seen, r->L->ops->comm_wait_s(r->L)};
     anvil_s3_stats st;
     if (r->train && anvil_loader_s3_stats(r->train, &st)) anvil_telemetry_s3(r->tel, "data", &st);
     if (r->remote) {
@@ -1112,45 +759,12 @@ static int run_finish(anvil_run *r) {
         res->gflops_median = r->flops_per_step / (res->ms_per_step_median / 1e3) / 1e9;
     }
     res->peak_rss_mb = peak_rss_mb();
-    if (r->dp) {
-        anvil_dp_info info;
-        anvil_dp_get_info(r->dp, &info);
-        double total = anvil_now() - r->t_start;
-        res->comm_wait_share = total > 0 ? info.comm_wait_s / total : 0.0;
-        char layout[96];
-        snprintf(layout, sizeof layout, "ZeRO-%d, shard group %d, %d replicas", info.zero_stage,
-                 info.shard_group_size, info.replicas);
-        if (report_memory(c, layout, info.state_bytes, res->peak_rss_mb)) return -1;
-        fprintf(c->log, "communication: %.1f%% of the training time waited on (not overlapped)\n",
-                100.0 * res->comm_wait_share);
-    }
-    if (r->tp) {
-        char layout[96];
-        snprintf(layout, sizeof layout, "TP %d, PP %d, DP %d%s", r->grid.tp, r->grid.pp, r->grid.dp,
-                 r->zg ? ", ZeRO-1" : "");
-        /* Parameters and gradients, and the two moments (of the rank's block under ZeRO-1). */
-        double n = (double)anvil_tp_num_params(r->tp), moments = 8.0 * n;
-        if (r->zg) {
-            int g, k;
-            anvil_zg_shard(r->zg, &g, &k);
-            moments /= k;
-        }
-        if (report_memory(c, layout, 8.0 * n + moments, res->peak_rss_mb)) return -1;
-    }
+    if (r->L->ops->report(r->L, res->peak_rss_mb, anvil_now() - r->t_start, &res->comm_wait_share)) return -1;
     if (!c->out_dir) return 0;
     beat(r, "finishing", res->steps_done);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
-    if (r->tp) {
-        if (save_grid_model(r, path)) return -1;
-    } else {
-        anvil_gpt2 whole;
-        float *gathered;
-        if (whole_model(r, &whole, &gathered)) return -1;
-        int rc = r->rank == 0 ? anvil_model_save(path, &whole, &r->tok_rec) : 0;
-        r->model.k->free(gathered);
-        if (rc) return -1;
-    }
+    if (r->L->ops->save_model(r->L, path, &r->tok_rec)) return -1;
     if (r->rank == 0) fprintf(c->log, "saved %s\n", path);
     return 0;
 }
@@ -1163,18 +777,8 @@ static int run_close(anvil_run *r, int rc) {
         rc = -1;
     }
     free(r->host_leader);
-    anvil_model_reader_close(r->init);
     if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
-    anvil_dp_free(r->dp);
-    if (r->pp) anvil_pp_free(r->pp);
-    else anvil_tp_free(r->tp);
-    anvil_adamw_free(&r->tp_opt);
-    anvil_zg_free(r->zg);
-    if (r->have_grid) anvil_grid_free(&r->grid);
-    if (r->have_model) {
-        anvil_adamw_free(&r->whole_opt);
-        anvil_gpt2_free(&r->model);
-    }
+    anvil_layout_free(r->L);
     anvil_loader_close(r->train);
     anvil_loader_close(r->val);
     anvil_metrics_close(r->metrics);

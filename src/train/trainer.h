@@ -8,12 +8,13 @@
 #include <stdio.h>
 
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/optim.h"
 
 typedef struct {
-    anvil_gpt2_config model;
+    anvil_model_config model;
     const char *init_model;    /* a model.safetensors to start from instead of a fresh init */
+    anvil_device device;       /* where it computes (zeroed: the CPU) */
     anvil_matmul_dtype matmul_dtype; /* what the matmuls multiply in; all state stays fp32 */
     const char *train_pattern; /* glob of train shards */
     const char *val_pattern;   /* glob of val shards; NULL for no validation */

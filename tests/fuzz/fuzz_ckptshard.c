@@ -11,7 +11,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/optim.h"
 
 #include <stddef.h>
@@ -74,12 +74,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (n < 0 || (size_t)n >= sizeof manifest || anvil_ckpt_manifest_stamp(manifest, (size_t)n)) abort();
     write_all("manifest.json", manifest, (size_t)n);
 
-    anvil_gpt2_config cfg = {1, 2, 4, 4, 16, 0};
-    anvil_gpt2 m;
+    anvil_model_config cfg = {.family = anvil_model_family_named("gpt2"), .n_layer = 1, .n_head = 2, .n_embd = 4,
+                              .block_size = 4, .vocab_size = 16};
+    anvil_model m;
     anvil_adamw o;
     const anvil_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
-    if (anvil_gpt2_config_check(&cfg) || anvil_gpt2_init(&m, &cfg, anvil_kernels_cpu()) ||
-        anvil_adamw_init_whole(&o, m.k, &ac, m.offsets, ANVIL_GPT2_NPARAM, anvil_gpt2_param_decays))
+    int decays[ANVIL_MODEL_MAX_TENSORS];
+    if (anvil_model_config_check(&cfg)) abort();
+    anvil_model_decays(&cfg, decays);
+    if (anvil_model_init(&m, &cfg, anvil_kernels_cpu()) ||
+        anvil_adamw_init_whole(&o, m.k, &ac, m.offsets, m.ntensors, decays))
         abort();
     anvil_fail("%s", "");
     int loaded = anvil_ckpt_load(dir, &m, &o, NULL, 1) == 0;
@@ -90,7 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (loaded != (r != NULL)) abort();
     /* Every element of every kind reads, in uneven pieces that cross slices, as the load put it. */
     for (int k = 0; r && k < 3; k++)
-        for (int i = 0; i < ANVIL_GPT2_NPARAM; i++) {
+        for (int i = 0; i < m.ntensors; i++) {
             size_t len = m.offsets[i + 1] - m.offsets[i];
             const float *want = (k == 0 ? m.params : k == 1 ? o.m : o.v) + m.offsets[i];
             float got[7];
@@ -102,6 +106,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     anvil_ckpt_reader_close(r);
     anvil_adamw_free(&o);
-    anvil_gpt2_free(&m);
+    anvil_model_free(&m);
     return 0;
 }

@@ -1,0 +1,77 @@
+/* What the families' passes share: the batch's checks, the mean loss, the
+ * vocabulary-parallel loss's combination over a tensor-parallel group, and
+ * activation buffers allocated from a plan. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "model/family.h"
+
+int anvil_model_check_tokens(const anvil_model *m, const char *who, const int32_t *inputs, const int32_t *targets,
+                             size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size)
+            return anvil_fail("%s: input token %d at position %zu is outside the vocabulary (%d)", who, inputs[i], i,
+                              m->cfg.vocab_size);
+        if (targets && targets[i] >= m->cfg.vocab_size)
+            return anvil_fail("%s: target token %d at position %zu is outside the vocabulary (%d)", who, targets[i], i,
+                              m->cfg.vocab_size);
+    }
+    return 0;
+}
+
+int anvil_model_count_targets(const int32_t *targets, size_t n) {
+    int c = 0;
+    for (size_t i = 0; i < n; i++) c += targets[i] >= 0;
+    return c;
+}
+
+float anvil_model_mean_loss(const anvil_model *m, const float *losses, size_t n, int count) {
+    float *host = malloc(n * sizeof(float));
+    m->k->download(host, losses, n * sizeof(float));
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += host[i];
+    free(host);
+    return count ? (float)(s / count) : 0.0f;
+}
+
+int anvil_model_vocab_loss(anvil_model *m, float *lse, float *tlogit, float *lse_all, const int32_t *targets, int N,
+                           int count, float *loss) {
+    const anvil_kernels *k = m->k;
+    int tp = m->shard.tp;
+    float *host = malloc(((size_t)tp + 2) * N * sizeof(float));
+    if (!host) return anvil_fail("tensor parallel: out of memory in the loss");
+    int rc = m->comm->gather(m->comm->ctx, lse, lse_all, (size_t)N, "tp loss log-sum-exp");
+    if (!rc) rc = m->comm->reduce(m->comm->ctx, tlogit, (size_t)N, "tp loss target logit");
+    if (!rc) {
+        float *all = host, *tl = host + (size_t)tp * N, *glse = tl + N;
+        k->download(all, lse_all, (size_t)tp * N * sizeof(float));
+        k->download(tl, tlogit, (size_t)N * sizeof(float));
+        double sum = 0.0;
+        /* max + log sum exp, in double, the same on every rank. */
+        for (int i = 0; i < N; i++) {
+            float mx = -INFINITY;
+            for (int r = 0; r < tp; r++) mx = all[(size_t)r * N + i] > mx ? all[(size_t)r * N + i] : mx;
+            double s = 0.0;
+            for (int r = 0; r < tp; r++) s += exp((double)all[(size_t)r * N + i] - mx);
+            glse[i] = (float)(mx + log(s));
+            if (targets[i] >= 0) sum += (double)glse[i] - tl[i];
+        }
+        k->upload(lse, glse, (size_t)N * sizeof(float));
+        *loss = count ? (float)(sum / count) : 0.0f;
+    }
+    free(host);
+    return rc;
+}
+
+int anvil_alloc_plan(const anvil_kernels *k, const anvil_buffer_plan *plan, int n, void **owned, int *nowned,
+                     size_t *bytes) {
+    for (int i = 0; i < n; i++) {
+        void *b = k->alloc(plan[i].bytes);
+        if (!b) return -1;
+        owned[(*nowned)++] = b;
+        *bytes += plan[i].bytes;
+        *(void **)plan[i].p = b;
+    }
+    return 0;
+}
