@@ -52,114 +52,140 @@ static void emit_id(void *ctx, int32_t tok) {
     printf("%d ", tok);
 }
 
-int cmd_sample(int argc, char **argv) {
-    const char *cmd = "sample", *model_path = NULL, *prompt = NULL, *data = NULL, *tok_file = NULL, *pattern = NULL;
-    int tokens = 256, count = 1, threads = 0;
-    int64_t seed = 1337;
-    anvil_sample_opts so = {1.0f, 0, 1.0f, -1};
+typedef struct {
+    const char *model_path, *prompt, *data, *tok_file, *pattern;
+    int tokens, count, threads;
+    int64_t seed;
+    anvil_sample_opts so;
+    char own[4096], own_pattern[32]; /* the model's own tokenizer, found beside it */
+} sample_args;
+
+/* 0, or the exit status for --help (0 after printing it: *done) and for a usage error. */
+static int parse_args(int argc, char **argv, sample_args *a, int *done) {
+    const char *cmd = "sample";
+    *done = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             fputs(usage, stdout);
+            *done = 1;
             return 0;
         }
         if (strncmp(o, "--", 2)) return cli_usage_error(cmd, "unexpected argument '%s'", o);
         if (!(v = arg_value(cmd, argc, argv, &i))) return 2;
         int bad = 0;
-        if (!strcmp(o, "--model")) model_path = v;
-        else if (!strcmp(o, "--prompt")) prompt = v;
-        else if (!strcmp(o, "--data")) data = v;
-        else if (!strcmp(o, "--tokenizer")) tok_file = v;
-        else if (!strcmp(o, "--pattern")) pattern = v;
-        else if (!strcmp(o, "--tokens")) bad = arg_int(cmd, o, v, 0, 1 << 20, &tokens);
-        else if (!strcmp(o, "--count")) bad = arg_int(cmd, o, v, 1, 1 << 20, &count);
-        else if (!strcmp(o, "--temperature")) bad = arg_float(cmd, o, v, &so.temperature);
-        else if (!strcmp(o, "--top-k")) bad = arg_int(cmd, o, v, 0, 1 << 24, &so.top_k);
-        else if (!strcmp(o, "--top-p")) bad = arg_float(cmd, o, v, &so.top_p);
-        else if (!strcmp(o, "--seed")) bad = arg_i64(cmd, o, v, 0, INT64_MAX, &seed);
-        else if (!strcmp(o, "--threads")) bad = arg_int(cmd, o, v, 1, 4096, &threads);
+        if (!strcmp(o, "--model")) a->model_path = v;
+        else if (!strcmp(o, "--prompt")) a->prompt = v;
+        else if (!strcmp(o, "--data")) a->data = v;
+        else if (!strcmp(o, "--tokenizer")) a->tok_file = v;
+        else if (!strcmp(o, "--pattern")) a->pattern = v;
+        else if (!strcmp(o, "--tokens")) bad = arg_int(cmd, o, v, 0, 1 << 20, &a->tokens);
+        else if (!strcmp(o, "--count")) bad = arg_int(cmd, o, v, 1, 1 << 20, &a->count);
+        else if (!strcmp(o, "--temperature")) bad = arg_float(cmd, o, v, &a->so.temperature);
+        else if (!strcmp(o, "--top-k")) bad = arg_int(cmd, o, v, 0, 1 << 24, &a->so.top_k);
+        else if (!strcmp(o, "--top-p")) bad = arg_float(cmd, o, v, &a->so.top_p);
+        else if (!strcmp(o, "--seed")) bad = arg_i64(cmd, o, v, 0, INT64_MAX, &a->seed);
+        else if (!strcmp(o, "--threads")) bad = arg_int(cmd, o, v, 1, 4096, &a->threads);
         else return cli_usage_error(cmd, "unknown option '%s'", o);
         if (bad) return 2;
     }
-    if (!model_path) return cli_usage_error(cmd, "--model is required");
-    if (data && tok_file) return cli_usage_error(cmd, "--data and --tokenizer cannot be combined");
-    if (pattern && !tok_file) return cli_usage_error(cmd, "--pattern needs --tokenizer");
-    if (so.temperature < 0.0f) return cli_usage_error(cmd, "--temperature must be >= 0");
-    if (!(so.top_p > 0.0f && so.top_p <= 1.0f)) return cli_usage_error(cmd, "--top-p must be in (0, 1]");
-    if (threads) omp_set_num_threads(threads);
+    if (!a->model_path) return cli_usage_error(cmd, "--model is required");
+    if (a->data && a->tok_file) return cli_usage_error(cmd, "--data and --tokenizer cannot be combined");
+    if (a->pattern && !a->tok_file) return cli_usage_error(cmd, "--pattern needs --tokenizer");
+    if (a->so.temperature < 0.0f) return cli_usage_error(cmd, "--temperature must be >= 0");
+    if (!(a->so.top_p > 0.0f && a->so.top_p <= 1.0f)) return cli_usage_error(cmd, "--top-p must be in (0, 1]");
+    return 0;
+}
 
-    /* The tokenizer given by hand must be the model's; without one, the
-     * model's own is found beside it. */
-    anvil_tok *tk = NULL;
-    char data_tok[4096] = "", own[4096], own_pattern[32];
-    if (data && anvil_data_manifest_tokenizer(data, &tk, data_tok, sizeof data_tok)) return cli_fail(cmd);
-    const char *given = tok_file ? tok_file : data_tok[0] ? data_tok : NULL;
-    if (anvil_model_tokenizer_for(model_path, given, own, sizeof own, own_pattern)) {
-        anvil_tok_free(tk);
-        return cli_fail(cmd);
+/* The tokenizer given by hand (--tokenizer, or --data's) must be the model's; without one, the model's own
+ * is found beside it. *tk stays NULL for a model without one. -1 after anvil_fail. */
+static int find_tokenizer(sample_args *a, anvil_tok **tk) {
+    char data_tok[4096] = "";
+    *tk = NULL;
+    if (a->data && anvil_data_manifest_tokenizer(a->data, tk, data_tok, sizeof data_tok)) return -1;
+    const char *given = a->tok_file ? a->tok_file : data_tok[0] ? data_tok : NULL;
+    if (anvil_model_tokenizer_for(a->model_path, given, a->own, sizeof a->own, a->own_pattern)) {
+        anvil_tok_free(*tk);
+        *tk = NULL;
+        return -1;
     }
-    if (!given && own[0]) tok_file = own, pattern = own_pattern;
-    if (tok_file && !(tk = anvil_tok_load(tok_file, pattern ? pattern : "gpt2"))) return cli_fail(cmd);
-    anvil_gpt2 m;
+    if (!given && a->own[0]) a->tok_file = a->own, a->pattern = a->own_pattern;
+    if (a->tok_file && !(*tk = anvil_tok_load(a->tok_file, a->pattern ? a->pattern : "gpt2"))) return -1;
+    return 0;
+}
+
+/* The prompt's ids after the start token (the end-of-text one, or 0 without it): encoded by the tokenizer,
+ * or as bytes. *ids (free it) NULL after anvil_fail. */
+static int prompt_ids(const anvil_tok *tk, const char *prompt, int32_t start, int32_t **ids, int64_t *np) {
+    size_t cap = 0;
+    *ids = NULL;
+    if (tk && prompt) {
+        int64_t n = anvil_tok_encode(tk, NULL, prompt, strlen(prompt), ANVIL_TOK_SPECIAL_PLAIN, ids, &cap);
+        int32_t *grown = n < 0 ? NULL : realloc(*ids, (size_t)(n + 1) * sizeof **ids);
+        if (!grown) {
+            free(*ids);
+            *ids = NULL;
+            return n < 0 ? -1 : anvil_fail("sample: out of memory");
+        }
+        *ids = grown;
+        memmove(*ids + 1, *ids, (size_t)n * sizeof **ids);
+        *np = n + 1;
+    } else {
+        *np = prompt ? (int64_t)strlen(prompt) + 1 : 1;
+        if (!(*ids = malloc((size_t)*np * sizeof(int32_t)))) return anvil_fail("sample: out of memory");
+        if (prompt) anvil_bytetok_encode((const unsigned char *)prompt, (size_t)*np - 1, *ids + 1);
+    }
+    (*ids)[0] = start;
+    return 0;
+}
+
+/* The samples, each the prompt followed by what the model writes. */
+static int generate(const sample_args *a, anvil_model *m, const anvil_tok *tk, int bytes) {
+    int32_t eot = tk ? anvil_tok_eot(tk) : bytes ? ANVIL_BYTETOK_EOT : -1, *ids;
+    int64_t np = 0;
+    if (prompt_ids(tk, a->prompt, eot >= 0 ? eot : 0, &ids, &np)) return cli_fail("sample");
+    anvil_sample_opts so = a->so;
+    so.stop_token = eot;
+    anvil_rng rng;
+    anvil_rng_seed(&rng, (uint64_t)a->seed);
+    int rc = 0;
+    for (int s = 0; s < a->count && !rc; s++) {
+        if (a->count > 1) printf("--- sample %d ---\n", s + 1);
+        if (a->prompt) fputs(a->prompt, stdout);
+        if (anvil_generate(m, ids, (int)np, a->tokens, &so, &rng, bytes || tk ? emit : emit_id, (void *)tk) < 0)
+            rc = cli_fail("sample");
+        printf("\n");
+    }
+    free(ids);
+    return rc;
+}
+
+int cmd_sample(int argc, char **argv) {
+    const char *cmd = "sample";
+    sample_args a = {.tokens = 256, .count = 1, .seed = 1337, .so = {1.0f, 0, 1.0f, -1}};
+    int done, rc = parse_args(argc, argv, &a, &done);
+    if (rc || done) return rc;
+    if (a.threads) omp_set_num_threads(a.threads);
+    anvil_tok *tk;
+    if (find_tokenizer(&a, &tk)) return cli_fail(cmd);
+    anvil_model m;
     char warn[4096];
-    int lrc = anvil_model_load_any(model_path, anvil_kernels_cpu(), &m, warn, sizeof warn);
+    const anvil_device cpu = {ANVIL_DEVICE_CPU, 0};
+    rc = anvil_model_load_any(a.model_path, anvil_kernels_for(cpu, ANVIL_MATMUL_F32), &m, warn, sizeof warn);
     fputs(warn, stderr);
-    if (lrc) {
+    if (rc) {
         anvil_tok_free(tk);
         return cli_fail(cmd);
     }
     int bytes = !tk && m.cfg.vocab_size == ANVIL_BYTETOK_VOCAB;
-    if (tk && anvil_tok_vocab_size(tk) > m.cfg.vocab_size) {
-        int tv = (int)anvil_tok_vocab_size(tk), mv = m.cfg.vocab_size;
-        anvil_tok_free(tk);
-        anvil_gpt2_free(&m);
-        return cli_usage_error(cmd, "the tokenizer has %d ids but the model only %d", tv, mv);
-    }
-    if (prompt && !bytes && !tk) {
-        anvil_gpt2_free(&m);
-        return cli_usage_error(cmd, "--prompt needs a byte-level model or a tokenizer (--data, --tokenizer)");
-    }
-    int32_t eot = tk ? anvil_tok_eot(tk) : bytes ? ANVIL_BYTETOK_EOT : -1;
-    int32_t *ids = NULL;
-    int64_t np = 1;
-    size_t cap = 0;
-    if (tk && prompt) {
-        int64_t n = anvil_tok_encode(tk, NULL, prompt, strlen(prompt), ANVIL_TOK_SPECIAL_PLAIN, &ids, &cap);
-        int32_t *grown = n < 0 ? NULL : realloc(ids, (size_t)(n + 1) * sizeof *ids);
-        if (!grown) {
-            free(ids);
-            anvil_tok_free(tk);
-            anvil_gpt2_free(&m);
-            return cli_fail(cmd);
-        }
-        ids = grown;
-        memmove(ids + 1, ids, (size_t)n * sizeof *ids);
-        np = n + 1;
-    } else {
-        np = prompt ? (int64_t)strlen(prompt) + 1 : 1;
-        ids = malloc((size_t)np * sizeof(int32_t));
-        if (prompt && ids) anvil_bytetok_encode((const unsigned char *)prompt, (size_t)np - 1, ids + 1);
-    }
-    if (!ids) {
-        anvil_tok_free(tk);
-        anvil_gpt2_free(&m);
-        fprintf(stderr, "anvil sample: error: out of memory\n");
-        return 1;
-    }
-    ids[0] = eot >= 0 ? eot : 0;
-    so.stop_token = eot;
-    anvil_rng rng;
-    anvil_rng_seed(&rng, (uint64_t)seed);
-    int rc = 0;
-    for (int s = 0; s < count && !rc; s++) {
-        if (count > 1) printf("--- sample %d ---\n", s + 1);
-        if (prompt) fputs(prompt, stdout);
-        if (anvil_generate(&m, ids, (int)np, tokens, &so, &rng, bytes || tk ? emit : emit_id, tk) < 0)
-            rc = cli_fail(cmd);
-        printf("\n");
-    }
+    if (tk && anvil_tok_vocab_size(tk) > m.cfg.vocab_size)
+        rc = cli_usage_error(cmd, "the tokenizer has %d ids but the model only %d", (int)anvil_tok_vocab_size(tk),
+                             m.cfg.vocab_size);
+    else if (a.prompt && !bytes && !tk)
+        rc = cli_usage_error(cmd, "--prompt needs a byte-level model or a tokenizer (--data, --tokenizer)");
+    else
+        rc = generate(&a, &m, tk, bytes);
     anvil_tok_free(tk);
-    free(ids);
-    anvil_gpt2_free(&m);
+    anvil_model_free(&m);
     return rc;
 }

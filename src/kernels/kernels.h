@@ -116,6 +116,22 @@ typedef struct anvil_kernels {
  * else, the master weights, gradients and optimizer state stay fp32. */
 typedef enum { ANVIL_MATMUL_F32, ANVIL_MATMUL_BF16 } anvil_matmul_dtype;
 
+/* Where a run computes: the CPU, or GPU `index` through CUDA. */
+typedef enum { ANVIL_DEVICE_CPU, ANVIL_DEVICE_CUDA } anvil_device_kind;
+typedef struct {
+    anvil_device_kind kind;
+    int index;
+} anvil_device;
+
+/* "cpu", "cuda" (GPU 0) or "cuda:N" into out; -1 after anvil_fail naming s. */
+int anvil_device_parse(const char *s, anvil_device *out);
+/* "cpu", "cuda:N" into out (cap bytes). */
+void anvil_device_name(anvil_device d, char *out, size_t cap);
+/* The kernel table of device with matmuls in dtype: the one entry point that train and the CLI
+ * choose a backend by. NULL after anvil_fail when the device cannot (no such GPU, a build without
+ * CUDA, bf16 on a CPU path without it). */
+const anvil_kernels *anvil_kernels_for(anvil_device device, anvil_matmul_dtype dtype);
+
 /* The CPU backend on the instruction-set path in use (kernels/isa.h), fp32. */
 const anvil_kernels *anvil_kernels_cpu(void);
 /* The same, with matmuls in `dtype`: NULL after anvil_fail when the path
