@@ -64,7 +64,7 @@ static void trace_op(const struct anvil_req *r, double t0, const char *cat) {
 /* Runs a collective, traced. */
 static int run_op(struct anvil_req *r) {
     double t0 = anvil_trace_begin();
-    int rc = D.be->run(r);
+    int rc = r->g->be->run(r);
     trace_op(r, t0, "comm");
     return rc;
 }
@@ -171,7 +171,7 @@ int anvil_dist_init(const anvil_dist_config *cfg) {
             return -1;
         }
     } else {
-        static anvil_group world1 = {.size = 1, .name = "world"};
+        static anvil_group world1 = {.be = &dist_local_backend, .size = 1, .name = "world"};
         D.world = &world1;
         D.be = &dist_local_backend;
         D.threaded = 0;
@@ -321,7 +321,7 @@ static void req_free(struct anvil_req *r) {
 static int p2p_wait(struct anvil_req *r) {
     double start = anvil_now();
     for (int done = 0;;) {
-        if (D.be->p2p_test(r, &done)) return -1;
+        if (r->g->be->p2p_test(r, &done)) return -1;
         if (done) return 0;
         if (D.timeout_s > 0 && anvil_now() - start > D.timeout_s) {
             fprintf(stderr,
@@ -411,7 +411,7 @@ static anvil_req *p2p(dist_op_kind kind, anvil_group *g, void *buf, size_t n, an
         free(r);
         return NULL;
     }
-    if (D.be->p2p_start(r)) {
+    if (g->be->p2p_start(r)) {
         anvil_fail("dist: %s '%s' in group '%s' failed on rank %d: %s", op_name(kind), r->what, g->name,
                    anvil_dist_rank(), r->err);
         free(r->handle);
@@ -457,12 +457,13 @@ anvil_group *anvil_group_split(anvil_group *parent, int color, int key, const ch
     anvil_group *result = r->result;
     req_free(r);
     if (rc) return NULL;
+    result->be = parent->be;
     snprintf(result->name, sizeof result->name, "%s", name);
     return result;
 }
 
 void anvil_group_free(anvil_group *g) {
     if (!g || g == D.world) return;
-    if (D.be) D.be->group_free(g);
+    if (D.be) g->be->group_free(g);
     free(g);
 }

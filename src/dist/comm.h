@@ -3,7 +3,9 @@
  * One interface, two backends today: a world of one process, which needs no
  * MPI at run time and turns every collective into a copy or nothing, and
  * Open MPI, chosen when the process was started by mpirun (`anvil launch`).
- * An NCCL backend slots in behind the same calls.
+ * Each group carries its backend (the groups split from it inherit it), so a
+ * device backend (NCCL, on the kernels' device memory) slots in per group
+ * behind the same calls, and their callers do not change.
  *
  * Non-blocking calls return a request at once and a dedicated communication
  * thread runs the collectives one after another, in submission order, while

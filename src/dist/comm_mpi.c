@@ -155,7 +155,7 @@ static int mpi_p2p_test(struct anvil_req *r, int *done) {
 const dist_backend dist_mpi_backend = {"mpi", mpi_run, mpi_group_free, mpi_p2p_start, mpi_p2p_test};
 
 static MPI_Comm world_comm;
-static anvil_group world_group = {.name = "world"};
+static anvil_group world_group = {.be = &dist_mpi_backend, .name = "world"};
 
 int dist_mpi_init(anvil_group **world, char *host, size_t hostcap) {
     int provided = 0;

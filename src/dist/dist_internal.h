@@ -18,7 +18,12 @@ typedef enum {
     OP_RECV
 } dist_op_kind;
 
+typedef struct dist_backend dist_backend;
+
+/* A group carries the backend that runs its collectives: MPI's on host memory, a device backend's
+ * (NCCL) on the kernels' device memory. Groups split from it run on the same one. */
 struct anvil_group {
+    const dist_backend *be;
     void *impl; /* the backend's handle (an MPI_Comm for MPI) */
     int rank, size;
     char name[32];
@@ -45,7 +50,7 @@ struct anvil_req {
     struct anvil_req *next;
 };
 
-typedef struct {
+struct dist_backend {
     const char *name;
     /* Runs one collective to completion on the calling thread. On failure
      * writes a message to r->err and returns -1. */
@@ -55,7 +60,7 @@ typedef struct {
      * (*done). Same error convention as run. */
     int (*p2p_start)(struct anvil_req *r);
     int (*p2p_test)(struct anvil_req *r, int *done);
-} dist_backend;
+};
 
 extern const dist_backend dist_local_backend;
 
