@@ -396,8 +396,22 @@ static int copy_tokenizer(const run *r) {
     return anvil_write_file_atomic(path, r->tok_data, r->tok_len);
 }
 
-int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
-    memset(stats, 0, sizeof *stats);
+/* One run's buffers, beside the run's state: the inputs, the workers, the window of chunks. */
+typedef struct {
+    run r;
+    anvil_prep_opts o;
+    char *tok_data;
+    anvil_tok *tk;
+    source *src;
+    int nopen, nw, all_done;
+    int32_t *tok;
+    worker *ws;
+    chunk *win;
+    size_t window;
+    text_buf buf;
+} prep_job;
+
+static int check_opts(const anvil_prep_opts *o) {
     if (!(o->val_fraction >= 0 && o->val_fraction <= 1))
         return anvil_fail("--val-fraction %g: must be in [0, 1]", o->val_fraction);
     if (o->shard_tokens < 1 || o->shard_tokens > INT32_MAX)
@@ -405,111 +419,119 @@ int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
     if (o->delimiter && !o->delimiter_len) return anvil_fail("--delimiter: must not be empty");
     if (o->delimiter && o->jsonl_field) return anvil_fail("--delimiter and --jsonl-field cannot be combined");
     if (o->ninputs < 1) return anvil_fail("prep: no input files");
-    anvil_prep_opts oo = *o;
-    if (!oo.max_doc_bytes) oo.max_doc_bytes = MAX_DOC_BYTES;
-    o = &oo;
+    return 0;
+}
 
-    run r;
-    memset(&r, 0, sizeof r);
-    r.o = o;
-    r.unit = o->chunk_bytes ? o->chunk_bytes : WORK_BYTES;
-    char *tok_data = NULL;
-    anvil_tok *tk = NULL;
+/* The tokenizer, the buffers and the workers' states, every input opened, and what an earlier run of
+ * the same inputs and options left. */
+static int job_open(prep_job *j) {
+    const anvil_prep_opts *o = &j->o;
+    run *r = &j->r;
+    r->o = o;
+    r->unit = o->chunk_bytes ? o->chunk_bytes : WORK_BYTES;
     if (o->tokenizer_file) {
-        if (anvil_read_file(o->tokenizer_file, &tok_data, &r.tok_len)) return -1;
-        tk = anvil_tok_load_mem(tok_data, r.tok_len, o->tokenizer_file,
-                                o->tokenizer_pattern ? o->tokenizer_pattern : "gpt2");
-        if (!tk) {
-            free(tok_data);
-            return -1;
-        }
+        if (anvil_read_file(o->tokenizer_file, &j->tok_data, &r->tok_len)) return -1;
+        j->tk = anvil_tok_load_mem(j->tok_data, r->tok_len, o->tokenizer_file,
+                                   o->tokenizer_pattern ? o->tokenizer_pattern : "gpt2");
+        if (!j->tk) return -1;
     }
-    r.tk = tk;
-    r.tok_data = tok_data;
-    r.version = anvil_shard_version_for_vocab(tk ? anvil_tok_vocab_size(tk) : ANVIL_BYTETOK_VOCAB);
-    source *src = calloc((size_t)o->ninputs, sizeof *src);
-    int32_t *tok = malloc(CHUNK * sizeof *tok);
-    r.shards[TRAIN] = cJSON_CreateArray();
-    r.shards[VAL] = cJSON_CreateArray();
-    int nw = o->workers > 1 ? o->workers : 1;
-    worker *ws = calloc((size_t)nw, sizeof *ws);
-    int rc = 0, nopen = 0;
-    if (!src || !tok || !r.shards[TRAIN] || !r.shards[VAL] || !ws) rc = anvil_fail("prep: out of memory");
-    for (int t = 0; !rc && tk && t < nw; t++)
-        if (!(ws[t].st = anvil_tok_state_new(tk))) rc = anvil_fail("prep: out of memory for tokenizer state");
-
-    /* Look at every input before writing anything, so a missing file fails
-     * the run without touching the output folder. */
+    r->tk = j->tk;
+    r->tok_data = j->tok_data;
+    r->version = anvil_shard_version_for_vocab(j->tk ? anvil_tok_vocab_size(j->tk) : ANVIL_BYTETOK_VOCAB);
+    j->src = calloc((size_t)o->ninputs, sizeof *j->src);
+    j->tok = malloc(CHUNK * sizeof *j->tok);
+    r->shards[TRAIN] = cJSON_CreateArray();
+    r->shards[VAL] = cJSON_CreateArray();
+    j->nw = o->workers > 1 ? o->workers : 1;
+    j->ws = calloc((size_t)j->nw, sizeof *j->ws);
+    if (!j->src || !j->tok || !r->shards[TRAIN] || !r->shards[VAL] || !j->ws) return anvil_fail("prep: out of memory");
+    for (int t = 0; j->tk && t < j->nw; t++)
+        if (!(j->ws[t].st = anvil_tok_state_new(j->tk))) return anvil_fail("prep: out of memory for tokenizer state");
+    /* Look at every input before writing anything, so a missing file fails the run without touching the
+     * output folder. */
+    int rc = 0;
     for (int i = 0; !rc && i < o->ninputs; i++) {
-        rc = prep_open_source(o->inputs[i], &src[i]);
-        if (!rc && o->input_names && o->input_names[i]) src[i].name = o->input_names[i];
-        if (!rc) nopen++;
+        rc = prep_open_source(o->inputs[i], &j->src[i]);
+        if (!rc && o->input_names && o->input_names[i]) j->src[i].name = o->input_names[i];
+        if (!rc) j->nopen++;
     }
-    r.src = src;
-    r.nsrc = nopen;
-    for (int i = 0; i < nopen; i++) r.bytes_total += prep_source_size(&src[i]);
+    r->src = j->src;
+    r->nsrc = j->nopen;
+    for (int i = 0; i < j->nopen; i++) r->bytes_total += prep_source_size(&j->src[i]);
+    return rc || prep_build_fingerprint(r) || prep_load_previous(r, &j->all_done) ? -1 : 0;
+}
 
-    int all_done = 0;
-    if (!rc) rc = prep_build_fingerprint(&r);
-    if (!rc) rc = prep_load_previous(&r, &all_done);
-
-    /* Every chunk is read, if only to count its documents; tokens are kept
-     * from where each split's kept shards end. */
-    int stored = tk || o->jsonl_field;
-    size_t window = (size_t)nw * CHUNKS_PER_WORKER;
-    chunk *win = calloc(window, sizeof *win);
-    text_buf buf = {0};
+/* Every chunk is read, if only to count its documents; tokens are kept from where each split's kept
+ * shards end. Then the last shards, the notes, what an earlier run left that is stale, and the manifest. */
+static int job_run(prep_job *j, anvil_prep_stats *stats) {
+    const anvil_prep_opts *o = &j->o;
+    run *r = &j->r;
+    int stored = j->tk || o->jsonl_field, rc = 0;
+    j->window = (size_t)j->nw * CHUNKS_PER_WORKER;
     int64_t nchunks = 0;
-    if (!rc && !win) rc = anvil_fail("prep: out of memory");
-    for (int i = 0; !rc && i < nopen; i++)
-        rc = run_source(&r, i, &buf, win, window, ws, nw, stored, tok, &nchunks, stats);
-    if (!rc) {
-        r.cur_src = nopen;
-        report(&r);
-    }
-    for (int s = 0; !rc && s < NSPLITS; s++)
-        if (r.so[s].from_input && r.so[s].from_chunk >= nchunks)
-            rc = anvil_fail("%s/manifest.json: the %s split resumes at chunk %lld, but the inputs make %lld; delete "
-                            "the manifest to start over",
-                            o->out_dir, prep_split_name[s], (long long)r.so[s].from_chunk, (long long)nchunks);
-    if (!rc && r.docs[TRAIN] + r.docs[VAL] == 0) rc = anvil_fail("prep: the input holds no documents");
-    for (int s = 0; !rc && s < NSPLITS; s++)
-        if (r.so[s].w) rc = finish_shard(&r, s);
-    for (int s = 0; !rc && s < NSPLITS; s++) {
+    if (!(j->win = calloc(j->window, sizeof *j->win))) return anvil_fail("prep: out of memory");
+    for (int i = 0; !rc && i < j->nopen; i++)
+        rc = run_source(r, i, &j->buf, j->win, j->window, j->ws, j->nw, stored, j->tok, &nchunks, stats);
+    if (rc) return -1;
+    r->cur_src = j->nopen;
+    report(r);
+    for (int s = 0; s < NSPLITS; s++)
+        if (r->so[s].from_input && r->so[s].from_chunk >= nchunks)
+            return anvil_fail("%s/manifest.json: the %s split resumes at chunk %lld, but the inputs make %lld; "
+                              "delete the manifest to start over",
+                              o->out_dir, prep_split_name[s], (long long)r->so[s].from_chunk, (long long)nchunks);
+    if (r->docs[TRAIN] + r->docs[VAL] == 0) return anvil_fail("prep: the input holds no documents");
+    for (int s = 0; s < NSPLITS; s++)
+        if (r->so[s].w && finish_shard(r, s)) return -1;
+    for (int s = 0; s < NSPLITS; s++) {
         int wanted = s == VAL ? o->val_fraction > 0 : o->val_fraction < 1;
-        if (!r.docs[s] && wanted)
+        if (!r->docs[s] && wanted)
             prep_note(o, "no document fell in the %s split, so it has no shards", prep_split_name[s]);
     }
-    if (!rc) rc = remove_stale(&r);
-    if (!rc && tk) rc = copy_tokenizer(&r);
-    if (!rc && (!all_done || r.written)) rc = prep_write_manifest(&r, 1);
-    if (!rc) {
-        stats->train_docs = r.docs[TRAIN];
-        stats->val_docs = r.docs[VAL];
-        stats->train_tokens = r.so[TRAIN].tokens;
-        stats->val_tokens = r.so[VAL].tokens;
-        stats->train_shards = (int)r.so[TRAIN].next_shard;
-        stats->val_shards = (int)r.so[VAL].next_shard;
-        stats->kept_shards = r.kept;
+    if (remove_stale(r) || (j->tk && copy_tokenizer(r)) || ((!j->all_done || r->written) && prep_write_manifest(r, 1)))
+        return -1;
+    stats->train_docs = r->docs[TRAIN];
+    stats->val_docs = r->docs[VAL];
+    stats->train_tokens = r->so[TRAIN].tokens;
+    stats->val_tokens = r->so[VAL].tokens;
+    stats->train_shards = (int)r->so[TRAIN].next_shard;
+    stats->val_shards = (int)r->so[VAL].next_shard;
+    stats->kept_shards = r->kept;
+    return 0;
+}
+
+static void job_free(prep_job *j) {
+    run *r = &j->r;
+    for (int s = 0; s < NSPLITS; s++) anvil_shard_writer_abort(r->so[s].w); /* only left open on failure */
+    for (int t = 0; j->ws && t < j->nw; t++) {
+        anvil_tok_state_free(j->ws[t].st);
+        free(j->ws[t].ids);
     }
-    for (int s = 0; s < NSPLITS; s++) anvil_shard_writer_abort(r.so[s].w); /* only left open on failure */
-    for (int t = 0; ws && t < nw; t++) {
-        anvil_tok_state_free(ws[t].st);
-        free(ws[t].ids);
-    }
-    free(ws);
-    for (int i = 0; i < nopen; i++) prep_free_source(&src[i]);
-    for (size_t i = 0; win && i < window; i++) prep_release_chunk(&win[i]);
-    free(win);
-    free(buf.data);
-    for (int s = 0; s < NSPLITS; s++) free(r.so[s].from_input);
-    free(src);
-    free(tok);
-    cJSON_Delete(r.shards[TRAIN]);
-    cJSON_Delete(r.shards[VAL]);
-    cJSON_Delete(r.tokenizer);
-    cJSON_Delete(r.options);
-    anvil_tok_free(tk);
-    free(tok_data);
+    free(j->ws);
+    for (int i = 0; i < j->nopen; i++) prep_free_source(&j->src[i]);
+    for (size_t i = 0; j->win && i < j->window; i++) prep_release_chunk(&j->win[i]);
+    free(j->win);
+    free(j->buf.data);
+    for (int s = 0; s < NSPLITS; s++) free(r->so[s].from_input);
+    free(j->src);
+    free(j->tok);
+    cJSON_Delete(r->shards[TRAIN]);
+    cJSON_Delete(r->shards[VAL]);
+    cJSON_Delete(r->tokenizer);
+    cJSON_Delete(r->options);
+    anvil_tok_free(j->tk);
+    free(j->tok_data);
+}
+
+int anvil_prep_run(const anvil_prep_opts *o, anvil_prep_stats *stats) {
+    memset(stats, 0, sizeof *stats);
+    if (check_opts(o)) return -1;
+    prep_job *j = calloc(1, sizeof *j);
+    if (!j) return anvil_fail("prep: out of memory");
+    j->o = *o;
+    if (!j->o.max_doc_bytes) j->o.max_doc_bytes = MAX_DOC_BYTES;
+    int rc = job_open(j) || job_run(j, stats) ? -1 : 0;
+    job_free(j);
+    free(j);
     return rc;
 }

@@ -279,124 +279,115 @@ static int judge(const anvil_health_config *c, anvil_health_report *rep) {
     return rc;
 }
 
-int anvil_health_run(const anvil_health_config *cfg, anvil_health_report *rep) {
-    memset(rep, 0, sizeof *rep);
-    double t_start = anvil_now();
-    anvil_group *w = anvil_dist_world();
-    int n = anvil_dist_world_size(), me = anvil_dist_rank();
-    rep->world = n;
-    rep->gemm_threads = omp_get_max_threads();
-    rep->gemm_impl = anvil_sgemm_impl();
-    if (cfg->min_bytes < sizeof(float) || cfg->max_bytes < cfg->min_bytes || cfg->iters < 1 || cfg->gemm_n < 1)
-        return anvil_fail("health: bad configuration (sizes %zu..%zu bytes, %d iterations, GEMM %d)", cfg->min_bytes,
-                          cfg->max_bytes, cfg->iters, cfg->gemm_n);
-    int gs = cfg->group_size > 1 ? cfg->group_size : n;
-    if (n % gs)
-        return anvil_fail("health: --tp %d does not divide the %d ranks into groups", cfg->group_size, n);
-    size_t sizes[64];
-    int ns = size_list(cfg, sizes, 64);
-    anvil_group *g = w;
-    size_t *counts = malloc(sizeof(size_t) * (size_t)n);
-    char *hosts = calloc((size_t)n, 64);
-    size_t reclen = REC_FIXED + 2 * (size_t)ns;
-    double *mine = calloc(reclen, sizeof(double)), *all = calloc(reclen * (size_t)n, sizeof(double));
-    double *times = calloc((size_t)cfg->iters, sizeof(double));
-    rep->ranks = calloc((size_t)n, sizeof *rep->ranks);
-    rep->sizes = calloc((size_t)ns, sizeof *rep->sizes);
-    float *buf = NULL;
-    int rc = -1;
-    if (!counts || !hosts || !mine || !all || !times || !rep->ranks || !rep->sizes) {
-        anvil_fail("health: out of memory");
-        goto out;
-    }
-    rep->nsizes = ns;
-    if (gs < n) {
-        char name[32];
-        snprintf(name, sizeof name, "tp group %d", me / gs);
-        if (!(g = anvil_group_split(w, me / gs, me % gs, name))) goto out;
-        rep->group_size = gs;
-        rep->ngroups = n / gs;
-        if (!(rep->group_busbw_gb_s = calloc((size_t)rep->ngroups, sizeof(double)))) {
-            anvil_fail("health: out of memory");
-            goto out;
-        }
-    }
+/* One run's shared state: the world, the TP groups' group, the sizes swept, every rank's host, and the
+ * per-rank records (the fixed fields, then a median time and a correctness flag per size). */
+typedef struct {
+    const anvil_health_config *cfg;
+    anvil_health_report *rep;
+    anvil_group *w, *g;
+    int n, me, gs, ns;
+    size_t sizes[64], *counts, reclen;
+    char *hosts;
+    double *mine, *all, *times;
+    float *buf;
+    int64_t missing; /* a rank could not get the sweep's buffer: no rank sweeps */
+} health_run;
 
-    for (int r = 0; r < n; r++) counts[r] = 64;
+/* Every rank's host; the ranks of one host take turns at the speed checks, which share its cores. */
+static int host_turns(health_run *h, int *local, int *local_max) {
+    for (int r = 0; r < h->n; r++) h->counts[r] = 64;
     char myhost[64] = {0};
     snprintf(myhost, sizeof myhost, "%s", anvil_dist_host());
-    if (anvil_allgather(w, myhost, hosts, counts, ANVIL_U8, "health: hosts")) goto out;
-    int local = 0, local_max = 0;
-    for (int r = 0; r < n; r++) {
+    if (anvil_allgather(h->w, myhost, h->hosts, h->counts, ANVIL_U8, "health: hosts")) return -1;
+    *local = *local_max = 0;
+    for (int r = 0; r < h->n; r++) {
         int same = 0;
-        for (int q = 0; q < n; q++) same += !strncmp(hosts + 64 * (size_t)r, hosts + 64 * (size_t)q, 64);
-        if (same > local_max) local_max = same;
-        if (r < me && !strncmp(hosts + 64 * (size_t)r, myhost, 64)) local++;
+        for (int q = 0; q < h->n; q++) same += !strncmp(h->hosts + 64 * (size_t)r, h->hosts + 64 * (size_t)q, 64);
+        if (same > *local_max) *local_max = same;
+        if (r < h->me && !strncmp(h->hosts + 64 * (size_t)r, myhost, 64)) (*local)++;
     }
+    return 0;
+}
 
-    int oom = 0;
+/* The GEMM's correctness, then, in this rank's turn on its host, its speed and the memory check. */
+static int local_checks(health_run *h) {
+    const anvil_health_config *cfg = h->cfg;
+    int local, local_max, oom = 0;
+    if (host_turns(h, &local, &local_max)) return -1;
     double err = gemm_error_ratio(cfg, &oom);
-    mine[REC_GEMM_OK] = !oom && err <= 1.0;
-    mine[REC_GEMM_ERR] = err;
+    h->mine[REC_GEMM_OK] = !oom && err <= 1.0;
+    h->mine[REC_GEMM_ERR] = err;
     for (int turn = 0; turn < local_max; turn++) {
-        if (anvil_barrier(w, "health: speed turn")) goto out;
+        if (anvil_barrier(h->w, "health: speed turn")) return -1;
         if (turn != local) continue;
-        mine[REC_GEMM_GFLOPS] = gemm_gflops(cfg, &oom);
-        mine[REC_MEM_OK] = memory_check(cfg, &mine[REC_MEM_MB_S]);
+        h->mine[REC_GEMM_GFLOPS] = gemm_gflops(cfg, &oom);
+        h->mine[REC_MEM_OK] = memory_check(cfg, &h->mine[REC_MEM_MB_S]);
     }
     if (oom) {
-        mine[REC_GEMM_OK] = 0;
-        mine[REC_GEMM_ERR] = -1.0; /* ratios are >= 0: this marks "not run" */
+        h->mine[REC_GEMM_OK] = 0;
+        h->mine[REC_GEMM_ERR] = -1.0; /* ratios are >= 0: this marks "not run" */
     }
+    return 0;
+}
 
-    /* Every rank must take part in every all-reduce, so a rank that cannot
-     * get the buffer says so first and all of them skip the sweep. */
-    size_t maxn = sizes[ns - 1] / sizeof(float);
-    buf = malloc(maxn * sizeof(float));
-    int64_t missing = buf == NULL;
-    mine[REC_AR_BUFFER] = buf != NULL;
-    if (anvil_allreduce(w, &missing, 1, ANVIL_I64, "health: buffers")) goto out;
-    for (int s = 0; s < ns && missing == 0; s++) {
-        size_t cnt = sizes[s] / sizeof(float);
+/* The all-reduce sweep over the sizes, within the groups. Every rank must take part in every
+ * all-reduce, so a rank that cannot get the buffer says so first and all of them skip the sweep. */
+static int allreduce_sweep(health_run *h) {
+    const anvil_health_config *cfg = h->cfg;
+    size_t maxn = h->sizes[h->ns - 1] / sizeof(float);
+    h->buf = malloc(maxn * sizeof(float));
+    h->missing = h->buf == NULL;
+    h->mine[REC_AR_BUFFER] = h->buf != NULL;
+    if (anvil_allreduce(h->w, &h->missing, 1, ANVIL_I64, "health: buffers")) return -1;
+    for (int s = 0; s < h->ns && h->missing == 0; s++) {
+        size_t cnt = h->sizes[s] / sizeof(float);
         int ok = 1;
-        if (anvil_barrier(w, "health: all-reduce sweep")) goto out;
+        if (anvil_barrier(h->w, "health: all-reduce sweep")) return -1;
         for (int it = -1; it < cfg->iters; it++) {
-            fill(buf, cnt, anvil_group_rank(g));
+            fill(h->buf, cnt, anvil_group_rank(h->g));
             double t0 = anvil_now();
-            if (anvil_allreduce(g, buf, cnt, ANVIL_F32, "health: all-reduce")) goto out;
+            if (anvil_allreduce(h->g, h->buf, cnt, ANVIL_F32, "health: all-reduce")) return -1;
             double t = anvil_now() - t0;
-            if (faulty(cfg, ANVIL_HEALTH_FAULT_BAD_ALLREDUCE)) buf[cnt / 2] += 1.0f;
-            ok &= exact(buf, cnt, gs);
-            if (it >= 0) times[it] = t;
+            if (faulty(cfg, ANVIL_HEALTH_FAULT_BAD_ALLREDUCE)) h->buf[cnt / 2] += 1.0f;
+            ok &= exact(h->buf, cnt, h->gs);
+            if (it >= 0) h->times[it] = t;
         }
-        mine[REC_FIXED + 2 * s] = median(times, cfg->iters);
-        mine[REC_FIXED + 2 * s + 1] = ok;
+        h->mine[REC_FIXED + 2 * s] = median(h->times, cfg->iters);
+        h->mine[REC_FIXED + 2 * s + 1] = ok;
     }
+    return 0;
+}
 
-    for (int r = 0; r < n; r++) counts[r] = reclen;
-    if (anvil_allgather(w, mine, all, counts, ANVIL_F64, "health: results")) goto out;
+/* Every rank's records gathered into the report: each rank's checks, each size's slowest time and
+ * bandwidths, and each group's bus bandwidth at the largest size. */
+static int gather_report(health_run *h) {
+    anvil_health_report *rep = h->rep;
+    int n = h->n, ns = h->ns, gs = h->gs;
+    size_t reclen = h->reclen;
+    for (int r = 0; r < n; r++) h->counts[r] = reclen;
+    if (anvil_allgather(h->w, h->mine, h->all, h->counts, ANVIL_F64, "health: results")) return -1;
     for (int r = 0; r < n; r++) {
-        const double *a = all + reclen * (size_t)r;
+        const double *a = h->all + reclen * (size_t)r;
         anvil_health_rank *k = &rep->ranks[r];
-        memcpy(k->host, hosts + 64 * (size_t)r, 63);
+        memcpy(k->host, h->hosts + 64 * (size_t)r, 63);
         k->gemm_ok = a[REC_GEMM_OK] != 0.0;
         k->gemm_err_ratio = a[REC_GEMM_ERR];
         k->gemm_gflops = a[REC_GEMM_GFLOPS];
         k->mem_ok = a[REC_MEM_OK] != 0.0;
         k->mem_mb_s = a[REC_MEM_MB_S];
         k->allreduce_ok = a[REC_AR_BUFFER] != 0.0;
-        for (int s = ns - 1; s >= 0 && missing == 0; s--)
+        for (int s = ns - 1; s >= 0 && h->missing == 0; s--)
             if (a[REC_FIXED + 2 * s + 1] == 0.0) {
                 k->allreduce_ok = 0;
-                k->allreduce_bad_bytes = sizes[s];
+                k->allreduce_bad_bytes = h->sizes[s];
             }
     }
     for (int s = 0; s < ns; s++) {
         anvil_health_size *z = &rep->sizes[s];
-        z->bytes = sizes[s];
-        z->ok = missing == 0;
+        z->bytes = h->sizes[s];
+        z->ok = h->missing == 0;
         for (int r = 0; r < n; r++) {
-            const double *a = all + reclen * (size_t)r;
+            const double *a = h->all + reclen * (size_t)r;
             if (a[REC_FIXED + 2 * s] > z->time_s) z->time_s = a[REC_FIXED + 2 * s];
             if (a[REC_FIXED + 2 * s + 1] == 0.0) z->ok = 0;
         }
@@ -406,25 +397,72 @@ int anvil_health_run(const anvil_health_config *cfg, anvil_health_report *rep) {
         }
     }
     /* Each group at the largest size: its slowest rank's median. */
-    for (int q = 0; q < rep->ngroups && missing == 0; q++) {
+    for (int q = 0; q < rep->ngroups && h->missing == 0; q++) {
         double t = 0.0;
         for (int r = q * gs; r < (q + 1) * gs; r++) {
-            double tr = all[reclen * (size_t)r + REC_FIXED + 2 * (size_t)(ns - 1)];
+            double tr = h->all[reclen * (size_t)r + REC_FIXED + 2 * (size_t)(ns - 1)];
             t = tr > t ? tr : t;
         }
-        rep->group_busbw_gb_s[q] = t > 0 ? (double)sizes[ns - 1] / t / 1e9 * 2.0 * (gs - 1) / gs : 0.0;
+        rep->group_busbw_gb_s[q] = t > 0 ? (double)h->sizes[ns - 1] / t / 1e9 * 2.0 * (gs - 1) / gs : 0.0;
     }
-    if (missing) rep->nsizes = 0;
-    rc = judge(cfg, rep);
-    rep->elapsed_s = anvil_now() - t_start;
-out:
-    if (g != w) anvil_group_free(g);
-    free(buf);
-    free(counts);
-    free(hosts);
-    free(mine);
-    free(all);
-    free(times);
+    if (h->missing) rep->nsizes = 0;
+    return 0;
+}
+
+/* The buffers, and the TP groups' group when the ranks form groups. */
+static int run_setup(health_run *h) {
+    anvil_health_report *rep = h->rep;
+    int n = h->n;
+    h->ns = size_list(h->cfg, h->sizes, 64);
+    h->g = h->w;
+    h->counts = malloc(sizeof(size_t) * (size_t)n);
+    h->hosts = calloc((size_t)n, 64);
+    h->reclen = REC_FIXED + 2 * (size_t)h->ns;
+    h->mine = calloc(h->reclen, sizeof(double));
+    h->all = calloc(h->reclen * (size_t)n, sizeof(double));
+    h->times = calloc((size_t)h->cfg->iters, sizeof(double));
+    rep->ranks = calloc((size_t)n, sizeof *rep->ranks);
+    rep->sizes = calloc((size_t)h->ns, sizeof *rep->sizes);
+    if (!h->counts || !h->hosts || !h->mine || !h->all || !h->times || !rep->ranks || !rep->sizes)
+        return anvil_fail("health: out of memory");
+    rep->nsizes = h->ns;
+    if (h->gs == n) return 0;
+    char name[32];
+    snprintf(name, sizeof name, "tp group %d", h->me / h->gs);
+    if (!(h->g = anvil_group_split(h->w, h->me / h->gs, h->me % h->gs, name))) {
+        h->g = h->w;
+        return -1;
+    }
+    rep->group_size = h->gs;
+    rep->ngroups = n / h->gs;
+    if (!(rep->group_busbw_gb_s = calloc((size_t)rep->ngroups, sizeof(double))))
+        return anvil_fail("health: out of memory");
+    return 0;
+}
+
+int anvil_health_run(const anvil_health_config *cfg, anvil_health_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    double t_start = anvil_now();
+    health_run h = {.cfg = cfg, .rep = rep, .w = anvil_dist_world()};
+    h.n = anvil_dist_world_size();
+    h.me = anvil_dist_rank();
+    rep->world = h.n;
+    rep->gemm_threads = omp_get_max_threads();
+    rep->gemm_impl = anvil_sgemm_impl();
+    if (cfg->min_bytes < sizeof(float) || cfg->max_bytes < cfg->min_bytes || cfg->iters < 1 || cfg->gemm_n < 1)
+        return anvil_fail("health: bad configuration (sizes %zu..%zu bytes, %d iterations, GEMM %d)", cfg->min_bytes,
+                          cfg->max_bytes, cfg->iters, cfg->gemm_n);
+    h.gs = cfg->group_size > 1 ? cfg->group_size : h.n;
+    if (h.n % h.gs) return anvil_fail("health: --tp %d does not divide the %d ranks into groups", cfg->group_size, h.n);
+    int rc = run_setup(&h) || local_checks(&h) || allreduce_sweep(&h) || gather_report(&h) ? -1 : judge(cfg, rep);
+    if (!rc) rep->elapsed_s = anvil_now() - t_start;
+    if (h.g != h.w) anvil_group_free(h.g);
+    free(h.buf);
+    free(h.counts);
+    free(h.hosts);
+    free(h.mine);
+    free(h.all);
+    free(h.times);
     if (rc) anvil_health_report_free(rep);
     return rc;
 }
