@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fails when a file under src/ includes a header from its own layer's
 # neighbours or from a layer above it: the dependency graph of the modules
-# only points down. Every folder under src/ is a module and must have a layer
+# only points down; and when code outside src/model names a model family's
+# internals (anvil_gpt2_*, model/family.h, a family's folder). Every folder under src/ is a module and must have a layer
 # here, so a new module cannot slip in unplaced.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,5 +30,12 @@ while IFS=: read -r file line text; do
     bad=1
   fi
 done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_0-9]+/' src --include='*.[ch]')
-[ "$bad" -eq 0 ] && echo "check_layers: every include points down"
+# A model family is reached only through model/model.h: its own names and headers (model/family.h, a
+# family's folder) stay inside src/model.
+while IFS=: read -r file line _; do
+  echo "$file:$line: a model family's internals outside src/model: reach it through model/model.h" >&2
+  bad=1
+done < <(grep -rnE 'anvil_gpt2_|ANVIL_GPT2_|"model/family\.h"|"model/[a-z0-9_]+/' src --include='*.[ch]' |
+  grep -v '^src/model/')
+[ "$bad" -eq 0 ] && echo "check_layers: every include points down, and model families stay behind model/model.h"
 exit "$bad"
