@@ -402,7 +402,7 @@ static int sp_block_forward(const anvil_kernels *k, const anvil_gpt2_block_shape
                      x->partial, "sp attention gather"))
         return -1;
     k->matmul_forward(a->qkv, a->ln1, w->t[ANVIL_GPT2_QKVW], w->t[ANVIL_GPT2_QKVB], N, C, 3 * Cs, 0);
-    if (k->attention_forward(a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    if (k->attention_forward(a->atty, a->lse, a->qkv, s->B, s->T, s->NHs, s->NHs, Cs / s->NHs)) return -1;
     if (sp_project(k, r, a->res2, a->res, a->atty, w->t[ANVIL_GPT2_ATTPROJW], w->t[ANVIL_GPT2_ATTPROJB], N, Cs, C,
                    x->partial, "sp attention scatter"))
         return -1;
@@ -436,7 +436,8 @@ static int sp_block_backward(const anvil_kernels *k, const anvil_gpt2_block_shap
     if (r->gather(r->ctx, dres, x->partial, n, "sp attention backward gather")) return -1;
     k->matmul_backward(x->datty, g->t[ANVIL_GPT2_ATTPROJW], g->t[ANVIL_GPT2_ATTPROJB], x->partial, a->atty,
                        w->t[ANVIL_GPT2_ATTPROJW], N, Cs, C);
-    if (k->attention_backward(x->dqkv, x->datty, a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    if (k->attention_backward(x->dqkv, x->datty, a->atty, a->lse, a->qkv, s->B, s->T, s->NHs, s->NHs, Cs / s->NHs))
+        return -1;
     k->matmul_backward(x->dln, g->t[ANVIL_GPT2_QKVW], g->t[ANVIL_GPT2_QKVB], x->dqkv, a->ln1, w->t[ANVIL_GPT2_QKVW], N,
                        C, 3 * Cs);
     if (r->scatter(r->ctx, x->dln, x->partial, n, "sp attention backward scatter")) return -1;
@@ -452,7 +453,7 @@ int anvil_gpt2_block_forward(const anvil_kernels *k, const anvil_gpt2_block_shap
     if (r && r->gather) return sp_block_forward(k, s, w, a, x, r);
     k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res, w->t[ANVIL_GPT2_LN1W], w->t[ANVIL_GPT2_LN1B], N, C);
     k->matmul_forward(a->qkv, a->ln1, w->t[ANVIL_GPT2_QKVW], w->t[ANVIL_GPT2_QKVB], N, C, 3 * Cs, 0);
-    if (k->attention_forward(a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    if (k->attention_forward(a->atty, a->lse, a->qkv, s->B, s->T, s->NHs, s->NHs, Cs / s->NHs)) return -1;
     if (project(k, r, a->res2, a->res, a->atty, w->t[ANVIL_GPT2_ATTPROJW], w->t[ANVIL_GPT2_ATTPROJB], N, Cs, C,
                 x->partial, "tp attention forward"))
         return -1;
@@ -481,7 +482,8 @@ int anvil_gpt2_block_backward(const anvil_kernels *k, const anvil_gpt2_block_sha
                           a->ln2_mean, a->ln2_rstd, N, C);
     k->matmul_backward(x->datty, g->t[ANVIL_GPT2_ATTPROJW], g->t[ANVIL_GPT2_ATTPROJB], dres, a->atty,
                        w->t[ANVIL_GPT2_ATTPROJW], N, Cs, C);
-    if (k->attention_backward(x->dqkv, x->datty, a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    if (k->attention_backward(x->dqkv, x->datty, a->atty, a->lse, a->qkv, s->B, s->T, s->NHs, s->NHs, Cs / s->NHs))
+        return -1;
     k->matmul_backward(x->dln, g->t[ANVIL_GPT2_QKVW], g->t[ANVIL_GPT2_QKVB], x->dqkv, a->ln1, w->t[ANVIL_GPT2_QKVW], N,
                        C, 3 * Cs);
     if (r && r->reduce(r->ctx, x->dln, NC, "tp attention backward")) return -1;
@@ -698,7 +700,7 @@ int anvil_gpt2_decode(anvil_gpt2 *m, anvil_gpt2_cache *c, int32_t token, int pos
                           3 * C, 0);
         k->copy(kc + (size_t)pos * C, c->qkv + C, C);
         k->copy(vc + (size_t)pos * C, c->qkv + 2 * C, C);
-        if (k->attention_decode(c->att, c->qkv, kc, vc, pos + 1, C, NH)) return -1;
+        if (k->attention_decode(c->att, c->qkv, kc, vc, pos + 1, NH, NH, C / NH)) return -1;
         k->matmul_forward(c->x, c->att, LP(P, ANVIL_GPT2_ATTPROJW, l, C * C), LP(P, ANVIL_GPT2_ATTPROJB, l, C), 1, C, C,
                           1);
         k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, LP(P, ANVIL_GPT2_LN2W, l, C), LP(P, ANVIL_GPT2_LN2B, l, C),
