@@ -94,6 +94,15 @@ static void test_rope_table(void) {
     close_to("rope inv_freq theta 10000", f, fx("rope.inv_freq_default", 32), 32, 1.2e-7f, 0.0f);
     CHECK(anvil_rope_inv_freq(f, &LLAMA3, hs) == 0);
     close_to("rope inv_freq llama3", f, fx("rope.inv_freq_llama3", 32), 32, 1.2e-7f, 0.0f);
+    /* The tiny model's frequencies (fixtures/gen_llama_fixture.py): head size 16 and
+     * original_max_position_embeddings 64 put them in all three of llama3's bands. */
+    anvil_st_file *m = anvil_st_open("fixtures/llama_tiny.safetensors");
+    const anvil_st_tensor *mf = m ? anvil_st_find(m, "rope.inv_freq") : NULL;
+    CHECK(mf && mf->nbytes == 8 * 4);
+    anvil_rope_config tiny = {500000.0, ANVIL_ROPE_LLAMA3, 4.0, 1.0, 4.0, 64};
+    CHECK(anvil_rope_inv_freq(f, &tiny, 16) == 0);
+    if (mf) close_to("rope inv_freq of llama_tiny", f, mf->data, 8, 1.2e-7f, 0.0f);
+    anvil_st_close(m);
     float *cs = malloc((size_t)P * hs * 4);
     CHECK(anvil_rope_table(cs, &LLAMA3, hs, P) == 0);
     const anvil_st_tensor *pt = anvil_st_find(F, "rope.positions");
