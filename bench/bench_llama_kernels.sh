@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # The Llama kernels against PyTorch, side by side on the same shapes and threads:
-#   bench/bench_llama_kernels.sh [BUILD_DIR] [THREADS]   (defaults: build, 2)
-# Prints a markdown table (ms per call, the fastest of two interleaved runs; PyTorch's time over anvil's) and what share of
+#   bench/bench_llama_kernels.sh [BUILD_DIR] [THREADS] [RUNS]   (defaults: build, 2, 2)
+# Prints a markdown table (ms per call, the fastest of RUNS interleaved runs; PyTorch's time over anvil's) and what share of
 # attention's forward and backward the RoPE kernels take, the figure behind not fusing them.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 threads=${2:-2}
+runs=${3:-2}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-# Interleaved, twice each: the machine's other load comes and goes, and each op keeps its fastest.
-for run in 1 2; do
+# Interleaved: the machine's other load comes and goes, and each op keeps its fastest.
+for _ in $(seq "$runs"); do
   OMP_NUM_THREADS=$threads "$build/bench/bench_llama_kernels" "$threads" >> "$tmp/anvil"
   GLIBC_TUNABLES=glibc.malloc.hugetlb=1 /usr/bin/python3 "$here/bench_llama_kernels.py" "$threads" >> "$tmp/torch"
 done

@@ -43,12 +43,12 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
             float mx = m[i];
             for (int j = 0; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
             float corr = vexpf(m[i] - mx);
+#pragma omp simd
+            for (int j = 0; j < valid; j++) s[j] = vexpf(s[j] - mx);
+            /* One chain in key order, apart from the exponentials so that they alone are vector
+             * code (the same bits as scalar code) and the sum keeps the order it always had. */
             float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < valid; j++) {
-                s[j] = vexpf(s[j] - mx);
-                sum += s[j];
-            }
+            for (int j = 0; j < valid; j++) sum += s[j];
             for (int j = valid; j < nk; j++) s[j] = 0.0f;
             l[i] = l[i] * corr + sum;
             m[i] = mx;
