@@ -348,6 +348,41 @@ grep -q 'val loss [0-9.]* ([0-9.]* bits/byte' "$WORK/catlog" && ok || bad "no bi
 grep -q '^verse 7: the cat sat on the mat' "$WORK/catsample" && ok ||
     bad "anvil sample --data does not continue the prompt in text: $(cat "$WORK/catsample")"
 
+# Llama 3's encoding: a vocabulary trained in its format (the 256 specials follow its ranks), and
+# prep marks each document <|begin_of_text|> ... <|end_of_text|>, which decodes back to the text.
+"$ANVIL" tokenizer train --vocab-size 600 --pattern llama3 --out "$WORK/cat3.tiktoken" "$WORK/cat.txt" \
+    > /dev/null 2> "$WORK/cat3log" || bad "llama3 tokenizer training failed: $(cat "$WORK/cat3log")"
+n3=$(grep -c . "$WORK/cat3.tiktoken")
+grep -q "wrote .*: $n3 ranks, 256 specials from $n3 (beginning of text $n3, end of text $((n3 + 1)))" \
+    "$WORK/cat3log" && ok || bad "train's llama3 summary: $(cat "$WORK/cat3log")"
+printf '<|begin_of_text|>verse 1<|eot_id|>' | "$ANVIL" tokenizer encode --ranks "$WORK/cat3.tiktoken" \
+    --encoding llama3 --allow-special > "$WORK/cat3ids" && read -r -a ids < "$WORK/cat3ids" &&
+    [ "${ids[0]}" = "$n3" ] && [ "${ids[-1]}" = "$((n3 + 9))" ] && ok || bad "llama3 specials: $(cat "$WORK/cat3ids")"
+"$ANVIL" prep --out "$WORK/cat3d" --tokenizer "$WORK/cat3.tiktoken" --pattern llama3 --delimiter '\n\n' \
+    --val-fraction 0 "$WORK/cat.txt" > /dev/null 2>&1 || bad "llama3 prep of cat.txt failed"
+"$PY" - "$WORK/cat3d" "$n3" "$WORK/cat3ids.txt" <<'EOF' && ok || bad "llama3 documents are not marked BOS ... EOS"
+import json, os, struct, sys
+d, bos = sys.argv[1], int(sys.argv[2])
+m = json.load(open(os.path.join(d, "manifest.json")))
+assert (m["bos"], m["eot"], m["vocab_size"]) == (bos, bos + 1, bos + 256), m
+assert m["tokenizer"]["pattern"] == "llama3", m
+raw = open(os.path.join(d, m["shards"][0]["file"]), "rb").read()
+ver, n = struct.unpack("<2i", raw[4:12])
+toks = struct.unpack("<%d%s" % (n, "H" if ver == 1 else "I"), raw[1024:])
+starts = [i for i, t in enumerate(toks) if t == bos]
+ends = [i for i, t in enumerate(toks) if t == bos + 1]
+assert len(starts) == len(ends) == 60 and toks[0] == bos and toks[-1] == bos + 1, (starts[:3], ends[:3])
+assert all(s < e < s2 for s, e, s2 in zip(starts, ends, starts[1:] + [len(toks)])), "unbalanced marks"
+open(sys.argv[3], "w").write(" ".join(map(str, toks)))
+EOF
+"$ANVIL" tokenizer decode --ranks "$WORK/cat3.tiktoken" --encoding llama3 "$WORK/cat3ids.txt" > "$WORK/cat3back" &&
+    "$PY" - "$WORK/cat.txt" "$WORK/cat3back" <<'EOF' && ok || bad "llama3 shard does not decode to the documents"
+import sys
+docs = [d for d in open(sys.argv[1]).read().split("\n\n") if d]
+want = "".join("<|begin_of_text|>" + d + "<|end_of_text|>" for d in docs)
+assert open(sys.argv[2]).read() == want
+EOF
+
 "$ANVIL" prep --help | grep -q -- '--shard-tokens' && ok || bad "--help lacks the options"
 
 # Errors: nonzero exit, exactly one error line on stderr naming the problem.

@@ -70,8 +70,8 @@ static void run(int B, int T, int C, int NH) {
     anvil_rng_seed(&rng, (uint64_t)T * 31 + C);
     for (size_t i = 0; i < n3; i++) qkv[i] = anvil_rng_normal(&rng);
     for (size_t i = 0; i < n1; i++) dout[i] = anvil_rng_normal(&rng);
-    CHECK(k->attention_forward(out, lse, qkv, B, T, C, NH) == 0);
-    CHECK(k->attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH) == 0);
+    CHECK(k->attention_forward(out, lse, qkv, B, T, NH, NH, C / NH) == 0);
+    CHECK(k->attention_backward(dqkv, dout, out, lse, qkv, B, T, NH, NH, C / NH) == 0);
     reference(B, T, C, NH, qkv, dout, ro, rd);
     for (size_t i = 0; i < n1; i++) o32[i] = (float)ro[i];
     for (size_t i = 0; i < n3; i++) d32[i] = (float)rd[i];

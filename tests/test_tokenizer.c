@@ -4,7 +4,9 @@
  * compression, determinism).
  *
  * The gpt2 rank file is committed; the cl100k_base and o200k_base ones come
- * from the npm package through tests/tok/gen.sh. A missing one fails the
+ * from the npm package through tests/tok/gen.sh. Llama 3's is a vocabulary
+ * trained in its format (tok/expected/train_llama3_1456.tiktoken, committed),
+ * which tiktoken encodes with Meta's pattern and specials. A missing one fails the
  * test, unless ANVIL_TEST_ALLOW_SKIP=1 (then skipped, saying so: exit 77). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,9 +112,11 @@ static void test_rank_file_errors(void) {
           strstr(anvil_errmsg(), "/nonexistent/r.tiktoken"));
 }
 
-static void test_tiktoken(const char *enc) {
+/* ranks: the rank file, or NULL for the npm package's own (tok/ranks/<enc>.tiktoken). */
+static void test_tiktoken(const char *enc, const char *ranks) {
     char path[256];
-    snprintf(path, sizeof path, "tok/ranks/%s.tiktoken", enc);
+    if (ranks) snprintf(path, sizeof path, "%s", ranks);
+    else snprintf(path, sizeof path, "tok/ranks/%s.tiktoken", enc);
     if (access(path, R_OK)) {
         t_missing("test_tokenizer", "%s: tests/%s is missing (tests/tok/gen.sh fetches it from npm tiktoken)", enc,
                   path);
@@ -196,7 +200,11 @@ static void test_tiktoken(const char *enc) {
     memset(huge, ' ', big);
     CHECK(roundtrip(t, s, huge, big, &ids, &cap) > 0);
     free(huge);
-    CHECK(anvil_tok_encode(t, s, "a<|endoftext|>", 14, ANVIL_TOK_SPECIAL_REFUSE, &ids, &cap) < 0 &&
+    size_t el;
+    const unsigned char *eot = anvil_tok_token_bytes(t, anvil_tok_eot(t), &el);
+    char refused[64];
+    snprintf(refused, sizeof refused, "a%.*s", (int)el, (const char *)eot);
+    CHECK(anvil_tok_encode(t, s, refused, strlen(refused), ANVIL_TOK_SPECIAL_REFUSE, &ids, &cap) < 0 &&
           strstr(anvil_errmsg(), "at byte 1"));
     int32_t badid = anvil_tok_vocab_size(t);
     CHECK(anvil_tok_decode(t, &badid, 1, &dec, &dcap) < 0 && strstr(anvil_errmsg(), "names no token"));
@@ -290,12 +298,71 @@ static void test_train_corpus(void) {
     free(text);
 }
 
+/* Llama 3: a vocabulary trained in its format equals the naive reference's (tests/tok/train_ref.js
+ * with Meta's pattern), its 256 specials follow the ranks, and a file of Llama 3's official size
+ * puts them at 128000.. as Meta's tokenizer does. */
+static void test_llama3(void) {
+    size_t n;
+    char *text = slurp("tok/real.txt", &n);
+    CHECK(text != NULL);
+    if (!text) return;
+    const char *out = "/tmp/anvil_test_tok_llama3.tiktoken";
+    anvil_tok_train_opts o = {.vocab_size = 1456, .pattern_name = "llama3", .out_path = out, .threads = 2};
+    const char *tx = text;
+    CHECK(anvil_tok_train_ranks("llama3", 1456) == 1200 && anvil_tok_train_ranks("gpt2", 1456) == 1455);
+    CHECK(anvil_tok_train_mem(&o, &tx, &n, 1) == 1200);
+    size_t n1, n2;
+    char *f1 = slurp(out, &n1), *f2 = slurp("tok/expected/train_llama3_1456.tiktoken", &n2);
+    CHECK(f1 && f2 && n1 == n2 && !memcmp(f1, f2, n1));
+    free(f1), free(f2), free(text);
+    anvil_tok *t = anvil_tok_load(out, "llama3");
+    CHECK(t && anvil_tok_vocab_size(t) == 1456 && anvil_tok_bos(t) == 1200 && anvil_tok_eot(t) == 1201);
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    const char *chat = "<|begin_of_text|><|start_header_id|>x<|end_header_id|><|eot_id|><|reserved_special_token_246|>";
+    CHECK(t && anvil_tok_encode(t, NULL, chat, strlen(chat), ANVIL_TOK_SPECIAL_ALLOW, &ids, &cap) == 6 &&
+          ids[0] == 1200 && ids[1] == 1206 && ids[3] == 1207 && ids[4] == 1209 && ids[5] == 1455);
+    anvil_tok_free(t);
+    remove(out);
+    o.vocab_size = 511;
+    CHECK(anvil_tok_train_mem(&o, &tx, &n, 1) < 0 && strstr(anvil_errmsg(), "outside [512,"));
+
+    /* 128000 ranks: the bytes, then two- and three-byte strings. */
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *big = malloc((size_t)128000 * 16), *w = big;
+    for (int r = 0; r < 128000; r++) {
+        unsigned char b[3];
+        int len = r < 256 ? 1 : r < 256 + 65536 ? 2 : 3;
+        int v = r < 256 ? r : r < 256 + 65536 ? r - 256 : r - 256 - 65536;
+        if (len == 1) b[0] = (unsigned char)v;
+        else if (len == 2) b[0] = (unsigned char)(v >> 8), b[1] = (unsigned char)v;
+        else b[0] = (unsigned char)(v >> 16), b[1] = (unsigned char)(v >> 8), b[2] = (unsigned char)v;
+        uint32_t x = (uint32_t)b[0] << 16 | (len > 1 ? (uint32_t)b[1] << 8 : 0) | (len > 2 ? b[2] : 0);
+        w += sprintf(w, "%c%c%c%c %d\n", b64[x >> 18], b64[(x >> 12) & 63], len > 1 ? b64[(x >> 6) & 63] : '=',
+                     len > 2 ? b64[x & 63] : '=', r);
+    }
+    t = anvil_tok_load_mem(big, (size_t)(w - big), "official.tiktoken", "llama3");
+    CHECK(t && anvil_tok_vocab_size(t) == 128256 && anvil_tok_bos(t) == 128000 && anvil_tok_eot(t) == 128001);
+    if (t) {
+        size_t l;
+        const unsigned char *b = anvil_tok_token_bytes(t, 128009, &l);
+        CHECK(b && l == 10 && !memcmp(b, "<|eot_id|>", 10));
+        b = anvil_tok_token_bytes(t, 128255, &l);
+        CHECK(b && l == 30 && !memcmp(b, "<|reserved_special_token_246|>", 30));
+    }
+    anvil_tok_free(t);
+    free(big);
+    free(ids);
+}
+
 int main(void) {
     test_rank_file_errors();
     test_train_tiny();
     test_train_corpus();
-    test_tiktoken("gpt2");
-    test_tiktoken("cl100k_base");
-    test_tiktoken("o200k_base");
+    test_llama3();
+    test_tiktoken("gpt2", NULL);
+    test_tiktoken("cl100k_base", NULL);
+    test_tiktoken("o200k_base", NULL);
+    test_tiktoken("llama3", "tok/expected/train_llama3_1456.tiktoken");
     return t_done("test_tokenizer");
 }

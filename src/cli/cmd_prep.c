@@ -18,7 +18,8 @@ static const char usage_text[] =
     "\n"
     "Turns text into llm.c token shards (bytes, or BPE with --tokenizer):\n"
     "DIR/train_NNNNNN.bin, DIR/val_NNNNNN.bin and DIR/manifest.json. Each\n"
-    "document starts with the end-of-text token; a document goes to val when\n"
+    "document starts with the end-of-text token, or with --pattern llama3 lies\n"
+    "between <|begin_of_text|> and <|end_of_text|>; a document goes to val when\n"
     "the FNV-1a hash of its bytes says so, so the split is the same on every run.\n"
     "Files ending in .gz or .zst are decompressed as they are read. A FILE may be\n"
     "s3://bucket/key: the object is downloaded whole to a private temporary folder\n"
@@ -38,8 +39,8 @@ static const char usage_text[] =
     "  --shard-tokens N     tokens per shard; a split's last one holds the rest\n"
     "                       (default 100000000)\n"
     "  --tokenizer FILE     BPE tokens from a .tiktoken rank file (default: bytes)\n"
-    "  --pattern NAME       the tokenizer's encoding: gpt2, cl100k_base, o200k_base\n"
-    "                       (default gpt2)\n"
+    "  --pattern NAME       the tokenizer's encoding: gpt2, cl100k_base, o200k_base,\n"
+    "                       llama3 (default gpt2)\n"
     "  --jsonl-field NAME   inputs are JSON lines; each line's string field NAME is a\n"
     "                       document (a bad line is skipped with a note naming it)\n"
     "  --strict             with --jsonl-field: a bad line is an error instead\n"
@@ -178,7 +179,7 @@ int cmd_prep(int argc, char **argv) {
             if (!*v) rc = cli_usage_error(cmd, "--tokenizer needs a .tiktoken file");
             else o.tokenizer_file = v;
         } else if (!strcmp(a, "--pattern")) {
-            if (!*v) rc = cli_usage_error(cmd, "--pattern needs gpt2, cl100k_base or o200k_base");
+            if (!*v) rc = cli_usage_error(cmd, "--pattern needs gpt2, cl100k_base, o200k_base or llama3");
             else o.tokenizer_pattern = v;
         } else if (!strcmp(a, "--jsonl-field")) {
             if (!*v) rc = cli_usage_error(cmd, "--jsonl-field needs a field name");

@@ -22,12 +22,16 @@ static const char usage[] =
     "  encode           INPUT (default: standard input) as bytes -> ids, one line of\n"
     "                   space-separated decimals, or with --binary uint32 little-endian\n"
     "  decode           ids (decimal, whitespace-separated; or --binary uint32) -> bytes\n"
-    "  train            learn a vocabulary of N ids in total (the 256 bytes, N-257\n"
-    "                   merges, <|endoftext|> last) from the FILEs; writes FILE atomically\n"
+    "  train            learn a vocabulary of N ids in total from the FILEs: the 256 bytes,\n"
+    "                   merges, then the specials that follow the ranks (not in the file:\n"
+    "                   <|endoftext|> last, N-257 merges; llama3's 256, N-512 merges);\n"
+    "                   writes FILE atomically\n"
     "\n"
     "  --ranks FILE     a .tiktoken rank file\n"
     "  --encoding NAME  regex and special tokens: gpt2 (default; = r50k_base), p50k_base,\n"
-    "                   cl100k_base, o200k_base. --pattern is the same option.\n"
+    "                   cl100k_base, o200k_base, llama3 (Llama 3's tokenizer.model: 256\n"
+    "                   specials after the ranks, <|begin_of_text|> first).\n"
+    "                   --pattern is the same option.\n"
     "  --allow-special  encode special-token text (\"<|endoftext|>\") as its id;\n"
     "                   without it such text is encoded as ordinary bytes\n"
     "  --binary         uint32 little-endian ids instead of decimal text\n"
@@ -110,10 +114,15 @@ static int train(int argc, char **argv) {
         free(files);
         return 2;
     }
+    int ranks = anvil_tok_train_ranks(pattern, vocab);
+    if (ranks < 0) {
+        free(files);
+        return cli_fail("tokenizer");
+    }
     double t0 = anvil_now();
     anvil_meter meter;
     anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "tokenizer train", "merges");
-    int merges = vocab - 257;
+    int merges = ranks - 256;
     anvil_tok_train_opts o = {.files = files,
                               .n_files = nf,
                               .vocab_size = vocab,
@@ -130,7 +139,14 @@ static int train(int argc, char **argv) {
     }
     /* Training stops early when no pair is left to merge. */
     anvil_meter_finish(&meter, n - 256, merges, "");
-    fprintf(stderr, "wrote %s: %d ranks, <|endoftext|> = %d, %.1f s\n", out, n, n, anvil_now() - t0);
+    anvil_tok *t = anvil_tok_load(out, pattern);
+    if (!t) return cli_fail("tokenizer");
+    if (anvil_tok_bos(t) >= 0)
+        fprintf(stderr, "wrote %s: %d ranks, %d specials from %d (beginning of text %d, end of text %d), %.1f s\n",
+                out, n, anvil_tok_vocab_size(t) - n, n, anvil_tok_bos(t), anvil_tok_eot(t), anvil_now() - t0);
+    else
+        fprintf(stderr, "wrote %s: %d ranks, <|endoftext|> = %d, %.1f s\n", out, n, anvil_tok_eot(t), anvil_now() - t0);
+    anvil_tok_free(t);
     return 0;
 }
 

@@ -67,7 +67,9 @@ static int encode_doc(const anvil_prep_opts *o, const anvil_tok *tk, worker *w, 
         anvil_bytetok_encode(doc, len, w->ids);
         n = (int64_t)len;
     }
-    int32_t eot = tk ? anvil_tok_eot(tk) : ANVIL_BYTETOK_EOT;
+    int32_t eot = tk ? anvil_tok_eot(tk) : ANVIL_BYTETOK_EOT, bos = tk ? anvil_tok_bos(tk) : -1;
+    if (bos >= 0)
+        return append(c, s, &bos, 1) || append(c, s, w->ids, (size_t)n) || append(c, s, &eot, 1) ? -1 : 0;
     return append(c, s, &eot, 1) || append(c, s, w->ids, (size_t)n) ? -1 : 0;
 }
 

@@ -61,6 +61,7 @@ int prep_write_manifest(run *r, int complete) {
     int ok = root && cJSON_AddItemToObject(root, "tokenizer", cJSON_Duplicate(r->tokenizer, 1)) &&
              cJSON_AddNumberToObject(root, "vocab_size", vocab) &&
              cJSON_AddNumberToObject(root, "eot", r->tk ? anvil_tok_eot(r->tk) : ANVIL_BYTETOK_EOT) &&
+             (!r->tk || anvil_tok_bos(r->tk) < 0 || cJSON_AddNumberToObject(root, "bos", anvil_tok_bos(r->tk))) &&
              cJSON_AddNumberToObject(root, "shard_version", r->version) &&
              cJSON_AddNumberToObject(root, "val_fraction", o->val_fraction);
     if (ok && o->delimiter) {

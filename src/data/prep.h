@@ -6,7 +6,11 @@
  *
  * The input is split into documents (a whole file each, the pieces between
  * occurrences of a delimiter, or one JSON field per line), each document is
- * prefixed with the end-of-text token as in GPT-2 and llm.c, and each goes
+ * marked as its tokenizer's family marks one: prefixed with the end-of-text
+ * token as in GPT-2 and llm.c, or, for an encoding with a beginning-of-text
+ * token (llama3), between it and the end-of-text token, as Meta's Llama 3
+ * encode(bos=True, eos=True) gives <|begin_of_text|> ... <|end_of_text|>;
+ * and each goes
  * to the val split when the FNV-1a hash of its bytes falls below the val
  * fraction, else to train. The split is a pure function of a document's
  * bytes, so a re-run, a re-ordering of the inputs or a duplicated document
@@ -125,7 +129,8 @@ int anvil_jsonl_field(const unsigned char *line, size_t len, const char *field, 
                       size_t *doc_len);
 void anvil_jsonl_release(void *hold);
 
-/* Reads the vocabulary size and end-of-text id from dir/manifest.json. */
+/* Reads the vocabulary size and end-of-text id from dir/manifest.json (which also records "bos",
+ * the beginning-of-text id, when the tokenizer has one). */
 int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot);
 /* The tokenizer dir/manifest.json names: 0 with *tok NULL for bytes, 0 with
  * *tok loaded (from dir/tokenizer.tiktoken) for BPE, or -1. file (may be

@@ -5,8 +5,9 @@
  * contents itself, so a CUDA backend can provide its own table (and its own
  * allocator) without any change to src/model. All tensors are fp32, dense,
  * row-major; shapes use the names of the GPT-2 code: N rows (= B*T), C
- * channels, OC output channels, NH heads, V real vocabulary, Vp padded
- * vocabulary.
+ * channels, OC output channels, NH heads (NKV key/value heads of hs
+ * channels each in grouped-query attention), H hidden units, V real
+ * vocabulary, Vp padded vocabulary.
  *
  * Conventions: functions named *_backward ACCUMULATE (+=) into parameter
  * gradients (dw, db, dwte...) so gradient accumulation over micro-batches
@@ -59,18 +60,45 @@ typedef struct anvil_kernels {
     void (*matmul_backward)(float *dx, float *dw, float *db, const float *dout, const float *x,
                             const float *w, int N, int C, int OC);
 
-    /* Causal multi-head attention on packed qkv[B,T,3C] into out[B,T,C]; lse[B,NH,T] keeps each
-     * row's log-sum-exp so the backward can recompute the probabilities. The three attention
-     * functions return -1 (after anvil_fail) when their scratch space cannot be allocated. */
-    int (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
-    /* dqkv[B,T,3C] = gradient (written, not accumulated). */
+    /* Causal attention with grouped-query heads on packed qkv[B,T,(NH+2*NKV)*hs]: each row holds NH
+     * query heads, then NKV key heads, then NKV value heads, hs wide, and query head h attends with
+     * key/value head h / (NH/NKV). NKV divides NH; NKV = NH is multi-head attention (GPT-2's
+     * [q | k | v] with C = NH*hs), NKV = 1 multi-query. out[B,T,NH*hs]; lse[B,NH,T] keeps each row's
+     * log-sum-exp so the backward can recompute the probabilities. The three attention functions
+     * return -1 (after anvil_fail) when their scratch space cannot be allocated. */
+    int (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs);
+    /* dqkv[B,T,(NH+2*NKV)*hs] = gradient (written, not accumulated); a key or value head's gradient
+     * sums its group's query heads. */
     int (*attention_backward)(float *dqkv, const float *dout, const float *out, const float *lse,
-                              const float *qkv, int B, int T, int C, int NH);
+                              const float *qkv, int B, int T, int NH, int NKV, int hs);
 
     /* One new query row per head against the first n cached keys and values (incremental decoding):
-     * q[C], kcache/vcache[>=n, C], out[C]. */
-    int (*attention_decode)(float *out, const float *q, const float *kcache, const float *vcache, int n, int C,
-                            int NH);
+     * q[NH*hs], kcache/vcache[>=n, NKV*hs] (key/value heads grouped as above), out[NH*hs]. */
+    int (*attention_decode)(float *out, const float *q, const float *kcache, const float *vcache, int n, int NH,
+                            int NKV, int hs);
+
+    /* RMSNorm (Llama's): out = w * (x * rstd) per row, rstd = 1 / sqrt(mean(x^2) + eps); rstd [N] is
+     * kept for the backward. */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+    /* dx += ..., dw += ... */
+    void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                             const float *rstd, int N, int C);
+
+    /* Rotary position embedding in Hugging Face's rotate-half layout, in place on the NH query heads
+     * and NKV key heads of packed qkv[B,T,(NH+2*NKV)*hs] (the value heads are left alone); token t of
+     * each sequence is at position pos0 + t. cs[P,hs] holds per position p the cosines of its hs/2
+     * angles, then their sines (kernels/rope.h builds it). With c, s of angle i < hs/2:
+     * x[i] <- x[i]*c - x[i+hs/2]*s and x[i+hs/2] <- x[i+hs/2]*c + x[i]*s. */
+    void (*rope_forward)(float *qkv, const float *cs, int B, int T, int pos0, int NH, int NKV, int hs);
+    /* Its backward, in place on the query and key heads of dqkv: the inverse rotation. */
+    void (*rope_backward)(float *dqkv, const float *cs, int B, int T, int pos0, int NH, int NKV, int hs);
+
+    /* SwiGLU: out[N,H] = silu(gate) * up, silu(g) = g / (1 + exp(-g)). gate and up are [N,H] with rows
+     * ld apart (ld = H for separate buffers, 2H for [gate | up] rows of one matmul's output). */
+    void (*swiglu_forward)(float *out, const float *gate, const float *up, int N, int H, int ld);
+    /* dgate and dup (rows ld apart, like gate and up) = gradients (written, not accumulated). */
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N,
+                            int H, int ld);
 
     /* GELU, tanh form. The backward may run in place (dx == dout). */
     void (*gelu_forward)(float *out, const float *x, size_t n);

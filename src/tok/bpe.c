@@ -44,6 +44,35 @@ struct anvil_tok_state {
     size_t n_out;
 };
 
+/* The encoding's official specials for its official rank count, else the ones that follow the
+ * ranks. */
+static int set_specials(anvil_tok *t, const tok_encoding *e, const char *name) {
+    t->bos = -1;
+    if ((int)t->map.count == e->n_ranks) {
+        t->n_special = e->n_special;
+        for (int i = 0; i < e->n_special; i++) {
+            t->special_str[i] = e->special_str[i];
+            t->special_id[i] = e->special_id[i];
+        }
+        t->eot = t->special_id[0];
+        return 0;
+    }
+    if (t->n_ids > TOK_MAX_ID - e->n_follow)
+        return anvil_fail("%s: no room for %s's %d specials after rank %d", name, e->name, e->n_follow, t->n_ids - 1);
+    t->special_text = malloc((size_t)e->n_follow * TOK_SPECIAL_CAP);
+    if (!t->special_text) return anvil_fail("%s: out of memory", name);
+    t->n_special = e->n_follow;
+    for (int i = 0; i < e->n_follow; i++) {
+        char *text = t->special_text + (size_t)i * TOK_SPECIAL_CAP;
+        tok_follow_name(e, i, text);
+        t->special_str[i] = text;
+        t->special_id[i] = t->n_ids + i;
+    }
+    t->eot = t->special_id[e->follow_eot];
+    if (e->follow_bos >= 0) t->bos = t->special_id[e->follow_bos];
+    return 0;
+}
+
 anvil_tok *anvil_tok_load_mem(const char *data, size_t n, const char *name, const char *pattern_name) {
     const tok_encoding *e = tok_find_encoding(pattern_name);
     if (!e) return NULL;
@@ -55,19 +84,7 @@ anvil_tok *anvil_tok_load_mem(const char *data, size_t n, const char *name, cons
     snprintf(t->name, sizeof t->name, "%s", e->name);
     if (tok_parse_ranks(t, data, n, name)) goto fail;
     if (!(t->re = tok_compile_regex(e, 0)) || !(t->re_fast = tok_compile_regex(e, 1))) goto fail;
-    size_t n_ranks = t->map.count;
-    if ((int)n_ranks == e->n_ranks) {
-        t->n_special = e->n_special;
-        for (int i = 0; i < e->n_special; i++) {
-            t->special_str[i] = e->special_str[i];
-            t->special_id[i] = e->special_id[i];
-        }
-    } else {
-        t->n_special = 1;
-        t->special_str[0] = "<|endoftext|>";
-        t->special_id[0] = t->n_ids;
-    }
-    t->eot = t->special_id[0];
+    if (set_specials(t, e, name)) goto fail;
     int32_t old_n = t->n_ids;
     for (int i = 0; i < t->n_special; i++) {
         int32_t id = t->special_id[i];
@@ -122,6 +139,7 @@ void anvil_tok_free(anvil_tok *t) {
     free(t->tok_off);
     free(t->tok_len);
     free(t->arena);
+    free(t->special_text);
     free(t->map.slots);
     if (t->re) pcre2_code_free(t->re);
     if (t->re_fast) pcre2_code_free(t->re_fast);
@@ -130,6 +148,7 @@ void anvil_tok_free(anvil_tok *t) {
 
 int32_t anvil_tok_vocab_size(const anvil_tok *t) { return t->n_ids; }
 int32_t anvil_tok_eot(const anvil_tok *t) { return t->eot; }
+int32_t anvil_tok_bos(const anvil_tok *t) { return t->bos; }
 const char *anvil_tok_pattern_name(const anvil_tok *t) { return t->name; }
 
 const unsigned char *anvil_tok_token_bytes(const anvil_tok *t, int32_t id, size_t *len) {

@@ -109,10 +109,10 @@ static int wm_add(wordmap *m, const unsigned char *p, size_t n, int64_t freq) {
 
 static int wm_piece(const unsigned char *p, size_t n, void *ctx) { return wm_add(ctx, p, n, 1); }
 
-/* Splits one text (documents separated by <|endoftext|>) into m. */
-static int count_text(pcre2_code *const re[2], pcre2_match_data *md, const unsigned char *p, size_t n, wordmap *m) {
-    static const char eot[] = "<|endoftext|>";
-    const size_t el = sizeof eot - 1;
+/* Splits one text (documents separated by the encoding's end-of-text special, eot) into m. */
+static int count_text(pcre2_code *const re[2], pcre2_match_data *md, const char *eot, const unsigned char *p,
+                      size_t n, wordmap *m) {
+    const size_t el = strlen(eot);
     while (n) {
         const unsigned char *e = memmem(p, n, eot, el);
         size_t seg = e ? (size_t)(e - p) : n;
@@ -321,6 +321,8 @@ static int count_words(const anvil_tok_train_opts *o, const chunk_t *chunks, siz
         if (re[0]) pcre2_code_free(re[0]);
         return -1;
     }
+    char eot[TOK_SPECIAL_CAP];
+    tok_follow_name(enc, enc->follow_eot, eot);
     int nt = o->threads > 0 ? o->threads : omp_get_max_threads();
     if (nt < 1) nt = 1;
     wordmap *maps = calloc((size_t)nt, sizeof *maps);
@@ -337,7 +339,7 @@ static int count_words(const anvil_tok_train_opts *o, const chunk_t *chunks, siz
             /* Dynamic chunks, but each thread's words go to its own map. */
 #pragma omp for schedule(dynamic, 1)
             for (size_t c = 0; c < n_chunks; c++)
-                if (!failed && count_text(re, md, chunks[c].p, chunks[c].n, &maps[me])) failed = 1;
+                if (!failed && count_text(re, md, eot, chunks[c].p, chunks[c].n, &maps[me])) failed = 1;
             if (md) pcre2_match_data_free(md);
         }
         if (failed) rc = anvil_fail("tokenizer train: out of memory counting words");
@@ -533,11 +535,15 @@ static int merge_pairs(const anvil_tok_train_opts *o, uint32_t max_tokens, word_
 }
 
 static int train_chunks(const anvil_tok_train_opts *o, const chunk_t *chunks, size_t n_chunks) {
-    if (o->vocab_size < 257 || o->vocab_size > TOK_MAX_ID)
-        return anvil_fail("tokenizer train: vocab size %d is outside [257, %d]", o->vocab_size, TOK_MAX_ID);
+    const tok_encoding *enc = tok_find_encoding(o->pattern_name ? o->pattern_name : "gpt2");
+    if (!enc) return -1;
+    if (o->vocab_size < 256 + enc->n_follow || o->vocab_size > TOK_MAX_ID)
+        return anvil_fail("tokenizer train: vocab size %d is outside [%d, %d] (the 256 bytes and %s's %d special%s)",
+                          o->vocab_size, 256 + enc->n_follow, TOK_MAX_ID, enc->name, enc->n_follow,
+                          enc->n_follow > 1 ? "s" : "");
     wordmap counted;
     if (count_words(o, chunks, n_chunks, &counted)) return -1;
-    uint32_t max_tokens = (uint32_t)o->vocab_size - 1;
+    uint32_t max_tokens = (uint32_t)(o->vocab_size - enc->n_follow);
     word_list wl = {0};
     vocab v = {0};
     pair_counts pc = {0};
@@ -577,6 +583,11 @@ int anvil_tok_train_mem(const anvil_tok_train_opts *o, const char *const *texts,
     int rc = train_chunks(o, chunks, nc);
     free(chunks);
     return rc;
+}
+
+int anvil_tok_train_ranks(const char *pattern_name, int vocab_size) {
+    const tok_encoding *enc = tok_find_encoding(pattern_name ? pattern_name : "gpt2");
+    return enc ? vocab_size - enc->n_follow : -1;
 }
 
 int anvil_tok_train(const anvil_tok_train_opts *o) {

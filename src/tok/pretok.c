@@ -76,25 +76,50 @@
     "]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}" XW "]*(?i:" CONTRACTIONS ")?|[\\p{N}" XN "]{1,3}| ?[^" WS          \
     "\\p{L}\\p{N}" XL XN "]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
 
+/* Llama 3 (Meta's tokenizer.py, the Llama 3.1 list, which 3.2 and 3.3 text models keep): the
+ * regex is cl100k_base's as tiktoken first published it, character for character (the same
+ * pieces as tiktoken's later rewrite with possessive quantifiers), and 256 specials follow the
+ * ranks, whatever their count (Meta numbers them from len(mergeable_ranks)): these 11 named ones,
+ * then <|reserved_special_token_2|> onwards. 128000 ranks put <|begin_of_text|> at 128000. */
+static const char *const llama3_named[] = {
+    "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+    "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
+    "<|eot_id|>", "<|python_tag|>"};
+static const char *const eot_only[] = {"<|endoftext|>"};
+
+#define GPT_FOLLOW 1, 0, -1, 1, eot_only
 static const tok_encoding encodings[] = {
-    {"gpt2", GPT2_RE(U16_L, U16_N), GPT2_RE("", ""), 50256, 1, {"<|endoftext|>"}, {50256}},
-    {"r50k_base", GPT2_RE(U16_L, U16_N), GPT2_RE("", ""), 50256, 1, {"<|endoftext|>"}, {50256}},
-    {"p50k_base", GPT2_RE(U16_L, U16_N), GPT2_RE("", ""), 50280, 1, {"<|endoftext|>"}, {50256}},
+    {"gpt2", GPT2_RE(U16_L, U16_N), GPT2_RE("", ""), 50256, 1, {"<|endoftext|>"}, {50256}, GPT_FOLLOW},
+    {"r50k_base", GPT2_RE(U16_L, U16_N), GPT2_RE("", ""), 50256, 1, {"<|endoftext|>"}, {50256}, GPT_FOLLOW},
+    {"p50k_base", GPT2_RE(U16_L, U16_N), GPT2_RE("", ""), 50280, 1, {"<|endoftext|>"}, {50256}, GPT_FOLLOW},
     {"cl100k_base",
      CL100K_RE(U16_L, U16_N),
      CL100K_RE("", ""),
      100256,
      5,
      {"<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|endofprompt|>"},
-     {100257, 100258, 100259, 100260, 100276}},
+     {100257, 100258, 100259, 100260, 100276},
+     GPT_FOLLOW},
     {"o200k_base",
      O200K_RE(U16_L, U16_N, U16_UPPER, U16_LOWER),
      O200K_RE("", "", "", ""),
      199998,
      2,
      {"<|endoftext|>", "<|endofprompt|>"},
-     {199999, 200018}},
+     {199999, 200018},
+     GPT_FOLLOW},
+    {"llama3", CL100K_RE(U16_L, U16_N), CL100K_RE("", ""), 0, 0, {NULL}, {0}, TOK_MAX_SPECIAL, 1, 0,
+     (int)(sizeof llama3_named / sizeof llama3_named[0]), llama3_named},
 };
+
+/* Reserved specials go on from the named list's own (Llama 3's ends at number 1). */
+void tok_follow_name(const tok_encoding *e, int i, char *buf) {
+    int first = 0;
+    for (int k = 0; k < e->n_named; k++)
+        if (!strncmp(e->named[k], "<|reserved_special_token_", 25)) first = atoi(e->named[k] + 25) + 1;
+    if (i < e->n_named) snprintf(buf, TOK_SPECIAL_CAP, "%s", e->named[i]);
+    else snprintf(buf, TOK_SPECIAL_CAP, "<|reserved_special_token_%d|>", first + i - e->n_named);
+}
 
 /* The U16_* code points as ranges, parsed once from the macros above so
  * that the fast-path check and the regexes cannot disagree. */
@@ -151,7 +176,8 @@ int tok_needs_u16(const unsigned char *p, size_t n) {
 const tok_encoding *tok_find_encoding(const char *name) {
     for (size_t i = 0; i < sizeof encodings / sizeof encodings[0]; i++)
         if (!strcmp(encodings[i].name, name)) return &encodings[i];
-    anvil_fail("tokenizer: unknown encoding '%s' (known: gpt2, r50k_base, p50k_base, cl100k_base, o200k_base)",
+    anvil_fail("tokenizer: unknown encoding '%s' (known: gpt2, r50k_base, p50k_base, cl100k_base, o200k_base, "
+               "llama3)",
                name);
     return NULL;
 }

@@ -27,6 +27,11 @@ typedef struct {
     const uint32_t *tok_len;
 } tok_map;
 
+/* Llama 3's 256 specials are the most any encoding has. */
+#define TOK_MAX_SPECIAL 256
+/* Room for one special's text, with its NUL. */
+#define TOK_SPECIAL_CAP 40
+
 struct anvil_tok {
     int32_t n_ids;       /* highest id + 1 */
     uint32_t *tok_off;   /* per id: offset of its bytes in arena */
@@ -36,10 +41,11 @@ struct anvil_tok {
     tok_map map;         /* mergeable tokens only, never specials */
     uint32_t byte_rank[256];
     int n_special;
-    int32_t special_id[8];
-    const char *special_str[8];
-    uint32_t special_len[8];
-    int32_t eot;
+    int32_t special_id[TOK_MAX_SPECIAL];
+    const char *special_str[TOK_MAX_SPECIAL];
+    uint32_t special_len[TOK_MAX_SPECIAL];
+    char *special_text; /* the specials' text when it is generated (tok_follow_name), else NULL */
+    int32_t eot, bos;   /* bos: -1 when the encoding has none */
     pcre2_code *re, *re_fast;
     char name[32];
 };
@@ -88,13 +94,21 @@ typedef struct {
     const char *name;
     const char *regex;      /* exact for all input */
     const char *regex_fast; /* the same pieces unless tok_needs_u16 */
-    int n_ranks; /* the official rank count; its specials apply only then */
+    int n_ranks; /* the official rank count; its specials apply only then (0: never) */
     int n_special;
     const char *special_str[8];
     int32_t special_id[8];
+    /* The specials of any other rank file: n_follow of them at the ids right after its highest
+     * rank, in order: the n_named of `named`, then reserved ones (tok_follow_name); the
+     * end-of-text one at index follow_eot, the beginning-of-text one at follow_bos (-1: none).
+     * A trained vocabulary leaves them room: its size counts them. */
+    int n_follow, follow_eot, follow_bos, n_named;
+    const char *const *named;
 } tok_encoding;
 
 const tok_encoding *tok_find_encoding(const char *name);
+/* The text of e's following special number i (< e->n_follow) into buf[TOK_SPECIAL_CAP]. */
+void tok_follow_name(const tok_encoding *e, int i, char *buf);
 /* Compiles (and JIT-compiles) the encoding's regex, or its fast variant;
  * NULL after anvil_fail. */
 pcre2_code *tok_compile_regex(const tok_encoding *e, int fast);

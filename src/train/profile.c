@@ -72,24 +72,57 @@ static void matmul_backward(float *dx, float *dw, float *db, const float *dout, 
     K->matmul_backward(dx, dw, db, dout, x, w, N, C, OC);
     DONE(role("backward", C, OC));
 }
-static int attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+static int attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs) {
     OP();
-    int rc = K->attention_forward(out, lse, qkv, B, T, C, NH);
+    int rc = K->attention_forward(out, lse, qkv, B, T, NH, NKV, hs);
     DONE("attention_forward");
     return rc;
 }
 static int attention_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                              int B, int T, int C, int NH) {
+                              int B, int T, int NH, int NKV, int hs) {
     OP();
-    int rc = K->attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH);
+    int rc = K->attention_backward(dqkv, dout, out, lse, qkv, B, T, NH, NKV, hs);
     DONE("attention_backward");
     return rc;
 }
-static int attention_decode(float *out, const float *q, const float *kc, const float *vc, int n, int C, int NH) {
+static int attention_decode(float *out, const float *q, const float *kc, const float *vc, int n, int NH, int NKV,
+                            int hs) {
     OP();
-    int rc = K->attention_decode(out, q, kc, vc, n, C, NH);
+    int rc = K->attention_decode(out, q, kc, vc, n, NH, NKV, hs);
     DONE("attention_decode");
     return rc;
+}
+static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
+    OP();
+    K->rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    DONE("rmsnorm_forward");
+}
+static void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                             const float *rstd, int N, int C) {
+    OP();
+    K->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+    DONE("rmsnorm_backward");
+}
+static void rope_forward(float *qkv, const float *cs, int B, int T, int pos0, int NH, int NKV, int hs) {
+    OP();
+    K->rope_forward(qkv, cs, B, T, pos0, NH, NKV, hs);
+    DONE("rope_forward");
+}
+static void rope_backward(float *dqkv, const float *cs, int B, int T, int pos0, int NH, int NKV, int hs) {
+    OP();
+    K->rope_backward(dqkv, cs, B, T, pos0, NH, NKV, hs);
+    DONE("rope_backward");
+}
+static void swiglu_forward(float *out, const float *gate, const float *up, int N, int H, int ld) {
+    OP();
+    K->swiglu_forward(out, gate, up, N, H, ld);
+    DONE("swiglu_forward");
+}
+static void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N,
+                            int H, int ld) {
+    OP();
+    K->swiglu_backward(dgate, dup, dout, gate, up, N, H, ld);
+    DONE("swiglu_backward");
 }
 static void gelu_forward(float *out, const float *x, size_t n) {
     OP();
@@ -158,6 +191,12 @@ const anvil_kernels *anvil_profiled_kernels(const anvil_kernels *k) {
     P.attention_forward = attention_forward;
     P.attention_backward = attention_backward;
     P.attention_decode = attention_decode;
+    P.rmsnorm_forward = rmsnorm_forward;
+    P.rmsnorm_backward = rmsnorm_backward;
+    P.rope_forward = rope_forward;
+    P.rope_backward = rope_backward;
+    P.swiglu_forward = swiglu_forward;
+    P.swiglu_backward = swiglu_backward;
     P.gelu_forward = gelu_forward;
     P.gelu_backward = gelu_backward;
     P.copy = copy;

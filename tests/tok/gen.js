@@ -4,6 +4,12 @@
 //                          own file format, for anvil's loader
 //   cases.bin              the test texts (UTF-8) and how specials are treated
 //   expected/<enc>.bin     tiktoken's ids for every case
+//   expected/llama3.bin    the same for Llama 3's encoding: tiktoken built
+//                          with Meta's pattern and 256 specials over the
+//                          vocabulary expected/train_llama3_1456.tiktoken
+//                          (train_ref.js, run first by gen.sh), the
+//                          specials numbered from its 1200 ranks as Meta's
+//                          tokenizer.py numbers them
 // Run through gen.sh (which installs the package first). Input: real.txt
 // (committed prose) plus the adversarial texts built below.
 //
@@ -14,16 +20,37 @@
 'use strict';
 const fs = require('fs');
 const path = require('path');
-const { get_encoding } = require('tiktoken');
+const { get_encoding, Tiktoken } = require('tiktoken');
 
 const here = __dirname;
-const encodings = ['gpt2', 'cl100k_base', 'o200k_base'];
+const encodings = ['gpt2', 'cl100k_base', 'o200k_base', 'llama3'];
+
+// Llama 3's pre-tokenization regex, as Meta's tokenizer.py (meta-llama/llama3 and llama-models)
+// spells it. It is cl100k_base's pattern as the npm package ships it, character for character:
+// Llama 3 and cl100k differ in their ranks and specials only.
+const LLAMA3_PAT = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+if (LLAMA3_PAT !== require('tiktoken/encoders/cl100k_base.json').pat_str)
+  throw new Error("Llama 3's pattern is no longer the package's cl100k_base pattern");
+// Meta's Llama 3.1 list (llama-models): 11 named, then reserved ones from number 2, 256 in all.
+const LLAMA3_NAMED = ['<|begin_of_text|>', '<|end_of_text|>', '<|reserved_special_token_0|>',
+  '<|reserved_special_token_1|>', '<|finetune_right_pad_id|>', '<|step_id|>', '<|start_header_id|>',
+  '<|end_header_id|>', '<|eom_id|>', '<|eot_id|>', '<|python_tag|>'];
+const llama3Specials = (nRanks) => {
+  const names = [...LLAMA3_NAMED];
+  for (let i = 0; names.length < 256; i++) names.push(`<|reserved_special_token_${2 + i}|>`);
+  return Object.fromEntries(names.map((n, i) => [n, nRanks + i]));
+};
+const llama3 = () => {
+  const ranks = fs.readFileSync(path.join(here, 'expected', 'train_llama3_1456.tiktoken'), 'utf8');
+  const n = ranks.split('\n').filter((l) => l).length;
+  return new Tiktoken(ranks, llama3Specials(n), LLAMA3_PAT);
+};
 
 // The package's encoder JSON stores ranks as lines "! <first rank> <base64>
 // <base64> ..." with consecutive ranks; a .tiktoken file is one
 // "<base64> <rank>" per line.
 fs.mkdirSync(path.join(here, 'ranks'), { recursive: true });
-for (const enc of encodings) {
+for (const enc of encodings.filter((e) => e !== 'llama3')) {
   const j = require(`tiktoken/encoders/${enc}.json`);
   const out = [];
   for (const line of j.bpe_ranks.split('\n')) {
@@ -121,7 +148,10 @@ const specials = {
 };
 const stexts = ['<|endoftext|>', 'a<|endoftext|>b', 'Hello world<|endoftext|>  \n<|endoftext|>',
   'x   <|endoftext|>   y', '<|endoftext', '<|<|endoftext|>|>', 'end.<|endofprompt|>', '<|fim_prefix|>def f():<|fim_suffix|>',
-  '<|endoftext|><|endoftext|>', 'no specials here <| |>', '\n\n<|endoftext|>\n\n'];
+  '<|endoftext|><|endoftext|>', 'no specials here <| |>', '\n\n<|endoftext|>\n\n',
+  '<|begin_of_text|>In the beginning<|end_of_text|>', '<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>',
+  '<|reserved_special_token_246|> <|reserved_special_token_247|> <|reserved_special_token_2|>',
+  "<|python_tag|>x = 1<|eom_id|><|finetune_right_pad_id|><|step_id|>", '<|begin_of_text|<|begin_of_text|>|>'];
 for (const s of stexts) for (const mode of [0, 1, 2]) add(s, mode);
 
 const buf = [];
@@ -135,7 +165,7 @@ fs.writeFileSync(path.join(here, 'cases.bin'), Buffer.concat(buf));
 
 fs.mkdirSync(path.join(here, 'expected'), { recursive: true });
 for (const enc of encodings) {
-  const t = get_encoding(enc);
+  const t = enc === 'llama3' ? llama3() : get_encoding(enc);
   const out = [];
   for (const [mode, s] of cases) {
     let ids;

@@ -12,6 +12,8 @@ if [ ! -f real.txt ] || [ "${1:-}" = "--real" ]; then
   { bible -f "gen1:1-gen12:20" "mat1:1-mat6:34"
     cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0; } > real.txt
 fi
-node gen.js
-# The reference for the incremental trainer (tests/test_tokenizer.c compares).
+# The references for the incremental trainer (tests/test_tokenizer.c compares); the llama3 one is
+# also the vocabulary gen.js encodes Llama 3's cases with.
 node train_ref.js real.txt 1200 expected/train_gpt2_1200.tiktoken
+node train_ref.js real.txt 1456 expected/train_llama3_1456.tiktoken llama3
+node gen.js

@@ -2,9 +2,12 @@
  * time and never stored for the backward pass. The forward keeps only each
  * row's log-sum-exp; the backward recomputes the probabilities from it.
  *
- * Layout: qkv[B,T,3C] holds q, k and v side by side, head h at columns
- * h*hd..(h+1)*hd of each; out[B,T,C] likewise. All per-head matrices are
- * addressed in place with a leading dimension, never copied. */
+ * Layout: a row of qkv holds NH query heads, then NKV key heads, then NKV
+ * value heads, hs columns each; query head h reads key/value head
+ * h / (NH / NKV) (grouped-query attention; NKV = NH is multi-head attention,
+ * GPT-2's [q | k | v]). out holds the NH heads' outputs side by side. All
+ * per-head matrices are addressed in place with a leading dimension, never
+ * copied. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -40,12 +43,12 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
             float mx = m[i];
             for (int j = 0; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
             float corr = vexpf(m[i] - mx);
+#pragma omp simd
+            for (int j = 0; j < valid; j++) s[j] = vexpf(s[j] - mx);
+            /* One chain in key order, apart from the exponentials so that they alone are vector
+             * code (the same bits as scalar code) and the sum keeps the order it always had. */
             float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < valid; j++) {
-                s[j] = vexpf(s[j] - mx);
-                sum += s[j];
-            }
+            for (int j = 0; j < valid; j++) sum += s[j];
             for (int j = valid; j < nk; j++) s[j] = 0.0f;
             l[i] = l[i] * corr + sum;
             m[i] = mx;
@@ -75,11 +78,11 @@ static float *team_scratch(size_t per_thread, size_t *stride, const char *what) 
     return p;
 }
 
-int cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    int hd = C / NH, nqb = (T + BQ - 1) / BQ;
-    float scale = 1.0f / sqrtf((float)hd);
+int cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs) {
+    int nqb = (T + BQ - 1) / BQ, group = NH / NKV, ld = (NH + 2 * NKV) * hs, ldo = NH * hs;
+    float scale = 1.0f / sqrtf((float)hs);
     size_t stride;
-    float *scratch = team_scratch((size_t)BQ * BK + (size_t)BQ * hd, &stride, "attention forward");
+    float *scratch = team_scratch((size_t)BQ * BK + (size_t)BQ * hs, &stride, "attention forward");
     if (!scratch) return -1;
 #pragma omp parallel
     {
@@ -92,26 +95,25 @@ int cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T
                 int b = bh / NH, h = bh % NH;
                 /* Later blocks see more keys: issuing them first balances the threads. */
                 int q0 = (nqb - 1 - qb) * BQ, q1 = q0 + BQ < T ? q0 + BQ : T;
-                const float *base = qkv + (size_t)b * T * 3 * C + (size_t)h * hd;
-                attn_fwd_block(out + (size_t)b * T * C + (size_t)h * hd, lse + (size_t)bh * T, base, base + C,
-                               base + 2 * C, q0, q1, hd, 3 * C, C, scale, S, acc, m, l);
+                const float *row = qkv + (size_t)b * T * ld;
+                const float *kh = row + (size_t)(NH + h / group) * hs;
+                attn_fwd_block(out + (size_t)b * T * ldo + (size_t)h * hs, lse + (size_t)bh * T, row + (size_t)h * hs,
+                               kh, kh + (size_t)NKV * hs, q0, q1, hs, ld, ldo, scale, S, acc, m, l);
             }
     }
     free(scratch);
     return 0;
 }
 
-/* Backward of one (batch, head), with P recomputed from the saved
- * log-sum-exp. dq, dk, dv point into dqkv and are owned by this call alone,
- * so no two threads ever write the same gradient. */
+/* Backward of one (batch, query head), with P recomputed from the saved
+ * log-sum-exp: writes dq and adds to dk and dv, which the caller zeroed.
+ * One thread runs every head of a key/value group, in head order, so no two
+ * threads ever write the same gradient and the sums over the group are
+ * always taken in the same order. */
 static void attn_bwd_head(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                           const float *q, const float *k, const float *v, int T, int hd, int ld, int ldo,
                           float scale, float *P, float *dP, float *Dsum) {
-    for (int t = 0; t < T; t++) {
-        memset(dq + (size_t)t * ld, 0, sizeof(float) * hd);
-        memset(dk + (size_t)t * ld, 0, sizeof(float) * hd);
-        memset(dv + (size_t)t * ld, 0, sizeof(float) * hd);
-    }
+    for (int t = 0; t < T; t++) memset(dq + (size_t)t * ld, 0, sizeof(float) * hd);
     for (int q0 = 0; q0 < T; q0 += BQ) {
         int q1 = q0 + BQ < T ? q0 + BQ : T, nq = q1 - q0;
         for (int i = 0; i < nq; i++) {
@@ -147,9 +149,9 @@ static void attn_bwd_head(float *dq, float *dk, float *dv, const float *dout, co
 }
 
 int cpu_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                           int B, int T, int C, int NH) {
-    int hd = C / NH;
-    float scale = 1.0f / sqrtf((float)hd);
+                           int B, int T, int NH, int NKV, int hs) {
+    int group = NH / NKV, ld = (NH + 2 * NKV) * hs, ldo = NH * hs;
+    float scale = 1.0f / sqrtf((float)hs);
     size_t stride;
     float *scratch = team_scratch(2 * (size_t)BQ * BK, &stride, "attention backward");
     if (!scratch) return -1;
@@ -159,33 +161,42 @@ int cpu_attention_backward(float *dqkv, const float *dout, const float *out, con
         float *dP = P + BQ * BK;
         float Dsum[BQ];
 #pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            size_t qoff = (size_t)b * T * 3 * C + (size_t)h * hd, ooff = (size_t)b * T * C + (size_t)h * hd;
-            attn_bwd_head(dqkv + qoff, dqkv + qoff + C, dqkv + qoff + 2 * C, dout + ooff, out + ooff,
-                          lse + (size_t)bh * T, qkv + qoff, qkv + qoff + C, qkv + qoff + 2 * C, T, hd, 3 * C, C,
-                          scale, P, dP, Dsum);
+        for (int bg = 0; bg < B * NKV; bg++) {
+            int b = bg / NKV, g = bg % NKV;
+            size_t base = (size_t)b * T * ld, koff = base + (size_t)(NH + g) * hs, voff = koff + (size_t)NKV * hs;
+            for (int t = 0; t < T; t++) {
+                memset(dqkv + koff + (size_t)t * ld, 0, sizeof(float) * hs);
+                memset(dqkv + voff + (size_t)t * ld, 0, sizeof(float) * hs);
+            }
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                size_t qoff = base + (size_t)h * hs, ooff = (size_t)b * T * ldo + (size_t)h * hs;
+                attn_bwd_head(dqkv + qoff, dqkv + koff, dqkv + voff, dout + ooff, out + ooff,
+                              lse + ((size_t)b * NH + h) * T, qkv + qoff, qkv + koff, qkv + voff, T, hs, ld, ldo,
+                              scale, P, dP, Dsum);
+            }
         }
     }
     free(scratch);
     return 0;
 }
 
-int cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int n, int C, int NH) {
-    int hd = C / NH;
-    float scale = 1.0f / sqrtf((float)hd);
+int cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int n, int NH,
+                         int NKV, int hs) {
+    int group = NH / NKV, ld = NKV * hs;
+    float scale = 1.0f / sqrtf((float)hs);
     size_t bytes = sizeof(float) * (size_t)n * NH;
     float *scores = malloc(bytes);
     if (!scores) return anvil_fail("kernels: cannot allocate %zu bytes of attention scores", bytes);
-#pragma omp parallel for schedule(static) if (n * C > 65536)
+#pragma omp parallel for schedule(static) if ((size_t)n * NH * hs > 65536)
     for (int h = 0; h < NH; h++) {
         float *s = scores + (size_t)h * n;
-        const float *qh = q + h * hd;
+        const float *qh = q + (size_t)h * hs;
+        size_t kv = (size_t)(h / group) * hs;
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
-            const float *kj = kcache + (size_t)j * C + h * hd;
+            const float *kj = kcache + (size_t)j * ld + kv;
             float dot = 0.0f;
-            for (int d = 0; d < hd; d++) dot += qh[d] * kj[d];
+            for (int d = 0; d < hs; d++) dot += qh[d] * kj[d];
             s[j] = dot * scale;
             mx = s[j] > mx ? s[j] : mx;
         }
@@ -194,12 +205,12 @@ int cpu_attention_decode(float *out, const float *q, const float *kcache, const 
             s[j] = vexpf(s[j] - mx);
             sum += s[j];
         }
-        float *oh = out + h * hd;
-        for (int d = 0; d < hd; d++) oh[d] = 0.0f;
+        float *oh = out + (size_t)h * hs;
+        for (int d = 0; d < hs; d++) oh[d] = 0.0f;
         for (int j = 0; j < n; j++) {
-            const float *vj = vcache + (size_t)j * C + h * hd;
+            const float *vj = vcache + (size_t)j * ld + kv;
             float p = s[j] / sum;
-            for (int d = 0; d < hd; d++) oh[d] += p * vj[d];
+            for (int d = 0; d < hs; d++) oh[d] += p * vj[d];
         }
     }
     free(scores);

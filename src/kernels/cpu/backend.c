@@ -18,6 +18,9 @@
     .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,                         \
     .attention_forward = cpu_attention_forward, .attention_backward = cpu_attention_backward,                         \
     .attention_decode = cpu_attention_decode, .gelu_forward = cpu_gelu_forward, .gelu_backward = cpu_gelu_backward,   \
+    .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,                                 \
+    .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward,                                             \
+    .swiglu_forward = cpu_swiglu_forward, .swiglu_backward = cpu_swiglu_backward,                                     \
     .copy = cpu_copy, .add_inplace = cpu_add_inplace, .sumsq = cpu_sumsq, .scale = cpu_scale, .adamw = cpu_adamw
 
 const anvil_kernels cpu_table = {

@@ -55,6 +55,12 @@ uint32_t cpu_copy_crc32c(void *dst, const void *src, size_t bytes, uint32_t crc)
 #define cpu_attention_forward CPU_ISA_NAME(cpu_attention_forward)
 #define cpu_attention_backward CPU_ISA_NAME(cpu_attention_backward)
 #define cpu_attention_decode CPU_ISA_NAME(cpu_attention_decode)
+#define cpu_rmsnorm_forward CPU_ISA_NAME(cpu_rmsnorm_forward)
+#define cpu_rmsnorm_backward CPU_ISA_NAME(cpu_rmsnorm_backward)
+#define cpu_rope_forward CPU_ISA_NAME(cpu_rope_forward)
+#define cpu_rope_backward CPU_ISA_NAME(cpu_rope_backward)
+#define cpu_swiglu_forward CPU_ISA_NAME(cpu_swiglu_forward)
+#define cpu_swiglu_backward CPU_ISA_NAME(cpu_swiglu_backward)
 #define cpu_gelu_forward CPU_ISA_NAME(cpu_gelu_forward)
 #define cpu_gelu_backward CPU_ISA_NAME(cpu_gelu_backward)
 #define cpu_copy CPU_ISA_NAME(cpu_copy)
@@ -103,10 +109,19 @@ void cpu_matmul_forward_amx(float *out, const float *x, const float *w, const fl
                             int accumulate);
 void cpu_matmul_backward_amx(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
                              int N, int C, int OC);
-int cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+int cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs);
 int cpu_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                           int B, int T, int C, int NH);
-int cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int n, int C, int NH);
+                           int B, int T, int NH, int NKV, int hs);
+int cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int n, int NH,
+                         int NKV, int hs);
+void cpu_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+void cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
+                          int N, int C);
+void cpu_rope_forward(float *qkv, const float *cs, int B, int T, int pos0, int NH, int NKV, int hs);
+void cpu_rope_backward(float *dqkv, const float *cs, int B, int T, int pos0, int NH, int NKV, int hs);
+void cpu_swiglu_forward(float *out, const float *gate, const float *up, int N, int H, int ld);
+void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int H,
+                         int ld);
 void cpu_gelu_forward(float *out, const float *x, size_t n);
 void cpu_gelu_backward(float *dx, const float *x, const float *dout, size_t n);
 void cpu_copy(float *dst, const float *src, size_t n);

@@ -48,7 +48,7 @@ static int sp_block_forward(const anvil_kernels *k, const gpt2_block_shape *s, c
                      x->partial, "sp attention gather"))
         return -1;
     k->matmul_forward(a->qkv, a->ln1, w->t[ANVIL_GPT2_QKVW], w->t[ANVIL_GPT2_QKVB], N, C, 3 * Cs, 0);
-    if (k->attention_forward(a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    if (k->attention_forward(a->atty, a->lse, a->qkv, s->B, s->T, s->NHs, s->NHs, Cs / s->NHs)) return -1;
     if (sp_project(k, r, a->res2, a->res, a->atty, w->t[ANVIL_GPT2_ATTPROJW], w->t[ANVIL_GPT2_ATTPROJB], N, Cs, C,
                    x->partial, "sp attention scatter"))
         return -1;
@@ -82,7 +82,8 @@ static int sp_block_backward(const anvil_kernels *k, const gpt2_block_shape *s, 
     if (r->comm->gather(r->comm->ctx, dres, x->partial, n, "sp attention backward gather")) return -1;
     k->matmul_backward(x->datty, g->t[ANVIL_GPT2_ATTPROJW], g->t[ANVIL_GPT2_ATTPROJB], x->partial, a->atty,
                        w->t[ANVIL_GPT2_ATTPROJW], N, Cs, C);
-    if (k->attention_backward(x->dqkv, x->datty, a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    if (k->attention_backward(x->dqkv, x->datty, a->atty, a->lse, a->qkv, s->B, s->T, s->NHs, s->NHs, Cs / s->NHs))
+        return -1;
     k->matmul_backward(x->dln, g->t[ANVIL_GPT2_QKVW], g->t[ANVIL_GPT2_QKVB], x->dqkv, a->ln1, w->t[ANVIL_GPT2_QKVW], N,
                        C, 3 * Cs);
     if (r->comm->scatter(r->comm->ctx, x->dln, x->partial, n, "sp attention backward scatter")) return -1;
@@ -98,7 +99,7 @@ int gpt2_block_forward(const anvil_kernels *k, const gpt2_block_shape *s, const 
     if (r && r->sp) return sp_block_forward(k, s, w, a, x, r);
     k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res, w->t[ANVIL_GPT2_LN1W], w->t[ANVIL_GPT2_LN1B], N, C);
     k->matmul_forward(a->qkv, a->ln1, w->t[ANVIL_GPT2_QKVW], w->t[ANVIL_GPT2_QKVB], N, C, 3 * Cs, 0);
-    if (k->attention_forward(a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    if (k->attention_forward(a->atty, a->lse, a->qkv, s->B, s->T, s->NHs, s->NHs, Cs / s->NHs)) return -1;
     if (project(k, r, a->res2, a->res, a->atty, w->t[ANVIL_GPT2_ATTPROJW], w->t[ANVIL_GPT2_ATTPROJB], N, Cs, C,
                 x->partial, "tp attention forward"))
         return -1;
@@ -127,7 +128,8 @@ int gpt2_block_backward(const anvil_kernels *k, const gpt2_block_shape *s, const
                           a->ln2_mean, a->ln2_rstd, N, C);
     k->matmul_backward(x->datty, g->t[ANVIL_GPT2_ATTPROJW], g->t[ANVIL_GPT2_ATTPROJB], dres, a->atty,
                        w->t[ANVIL_GPT2_ATTPROJW], N, Cs, C);
-    if (k->attention_backward(x->dqkv, x->datty, a->atty, a->lse, a->qkv, s->B, s->T, Cs, s->NHs)) return -1;
+    if (k->attention_backward(x->dqkv, x->datty, a->atty, a->lse, a->qkv, s->B, s->T, s->NHs, s->NHs, Cs / s->NHs))
+        return -1;
     k->matmul_backward(x->dln, g->t[ANVIL_GPT2_QKVW], g->t[ANVIL_GPT2_QKVB], x->dqkv, a->ln1, w->t[ANVIL_GPT2_QKVW], N,
                        C, 3 * Cs);
     if (r && r->comm->reduce(r->comm->ctx, x->dln, NC, "tp attention backward")) return -1;

@@ -68,7 +68,7 @@ int gpt2_decode(anvil_model *m, anvil_model_cache *c, int32_t token, int pos, fl
                           3 * C, 0);
         k->copy(kc + (size_t)pos * C, c->qkv + C, C);
         k->copy(vc + (size_t)pos * C, c->qkv + 2 * C, C);
-        if (k->attention_decode(c->att, c->qkv, kc, vc, pos + 1, C, NH)) return -1;
+        if (k->attention_decode(c->att, c->qkv, kc, vc, pos + 1, NH, NH, C / NH)) return -1;
         k->matmul_forward(c->x, c->att, LP(P, ANVIL_GPT2_ATTPROJW, l, C * C), LP(P, ANVIL_GPT2_ATTPROJB, l, C), 1, C, C,
                           1);
         k->layernorm_forward(c->ln, c->mean, c->rstd, c->x, LP(P, ANVIL_GPT2_LN2W, l, C), LP(P, ANVIL_GPT2_LN2B, l, C),
