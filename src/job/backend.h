@@ -71,9 +71,19 @@ typedef struct {
     int (*stop)(anvil_backend *b, const anvil_attempt_ref *a);
     /* Ends every process of the attempt at once. */
     int (*kill)(anvil_backend *b, const anvil_attempt_ref *a);
-    /* Adds what the backend knows of the job's current attempt (handle "" when none runs) to o
-     * (describe's "backend" object). */
+    /* Adds what the backend keeps of the job between attempts (a: its current or last attempt) to o,
+     * describe's "backend" object. */
     int (*describe)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
+    /* Adds what the backend knows of attempt a, running or just ended, to o: describe shows a running
+     * attempt's live, and the supervisor stores an ended one's with it, so that they outlive the backend's
+     * own memory of it (Slurm forgets a job minutes after its end). */
+    int (*attempt_facts)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
+    /* Before a retry: makes sure that no process of ended attempt a can still run, ending what is left of
+     * it. 0 once none can; 1 while some may, why saying what is waited for; -1 after anvil_fail. A backend
+     * may give up waiting on what it cannot reach (a node that does not answer) at ended_at + its grace:
+     * then 0 with why saying what it gave up on (else why is ""). The run folder's lock (which the
+     * supervisor checks after) stays the fence of what writes the run folder. */
+    int (*fence)(anvil_backend *b, const anvil_attempt_ref *a, double ended_at, char *why, size_t cap);
     void (*free)(anvil_backend *b);
     /* The one line that says how a failed attempt ended, when the backend knows better than the run's
      * launcher log's last error line (which rank failed first, and where); "" when it does not. NULL on a
