@@ -8,7 +8,7 @@
 #     once, not retried;
 #   - Completed only with the command's completion record, verified (its model file's size and CRC-32C
 #     against a bitwise reference); exit 0 without it (a test hook) retried, then Failed, naming it;
-#     describe keeps both attempts (text and JSON);
+#     describe keeps both attempts (text and JSON); a retry waits (Fencing) while the run lock is held;
 #   - a rank SIGKILLed mid-run: retried with --resume auto, Completed, final
 #     weights bit-identical to the uninterrupted job's;
 #   - retries exhausted: Failed, the reason naming the signal;
@@ -93,8 +93,10 @@ admin role add all --input-prefix "$tmp" --output-prefix "$tmp" --max-procs 4 --
 field() {
   job --json describe "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)$(printf '["%s"]' "${@:2}"))"
 }
+# (A reader that stops early, grep -q, ends the printing quietly: SIGPIPE at its default.)
 history() { job --json describe "$1" | python3 -c "
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 for e in json.load(sys.stdin)['history']: print(e['status'], e['secondary_status'], e['message'], sep='|')"; }
 njobs() { job --json list | python3 -c "import json,sys; print(len(json.load(sys.stdin)['jobs']))"; }
 # The training rank of the job whose run folder is $1 (not mpirun, the launcher or the wrapper).
@@ -589,6 +591,27 @@ sys.exit(not (len(a) == 2 and [x['exit_code'] for x in a] == [0, 0] and all(x['b
 job describe "$noword" > "$tmp/out"
 [ "$(grep -c "^  [12]  local  session [0-9]*, started .*, ended .*, exit 0$" "$tmp/out")" = 2 ] &&
   ok "describe (text): both attempts, their sessions and exits" || bad "describe text: $(cat "$tmp/out")"
+
+# A retry waits while the run folder's lock is held (here by flock(1), standing in for a process of an
+# earlier attempt that is still alive), and starts once it is free. Attempt 1 is refused the folder.
+mkdir -p "$tmp/fenced"
+# -o: flock itself holds the lock (its sleep does not inherit it), so ending flock frees it.
+flock -o "$tmp/fenced/lock" sleep 600 &
+holder=$!
+submit --name fenced --role all --max-retries 1 --output "$tmp/fenced" -- "${train[@]}" --steps 30 > "$tmp/out" 2>&1 ||
+  bad "submit: $(cat "$tmp/out")"
+fenced=$(grep -o 'job [0-9]*' "$tmp/out" | cut -d' ' -f2)
+for _ in $(seq 600); do [ "$(field "$fenced" secondary_status)" = Fencing ] && break; sleep 0.1; done
+sleep 1
+[ "$(field "$fenced" status)/$(field "$fenced" secondary_status)/$(field "$fenced" attempt)" = Starting/Fencing/2 ] &&
+  grep -qF "Starting|Fencing|attempt 2 waits until no process of attempt 1 can write the run folder: $tmp/fenced/lock is held by" \
+    <<< "$(history "$fenced")" && ok "a retry waits while the run lock is held: Starting (Fencing)" ||
+  bad "fence: $(history "$fenced")"
+kill $(pgrep -P "$holder") "$holder"
+wait "$holder" 2> /dev/null
+job wait "$fenced" > /dev/null
+[ "$(field "$fenced" status)" = Completed ] && [ "$(field "$fenced" attempt)" = 2 ] &&
+  ok "... and starts once it is free: Completed" || bad "after the fence: $(history "$fenced")"
 
 # ---- hooks: every primary status change of every job, once each, in order, by both hooks ----
 # `hooks_check`: prints what is still wrong (nothing once every delivery is in).

@@ -61,8 +61,10 @@ job() { timeout 180 "$anvil" job --state "$state" "$@"; }
 field() {
   job --json describe "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)$(printf '["%s"]' "${@:2}"))"
 }
+# (A reader that stops early, grep -q, ends the printing quietly: SIGPIPE at its default.)
 history() { job --json describe "$1" | python3 -c "
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 for e in json.load(sys.stdin)['history']: print(e['status'], e['secondary_status'], e['message'], sep='|')"; }
 # The training rank on node $2 of the run in $1 (srun starts every rank on this machine, with its node's name).
 rank_on() {

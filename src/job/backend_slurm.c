@@ -264,11 +264,11 @@ static int write_end(const slurm_backend *sb, const anvil_attempt_ref *a, const 
 static int node_failed(const slurm_backend *sb, const anvil_attempt_ref *a, const job_view *v, char *why, size_t cap) {
     anvil_slurm_log_facts f;
     anvil_slurm_scan_log(sb, a, &f);
-    /* A job Slurm saw through to its end on its own ran on nodes that were there for it; a node lost since
-     * has nothing to do with it. */
-    bool own_end = !strcmp(v->state, "COMPLETED") && !v->restarts;
+    /* The nodes' states now say something of the attempt only while Slurm still has its job and did not
+     * see it through to its end on its own: a node lost after that has nothing to do with it. */
+    bool nodes_matter = !v->gone && !(!strcmp(v->state, "COMPLETED") && !v->restarts);
     char lost[512] = "", *names = NULL;
-    int rc = own_end ? 1 : anvil_slurm_attempt_nodes(sb, a, &names);
+    int rc = nodes_matter ? anvil_slurm_attempt_nodes(sb, a, &names) : 1;
     if (rc < 0) return -1;
     for (char *save, *node = rc ? NULL : strtok_r(names, "\n", &save); node && !lost[0];
          node = strtok_r(NULL, "\n", &save)) {
@@ -416,6 +416,21 @@ static int slurm_kill(anvil_backend *b, const anvil_attempt_ref *a) {
     return steps < 0 ? -1 : 0;
 }
 
+/* An attempt lost while Slurm was still ending its job (requeued, completing) ended in a state Slurm
+ * reached only later: the end file gets it, so that what is kept of the attempt says how Slurm ended it. */
+static int final_state_known(const slurm_backend *sb, const anvil_attempt_ref *a, job_view *v) {
+    char path[PATH_MAX + 64], *end, *lost;
+    size_t len;
+    anvil_slurm_attempt_file(sb, a, "end", path, sizeof path);
+    if (anvil_read_file_max(path, 1 << 16, &end, &len)) return 0;
+    bool same = anvil_slurm_field_is(end, "state", v->state);
+    lost = anvil_slurm_field(end, "lost", true);
+    free(end);
+    int rc = same ? 0 : write_end(sb, a, v, lost ? lost : "");
+    free(lost);
+    return rc;
+}
+
 /* The attempt's nodes that do not answer Slurm (NOT_RESPONDING): what ran there may still run, and ends
  * only when the node answers again, since its slurmd then ends the steps of jobs that have ended. Waited
  * for until ended_at + the grace; past it, 0 with why naming them. */
@@ -465,6 +480,7 @@ static int slurm_fence(anvil_backend *b, const anvil_attempt_ref *a, double ende
                 anvil_slurm_run_quiet((char *[]){"scancel", "--signal=KILL", "--full", (char *)r.handle, NULL});
             return anvil_slurm_run_quiet((char *[]){"scancel", (char *)r.handle, NULL}) ? -1 : 1;
         }
+        if (!v.gone && final_state_known(sb, &r, &v)) return -1;
     }
     int waiting = wait_unreachable(sb, &r, ended_at, why, cap);
     /* Nodes Slurm found down since the attempt ended are left out of the retry too. */

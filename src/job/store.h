@@ -129,6 +129,8 @@ int anvil_store_update_audited(anvil_store *st, const anvil_job *job, const char
 int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, int *n);
 /* anvil_store_update, and the end of attempt end->attempt, in one transaction. */
 int anvil_store_update_ended(anvil_store *st, const anvil_job *job, const char *message, const anvil_attempt_end *end);
+/* Replaces what is kept of the backend's facts of an ended attempt (its backend learned more since). */
+int anvil_store_attempt_facts(anvil_store *st, int64_t id, int attempt, const char *facts);
 /* The job's attempts, the first first. */
 int anvil_store_attempts(anvil_store *st, int64_t id, anvil_job_attempt **attempts, int *n);
 void anvil_job_attempts_free(anvil_job_attempt *attempts, int n);

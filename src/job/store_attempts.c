@@ -45,6 +45,26 @@ int anvil_store_attempt_end(anvil_store *st, int64_t job_id, const anvil_attempt
     return rc == SQLITE_DONE ? 0 : anvil_store_db_fail(st, "attempts");
 }
 
+static int set_facts(anvil_store *st, int64_t id, int attempt, const char *facts) {
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db, "UPDATE attempts SET facts = ?3 WHERE job_id = ?1 AND attempt = ?2", -1, &s,
+                                NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_int(s, 2, attempt);
+        sqlite3_bind_text(s, 3, facts, -1, SQLITE_STATIC);
+        rc = sqlite3_step(s);
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? 0 : anvil_store_db_fail(st, "attempts");
+}
+
+int anvil_store_attempt_facts(anvil_store *st, int64_t id, int attempt, const char *facts) {
+    int rc;
+    IN_TRANSACTION(st, rc, rc = set_facts(st, id, attempt, facts));
+    return rc;
+}
+
 static int read_attempt(sqlite3_stmt *s, void *elem, const void *ctx) {
     (void)ctx;
     anvil_job_attempt *a = elem;

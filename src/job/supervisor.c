@@ -259,6 +259,16 @@ static int record_start(void *ctx, const char *handle) {
     return -1;
 }
 
+/* What backend b knows of attempt a as it ends, as JSON text to keep with it (malloc'd; NULL: none).
+ * Facts are for people: one the backend cannot get now is left out, and the job goes on. */
+static char *facts_text(anvil_backend *b, const anvil_attempt_ref *a) {
+    cJSON *o = cJSON_CreateObject();
+    if (o && b->ops->attempt_facts) b->ops->attempt_facts(b, a, o);
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return text;
+}
+
 /* The secondary status of a retry that waits until the attempt before it is fenced. */
 static const char fencing[] = "Fencing";
 
@@ -282,6 +292,10 @@ static int fence_previous(anvil_supervisor *sup, anvil_job *j, char *note, size_
         anvil_attempt_ref a = {.job_id = j->id, .attempt = prev->attempt, .handle = prev->handle};
         rc = b->ops->fence(b, &a, prev->ended_at, why, sizeof why);
         if (!rc && why[0]) snprintf(note, cap, "attempt %d fenced, but: %s", prev->attempt, why);
+        /* The backend has the attempt's last word now (Slurm's final state of its job). */
+        char *facts = rc ? NULL : facts_text(b, &a);
+        if (facts && anvil_store_attempt_facts(sup->st, j->id, prev->attempt, facts)) rc = -1;
+        free(facts);
     }
     int before = prev ? prev->attempt : j->attempt - 1;
     anvil_job_attempts_free(at, n);
@@ -353,16 +367,10 @@ static int health_retries(anvil_supervisor *sup, const anvil_job *j) {
     return count;
 }
 
-/* What the backend knows of the job's attempt as it ends, as JSON text to keep with it (malloc'd; NULL:
- * none). Facts are for people: one the backend cannot get now is left out, and the job goes on. */
+/* facts_text of the job's current attempt. */
 static char *attempt_facts_text(anvil_supervisor *sup, const anvil_job *j) {
     anvil_attempt_ref a = attempt_of(j);
-    anvil_backend *b = backend_of(sup, j);
-    cJSON *o = cJSON_CreateObject();
-    if (o && b->ops->attempt_facts) b->ops->attempt_facts(b, &a, o);
-    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    return text;
+    return facts_text(backend_of(sup, j), &a);
 }
 
 /* Stores the job's change with the end of its attempt `ended` (exit code, -1: none), judged as message. */

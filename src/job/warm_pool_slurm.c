@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/completion.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "job/slurm_internal.h"
@@ -209,7 +210,7 @@ bool anvil_slurm_pool_held(const slurm_backend *sb, const char *id) {
 }
 
 /* The warm pool's parts of the batch script (job/backend.h). The first, before the exit file is written,
- * records the pool Available after a step that exited 0, so that it is there once the job has completed.
+ * records the pool Available after a step that finished, so that it is there once the job has completed.
  * The second holds the allocation: InUse while a job's claim file is there, the TTL counted again from
  * the claim's end; at the TTL or on the release file the script takes the claim itself (O_EXCL, as a
  * job does), so that no job can claim a pool whose holder is leaving. A claim lost to a job at that
@@ -231,11 +232,17 @@ void anvil_slurm_put_pool_open(anvil_strbuf *t, const slurm_backend *sb, const a
          "nodes=%%s\\nexpires=%%s\\n' \"$1\" \"$owner\" \"$user\" \"$partition\" \"$SLURM_JOB_NODELIST\" \"$end\" > \"$pf.tmp\" && "
          "sync \"$pf.tmp\" && mv -f \"$pf.tmp\" \"$pf\"\n}\n",
          (long long)a->ref.job_id, a->hosts, a->procs_per_host);
-    anvil_strbuf_puts(t, "[ \"$rc\" = 0 ] && mkdir -p \"$pools\" && pool Available\n");
+    /* Only a step that finished leaves its allocation: exit 0 with its command's completion record (a step
+     * that lost a node may exit 0 without it, on an allocation Slurm is ending). */
+    char record[PATH_MAX + 32];
+    snprintf(record, sizeof record, "%s/%s", a->run_dir, ANVIL_COMPLETION_FILE);
+    anvil_strbuf_puts(t, "offered=\n[ \"$rc\" = 0 ] && [ -e ");
+    anvil_slurm_put_quoted(t, record);
+    anvil_strbuf_puts(t, " ] && mkdir -p \"$pools\" && pool Available && offered=1\n");
 }
 
 void anvil_slurm_put_pool_hold(anvil_strbuf *t) {
-    anvil_strbuf_puts(t, "if [ \"$rc\" = 0 ]; then\n  used=\n  while [ -d \"$pools\" ]; do\n"
+    anvil_strbuf_puts(t, "if [ -n \"$offered\" ]; then\n  used=\n  while [ -d \"$pools\" ]; do\n"
              "    if [ -e \"$pf.claim\" ]; then\n"
              "      [ -n \"$used\" ] || { used=1; pool InUse; }\n"
              "    elif [ -n \"$used\" ]; then\n"
