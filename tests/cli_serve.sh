@@ -6,6 +6,9 @@
 #     `anvil job` exits 4;
 #   - submit, wait: Completed with its history; a usage error is Failed at
 #     once, not retried;
+#   - Completed only with the command's completion record, verified (its model file's size and CRC-32C
+#     against a bitwise reference); exit 0 without it (a test hook) retried, then Failed, naming it;
+#     describe keeps both attempts (text and JSON); a retry waits (Fencing) while the run lock is held;
 #   - a rank SIGKILLed mid-run: retried with --resume auto, Completed, final
 #     weights bit-identical to the uninterrupted job's;
 #   - retries exhausted: Failed, the reason naming the signal;
@@ -90,8 +93,10 @@ admin role add all --input-prefix "$tmp" --output-prefix "$tmp" --max-procs 4 --
 field() {
   job --json describe "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)$(printf '["%s"]' "${@:2}"))"
 }
+# (A reader that stops early, grep -q, ends the printing quietly: SIGPIPE at its default.)
 history() { job --json describe "$1" | python3 -c "
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 for e in json.load(sys.stdin)['history']: print(e['status'], e['secondary_status'], e['message'], sep='|')"; }
 njobs() { job --json list | python3 -c "import json,sys; print(len(json.load(sys.stdin)['jobs']))"; }
 # The training rank of the job whose run folder is $1 (not mpirun, the launcher or the wrapper).
@@ -540,6 +545,73 @@ PY
   grep -q BAD "$tmp/out" && bad "/metrics: $(grep BAD "$tmp/out" | tr '\n' ' ')" ||
     ok "/metrics: jobs by status, counters, each job's info, step and last loss, request latencies"
 else bad "/metrics for the admin: $(cat "$tmp/answer")"; fi
+
+# ---- Completed is the command's word, not its exit status ----
+# Job 1's history says its completion record was verified: the step and target, and the model file's size
+# and CRC-32C, which agree with the file's as a bitwise CRC-32C of Python's reads it.
+python3 - "$tmp/ref/model.safetensors" "$(history 1 | grep '^Completed|')" << 'PY' > "$tmp/out"
+import os, re, sys
+path, line = sys.argv[1], sys.argv[2]
+table = []
+for i in range(256):
+    c = i
+    for _ in range(8):
+        c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    table.append(c)
+crc = 0xFFFFFFFF
+for b in open(path, "rb").read():
+    crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+want = f"model.safetensors {os.path.getsize(path)} bytes, CRC-32C {crc ^ 0xFFFFFFFF:08x}"
+m = re.search(r"exit 0: train finished \(its completion record verified: step 1200 of 1200, (.*)\)$", line)
+print("ok" if m and m.group(1) == want else f"BAD: {line!r} vs {want!r}")
+PY
+[ "$(cat "$tmp/out")" = ok ] && ok "Completed: $(history 1 | grep '^Completed|' | cut -d'|' -f3 | cut -c1-150)" ||
+  bad "job 1's completion: $(cat "$tmp/out")"
+# A job whose command ends with exit 0 without its word (the test hook stands in for a lost node's ranks,
+# whose launcher exits 0 while they have not finished): a failure, retried, then Failed with the cause.
+submit --name noword --role all --max-retries 1 --output "$tmp/noword" --env ANVIL_TEST_NO_COMPLETION=1 -- \
+  "${train[@]}" --steps 30 > "$tmp/out" 2>&1 || bad "submit: $(cat "$tmp/out")"
+noword=$(grep -o 'job [0-9]*' "$tmp/out" | cut -d' ' -f2)
+job wait "$noword" > /dev/null
+rc=$?
+reason=$(field "$noword" failure_reason)
+why="exit 0, but not the command's word that it finished: $tmp/noword/completion.json is missing"
+if [ $rc = 3 ] && [ "$(field "$noword" status)" = Failed ] && [ "$(field "$noword" attempt)" = 2 ] &&
+   [ "$reason" = "attempt 2 of 2 failed: $why: the command never said it finished" ] &&
+   history "$noword" | grep -qF "Starting|Retrying (1/1)|$why" && [ -f "$tmp/noword/model.safetensors" ]; then
+  ok "exit 0 without the completion record: retried, then Failed: $reason"
+else bad "exit 0 without a record: exit $rc: $(history "$noword")"; fi
+job --json describe "$noword" | python3 -c "
+import json, sys
+a = json.load(sys.stdin)['attempts']
+sys.exit(not (len(a) == 2 and [x['exit_code'] for x in a] == [0, 0] and all(x['backend'] == 'local' and
+    'completion.json is missing' in x['outcome'] and x['ended_at'] >= x['started_at'] > 0 for x in a)))" &&
+  ok "describe --json keeps both attempts: exit 0 each, the outcome naming the missing record" ||
+  bad "attempts: $(job --json describe "$noword" | python3 -c "import json,sys; print(json.load(sys.stdin)['attempts'])")"
+job describe "$noword" > "$tmp/out"
+[ "$(grep -c "^  [12]  local  session [0-9]*, started .*, ended .*, exit 0$" "$tmp/out")" = 2 ] &&
+  ok "describe (text): both attempts, their sessions and exits" || bad "describe text: $(cat "$tmp/out")"
+
+# A retry waits while the run folder's lock is held (here by flock(1), standing in for a process of an
+# earlier attempt that is still alive), and starts once it is free. Attempt 1 is refused the folder.
+mkdir -p "$tmp/fenced"
+# -o: flock itself holds the lock (its sleep does not inherit it), so ending flock frees it.
+flock -o "$tmp/fenced/lock" sleep 600 &
+holder=$!
+submit --name fenced --role all --max-retries 1 --output "$tmp/fenced" -- "${train[@]}" --steps 30 > "$tmp/out" 2>&1 ||
+  bad "submit: $(cat "$tmp/out")"
+fenced=$(grep -o 'job [0-9]*' "$tmp/out" | cut -d' ' -f2)
+for _ in $(seq 600); do [ "$(field "$fenced" secondary_status)" = Fencing ] && break; sleep 0.1; done
+sleep 1
+[ "$(field "$fenced" status)/$(field "$fenced" secondary_status)/$(field "$fenced" attempt)" = Starting/Fencing/2 ] &&
+  grep -qF "Starting|Fencing|attempt 2 waits until no process of attempt 1 can write the run folder: $tmp/fenced/lock is held by" \
+    <<< "$(history "$fenced")" && ok "a retry waits while the run lock is held: Starting (Fencing)" ||
+  bad "fence: $(history "$fenced")"
+kill $(pgrep -P "$holder") "$holder"
+wait "$holder" 2> /dev/null
+job wait "$fenced" > /dev/null
+[ "$(field "$fenced" status)" = Completed ] && [ "$(field "$fenced" attempt)" = 2 ] &&
+  ok "... and starts once it is free: Completed" || bad "after the fence: $(history "$fenced")"
 
 # ---- hooks: every primary status change of every job, once each, in order, by both hooks ----
 # `hooks_check`: prints what is still wrong (nothing once every delivery is in).

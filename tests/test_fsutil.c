@@ -1,14 +1,15 @@
 /* The file-system helpers of src/core: new files that refuse to replace
  * one, written past the page cache where the file system allows it (and
  * through it where it does not), durable renames, bounded whole-file reads, folders created level by
- * level (existing ones accepted, a file in the way named), and trees
- * removed without following symbolic links out of them. */
+ * level (existing ones accepted, a file in the way named), trees
+ * removed without following symbolic links out of them, and the probe of a folder's lock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -132,6 +133,37 @@ static void test_remove_tree(void) {
     CHECK(anvil_remove_tree(in("outside")) == 0 && access(in("outside"), F_OK) != 0);
 }
 
+/* The run lock's probe: free with no lock file, held while a process (a child here) holds it, with
+ * that process's pid, and free again once it has died. */
+static void test_lock_probe(void) {
+    char holder[256], want[64];
+    CHECK(anvil_mkdir(in("run")) == 0);
+    CHECK(anvil_lock_probe(in("run"), holder, sizeof holder) == 0 && access(in("run/lock"), F_OK) != 0);
+    int go[2], ready[2];
+    CHECK(pipe(go) == 0 && pipe(ready) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char c;
+        int fd = anvil_lock_folder(in("run"), "run folder");
+        if (write(ready[1], fd >= 0 ? "y" : "n", 1) != 1 || read(go[0], &c, 1) != 1) _exit(1);
+        _exit(0);
+    }
+    char c = 0;
+    CHECK(read(ready[0], &c, 1) == 1 && c == 'y');
+    snprintf(want, sizeof want, "pid %d on ", (int)pid);
+    CHECK(anvil_lock_probe(in("run"), holder, sizeof holder) == 1 && !strncmp(holder, want, strlen(want)));
+    CHECK(write(go[1], "g", 1) == 1);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    CHECK(anvil_lock_probe(in("run"), holder, sizeof holder) == 0);
+    int fd = anvil_lock_folder(in("run"), "run folder");
+    CHECK(fd >= 0);
+    close(fd);
+    for (int i = 0; i < 2; i++) {
+        close(go[i]);
+        close(ready[i]);
+    }
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/anvil_fsutil_test_XXXXXX");
     if (!mkdtemp(dir)) {
@@ -142,6 +174,7 @@ int main(void) {
     test_direct();
     test_mkdir();
     test_remove_tree();
+    test_lock_probe();
     CHECK(anvil_remove_tree(dir) == 0);
     return t_done("test_fsutil");
 }

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "core/rng.h"
-#include "job/launch.h"
+#include "launch/launch.h"
 #include "testutil.h"
 
 static void test_hosts(void) {

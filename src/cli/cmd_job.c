@@ -136,6 +136,53 @@ static int list(const client *cl, int argc, char **argv) {
     return 0;
 }
 
+/* The bad nodes of an excluded_nodes list, one a line, each with the attempt that found it and why. */
+static void print_excluded(const cJSON *list, const char *indent) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, list) {
+        printf("%s%s", indent, client_str(e, "node"));
+        if (client_num(e, "attempt") > 0) printf(" (attempt %.0f)", client_num(e, "attempt"));
+        printf(": %s\n", client_str(e, "why"));
+    }
+}
+
+/* describe's backend object and every attempt: where each ran (its Slurm job and nodes, or its session),
+ * how Slurm saw it end, its exit and how its end was judged. */
+static void print_attempts(const cJSON *j) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "backend"), *e;
+    printf("backend:        %s", client_str(b, "name"));
+    if (client_str(b, "partition")[0]) printf(" (partition %s)", client_str(b, "partition"));
+    if (client_str(b, "warm_pool_status")[0])
+        printf(", warm pool %s: %s", client_str(b, "warm_pool_id"), client_str(b, "warm_pool_status"));
+    printf("\n");
+    const cJSON *bad = cJSON_GetObjectItemCaseSensitive(b, "excluded_nodes");
+    if (cJSON_GetArraySize(bad)) {
+        printf("excluded nodes:\n");
+        print_excluded(bad, "  ");
+    }
+    printf("attempts:\n");
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "attempts")) {
+        char t[32], u[32];
+        printf("  %.0f  %s", client_num(e, "attempt"), client_str(e, "backend"));
+        if (client_str(e, "slurm_job_id")[0]) printf("  Slurm job %s", client_str(e, "slurm_job_id"));
+        else if (client_num(e, "session") > 0) printf("  session %.0f", client_num(e, "session"));
+        if (client_str(e, "node_list")[0]) printf(" on %s", client_str(e, "node_list"));
+        if (client_str(e, "state")[0]) printf(", Slurm state %s", client_str(e, "state"));
+        const char *restarts = client_str(e, "restarts");
+        if (restarts[0] && strcmp(restarts, "0")) printf(" (Slurm restarts %s)", restarts);
+        printf(", started %s", client_when(client_num(e, "started_at"), t, sizeof t));
+        if (client_num(e, "ended_at") > 0)
+            printf(", ended %s, exit %.0f\n", client_when(client_num(e, "ended_at"), u, sizeof u),
+                   client_num(e, "exit_code"));
+        else
+            printf(", running\n");
+        if (client_str(e, "outcome")[0]) printf("     %s\n", client_str(e, "outcome"));
+        if (client_str(e, "lost")[0] && !strstr(client_str(e, "outcome"), client_str(e, "lost")))
+            printf("     %s\n", client_str(e, "lost"));
+        print_excluded(cJSON_GetObjectItemCaseSensitive(e, "excluded_nodes"), "     excluded ");
+    }
+}
+
 static void print_job(const cJSON *j) {
     char t[32];
     printf("id:             %.0f\nname:           %s\nowner:          %s\nrole:           %s\nstatus:         %s",
@@ -149,8 +196,10 @@ static void print_job(const cJSON *j) {
     printf("started:        %s\n", client_when(client_num(j, "started_at"), t, sizeof t));
     printf("ended:          %s\n", client_when(client_num(j, "ended_at"), t, sizeof t));
     char *spec = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "spec"));
-    printf("spec:           %s\nhistory:\n", spec ? spec : "");
+    printf("spec:           %s\n", spec ? spec : "");
     free(spec);
+    print_attempts(j);
+    printf("history:\n");
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "history")) {
         const char *sec = client_str(e, "secondary_status");

@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/exit.h"
-#include "job/launch.h"
+#include "launch/launch.h"
 #include "obs/metrics.h"
 
 static const char *usage =

@@ -1,39 +1,60 @@
 /* anvil: one binary, one subcommand per task. */
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/completion.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/exit.h"
 #include "kernels/isa.h"
 
+/* record: the command is one a job may run (job/spec.c) and gets its completion record here, when it
+ * returns 0 inside an attempt. train writes its own, richer one (its steps, its model), and the
+ * wrappers (launch, job-run) and the service's own commands are no job's work. */
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *summary;
+    bool record;
 } commands[] = {
-    {"tokenizer", cmd_tokenizer, "train, encode and decode byte-level BPE (tiktoken files)"},
-    {"prep", cmd_prep, "turn a text corpus into llm.c token shards"},
-    {"train", cmd_train, "train a GPT-2 model on token shards"},
-    {"sample", cmd_sample, "generate text from a trained model"},
-    {"ckpt", cmd_ckpt, "inspect and verify training checkpoints"},
-    {"export", cmd_export, "write a Hugging Face GPT-2 checkpoint"},
-    {"import", cmd_import, "read a Hugging Face GPT-2 checkpoint"},
-    {"s3", cmd_s3, "copy, list and remove objects on S3 (s3:// paths)"},
-    {"info", cmd_info, "show model presets, sizes and the kernels in use"},
-    {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged"},
-    {"profile", cmd_profile, "summarize a trace that train --profile wrote: where the time goes"},
-    {"plot", cmd_plot, "draw runs' loss, learning rate, throughput and log metrics into an SVG or PNG"},
-    {"health", cmd_health, "check each rank's GEMM and memory and the all-reduce between them"},
-    {"serve", cmd_serve, "run the job service: HTTP API, job statuses, retries, limits"},
-    {"job", cmd_job, "submit, list, describe, follow, stop and wait for service jobs; the audit trail"},
-    {"user", cmd_user, "add and list the job service's users (admins)"},
-    {"token", cmd_token, "make and revoke the job service's API tokens (admins)"},
-    {"role", cmd_role, "add, grant and list the job service's roles"},
-    {"quota", cmd_quota, "set and show the job service's quotas, with their usage"},
-    {"pool", cmd_pool, "list and release the job service's warm pools (Slurm allocations kept after a job)"},
-    {"job-run", cmd_job_run, "(internal) the wrapper anvil serve runs each job attempt through"},
+    {"tokenizer", cmd_tokenizer, "train, encode and decode byte-level BPE (tiktoken files)", true},
+    {"prep", cmd_prep, "turn a text corpus into llm.c token shards", true},
+    {"train", cmd_train, "train a GPT-2 model on token shards", false},
+    {"sample", cmd_sample, "generate text from a trained model", true},
+    {"ckpt", cmd_ckpt, "inspect and verify training checkpoints", true},
+    {"export", cmd_export, "write a Hugging Face GPT-2 checkpoint", true},
+    {"import", cmd_import, "read a Hugging Face GPT-2 checkpoint", true},
+    {"s3", cmd_s3, "copy, list and remove objects on S3 (s3:// paths)", false},
+    {"info", cmd_info, "show model presets, sizes and the kernels in use", true},
+    {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged", false},
+    {"profile", cmd_profile, "summarize a trace that train --profile wrote: where the time goes", false},
+    {"plot", cmd_plot, "draw runs' loss, learning rate, throughput and log metrics into an SVG or PNG", false},
+    {"health", cmd_health, "check each rank's GEMM and memory and the all-reduce between them", true},
+    {"serve", cmd_serve, "run the job service: HTTP API, job statuses, retries, limits", false},
+    {"job", cmd_job, "submit, list, describe, follow, stop and wait for service jobs; the audit trail", false},
+    {"user", cmd_user, "add and list the job service's users (admins)", false},
+    {"token", cmd_token, "make and revoke the job service's API tokens (admins)", false},
+    {"role", cmd_role, "add, grant and list the job service's roles", false},
+    {"quota", cmd_quota, "set and show the job service's quotas, with their usage", false},
+    {"pool", cmd_pool, "list and release the job service's warm pools (Slurm allocations kept after a job)", false},
+    {"job-run", cmd_job_run, "(internal) the wrapper anvil serve runs each job attempt through", false},
 };
+
+/* Inside a job's attempt (ANVIL_ATTEMPT), the command's word that it finished, in ANVIL_RUN_DIR
+ * (ckpt/completion.h), written by its first rank alone (the others' exits reach the attempt's status
+ * through the launcher). 0, or 1 with the error said. */
+static int record_completion(const char *name) {
+    const char *attempt = getenv("ANVIL_ATTEMPT"), *dir = getenv("ANVIL_RUN_DIR");
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK")
+                       : getenv("PMIX_RANK")          ? getenv("PMIX_RANK")
+                                                      : getenv("SLURM_PROCID");
+    if (!attempt || !dir || (rank && strcmp(rank, "0"))) return ANVIL_EXIT_OK;
+    if (!anvil_completion_write(dir, name, -1, -1, NULL, 0)) return ANVIL_EXIT_OK;
+    fprintf(stderr, "anvil %s: error: %s\n", name, anvil_errmsg());
+    return ANVIL_EXIT_ERROR;
+}
 
 static void usage(FILE *out) {
     fprintf(out, "usage: anvil <command> [options]\n\ncommands:\n");
@@ -57,7 +78,10 @@ int main(int argc, char **argv) {
         return ANVIL_EXIT_ERROR;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].run(argc - 1, argv + 1);
+            return rc == ANVIL_EXIT_OK && commands[i].record ? record_completion(commands[i].name) : rc;
+        }
     fprintf(stderr, "anvil: error: unknown command '%s' (try 'anvil --help')\n", argv[1]);
     return ANVIL_EXIT_USAGE;
 }

@@ -305,3 +305,25 @@ int anvil_lock_folder(const char *dir, const char *what) {
     }
     return fd;
 }
+
+int anvil_lock_probe(const char *dir, char *holder, size_t cap) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/lock", dir);
+    holder[0] = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    int rc = 0;
+    if (!flock(fd, LOCK_EX | LOCK_NB)) {
+        flock(fd, LOCK_UN);
+    } else if (errno != EWOULDBLOCK) {
+        rc = anvil_fail("%s: cannot lock: %s", path, strerror(errno));
+    } else {
+        ssize_t n = pread(fd, holder, cap - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        if (!holder[0]) snprintf(holder, cap, "a process whose pid is not recorded yet");
+        rc = 1;
+    }
+    close(fd);
+    return rc;
+}

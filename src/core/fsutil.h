@@ -66,5 +66,10 @@ int anvil_remove_tree(const char *path);
  * kernel drops the lock when its process dies, however it dies, so a stale file is simply taken
  * over. Returns the descriptor to close on release, or -1 after anvil_fail. */
 int anvil_lock_folder(const char *dir, const char *what);
+/* Whether a process holds dir's lock (anvil_lock_folder) now: 0 when none does (or dir has no lock
+ * file), 1 when one does, its "pid P on HOST" in holder; -1 after anvil_fail. It takes the lock for
+ * a moment to find out, so a process claiming the folder at that moment is refused: for a caller
+ * that knows no one should. */
+int anvil_lock_probe(const char *dir, char *holder, size_t cap);
 
 #endif

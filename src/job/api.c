@@ -120,13 +120,15 @@ static cJSON *job_json(const anvil_api_env *env, const anvil_job *j, bool full) 
     cJSON *o = anvil_job_json(j);
     if (!o) return NULL;
     if (!full) return o;
-    cJSON *backend = anvil_supervisor_describe(env->sup, j), *hooks = anvil_hooks_of_job(env->st, j->id);
+    cJSON *backend = anvil_supervisor_describe(env->sup, j), *hooks = anvil_hooks_of_job(env->st, j->id),
+          *attempts = anvil_supervisor_attempts(env->sup, j);
     if (backend) cJSON_AddItemToObject(o, "backend", backend);
+    if (attempts) cJSON_AddItemToObject(o, "attempts", attempts);
     if (hooks) cJSON_AddItemToObject(o, "hooks", hooks);
     anvil_job_event *ev;
     int n;
     cJSON *h = cJSON_AddArrayToObject(o, "history");
-    if (!backend || !hooks || !h || anvil_store_history(env->st, j->id, &ev, &n)) {
+    if (!backend || !attempts || !hooks || !h || anvil_store_history(env->st, j->id, &ev, &n)) {
         cJSON_Delete(o);
         return NULL;
     }

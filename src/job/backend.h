@@ -71,9 +71,19 @@ typedef struct {
     int (*stop)(anvil_backend *b, const anvil_attempt_ref *a);
     /* Ends every process of the attempt at once. */
     int (*kill)(anvil_backend *b, const anvil_attempt_ref *a);
-    /* Adds what the backend knows of the job's current attempt (handle "" when none runs) to o
-     * (describe's "backend" object). */
+    /* Adds what the backend keeps of the job between attempts (a: its current or last attempt) to o,
+     * describe's "backend" object. */
     int (*describe)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
+    /* Adds what the backend knows of attempt a, running or just ended, to o: describe shows a running
+     * attempt's live, and the supervisor stores an ended one's with it, so that they outlive the backend's
+     * own memory of it (Slurm forgets a job minutes after its end). */
+    int (*attempt_facts)(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o);
+    /* Before a retry: makes sure that no process of ended attempt a can still run, ending what is left of
+     * it. 0 once none can; 1 while some may, why saying what is waited for; -1 after anvil_fail. A backend
+     * may give up waiting on what it cannot reach (a node that does not answer) at ended_at + its grace:
+     * then 0 with why saying what it gave up on (else why is ""). The run folder's lock (which the
+     * supervisor checks after) stays the fence of what writes the run folder. */
+    int (*fence)(anvil_backend *b, const anvil_attempt_ref *a, double ended_at, char *why, size_t cap);
     void (*free)(anvil_backend *b);
     /* The one line that says how a failed attempt ended, when the backend knows better than the run's
      * launcher log's last error line (which rank failed first, and where); "" when it does not. NULL on a
@@ -122,20 +132,30 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *     --signal=B:USR1@<grace> and --time from time_left_s (a time limit checkpoints first),
  *     --open-mode=append (RUN/logs/launcher.log gathers every attempt), --requeue, and --exclude
  *     of the job's bad nodes.
- *   - keep_alive_s > 0: once the step has exited 0 and the exit file is written (the attempt has ended
+ *   - keep_alive_s > 0: once the step has exited 0 with its command's completion record
+ *     (ckpt/completion.h) and the exit file is written (the attempt has ended
  *     for the supervisor), the batch script does not exit but holds the allocation as a warm pool,
  *     STATE/pools/<Slurm job ID> (KEY=VALUE lines: status Available, partition, hosts,
  *     procs_per_host, expires as Unix time), for up to keep_alive_s; it ends early when
  *     STATE/pools/<Slurm job ID>.release appears, and marks the pool Terminated as it exits. --time
  *     includes the TTL, so Slurm's limit never cuts a pool short.
- *   - poll: the exit file, else `scontrol show job`. A job Slurm requeued (a node failed) is
- *     cancelled and the attempt lost, so that the supervisor's retry is a new submission that
- *     leaves the node out rather than a wait on Slurm's requeue delay; a job Slurm no longer knows
- *     is lost too.
- *   - An attempt that failed marks its bad nodes in STATE/jobs/<id>/excluded (one "node<TAB>why"
- *     a line): the node where srun saw a rank killed by a signal, and any node of the attempt
- *     that Slurm reports DOWN or NOT_RESPONDING. A rank's own nonzero exit marks no node: that
- *     is the program's failure, not the machine's.
+ *   - poll asks Slurm before it believes the exit file: once the exit file is there or Slurm has
+ *     ended or requeued the job, a node failure under the attempt (the job NODE_FAIL or requeued,
+ *     srun's "Node failure on NODE" in its log, one of its nodes no longer answering Slurm) makes it
+ *     lost whatever the exit file says, and a job still queued is cancelled, so that the
+ *     supervisor's retry is a new submission that leaves the node out rather than a wait on Slurm's
+ *     requeue delay; the exit file counts once Slurm has ended the job; a job Slurm ended or no
+ *     longer knows without one is lost too. How it ended in Slurm's words: STATE/jobs/<id>/end_<n>.
+ *   - An attempt that failed or was lost marks its bad nodes in STATE/jobs/<id>/excluded (one
+ *     "node<TAB>attempt<TAB>why" a line): the node where srun saw the first rank ended by a signal
+ *     that is not one anvil or Slurm sent on their own (a stop's USR1, a relayed TERM, the KILL of a
+ *     stop or kill the daemon asked for, which mark the attempt stopped_<n>, killed_<n>; what Slurm's
+ *     time limit or a cancel sends), the nodes srun reported failed, and any node of the attempt that
+ *     Slurm reports DOWN, NOT_RESPONDING, DRAIN or FAIL. A rank's own nonzero exit marks no node:
+ *     that is the program's failure, not the machine's.
+ *   - fence: the batch job cancelled until Slurm has it final, and, until the grace after the
+ *     attempt's end, the attempt's nodes answering Slurm again (a node that comes back has its
+ *     slurmd end what is left of the job there).
  *   - Before the step, the script runs the pre-flight check on every node, one process each
  *     (`srun --mpi=none --ntasks-per-node=1 anvil health --quick --json`, skipped when the command
  *     has --no-health), reports in STATE/jobs/<id>/health_<n>/<node>.json and .err; a node that
@@ -144,7 +164,8 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *   - stop: `scancel --batch --signal=USR1` of a running job (the script forwards it); a job still
  *     pending is cancelled. kill: `scancel --signal=KILL --full`; for a warm attempt, its step
  *     alone (named anvil-<id>.<attempt>), so the pool outlives it.
- *   - failure_line: where srun saw the first rank killed by a signal.
+ *   - failure_line: the node failure that lost the attempt, else where srun saw the first rank killed
+ *     by a signal that counts.
  * partition and account may be NULL (the cluster's defaults); grace_s is the daemon's stop grace.
  * NULL after anvil_fail. */
 anvil_backend *anvil_backend_slurm_new(const char *state_dir, const char *self, const char *partition,

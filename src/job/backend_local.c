@@ -187,13 +187,34 @@ static int local_kill(anvil_backend *b, const anvil_attempt_ref *a) {
     return 0;
 }
 
+/* Nothing is kept between attempts on this machine. */
 static int local_describe(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o) {
+    (void)b;
+    (void)a;
+    (void)o;
+    return 0;
+}
+
+static int local_attempt_facts(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o) {
     (void)b;
     pid_t sid = session_of(a);
     if (!sid) return 0;
     if (!cJSON_AddNumberToObject(o, "session", sid) || !cJSON_AddNumberToObject(o, "processes", session_signal(sid, 0)))
         return anvil_fail("out of memory");
     return 0;
+}
+
+/* Every process of the attempt's session is this machine's to see and to end: SIGKILL to whatever is
+ * left of it (a rank that outlived its launcher), until none is alive. */
+static int local_fence(anvil_backend *b, const anvil_attempt_ref *a, double ended_at, char *why, size_t cap) {
+    (void)b;
+    (void)ended_at;
+    why[0] = 0;
+    pid_t sid = session_of(a);
+    if (sid) waitpid(sid, NULL, WNOHANG);
+    int left = sid ? session_signal(sid, SIGKILL) : 0;
+    if (left) snprintf(why, cap, "%d process(es) of its session %d are still alive (killed)", left, (int)sid);
+    return left > 0;
 }
 
 static void local_free(anvil_backend *b) {
@@ -211,6 +232,8 @@ static const anvil_backend_ops local_ops = {
     .stop = local_stop,
     .kill = local_kill,
     .describe = local_describe,
+    .attempt_facts = local_attempt_facts,
+    .fence = local_fence,
     .free = local_free,
 };
 

@@ -325,20 +325,24 @@ static bool prefixed(const char *var, size_t len, const char *const *prefixes, s
     return false;
 }
 
+/* What the daemon itself sets for each attempt (or keeps from it): never a spec's or a role's, and never
+ * the daemon's own inherited (a daemon run inside a job would pass on its job's). */
+static const char *const daemon_set[] = {"ANVIL_JOB_ID", "ANVIL_TOKEN", "ANVIL_ATTEMPT", "ANVIL_RUN_DIR"};
+#define NDAEMON_SET (sizeof daemon_set / sizeof *daemon_set)
+
 bool anvil_job_env_inherited(const char *var) {
     static const char *const names[] = {"PATH", "HOME", "LANG", "TZ", "TMPDIR", "USER", "LOGNAME", "LD_LIBRARY_PATH",
                                         "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
     static const char *const prefixes[] = {"LC_", "OMP_", "GOMP_", "OPENBLAS_", "OMPI_", "PMIX_", "ANVIL_"};
     size_t len = strcspn(var, "=");
-    if (len == strlen("ANVIL_TOKEN") && !strncmp(var, "ANVIL_TOKEN", len)) return false;
+    if (named(var, len, daemon_set, NDAEMON_SET)) return false;
     return named(var, len, names, sizeof names / sizeof *names) ||
            prefixed(var, len, prefixes, sizeof prefixes / sizeof *prefixes);
 }
 
 bool anvil_job_env_reserved(const char *name, bool by_role) {
-    static const char *const daemon[] = {"ANVIL_JOB_ID", "ANVIL_TOKEN"};
     static const char *const code[] = {"PATH"};
     size_t len = strlen(name);
-    if (named(name, len, daemon, 2) || !strncmp(name, "ANVIL_CHANNEL_", 14)) return true;
+    if (named(name, len, daemon_set, NDAEMON_SET) || !strncmp(name, "ANVIL_CHANNEL_", 14)) return true;
     return !by_role && (named(name, len, code, 1) || !strncmp(name, "LD_", 3));
 }

@@ -61,12 +61,14 @@ int anvil_policy_check(const anvil_role *role, anvil_job_spec *spec, char *why, 
 
 /* Whether a variable of the daemon's environment (NAME=VALUE) reaches the jobs: PATH, HOME, LANG,
  * LC_*, TZ, TMPDIR, USER, LOGNAME, LD_LIBRARY_PATH, and those named OMP_*, GOMP_*, OPENBLAS_*,
- * OMPI_*, PMIX_*, ANVIL_* (but ANVIL_TOKEN) and the sanitizers' *SAN_OPTIONS: what anvil, Open MPI
+ * OMPI_*, PMIX_*, ANVIL_* (but ANVIL_TOKEN and those the daemon sets for each attempt: ANVIL_JOB_ID,
+ * ANVIL_ATTEMPT, ANVIL_RUN_DIR) and the sanitizers' *SAN_OPTIONS: what anvil, Open MPI
  * and the runtime need. Nothing else does: a job's environment is these, then the role's
  * variables and the spec's. */
 bool anvil_job_env_inherited(const char *var);
 /* Whether a spec may not set the variable named name (NAME, no '='): those that decide which code
- * runs (PATH, LD_*) and those the daemon sets (ANVIL_CHANNEL_*, ANVIL_JOB_ID, ANVIL_TOKEN). A role
+ * runs (PATH, LD_*) and those the daemon sets (ANVIL_CHANNEL_*, ANVIL_JOB_ID, ANVIL_ATTEMPT, ANVIL_RUN_DIR,
+ * ANVIL_TOKEN). A role
  * may set the first kind, not the second. */
 bool anvil_job_env_reserved(const char *name, bool by_role);
 

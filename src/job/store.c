@@ -44,6 +44,11 @@ static const char schema[] =
     " job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, at REAL NOT NULL, status TEXT NOT NULL,"
     " secondary TEXT NOT NULL, message TEXT NOT NULL, PRIMARY KEY (job_id, seq));"
     "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);"
+    "CREATE TABLE IF NOT EXISTS attempts ("
+    " job_id INTEGER NOT NULL REFERENCES jobs(id), attempt INTEGER NOT NULL, backend TEXT NOT NULL,"
+    " handle TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL NOT NULL DEFAULT 0,"
+    " exit_code INTEGER NOT NULL DEFAULT -1, outcome TEXT NOT NULL DEFAULT '', facts TEXT NOT NULL DEFAULT '{}',"
+    " PRIMARY KEY (job_id, attempt));"
     "CREATE TABLE IF NOT EXISTS hook_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " job_id INTEGER NOT NULL REFERENCES jobs(id), at REAL NOT NULL, status TEXT NOT NULL, secondary TEXT NOT NULL,"
     " message TEXT NOT NULL, kind TEXT NOT NULL, target TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,"
@@ -413,6 +418,7 @@ static int update_job(anvil_store *st, const anvil_job *j, const char *message) 
     }
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) return anvil_store_db_fail(st, "update");
+    if (j->handle[0] && anvil_store_attempt_begin(st, j)) return -1;
     return changed ? add_event(st, j->id, anvil_store_now(), status_names[j->status], j->secondary, message, primary)
                    : 0;
 }
@@ -432,7 +438,17 @@ int anvil_store_update_audited(anvil_store *st, const anvil_job *job, const char
     return rc;
 }
 
-static void bind_id(sqlite3_stmt *s, const void *ctx) { sqlite3_bind_int64(s, 1, *(const int64_t *)ctx); }
+static int update_ended(anvil_store *st, const anvil_job *job, const char *message, const anvil_attempt_end *end) {
+    return update_job(st, job, message) ? -1 : anvil_store_attempt_end(st, job->id, end);
+}
+
+int anvil_store_update_ended(anvil_store *st, const anvil_job *job, const char *message, const anvil_attempt_end *end) {
+    int rc;
+    IN_TRANSACTION(st, rc, rc = update_ended(st, job, message, end));
+    return rc;
+}
+
+void anvil_store_bind_id(sqlite3_stmt *s, const void *ctx) { sqlite3_bind_int64(s, 1, *(const int64_t *)ctx); }
 
 static int read_event(sqlite3_stmt *s, void *elem, const void *ctx) {
     (void)ctx;
@@ -451,7 +467,8 @@ static int read_event(sqlite3_stmt *s, void *elem, const void *ctx) {
 static void free_events(void *rows, int n) { anvil_job_events_free(rows, n); }
 
 int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, int *n) {
-    static const anvil_store_query q = {"history", sizeof(anvil_job_event), bind_id, read_event, free_events};
+    static const anvil_store_query q = {"history", sizeof(anvil_job_event), anvil_store_bind_id, read_event,
+                                        free_events};
     return anvil_store_rows(st, "SELECT at, status, secondary, message FROM history WHERE job_id = ?1 ORDER BY seq", &q,
                             &id, (void **)events, n);
 }

@@ -64,6 +64,24 @@ typedef struct {
     char *secondary, *message;
 } anvil_job_event;
 
+/* One attempt of a job as the store keeps it: recorded in the transaction that stores its handle,
+ * and its end in the transaction that ends it, so that describe shows every attempt after the job
+ * has ended, and a retry knows which attempt to fence. */
+typedef struct {
+    int attempt;
+    char *backend, *handle;
+    double started_at, ended_at; /* ended_at 0 while it runs */
+    int exit_code;               /* -1: none (lost, or still running) */
+    char *outcome;               /* one line: how its end was judged; "" while it runs */
+    char *facts;                 /* what the backend knew of it at its end: a JSON object ("{}" before) */
+} anvil_job_attempt;
+
+/* How an attempt ended, for anvil_store_update_ended. */
+typedef struct {
+    int attempt, exit_code;
+    const char *outcome, *facts;
+} anvil_attempt_end;
+
 typedef struct anvil_store anvil_store;
 /* job/audit.h: what a change records in the audit trail, in the change's transaction. */
 typedef struct anvil_audit_entry anvil_audit_entry;
@@ -109,6 +127,13 @@ int anvil_store_update(anvil_store *st, const anvil_job *job, const char *messag
 int anvil_store_update_audited(anvil_store *st, const anvil_job *job, const char *message,
                                const anvil_audit_entry *audit);
 int anvil_store_history(anvil_store *st, int64_t id, anvil_job_event **events, int *n);
+/* anvil_store_update, and the end of attempt end->attempt, in one transaction. */
+int anvil_store_update_ended(anvil_store *st, const anvil_job *job, const char *message, const anvil_attempt_end *end);
+/* Replaces what is kept of the backend's facts of an ended attempt (its backend learned more since). */
+int anvil_store_attempt_facts(anvil_store *st, int64_t id, int attempt, const char *facts);
+/* The job's attempts, the first first. */
+int anvil_store_attempts(anvil_store *st, int64_t id, anvil_job_attempt **attempts, int *n);
+void anvil_job_attempts_free(anvil_job_attempt *attempts, int n);
 
 /* The job as the API lists it: its fields and spec, without history. NULL after anvil_fail. */
 cJSON *anvil_job_json(const anvil_job *job);

@@ -1,6 +1,7 @@
 /* The state database's insides, shared by the files of src/job that keep tables in it (store.c:
- * jobs and history; auth.c: users, tokens, roles; audit.c: the audit trail; outbox.c: the hooks'
- * deliveries), so that a change, its audit record and its events are one transaction. */
+ * jobs and history; store_attempts.c: each job's attempts; auth.c: users, tokens, roles; audit.c:
+ * the audit trail; outbox.c: the hooks' deliveries), so that a change, its audit record and its
+ * events are one transaction. */
 #ifndef ANVIL_JOB_STORE_INTERNAL_H
 #define ANVIL_JOB_STORE_INTERNAL_H
 
@@ -35,10 +36,19 @@ typedef struct {
     void (*free_all)(void *rows, int n);
 } anvil_store_query;
 
+/* A bind of anvil_store_query: ctx is an int64_t, the job's id, bound to ?1. */
+void anvil_store_bind_id(sqlite3_stmt *s, const void *ctx);
+
 /* Runs sql under the store's lock and collects its rows into *rows (malloc'd, *n of them); on
  * failure frees what it read and leaves *rows NULL. */
 int anvil_store_rows(anvil_store *st, const char *sql, const anvil_store_query *q, const void *ctx, void **rows,
                      int *n);
+
+/* Records job's running attempt (its number, backend, handle and start) unless recorded already,
+ * inside the caller's transaction (store_attempts.c). */
+int anvil_store_attempt_begin(anvil_store *st, const anvil_job *job);
+/* Records the end of an attempt, inside the caller's transaction. */
+int anvil_store_attempt_end(anvil_store *st, int64_t job_id, const anvil_attempt_end *end);
 
 /* Queues the event of a job's new primary status for every hook, inside the caller's transaction. */
 int anvil_outbox_enqueue(anvil_store *st, int64_t job_id, double at, const char *status, const char *secondary,

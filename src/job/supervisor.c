@@ -8,8 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/completion.h"
 #include "core/error.h"
 #include "core/exit.h"
+#include "core/fsutil.h"
+#include "core/json.h"
+#include "core/strbuf.h"
 #include "job/audit.h"
 #include "job/policy.h"
 #include "job/spec.h"
@@ -143,6 +147,15 @@ static int save(anvil_supervisor *sup, const anvil_job *j, const char *message) 
     return anvil_store_update(sup->st, j, message);
 }
 
+static anvil_attempt_ref attempt_of(const anvil_job *j) {
+    return (anvil_attempt_ref){.job_id = j->id, .attempt = j->attempt, .handle = j->handle};
+}
+
+/* Attempt n of job j as ANVIL_ATTEMPT names it to the attempt, and its completion record to the daemon. */
+static void attempt_name(const anvil_job *j, int n, char *buf, size_t cap) {
+    snprintf(buf, cap, "%lld.%d", (long long)j->id, n);
+}
+
 /* The attempt's command line and environment. */
 typedef struct {
     char **argv, **envp;
@@ -182,8 +195,9 @@ static bool has_arg(const anvil_job_spec *s, const char *arg) {
 }
 
 static void build_cmdline(const anvil_job *j, const anvil_job_spec *s, cmdline *c) {
-    char id[32];
+    char id[32], attempt[48];
     snprintf(id, sizeof id, "%lld", (long long)j->id);
+    attempt_name(j, j->attempt, attempt, sizeof attempt);
     for (int i = 0; i < s->argc; i++) push(&c->argv, &c->argc, s->argv[i], &c->oom);
     push(&c->argv, &c->argc, "--out", &c->oom);
     push(&c->argv, &c->argc, j->run_dir, &c->oom);
@@ -215,16 +229,17 @@ static void build_cmdline(const anvil_job *j, const anvil_job_spec *s, cmdline *
         pushf(&c->envp, &c->envc, &c->oom, "ANVIL_CHANNEL_%s=%s", name, s->channels[i].value);
     }
     pushf(&c->envp, &c->envc, &c->oom, "ANVIL_JOB_ID=%s%s", id, "");
+    /* Whose completion record counts (ckpt/completion.h), and where a command without --out writes it. */
+    pushf(&c->envp, &c->envc, &c->oom, "ANVIL_ATTEMPT=%s%s", attempt, "");
+    pushf(&c->envp, &c->envc, &c->oom, "ANVIL_RUN_DIR=%s%s", j->run_dir, "");
 }
 
-static anvil_attempt_ref attempt_of(const anvil_job *j) {
-    return (anvil_attempt_ref){.job_id = j->id, .attempt = j->attempt, .handle = j->handle};
-}
 
 typedef struct {
     anvil_supervisor *sup;
     anvil_backend *backend;
     anvil_job *job;
+    const char *note; /* for the history: what the fence of the attempt before gave up on, or NULL */
 } started;
 
 /* The backend's record callback: the attempt is Running under its handle before it runs anything. */
@@ -237,14 +252,76 @@ static int record_start(void *ctx, const char *handle) {
     j->started_at = anvil_store_now();
     if (!j->first_started_at) j->first_started_at = j->started_at;
     j->status = ANVIL_JOB_RUNNING;
-    if (!save(s->sup, j, NULL)) return 0;
+    if (!save(s->sup, j, s->note)) return 0;
     /* Not stored: the job is as before, and the tick that failed it must see no attempt. */
     set_text(&j->handle, "");
     j->status = ANVIL_JOB_STARTING;
     return -1;
 }
 
+/* What backend b knows of attempt a as it ends, as JSON text to keep with it (malloc'd; NULL: none).
+ * Facts are for people: one the backend cannot get now is left out, and the job goes on. */
+static char *facts_text(anvil_backend *b, const anvil_attempt_ref *a) {
+    cJSON *o = cJSON_CreateObject();
+    if (o && b->ops->attempt_facts) b->ops->attempt_facts(b, a, o);
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return text;
+}
+
+/* The secondary status of a retry that waits until the attempt before it is fenced. */
+static const char fencing[] = "Fencing";
+
+/* Before a retry starts: the attempt before it fenced, so that no process of it can write the run folder
+ * once the retry runs. The backend ends what is left of it and says when none of it can run any more (or
+ * what it gave up waiting on, into note); then the run folder's lock must be free: its holder, the one
+ * process of an attempt that writes what a retry reads, is gone, however it ended (the kernel, or a
+ * shared filesystem's lock manager, drops the lock with its holder), and never taken over before. 0 when
+ * fenced; 1 while the job waits (secondary Fencing, the reason in its history once); -1 after anvil_fail. */
+static int fence_previous(anvil_supervisor *sup, anvil_job *j, char *note, size_t cap) {
+    anvil_job_attempt *at;
+    int n, rc = 0;
+    char why[800] = "";
+    note[0] = 0;
+    if (anvil_store_attempts(sup->st, j->id, &at, &n)) return -1;
+    const anvil_job_attempt *prev = NULL;
+    for (int i = 0; i < n; i++)
+        if (at[i].attempt < j->attempt) prev = &at[i];
+    anvil_backend *b = prev ? anvil_supervisor_backend_named(sup, prev->backend) : NULL;
+    if (b && b->ops->fence) {
+        anvil_attempt_ref a = {.job_id = j->id, .attempt = prev->attempt, .handle = prev->handle};
+        rc = b->ops->fence(b, &a, prev->ended_at, why, sizeof why);
+        if (!rc && why[0]) snprintf(note, cap, "attempt %d fenced, but: %s", prev->attempt, why);
+        /* The backend has the attempt's last word now (Slurm's final state of its job). */
+        char *facts = rc ? NULL : facts_text(b, &a);
+        if (facts && anvil_store_attempt_facts(sup->st, j->id, prev->attempt, facts)) rc = -1;
+        free(facts);
+    }
+    int before = prev ? prev->attempt : j->attempt - 1;
+    anvil_job_attempts_free(at, n);
+    char holder[256];
+    int held = rc ? 0 : anvil_lock_probe(j->run_dir, holder, sizeof holder);
+    if (held < 0) return -1;
+    if (held) {
+        snprintf(why, sizeof why, "%s/lock is held by %s", j->run_dir, holder);
+        rc = 1;
+    }
+    if (rc != 1 || !strcmp(j->secondary, fencing)) return rc;
+    char message[1000];
+    snprintf(message, sizeof message, "attempt %d waits until no process of attempt %d can write the run folder: %s",
+             j->attempt, before, why);
+    if (!set_text(&j->secondary, fencing)) return anvil_fail("out of memory");
+    return save(sup, j, message) ? -1 : 1;
+}
+
 static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
+    char note[900] = "";
+    if (j->attempt > 1) {
+        int fenced = fence_previous(sup, j, note, sizeof note);
+        if (fenced) return fenced < 0 ? -1 : 0;
+    }
+    /* A record left by an earlier attempt or job is not this attempt's word (it is refused by its name too). */
+    if (anvil_completion_clear(j->run_dir)) return -1;
     anvil_job_spec spec;
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
     cmdline c = {0};
@@ -264,7 +341,8 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
                                 .keep_alive_s = spec.keep_alive_s, .owner = j->role[0] ? j->role : j->owner,
                                 .user = j->owner,
                                 .argc = c.argc, .argv = c.argv, .envp = c.envp};
-        started ctx = {sup, spec.backend ? anvil_supervisor_backend_named(sup, spec.backend) : sup->backends[0], j};
+        started ctx = {sup, spec.backend ? anvil_supervisor_backend_named(sup, spec.backend) : sup->backends[0], j,
+                       note[0] ? note : NULL};
         rc = ctx.backend ? ctx.backend->ops->start(ctx.backend, &a, record_start, &ctx)
                          : anvil_fail("spec: backend: this daemon has no %s backend", spec.backend);
     }
@@ -289,33 +367,102 @@ static int health_retries(anvil_supervisor *sup, const anvil_job *j) {
     return count;
 }
 
+/* facts_text of the job's current attempt. */
+static char *attempt_facts_text(anvil_supervisor *sup, const anvil_job *j) {
+    anvil_attempt_ref a = attempt_of(j);
+    return facts_text(backend_of(sup, j), &a);
+}
+
+/* Stores the job's change with the end of its attempt `ended` (exit code, -1: none), judged as message. */
+static int save_ended(anvil_supervisor *sup, const anvil_job *j, int ended, int code, const char *message,
+                      const char *facts) {
+    anvil_attempt_end e = {.attempt = ended, .exit_code = code, .outcome = message, .facts = facts};
+    return anvil_store_update_ended(sup->st, j, message, &e);
+}
+
 /* An attempt that ran nothing of the job because nodes failed the pre-flight check: a new one, which
  * the backend starts without those nodes, however many retries max_retries allows, since no part of
  * the job failed. Each such attempt leaves at least one more node out, so there are no more of them than
  * the cluster has nodes; when too few are left, the next start fails the job with the backend's reason. */
-static int retry_unhealthy(anvil_supervisor *sup, anvil_job *j) {
-    j->exit_code = -1;
+static int retry_unhealthy(anvil_supervisor *sup, anvil_job *j, int code) {
+    char *facts = attempt_facts_text(sup, j);
+    int ended = j->attempt;
+    j->exit_code = code;
     j->stop_deadline = 0;
-    if (!set_text(&j->handle, "")) return anvil_fail("out of memory");
     const char *message;
+    if (!set_text(&j->handle, "")) {
+        free(facts);
+        return anvil_fail("out of memory");
+    }
     if (j->stop != ANVIL_STOP_NONE) {
         j->status = ANVIL_JOB_STOPPED;
         j->ended_at = anvil_store_now();
         message = "stopped before the training began (nodes failed the pre-flight health check)";
-        if (!set_text(&j->secondary, j->stop == ANVIL_STOP_RUNTIME ? "MaxRuntimeExceeded" : ""))
-            return anvil_fail("out of memory");
     } else {
         j->status = ANVIL_JOB_STARTING;
         j->attempt++;
         message = "nodes failed the pre-flight health check and are left out (describe: backend excluded_nodes): "
                   "a new attempt, not counted in max_retries";
-        if (!set_text(&j->secondary, health_retry)) return anvil_fail("out of memory");
     }
+    const char *secondary = j->stop == ANVIL_STOP_NONE      ? health_retry
+                            : j->stop == ANVIL_STOP_RUNTIME ? "MaxRuntimeExceeded"
+                                                            : "";
     j->stop = ANVIL_STOP_NONE;
-    return save(sup, j, message);
+    int rc = set_text(&j->secondary, secondary) ? save_ended(sup, j, ended, code, message, facts)
+                                                : anvil_fail("out of memory");
+    free(facts);
+    return rc;
 }
 
-/* The job's final status or its next attempt, once an attempt has ended with code (-1: lost). */
+/* Why the attempt ended as it did: its exit status, or that it was lost, and the backend's line on it
+ * (where a rank was first killed, a node's failure) or else the launcher log's last error line. */
+static void attempt_cause(anvil_supervisor *sup, const anvil_job *j, int code, char *why, size_t cap) {
+    char line[700];
+    anvil_attempt_ref a = attempt_of(j);
+    line[0] = 0;
+    anvil_backend *b = backend_of(sup, j);
+    if (b->ops->failure_line) b->ops->failure_line(b, &a, line, sizeof line);
+    if (!line[0]) last_error_line(j, line, sizeof line);
+    if (code < 0) snprintf(why, cap, "lost: no exit status of it counts (it ended while the daemon was down, was "
+                                     "killed, or its backend saw a node fail)");
+    else if (code > 128 && code < 160) snprintf(why, cap, "exit %d (signal %d)", code, code - 128);
+    else snprintf(why, cap, "exit %d", code);
+    if (line[0]) snprintf(why + strlen(why), cap - strlen(why), ": %s", line);
+    if (j->stop == ANVIL_STOP_HANG)
+        snprintf(why, cap, "HangDetected: no heartbeat in %s/heartbeat.json within the hang timeout", j->run_dir);
+}
+
+/* The attempt's command's word that it finished (ckpt/completion.h): 0 with what the record says in text,
+ * else -1 with why there is none to go by. */
+static int completion_of(const anvil_job *j, char *text, size_t cap) {
+    char name[48];
+    anvil_completion r;
+    anvil_job_spec spec;
+    attempt_name(j, j->attempt, name, sizeof name);
+    int rc = anvil_job_spec_parse(j->spec, strlen(j->spec), &spec);
+    if (!rc) {
+        rc = anvil_completion_verify(j->run_dir, name, spec.argv[0], &r);
+        anvil_job_spec_free(&spec);
+    }
+    if (rc) {
+        snprintf(text, cap, "%s", anvil_errmsg());
+        return -1;
+    }
+    anvil_strbuf t = {0};
+    anvil_strbuf_printf(&t, "%s finished (its completion record verified", r.command);
+    if (r.step >= 0) anvil_strbuf_printf(&t, ": step %lld of %lld", r.step, r.target_steps);
+    for (int i = 0; i < r.nfiles; i++)
+        anvil_strbuf_printf(&t, "%s %s %llu bytes, CRC-32C %08x", i || r.step >= 0 ? "," : ":", r.files[i].name,
+                            (unsigned long long)r.files[i].size, r.files[i].crc32c);
+    anvil_strbuf_puts(&t, ")");
+    snprintf(text, cap, "%s", t.oom ? "finished (its completion record verified)" : anvil_strbuf_text(&t));
+    anvil_strbuf_free(&t);
+    return 0;
+}
+
+/* The job's final status or its next attempt, once an attempt has ended with code (-1: lost). An exit
+ * status says how its processes ended; Completed takes exit 0 and the command's own word, its completion
+ * record, verified. Anything else is a failure with its cause, retried by the job's policy. */
 static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     anvil_job_spec spec;
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
@@ -324,42 +471,31 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     /* Retries after a failed health check are not the job's: max_retries counts the others. */
     int spared = health_retries(sup, j);
     if (spared < 0) return -1;
-    int failures = j->attempt - spared;
-    char line[600], why[900], verdict[1000];
-    anvil_attempt_ref a = attempt_of(j);
-    line[0] = 0;
-    anvil_backend *b = backend_of(sup, j);
-    if (b->ops->failure_line) b->ops->failure_line(b, &a, line, sizeof line);
-    if (!line[0]) last_error_line(j, line, sizeof line);
-    if (code < 0) snprintf(why, sizeof why, "its processes ended without an exit status (lost while the daemon "
-                                            "was down, or killed)");
-    else if (code > 128 && code < 160) snprintf(why, sizeof why, "exit %d (signal %d)", code, code - 128);
-    else snprintf(why, sizeof why, "exit %d", code);
-    if (line[0]) snprintf(why + strlen(why), sizeof why - strlen(why), ": %s", line);
-    if (j->stop == ANVIL_STOP_HANG)
-        snprintf(why, sizeof why, "HangDetected: no heartbeat in %s/heartbeat.json within the hang timeout", j->run_dir);
+    int failures = j->attempt - spared, ended = j->attempt;
+    char why[1000], done[700], verdict[1100], retrying[64];
+    attempt_cause(sup, j, code, why, sizeof why);
+    bool asked_stop = j->stop == ANVIL_STOP_REQUESTED || j->stop == ANVIL_STOP_RUNTIME;
+    bool completed = j->stop == ANVIL_STOP_NONE && code == 0 && !completion_of(j, done, sizeof done);
+    if (j->stop == ANVIL_STOP_NONE && code == 0 && !completed)
+        snprintf(why, sizeof why, "exit 0, but not the command's word that it finished: %s", done);
+    char *facts = attempt_facts_text(sup, j);
     j->exit_code = code;
     j->stop_deadline = 0;
-    if (!set_text(&j->handle, "")) return anvil_fail("out of memory");
     const char *secondary = "", *message = why;
     bool retry = false;
-    char retrying[64];
-    if (j->stop == ANVIL_STOP_REQUESTED || j->stop == ANVIL_STOP_RUNTIME ||
-        (j->stop == ANVIL_STOP_NONE && code == ANVIL_EXIT_RESUMABLE)) {
+    if (asked_stop || (j->stop == ANVIL_STOP_NONE && code == ANVIL_EXIT_RESUMABLE)) {
         j->status = ANVIL_JOB_STOPPED;
         secondary = j->stop == ANVIL_STOP_RUNTIME ? "MaxRuntimeExceeded" : "";
         message = code == ANVIL_EXIT_RESUMABLE ? "stopped after writing a checkpoint (exit 75): resumable"
                                                : "stopped without a checkpoint";
-    } else if (j->stop == ANVIL_STOP_NONE && code == 0) {
+    } else if (completed) {
         j->status = ANVIL_JOB_COMPLETED;
-        message = "exit 0";
-    } else if (j->stop == ANVIL_STOP_NONE && code == ANVIL_EXIT_USAGE) {
-        j->status = ANVIL_JOB_FAILED;
-        snprintf(verdict, sizeof verdict, "usage error, not retried: %s", why);
+        snprintf(verdict, sizeof verdict, "exit 0: %s", done);
         message = verdict;
-    } else if (j->stop == ANVIL_STOP_NONE && code == ANVIL_EXIT_CONFIG) {
+    } else if (j->stop == ANVIL_STOP_NONE && (code == ANVIL_EXIT_USAGE || code == ANVIL_EXIT_CONFIG)) {
         j->status = ANVIL_JOB_FAILED;
-        snprintf(verdict, sizeof verdict, "configuration or input error, not retried: %s", why);
+        snprintf(verdict, sizeof verdict, "%s, not retried: %s",
+                 code == ANVIL_EXIT_USAGE ? "usage error" : "configuration or input error", why);
         message = verdict;
     } else if (failures <= max_retries) {
         retry = true;
@@ -374,10 +510,12 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     }
     j->stop = ANVIL_STOP_NONE;
     if (!retry) j->ended_at = anvil_store_now();
-    if (!set_text(&j->secondary, secondary) ||
-        (j->status == ANVIL_JOB_FAILED && !set_text(&j->failure_reason, message)))
-        return anvil_fail("out of memory");
-    return save(sup, j, message);
+    int rc = set_text(&j->handle, "") && set_text(&j->secondary, secondary) &&
+                     (j->status != ANVIL_JOB_FAILED || set_text(&j->failure_reason, message))
+                 ? save_ended(sup, j, ended, code, message, facts)
+                 : anvil_fail("out of memory");
+    free(facts);
+    return rc;
 }
 
 /* Starts a stop: records the deadline of the SIGKILL, then sends the launcher SIGTERM. */
@@ -429,7 +567,7 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
     anvil_backend *b = backend_of(sup, j);
     int code, state = b->ops->poll(b, &a, &code);
     if (state < 0) return -1;
-    if (state == ANVIL_ATTEMPT_UNHEALTHY) return retry_unhealthy(sup, j);
+    if (state == ANVIL_ATTEMPT_UNHEALTHY) return retry_unhealthy(sup, j, code);
     if (state != ANVIL_ATTEMPT_RUNNING) return finish_attempt(sup, j, state == ANVIL_ATTEMPT_EXITED ? code : -1);
     double now = anvil_store_now();
     anvil_job_spec spec;
@@ -505,6 +643,79 @@ int anvil_supervisor_stop(anvil_supervisor *sup, int64_t id, const anvil_audit_e
     return rc;
 }
 
+/* Adds to o the items of the object facts whose keys o lacks (the job's own excluded_nodes stay the job's). */
+static int merge_facts(cJSON *o, const cJSON *facts) {
+    for (const cJSON *f = cJSON_IsObject(facts) ? facts->child : NULL; f; f = f->next) {
+        if (cJSON_GetObjectItemCaseSensitive(o, f->string)) continue;
+        cJSON *copy = cJSON_Duplicate(f, 1);
+        if (!copy || !cJSON_AddItemToObject(o, f->string, copy)) {
+            cJSON_Delete(copy);
+            return anvil_fail("out of memory");
+        }
+    }
+    return 0;
+}
+
+/* merge_facts of stored facts (JSON text; text that is no object adds nothing). */
+static int add_facts(cJSON *o, const char *text) {
+    cJSON *facts = anvil_json_parse_str(text);
+    int rc = merge_facts(o, facts);
+    cJSON_Delete(facts);
+    return rc;
+}
+
+/* merge_facts of the running attempt's live facts. */
+static int add_live_facts(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o) {
+    cJSON *facts = cJSON_CreateObject();
+    int rc = facts ? b->ops->attempt_facts(b, a, facts) : anvil_fail("out of memory");
+    if (!rc) rc = merge_facts(o, facts);
+    cJSON_Delete(facts);
+    return rc;
+}
+
+/* One attempt for describe: what the store keeps of it, and its facts (live while it runs). */
+static cJSON *attempt_json(anvil_supervisor *sup, const anvil_job *j, const anvil_job_attempt *at) {
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && cJSON_AddNumberToObject(o, "attempt", at->attempt) &&
+              cJSON_AddStringToObject(o, "backend", at->backend) && cJSON_AddStringToObject(o, "handle", at->handle) &&
+              cJSON_AddNumberToObject(o, "started_at", at->started_at) &&
+              cJSON_AddNumberToObject(o, "ended_at", at->ended_at) &&
+              cJSON_AddNumberToObject(o, "exit_code", at->exit_code) &&
+              cJSON_AddStringToObject(o, "outcome", at->outcome);
+    anvil_backend *b = anvil_supervisor_backend_named(sup, at->backend);
+    bool live = !at->ended_at && at->attempt == j->attempt && j->handle[0];
+    int rc = ok ? 0 : anvil_fail("out of memory");
+    if (!rc && live && b && b->ops->attempt_facts) {
+        anvil_attempt_ref a = attempt_of(j);
+        rc = add_live_facts(b, &a, o);
+    } else if (!rc) {
+        rc = add_facts(o, at->facts);
+    }
+    if (rc) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+cJSON *anvil_supervisor_attempts(anvil_supervisor *sup, const anvil_job *j) {
+    anvil_job_attempt *at;
+    int n;
+    if (anvil_store_attempts(sup->st, j->id, &at, &n)) return NULL;
+    cJSON *list = cJSON_CreateArray();
+    int rc = list ? 0 : anvil_fail("out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        cJSON *e = attempt_json(sup, j, &at[i]);
+        if (!e || !cJSON_AddItemToArray(list, e)) rc = -1;
+    }
+    anvil_job_attempts_free(at, n);
+    if (rc) {
+        cJSON_Delete(list);
+        return NULL;
+    }
+    return list;
+}
+
 cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *j) {
     cJSON *o = cJSON_CreateObject();
     if (!o || !cJSON_AddStringToObject(o, "name", j->backend[0] ? j->backend : sup->backends[0]->ops->name)) {
@@ -514,7 +725,18 @@ cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *j) {
     }
     anvil_attempt_ref a = attempt_of(j);
     anvil_backend *b = j->backend[0] ? anvil_supervisor_backend_named(sup, j->backend) : NULL;
-    if (b && b->ops->describe(b, &a, o)) {
+    int rc = b ? b->ops->describe(b, &a, o) : 0;
+    /* The attempt running now, live; else the last one as it ended, so that the job's end forgets nothing. */
+    if (!rc && b && j->handle[0] && b->ops->attempt_facts) {
+        rc = add_live_facts(b, &a, o);
+    } else if (!rc && j->attempt > 0) {
+        anvil_job_attempt *at;
+        int n;
+        rc = anvil_store_attempts(sup->st, j->id, &at, &n);
+        if (!rc && n) rc = add_facts(o, at[n - 1].facts);
+        if (!rc) anvil_job_attempts_free(at, n);
+    }
+    if (rc) {
         cJSON_Delete(o);
         return NULL;
     }

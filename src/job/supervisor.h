@@ -19,8 +19,15 @@
  * max_runtime_s counts from the first attempt's start, so retries do not extend it. At most
  * max_running jobs have attempts at once; the others stay Pending (Queued), first in first out.
  *
- * An attempt's end: 0 Completed; 75 Stopped (resumable); 2 (usage) and 78 (configuration or input)
- * Failed at once; anything else, a lost attempt or a hang is retried up to max_retries times. */
+ * An attempt's end: exit 0 with the command's own word that it finished, its completion record
+ * (ckpt/completion.h), which names this attempt and whose files still have their sizes and checksums,
+ * Completed; 75 Stopped (resumable); 2 (usage) and 78 (configuration or input) Failed at once; anything
+ * else (exit 0 without the record included), a lost attempt or a hang is retried up to max_retries
+ * times, its cause named.
+ *
+ * A retry starts only once the attempt before it is fenced: its backend has ended what was left of it
+ * and the run folder's lock is free (fence_previous in supervisor.c); until then the job waits Starting
+ * (Fencing). Every attempt is kept in the store with what its backend knew of it at its end. */
 #ifndef ANVIL_JOB_SUPERVISOR_H
 #define ANVIL_JOB_SUPERVISOR_H
 
@@ -60,8 +67,14 @@ anvil_backend *anvil_supervisor_backend(anvil_supervisor *sup);
 /* The backend called name, NULL when the daemon has none such. */
 anvil_backend *anvil_supervisor_backend_named(anvil_supervisor *sup, const char *name);
 
-/* describe's "backend" object of job: the backend's name and what the backend knows of the job
- * (of its running attempt, and what it keeps between attempts). NULL after anvil_fail. */
+/* describe's "backend" object of job: the backend's name, what the backend keeps of the job between
+ * attempts, and the facts of its running attempt (live) or else of its last one (as it ended). NULL
+ * after anvil_fail. */
 cJSON *anvil_supervisor_describe(anvil_supervisor *sup, const anvil_job *job);
+/* describe's "attempts": every attempt of job, the first first: its number, backend, handle, start, end
+ * (0 while it runs), exit code (-1: none), outcome (how its end was judged) and the backend's facts of it
+ * (the Slurm job ID, node list, final state, the nodes it got excluded and why, ...), kept from its
+ * end, live while it runs. NULL after anvil_fail. */
+cJSON *anvil_supervisor_attempts(anvil_supervisor *sup, const anvil_job *job);
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/completion.h"
 #include "ckpt/model_file.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -804,5 +805,9 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     }
     if (!rc) rc = run_finish(&r);
     rc = run_close(&r, rc);
+    /* Last: the run's own word that it finished (ckpt/completion.h), which an exit status is not. */
+    if (!rc && r.rank == 0 && c->out_dir)
+        rc = anvil_completion_write(c->out_dir, "train", r.start > res->steps_done ? r.start : res->steps_done, c->steps,
+                                    (const char *const[]){"model.safetensors"}, 1);
     return rc == -1 && r.bad_input ? ANVIL_TRAIN_BAD_INPUT : rc;
 }

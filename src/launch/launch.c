@@ -1,4 +1,4 @@
-#include "job/launch.h"
+#include "launch/launch.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -691,47 +691,47 @@ int anvil_launch_preflight(const anvil_launch_spec *spec) {
     return spec->hosts ? resolve_hosts(spec->hosts) : 0;
 }
 
-int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
-    line[0] = 0;
-    char self[PATH_MAX];
-    ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
+/* One run of mpirun: what anvil_launch_run sets up, watches and tears down. */
+typedef struct {
+    const anvil_launch_spec *spec;
+    char self[PATH_MAX], abs_log[PATH_MAX], raw[PATH_MAX + 64];
+    char **argv, *mpirun, *log_dir;
+    rank_files files;
+    anvil_launch_merger *m;
+    int out[2], err[2];
+    pid_t pid;
+    int told; /* ranks reported started */
+} launch_run;
+
+/* The log folder, mpirun's command line, the merger and the pipes: 0, or -1 after anvil_fail. */
+static int run_prepare(launch_run *L) {
+    const anvil_launch_spec *spec = L->spec;
+    ssize_t sn = readlink("/proc/self/exe", L->self, sizeof L->self - 1);
     if (sn <= 0) return anvil_fail("cannot find the anvil binary (/proc/self/exe): %s", strerror(errno));
-    self[sn] = 0;
-    char **argv = NULL, *mpirun = NULL, *log_dir = spec->log_dir ? strdup(spec->log_dir) : anvil_launch_default_log_dir(spec);
-    char raw[PATH_MAX + 64] = "";
-    rank_files files = {.nranks = spec->nranks, .dir = raw};
-    anvil_launch_merger *m = NULL;
-    int out[2] = {-1, -1}, err[2] = {-1, -1}, rc = -1;
-    pid_t pid = -1;
-    struct sigaction old[sizeof relayed / sizeof *relayed];
-    char abs_log[PATH_MAX];
-    if (!log_dir || !(files.fd = malloc(sizeof(int) * 2 * (size_t)spec->nranks))) {
-        anvil_fail("launch: out of memory");
-        goto done;
-    }
-    for (int i = 0; i < 2 * spec->nranks; i++) files.fd[i] = -1;
-    if (anvil_launch_preflight(spec) || !(mpirun = find_in_path("mpirun")) || anvil_mkdir_p(log_dir)) goto done;
+    L->self[sn] = 0;
+    L->log_dir = spec->log_dir ? strdup(spec->log_dir) : anvil_launch_default_log_dir(spec);
+    if (!L->log_dir || !(L->files.fd = malloc(sizeof(int) * 2 * (size_t)spec->nranks)))
+        return anvil_fail("launch: out of memory");
+    for (int i = 0; i < 2 * spec->nranks; i++) L->files.fd[i] = -1;
+    if (anvil_launch_preflight(spec) || !(L->mpirun = find_in_path("mpirun")) || anvil_mkdir_p(L->log_dir)) return -1;
     /* Absolute, because the daemons on other hosts do not start in this folder. */
-    if (!realpath(log_dir, abs_log)) {
-        anvil_fail("log folder %s: %s", log_dir, strerror(errno));
-        goto done;
-    }
-    snprintf(raw, sizeof raw, "%s/.mpirun-output-%d", abs_log, (int)getpid());
-    if (anvil_launch_build_argv(spec, self, raw, anvil_launch_local_cores(), geteuid() == 0, environ, &argv))
-        goto done;
-    if (!(m = anvil_launch_merger_new(spec->nranks, log_dir, STDOUT_FILENO, STDERR_FILENO))) goto done;
-    if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
-        (sig_pipe[0] < 0 && pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK))) {
-        anvil_fail("launch: pipe: %s", strerror(errno));
-        goto done;
-    }
+    if (!realpath(L->log_dir, L->abs_log)) return anvil_fail("log folder %s: %s", L->log_dir, strerror(errno));
+    snprintf(L->raw, sizeof L->raw, "%s/.mpirun-output-%d", L->abs_log, (int)getpid());
+    if (anvil_launch_build_argv(spec, L->self, L->raw, anvil_launch_local_cores(), geteuid() == 0, environ, &L->argv))
+        return -1;
+    if (!(L->m = anvil_launch_merger_new(spec->nranks, L->log_dir, STDOUT_FILENO, STDERR_FILENO))) return -1;
+    if (pipe2(L->out, O_CLOEXEC) || pipe2(L->err, O_CLOEXEC) ||
+        (sig_pipe[0] < 0 && pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)))
+        return anvil_fail("launch: pipe: %s", strerror(errno));
+    return 0;
+}
+
+/* Forks mpirun, its output into the pipes: 0, or -1 after anvil_fail. */
+static int run_spawn(launch_run *L) {
     pid_t parent = getpid();
-    pid = fork();
-    if (pid < 0) {
-        anvil_fail("launch: fork: %s", strerror(errno));
-        goto done;
-    }
-    if (pid == 0) {
+    L->pid = fork();
+    if (L->pid < 0) return anvil_fail("launch: fork: %s", strerror(errno));
+    if (L->pid == 0) {
         /* Its own process group, so a terminal's Ctrl-C reaches only the
          * launcher, which decides what the job gets; and it dies with the launcher. */
         setpgid(0, 0);
@@ -739,82 +739,117 @@ int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
         if (getppid() != parent) _exit(1);
         int null = open("/dev/null", O_RDONLY);
         if (null >= 0) dup2(null, STDIN_FILENO);
-        dup2(out[1], STDOUT_FILENO);
-        dup2(err[1], STDERR_FILENO);
-        execv(mpirun, argv);
-        dprintf(STDERR_FILENO, "cannot run %s: %s\n", mpirun, strerror(errno));
+        dup2(L->out[1], STDOUT_FILENO);
+        dup2(L->err[1], STDERR_FILENO);
+        execv(L->mpirun, L->argv);
+        dprintf(STDERR_FILENO, "cannot run %s: %s\n", L->mpirun, strerror(errno));
         _exit(127);
     }
-    close(out[1]);
-    close(err[1]);
-    out[1] = err[1] = -1;
-    set_signals(true, old);
-    signal(SIGPIPE, SIG_IGN);
-    int merge_rc = 0, stops = 0, hard_stop = 0, status = 0, quiet = 0, told = 0;
+    close(L->out[1]);
+    close(L->err[1]);
+    L->out[1] = L->err[1] = -1;
+    return 0;
+}
+
+/* Merges the ranks' and mpirun's output and relays stop signals until mpirun has exited and its pipes
+ * are closed or quiet: mpirun's wait status into *status, the signal of a second stop (0: none) into
+ * *hard_stop, and -1 into *merge_rc when some output could not be kept. */
+static void run_pump(launch_run *L, int *status, int *hard_stop, int *merge_rc) {
+    const anvil_launch_spec *spec = L->spec;
+    int stops = 0, quiet = 0;
     bool exited = false;
-    while (out[0] >= 0 || err[0] >= 0) {
-        struct pollfd p[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {sig_pipe[0], POLLIN, 0}};
+    while (L->out[0] >= 0 || L->err[0] >= 0) {
+        struct pollfd p[3] = {{L->out[0], POLLIN, 0}, {L->err[0], POLLIN, 0}, {sig_pipe[0], POLLIN, 0}};
         /* The rank files cannot be polled; 100 ms is their latency. */
         int pr = poll(p, 3, 100);
         if (pr < 0 && errno != EINTR) break;
-        if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = true;
-        rank_files_scan(&files);
-        tell_started(spec, &files, &told);
-        if (rank_files_read(&files, m)) merge_rc = -1;
+        if (!exited && waitpid(L->pid, status, WNOHANG) == L->pid) exited = true;
+        rank_files_scan(&L->files);
+        tell_started(spec, &L->files, &L->told);
+        if (rank_files_read(&L->files, L->m)) *merge_rc = -1;
         /* mpirun is gone and whatever still holds its pipes (an ssh) has been quiet for 2 s. */
         if (pr == 0 && exited && ++quiet >= 20) break;
         if (pr <= 0) continue;
         quiet = 0;
-        if (p[0].revents) drain(&out[0], m, false, &merge_rc);
-        if (p[1].revents) drain(&err[0], m, true, &merge_rc);
+        if (p[0].revents) drain(&L->out[0], L->m, false, merge_rc);
+        if (p[1].revents) drain(&L->err[0], L->m, true, merge_rc);
         unsigned char s;
         while (p[2].revents && read(sig_pipe[0], &s, 1) == 1) {
             int fwd = s;
             if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
                 fwd = stops++ ? SIGTERM : SIGUSR1;
-                if (fwd == SIGTERM && !hard_stop) hard_stop = s;
+                if (fwd == SIGTERM && !*hard_stop) *hard_stop = s;
             }
-            if (!exited) kill(pid, fwd);
+            if (!exited) kill(L->pid, fwd);
         }
     }
-    if (!exited) waitpid(pid, &status, 0);
-    set_signals(false, old);
-    rank_files_scan(&files);
-    tell_started(spec, &files, &told);
-    if (rank_files_read(&files, m) || anvil_launch_merger_finish(m)) merge_rc = -1;
-    rc = anvil_launch_decode_exit(status, anvil_launch_merger_mpirun_text(m), line, cap);
+    if (!exited) waitpid(L->pid, status, 0);
+}
+
+/* What the ranks wrote after the last look, and their unterminated last lines. */
+static void run_collect_rest(launch_run *L, int *merge_rc) {
+    rank_files_scan(&L->files);
+    tell_started(L->spec, &L->files, &L->told);
+    if (rank_files_read(&L->files, L->m) || anvil_launch_merger_finish(L->m)) *merge_rc = -1;
+}
+
+/* The launcher's exit status and line from how mpirun ended and what reached the logs. */
+static int run_verdict(const launch_run *L, int status, int hard_stop, int merge_rc, char *line, size_t cap) {
+    const anvil_launch_spec *spec = L->spec;
+    int rc = anvil_launch_decode_exit(status, anvil_launch_merger_mpirun_text(L->m), line, cap);
     if (hard_stop && rc != 0 && rc != ANVIL_EXIT_RESUMABLE) {
         snprintf(line, cap, "stopped at once by a second stop signal (%s): the ranks were terminated",
                  strsignal(hard_stop));
         rc = 128 + hard_stop;
     }
     if (merge_rc && !line[0])
-        snprintf(line, cap, "the job succeeded but its logs in %s are incomplete: %s", log_dir, anvil_errmsg());
+        snprintf(line, cap, "the job succeeded but its logs in %s are incomplete: %s", L->log_dir, anvil_errmsg());
     int unseen = 0, first_unseen = -1;
     for (int r = 0; r < spec->nranks; r++)
-        if (files.fd[2 * r] < 0 && !unseen++) first_unseen = r;
+        if (L->files.fd[2 * r] < 0 && !unseen++) first_unseen = r;
     if (unseen && !line[0])
         snprintf(line, cap, "no output reached %s from %d rank(s), the first rank %d: with --hosts it must be on a "
-                 "filesystem the hosts share", log_dir, unseen, first_unseen);
-done:
+                 "filesystem the hosts share", L->log_dir, unseen, first_unseen);
+    return rc;
+}
+
+static void run_cleanup(launch_run *L) {
     for (int i = 0; i < 2; i++) {
-        if (out[i] >= 0) close(out[i]);
-        if (err[i] >= 0) close(err[i]);
+        if (L->out[i] >= 0) close(L->out[i]);
+        if (L->err[i] >= 0) close(L->err[i]);
     }
-    if (files.fd)
-        for (int i = 0; i < 2 * spec->nranks; i++)
-            if (files.fd[i] >= 0) close(files.fd[i]);
+    if (L->files.fd)
+        for (int i = 0; i < 2 * L->spec->nranks; i++)
+            if (L->files.fd[i] >= 0) close(L->files.fd[i]);
     /* Everything in there has been copied into rank_<R>.log. A leftover is
      * harmless and must not replace the message of a failed launch. */
-    if (raw[0]) {
+    if (L->raw[0]) {
         char why[1024];
         snprintf(why, sizeof why, "%s", anvil_errmsg());
-        if (anvil_remove_tree(raw)) anvil_fail("%s", why);
+        if (anvil_remove_tree(L->raw)) anvil_fail("%s", why);
     }
-    free(files.fd);
-    anvil_launch_merger_free(m);
-    free(log_dir);
-    free(mpirun);
-    anvil_launch_free_argv(argv);
+    free(L->files.fd);
+    anvil_launch_merger_free(L->m);
+    free(L->log_dir);
+    free(L->mpirun);
+    anvil_launch_free_argv(L->argv);
+}
+
+int anvil_launch_run(const anvil_launch_spec *spec, char *line, size_t cap) {
+    line[0] = 0;
+    launch_run L = {.spec = spec, .out = {-1, -1}, .err = {-1, -1}, .pid = -1};
+    L.files = (rank_files){.nranks = spec->nranks, .dir = L.raw};
+    int rc = -1;
+    if (!run_prepare(&L) && !run_spawn(&L)) {
+        struct sigaction old[sizeof relayed / sizeof *relayed];
+        set_signals(true, old);
+        signal(SIGPIPE, SIG_IGN);
+        int status = 0, hard_stop = 0, merge_rc = 0;
+        run_pump(&L, &status, &hard_stop, &merge_rc);
+        set_signals(false, old);
+        run_collect_rest(&L, &merge_rc);
+        rc = run_verdict(&L, status, hard_stop, merge_rc, line, cap);
+    }
+    run_cleanup(&L);
     return rc;
 }

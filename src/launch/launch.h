@@ -23,8 +23,8 @@
  * checkpoint, but it forwards SIGUSR1 as is. So the launcher turns the
  * first SIGTERM/SIGINT/SIGHUP it gets into a SIGUSR1 for the job (the
  * trainer's "stop after this step"), and a second one into SIGTERM. */
-#ifndef ANVIL_JOB_LAUNCH_H
-#define ANVIL_JOB_LAUNCH_H
+#ifndef ANVIL_LAUNCH_LAUNCH_H
+#define ANVIL_LAUNCH_LAUNCH_H
 
 #include <stdbool.h>
 #include <stddef.h>
