@@ -28,6 +28,6 @@ while IFS=: read -r file line text; do
     echo "$file:$line: $from (layer ${layer[$from]}) includes $to (layer ${layer[$to]}): includes must point to a lower layer" >&2
     bad=1
   fi
-done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_0-9]+/' src --include='*.[ch]')
+done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_0-9]+/' src --include='*.[ch]' --include='*.cu' --include='*.cuh')
 [ "$bad" -eq 0 ] && echo "check_layers: every include points down"
 exit "$bad"
