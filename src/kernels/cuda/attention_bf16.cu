@@ -22,9 +22,10 @@
  * 2t, 2t+1, and c2, c3 at row g+8. Each register holds its lower-numbered
  * element in its low half.
  *
- * Head sizes 64 and 128 with 16-byte aligned rows; anything else runs the
- * fp32 kernels. Deterministic: every output element is one thread's fixed
- * sequence of mma and adds, no atomics. */
+ * Head sizes 64 and 128; anything else runs the fp32 kernels. q, k, v and
+ * dout are rounded to bf16 once per call, into scratch the tiles are then
+ * loaded from 16 bytes at a time. Deterministic: every output element is
+ * one thread's fixed sequence of mma and adds, no atomics. */
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
@@ -80,30 +81,30 @@ template <int NT> __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], con
     a[3] = pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
-/* Rows [r0, r0+R) of an fp32 [T, ld] matrix's HD columns at base, as bf16 into dst[r][c] (row stride
- * HD + 8, which puts a warp's fragment loads on distinct banks); rows past T are zero. */
-template <int HD, int R> __device__ void load_rows(bf16 *dst, const float *base, size_t ld, int r0, int T) {
-    constexpr int V4 = HD / 4;
-    for (int e = threadIdx.x; e < R * V4; e += blockDim.x) {
-        int r = e / V4, c = e % V4 * 4;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r0 + r < T) v = *reinterpret_cast<const float4 *>(base + (size_t)(r0 + r) * ld + c);
-        uint2 w = make_uint2(pack(v.x, v.y), pack(v.z, v.w));
-        *reinterpret_cast<uint2 *>(dst + r * (HD + 8) + c) = w;
+/* Rows [r0, r0+R) of a bf16 [T, ld] matrix's HD columns at base into dst[r][c] (row stride HD + 8,
+ * which puts a warp's fragment loads on distinct banks), 8 columns per 16-byte load; rows past T are
+ * zero. */
+template <int HD, int R> __device__ void load_rows(bf16 *dst, const bf16 *base, size_t ld, int r0, int T) {
+    constexpr int V8 = HD / 8;
+    for (int e = threadIdx.x; e < R * V8; e += blockDim.x) {
+        int r = e / V8, c = e % V8 * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < T) v = *reinterpret_cast<const uint4 *>(base + (size_t)(r0 + r) * ld + c);
+        *reinterpret_cast<uint4 *>(dst + r * (HD + 8) + c) = v;
     }
 }
 
 /* The same rows transposed: dst[c][r], row stride R + 8; consecutive threads take consecutive rows. */
-template <int HD, int R> __device__ void load_rows_t(bf16 *dst, const float *base, size_t ld, int r0, int T) {
-    constexpr int V4 = HD / 4;
-    for (int e = threadIdx.x; e < R * V4; e += blockDim.x) {
-        int r = e % R, c = e / R * 4;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r0 + r < T) v = *reinterpret_cast<const float4 *>(base + (size_t)(r0 + r) * ld + c);
-        dst[(c + 0) * (R + 8) + r] = __float2bfloat16_rn(v.x);
-        dst[(c + 1) * (R + 8) + r] = __float2bfloat16_rn(v.y);
-        dst[(c + 2) * (R + 8) + r] = __float2bfloat16_rn(v.z);
-        dst[(c + 3) * (R + 8) + r] = __float2bfloat16_rn(v.w);
+template <int HD, int R> __device__ void load_rows_t(bf16 *dst, const bf16 *base, size_t ld, int r0, int T) {
+    constexpr int V8 = HD / 8;
+    for (int e = threadIdx.x; e < R * V8; e += blockDim.x) {
+        int r = e % R, c = e / R * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < T) v = *reinterpret_cast<const uint4 *>(base + (size_t)(r0 + r) * ld + c);
+        bf16 x[8];
+        memcpy(x, &v, sizeof v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) dst[(c + i) * (R + 8) + r] = x[i];
     }
 }
 
@@ -165,7 +166,7 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[8][4], float (&o)[HD / 
  * key tile over it, and the value tile transposed. */
 template <int HD>
 __global__ void __launch_bounds__(32 * WARPS) attn_fwd_tc_kernel(float *__restrict__ out, float *__restrict__ lse,
-                                                                  const float *__restrict__ qkv, tc_shape s) {
+                                                                  const bf16 *__restrict__ qkv, tc_shape s) {
     constexpr int S = HD + 8, BK = 64, SV = BK + 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem), *Vt = Ks + BLOCK_ROWS * S;
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(32 * WARPS) attn_fwd_tc_kernel(float *__restri
     const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BLOCK_ROWS, w0 = q0 + 16 * warp;
     const size_t ld3 = 3 * (size_t)s.C;
-    const float *base = qkv + (size_t)b * s.T * ld3 + (size_t)h * HD;
+    const bf16 *base = qkv + (size_t)b * s.T * ld3 + (size_t)h * HD;
     load_rows<HD, BLOCK_ROWS>(Ks, base, ld3, q0, s.T);
     __syncthreads();
     uint32_t qa[HD / 16][4];
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(32 * WARPS) attn_fwd_tc_kernel(float *__restri
  * (natural and transposed), and its rows' lse and D. */
 template <int HD, int BQ>
 __global__ void __launch_bounds__(32 * WARPS, 1)
-    attn_bwd_kv_tc_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const float *__restrict__ qkv,
+    attn_bwd_kv_tc_kernel(float *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
                           const float *__restrict__ lse, const float *__restrict__ D, tc_shape s) {
     constexpr int S = HD + 8, ST = BQ + 8;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -240,8 +241,8 @@ __global__ void __launch_bounds__(32 * WARPS, 1)
     const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH;
     const int k0 = blockIdx.y * BLOCK_ROWS, w0 = k0 + 16 * warp;
     const size_t ld3 = 3 * (size_t)s.C;
-    const float *base = qkv + (size_t)b * s.T * ld3 + (size_t)h * HD;
-    const float *gbase = dout + (size_t)b * s.T * s.C + (size_t)h * HD;
+    const bf16 *base = qkv + (size_t)b * s.T * ld3 + (size_t)h * HD;
+    const bf16 *gbase = dout + (size_t)b * s.T * s.C + (size_t)h * HD;
     load_rows<HD, BLOCK_ROWS>(Ks, base + s.C, ld3, k0, s.T);
     load_rows<HD, BLOCK_ROWS>(Vs, base + 2 * s.C, ld3, k0, s.T);
     float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
@@ -318,7 +319,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1)
  * then each key tile's K (natural and transposed) and V. */
 template <int HD, int BK>
 __global__ void __launch_bounds__(32 * WARPS, 1)
-    attn_bwd_q_tc_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const float *__restrict__ qkv,
+    attn_bwd_q_tc_kernel(float *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
                          const float *__restrict__ lse, const float *__restrict__ D, tc_shape s) {
     constexpr int S = HD + 8, ST = BK + 8;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -328,7 +329,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1)
     const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BLOCK_ROWS, w0 = q0 + 16 * warp;
     const size_t ld3 = 3 * (size_t)s.C;
-    const float *base = qkv + (size_t)b * s.T * ld3 + (size_t)h * HD;
+    const bf16 *base = qkv + (size_t)b * s.T * ld3 + (size_t)h * HD;
     load_rows<HD, BLOCK_ROWS>(Qs, base, ld3, q0, s.T);
     load_rows<HD, BLOCK_ROWS>(Gs, dout + (size_t)b * s.T * s.C + (size_t)h * HD, s.C, q0, s.T);
     __syncthreads();
@@ -411,19 +412,16 @@ template <int HD> constexpr size_t q_smem() {
     return sizeof(bf16) * (tiles > block ? tiles : block);
 }
 
-/* Whether the tensor-core kernels take this call: head size 64 or 128, rows of 16-byte vectors. */
-static bool tc_fits(int hd, int C, const void *a, const void *b) {
-    return (hd == 64 || hd == 128) && C % 4 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0;
-}
+static size_t up256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-template <int HD> static void forward_tc(float *out, float *lse, const float *qkv, int B, tc_shape s) {
+template <int HD> static void forward_tc(float *out, float *lse, const bf16 *qkv, int B, tc_shape s) {
     dim3 grid((unsigned)(B * s.NH), (unsigned)((s.T + BLOCK_ROWS - 1) / BLOCK_ROWS));
     attn_fwd_tc_kernel<HD><<<grid, 32 * WARPS, fwd_smem<HD>(), cu_g.stream>>>(out, lse, qkv, s);
     cu_launched("attention_forward");
 }
 
 template <int HD>
-static void backward_tc(float *dqkv, const float *dout, const float *lse, const float *qkv, const float *D, int B,
+static void backward_tc(float *dqkv, const bf16 *dout, const float *lse, const bf16 *qkv, const float *D, int B,
                         tc_shape s) {
     const char *what = "attention_backward";
     constexpr int R = bwd_tile<HD>();
@@ -439,27 +437,48 @@ static void backward_tc(float *dqkv, const float *dout, const float *lse, const 
     cu_launched(what);
 }
 
-int cu_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+/* The tensor-core kernels take head sizes 64 and 128; q, k, v (and dout) are rounded to bf16 once
+ * per call, into scratch whose rows the kernels then read 16 bytes at a time. */
+static int head_size_tc(int C, int NH) {
     int hd = NH > 0 && C % NH == 0 ? C / NH : 0;
-    if (!tc_fits(hd, C, qkv, qkv) || !cu_enter()) return cu_attention_forward(out, lse, qkv, B, T, C, NH);
+    return hd == 64 || hd == 128 ? hd : 0;
+}
+
+int cu_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    const char *what = "attention_forward";
+    int hd = head_size_tc(C, NH);
+    if (!hd || !cu_enter()) return cu_attention_forward(out, lse, qkv, B, T, C, NH);
     if (B <= 0 || T <= 0) return cu_status();
+    size_t n3 = (size_t)B * T * 3 * C;
+    bf16 *q16 = (bf16 *)cu_scratch(what, n3 * sizeof(bf16));
+    if (!q16) return cu_status();
+    cu_to_bf16(what, q16, qkv, n3);
     tc_shape s = {T, C, NH, 1.0f / sqrtf((float)hd)};
-    if (hd == 64) forward_tc<64>(out, lse, qkv, B, s);
-    else forward_tc<128>(out, lse, qkv, B, s);
+    if (hd == 64) forward_tc<64>(out, lse, q16, B, s);
+    else forward_tc<128>(out, lse, q16, B, s);
+    cu_scratch_free(q16);
     return cu_status();
 }
 
 int cu_attention_backward_bf16(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
                                int B, int T, int C, int NH) {
-    int hd = NH > 0 && C % NH == 0 ? C / NH : 0;
-    if (!tc_fits(hd, C, qkv, dout) || !cu_enter())
-        return cu_attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH);
+    const char *what = "attention_backward";
+    int hd = head_size_tc(C, NH);
+    if (!hd || !cu_enter()) return cu_attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH);
     if (B <= 0 || T <= 0) return cu_status();
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
+    char *mem = (char *)cu_scratch(what, up256(n3 * sizeof(bf16)) + n1 * sizeof(bf16));
+    if (!mem) return cu_status();
+    bf16 *q16 = (bf16 *)mem, *g16 = (bf16 *)(mem + up256(n3 * sizeof(bf16)));
+    cu_to_bf16(what, q16, qkv, n3);
+    cu_to_bf16(what, g16, dout, n1);
     tc_shape s = {T, C, NH, 1.0f / sqrtf((float)hd)};
-    float *D = cu_attention_rowdot("attention_backward", dout, out, B, T, C, NH);
-    if (!D) return cu_status();
-    if (hd == 64) backward_tc<64>(dqkv, dout, lse, qkv, D, B, s);
-    else backward_tc<128>(dqkv, dout, lse, qkv, D, B, s);
+    float *D = cu_attention_rowdot(what, dout, out, B, T, C, NH);
+    if (D) {
+        if (hd == 64) backward_tc<64>(dqkv, g16, lse, q16, D, B, s);
+        else backward_tc<128>(dqkv, g16, lse, q16, D, B, s);
+    }
     cu_scratch_free(D);
+    cu_scratch_free(mem);
     return cu_status();
 }
