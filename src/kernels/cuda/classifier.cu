@@ -5,7 +5,8 @@
  * again for dx and dwte. The [N, Vp] logits never exist at once.
  *
  * In bf16, x and wte are rounded once per call, and each chunk's dlogits
- * before its two products, as the CPU's bf16 tiles round every operand. */
+ * as the softmax kernel writes them, as the CPU's bf16 tiles round every
+ * operand. */
 #include "kernels/cuda/cuda_internal.cuh"
 
 /* Rows per chunk: GPT-2's vocabulary makes the chunk's logits 206 MB of fp32, a fraction of what a
@@ -51,29 +52,35 @@ static const void *x_rows(const head_scratch *s, bool bf16, int r0, int C) {
                 : (const void *)((const float *)s->x + (size_t)r0 * C);
 }
 
-/* dx[nr, C] = dl @ wte and dwte += dl^T @ x for a chunk whose dlogits are in s->logits. */
+/* dx[nr, C] = dl @ wte and dwte += dl^T @ x for a chunk whose dlogits are in s->logits (fp32) or,
+ * rounded, in s->logits16 (bf16). */
 static void head_grads(const char *what, bool bf16, head_scratch *s, float *dx, float *dwte, int r0, int nr, int C,
                        int cols) {
-    const void *dl = s->logits;
-    if (bf16) {
-        cu_to_bf16(what, s->logits16, s->logits, (size_t)nr * cols);
-        dl = s->logits16;
-    }
+    const void *dl = bf16 ? (const void *)s->logits16 : (const void *)s->logits;
     cu_gemm(what, bf16, false, false, nr, C, cols, dl, cols, s->w, C, 0.0f, dx + (size_t)r0 * C, C, nullptr);
     cu_gemm(what, bf16, true, false, cols, C, nr, dl, cols, x_rows(s, bf16, r0, C), C, 1.0f, dwte, C, nullptr);
 }
 
-/* One block per row of the chunk: the loss, and with want_grad the row's dlogits in place
- * (padding columns zero). Targets < 0 give no loss and a zero row. */
-__global__ void softmax_xent_kernel(float *logits, float *__restrict__ losses, const int32_t *__restrict__ targets,
-                                    int r0, int V, int Vp, int want_grad, float dscale) {
+/* The gradient of row j of a chunk: in place, or rounded into the bf16 copy the products take. */
+__device__ __forceinline__ void put_grad(float *row, __nv_bfloat16 *row16, int j, float g) {
+    if (row16) row16[j] = __float2bfloat16_rn(g);
+    else row[j] = g;
+}
+
+/* One block per row of the chunk: the loss, and with want_grad the row's dlogits (padding columns
+ * zero), in place or, when grad16 is not NULL, rounded into it. Targets < 0 give no loss and a zero
+ * row. */
+__global__ void softmax_xent_kernel(float *logits, __nv_bfloat16 *grad16, float *__restrict__ losses,
+                                    const int32_t *__restrict__ targets, int r0, int V, int Vp, int want_grad,
+                                    float dscale) {
     __shared__ float sh[32];
     float *row = logits + (size_t)blockIdx.x * Vp;
+    __nv_bfloat16 *row16 = grad16 ? grad16 + (size_t)blockIdx.x * Vp : nullptr;
     int tgt = targets[r0 + blockIdx.x];
     if (tgt < 0) {
         if (threadIdx.x == 0) losses[r0 + blockIdx.x] = 0.0f;
         if (want_grad)
-            for (int j = threadIdx.x; j < Vp; j += blockDim.x) row[j] = 0.0f;
+            for (int j = threadIdx.x; j < Vp; j += blockDim.x) put_grad(row, row16, j, 0.0f);
         return;
     }
     float target_logit = row[tgt]; /* read before any thread rewrites the row */
@@ -88,7 +95,7 @@ __global__ void softmax_xent_kernel(float *logits, float *__restrict__ losses, c
     float inv = dscale / sum;
     for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
         float g = j < V ? expf(row[j] - mx) * inv : 0.0f;
-        row[j] = j == tgt ? g - dscale : g;
+        put_grad(row, row16, j, j == tgt ? g - dscale : g);
     }
 }
 
@@ -102,8 +109,8 @@ static int classifier(bool bf16, float *losses, float *dx, float *dwte, const fl
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
         cu_gemm(what, bf16, false, true, nr, Vp, C, x_rows(&s, bf16, r0, C), C, s.w, C, 0.0f, s.logits, Vp, nullptr);
-        softmax_xent_kernel<<<(unsigned)nr, THREADS, 0, cu_g.stream>>>(s.logits, losses, targets, r0, V, Vp,
-                                                                       dx != nullptr, dscale);
+        softmax_xent_kernel<<<(unsigned)nr, THREADS, 0, cu_g.stream>>>(s.logits, s.logits16, losses, targets, r0, V,
+                                                                       Vp, dx != nullptr, dscale);
         cu_launched(what);
         if (dx) head_grads(what, bf16, &s, dx, dwte, r0, nr, C, Vp);
     }
@@ -130,16 +137,17 @@ __global__ void shard_stats_kernel(float *__restrict__ lse, float *__restrict__ 
     target_logit[i] = tgt >= 0 && t >= 0 && t < Vr ? row[t] : 0.0f;
 }
 
-/* Per row: the shard's dlogits, given the global log-sum-exp. */
-__global__ void shard_grad_kernel(float *logits, const float *__restrict__ lse, const int32_t *__restrict__ targets,
-                                  int r0, int v0, int Vr, int Vs, float dscale) {
+/* Per row: the shard's dlogits, given the global log-sum-exp, in place or rounded into grad16. */
+__global__ void shard_grad_kernel(float *logits, __nv_bfloat16 *grad16, const float *__restrict__ lse,
+                                  const int32_t *__restrict__ targets, int r0, int v0, int Vr, int Vs, float dscale) {
     float *row = logits + (size_t)blockIdx.x * Vs;
+    __nv_bfloat16 *row16 = grad16 ? grad16 + (size_t)blockIdx.x * Vs : nullptr;
     int i = r0 + blockIdx.x, tgt = targets[i];
     int64_t t = (int64_t)tgt - v0;
     float l = lse[i];
     for (int j = threadIdx.x; j < Vs; j += blockDim.x) {
         float g = tgt >= 0 && j < Vr ? expf(row[j] - l) * dscale : 0.0f;
-        row[j] = tgt >= 0 && j == t ? g - dscale : g;
+        put_grad(row, row16, j, tgt >= 0 && j == t ? g - dscale : g);
     }
 }
 
@@ -171,7 +179,8 @@ static int shard_backward(bool bf16, float *dx, float *dwte, const float *x, con
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
         cu_gemm(what, bf16, false, true, nr, Vs, C, x_rows(&s, bf16, r0, C), C, s.w, C, 0.0f, s.logits, Vs, nullptr);
-        shard_grad_kernel<<<(unsigned)nr, THREADS, 0, cu_g.stream>>>(s.logits, lse, targets, r0, v0, Vr, Vs, dscale);
+        shard_grad_kernel<<<(unsigned)nr, THREADS, 0, cu_g.stream>>>(s.logits, s.logits16, lse, targets, r0, v0, Vr,
+                                                                     Vs, dscale);
         cu_launched(what);
         head_grads(what, bf16, &s, dx, dwte, r0, nr, C, Vs);
     }
