@@ -29,7 +29,7 @@ while IFS=: read -r file line text; do
     echo "$file:$line: $from (layer ${layer[$from]}) includes $to (layer ${layer[$to]}): includes must point to a lower layer" >&2
     bad=1
   fi
-done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_0-9]+/' src --include='*.[ch]')
+done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_0-9]+/' src --include='*.[ch]' --include='*.cu' --include='*.cuh')
 # A model family is reached only through model/model.h: its own names and headers (model/family.h, a
 # family's folder) stay inside src/model.
 while IFS=: read -r file line _; do

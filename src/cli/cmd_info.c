@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "kernels/cuda.h"
 #include "kernels/gemm.h"
 #include "kernels/isa.h"
 #include "model/model.h"
@@ -94,6 +95,22 @@ static void supported_paths(char *buf, size_t cap) {
     }
 }
 
+/* The GPUs --device cuda:N can name, or why there are none. */
+static void list_gpus(void) {
+    int n = anvil_cuda_device_count();
+    if (n < 0) {
+        printf("gpus:      none: %s\n", anvil_errmsg());
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        anvil_cuda_device d;
+        if (anvil_cuda_device_info(i, &d)) printf("gpu %-6d %s\n", i, anvil_errmsg());
+        else
+            printf("gpu %-6d %s, %.1f GiB, %d SMs, compute capability %d.%d (--device cuda:%d)\n", i, d.name,
+                   (double)d.memory_bytes / (1u << 30), d.sm_count, d.cc_major, d.cc_minor, i);
+    }
+}
+
 int cmd_info(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -124,5 +141,6 @@ int cmd_info(int argc, char **argv) {
     if (bk == ANVIL_BF16_AMX) printf("bf16:      yes, by AMX (TDPBF16PS); ANVIL_BF16=avx512 for vdpbf16ps\n");
     else if (bk == ANVIL_BF16_AVX512) printf("bf16:      yes, by AVX512_BF16 (vdpbf16ps)\n");
     else printf("bf16:      no: %s\n", anvil_errmsg());
+    list_gpus();
     return 0;
 }

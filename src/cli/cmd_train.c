@@ -49,7 +49,8 @@ static const char *usage =
     "  --init FILE             start from a model.safetensors instead of a fresh init\n"
     "  --dtype fp32|bf16       what the matmuls multiply in (default fp32); bf16 rounds their inputs\n"
     "                          to bf16 and sums in fp32, with fp32 weights, gradients and AdamW state;\n"
-    "                          it needs a CPU with AVX512_BF16\n"
+    "                          on the CPU it needs AVX512_BF16\n"
+    "  --device D              cpu (default), or cuda / cuda:N: the GPU to train on (a build with CUDA)\n"
     "batch and schedule:\n"
     "  --batch B               sequences per micro-batch (default 4)\n"
     "  --seq T                 tokens per sequence (default: the block size)\n"
@@ -187,6 +188,7 @@ static int train_main(int argc, char **argv, s3path_stage *meta) {
         else if (!strcmp(o, "--init")) c.init_model = v;
         else if (!strcmp(o, "--schedule")) schedule = v;
         else if (!strcmp(o, "--dtype")) dtype = v;
+        else if (!strcmp(o, "--device")) bad = anvil_device_parse(v, &c.device) ? cli_usage_error(cmd, "%s", anvil_errmsg()) : 0;
         else if (!strcmp(o, "--out")) c.out_dir = v;
         else if (!strcmp(o, "--resume")) c.resume = v;
         else if (!strcmp(o, "--ckpt-every")) bad = arg_int(cmd, o, v, 0, 1 << 30, &c.ckpt_every);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kernels/cuda.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 
@@ -29,10 +30,7 @@ void anvil_device_name(anvil_device d, char *out, size_t cap) {
 }
 
 const anvil_kernels *anvil_kernels_for(anvil_device device, anvil_matmul_dtype dtype) {
-    if (device.kind == ANVIL_DEVICE_CUDA) {
-        anvil_fail("cuda:%d: anvil was built without CUDA", device.index);
-        return NULL;
-    }
+    if (device.kind == ANVIL_DEVICE_CUDA) return anvil_kernels_cuda(device.index, dtype);
     const anvil_kernels *k = anvil_kernels_cpu_for(dtype);
     if (!k) anvil_isa_check_bf16();
     return k;

@@ -13,7 +13,8 @@
  * gradients (dw, db, dwte...) so gradient accumulation over micro-batches
  * needs no extra pass; input gradients are written or accumulated as each
  * function documents. Every kernel is deterministic, and its results do not
- * depend on the thread count: no reduction is split by thread. */
+ * depend on the thread count: no reduction is split by thread. Two backends
+ * provide the table: the CPU's (kernels/cpu) and CUDA's (kernels/cuda.h). */
 #ifndef ANVIL_KERNELS_KERNELS_H
 #define ANVIL_KERNELS_KERNELS_H
 
@@ -31,6 +32,10 @@ typedef struct anvil_kernels {
     void (*download)(void *dst, const void *src, size_t bytes); /* backend -> host */
     /* download, continuing the CRC-32C crc over the bytes (core/crc32c.h), for checkpoint snapshots */
     uint32_t (*download_crc32c)(void *dst, const void *src, size_t bytes, uint32_t crc);
+    /* Waits until the work queued so far is done: 0, or -1 after anvil_fail naming the first kernel
+     * that failed and why, for the void entries cannot report a failure themselves. A backend that
+     * runs asynchronously (CUDA) is checked here; the CPU's runs everything in the call: 0. */
+    int (*sync)(void);
 
     /* out[N,C] = wte[tokens] + wpe[position] for B sequences of T tokens. */
     void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,

@@ -62,7 +62,7 @@ int anvil_train_check(const anvil_train_config *c) {
     if (c->T < 1 || c->T > m.block_size)
         return anvil_fail("train: --seq must be in 1..block_size (%d), got %d", m.block_size, c->T);
     if (anvil_model_batch_check(&m, c->B, c->T)) return -1;
-    if (c->matmul_dtype == ANVIL_MATMUL_BF16 && anvil_isa_check_bf16()) {
+    if (c->device.kind == ANVIL_DEVICE_CPU && c->matmul_dtype == ANVIL_MATMUL_BF16 && anvil_isa_check_bf16()) {
         char why[256];
         snprintf(why, sizeof why, "%s", anvil_errmsg());
         return anvil_fail("train: --dtype bf16: %s", why);
@@ -586,7 +586,9 @@ static int run_step(anvil_run *r, int step) {
     if (anvil_checkpointer_before_update(r->ckpt)) return -1;
     r->lr = anvil_lr_at(&r->sched, step);
     double opt = anvil_trace_begin();
-    if (L->ops->step(L, r->lr, c->grad_clip, &r->norm)) return -1;
+    /* A device backend's kernels run asynchronously: the step is over, and its failures known, once it
+     * has synchronized. */
+    if (L->ops->step(L, r->lr, c->grad_clip, &r->norm) || r->k->sync()) return -1;
     anvil_trace_end(opt, "optimizer", "optimizer", -1, -1);
     r->dt = anvil_now() - t0;
     anvil_trace_record(span, t0 + r->dt, "step", "step", -1, -1);

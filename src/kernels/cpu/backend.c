@@ -12,7 +12,7 @@
  * and the bf16 ones (vdpbf16ps, AMX). */
 #define COMMON_ENTRIES                                                                                                \
     .alloc = cpu_alloc, .free = free, .zero = cpu_zero, .upload = cpu_memcpy, .download = cpu_memcpy,                 \
-    .download_crc32c = cpu_copy_crc32c,                                                                               \
+    .download_crc32c = cpu_copy_crc32c, .sync = cpu_sync,                                                             \
     .encoder_forward = cpu_encoder_forward, .encoder_backward = cpu_encoder_backward,                                 \
     .encoder_shard_forward = cpu_encoder_shard_forward, .encoder_shard_backward = cpu_encoder_shard_backward,         \
     .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,                         \

@@ -25,6 +25,7 @@ void *cpu_alloc(size_t bytes);
 void cpu_zero(void *p, size_t bytes);
 void cpu_memcpy(void *dst, const void *src, size_t bytes);
 uint32_t cpu_copy_crc32c(void *dst, const void *src, size_t bytes, uint32_t crc);
+int cpu_sync(void);
 
 #ifdef ANVIL_CPU_ISA
 #define CPU_CAT2(a, b) a##_##b

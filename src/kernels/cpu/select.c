@@ -32,6 +32,7 @@ void cpu_memcpy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, byt
 uint32_t cpu_copy_crc32c(void *dst, const void *src, size_t bytes, uint32_t crc) {
     return anvil_crc32c_copy(crc, dst, src, bytes);
 }
+int cpu_sync(void) { return 0; }
 
 static const anvil_kernels *const tables[ANVIL_ISA_COUNT] = {&cpu_table_generic, &cpu_table_avx2, &cpu_table_avx512};
 
