@@ -197,7 +197,7 @@ int cmd_serve(int argc, char **argv) {
     anvil_backend *both[] = {backend, local};
     anvil_supervisor *sup = backend && (!slurm || local)
                                 ? anvil_supervisor_new(st, both, local ? 2 : 1,
-                                                       &(anvil_supervisor_options){grace, max_running})
+                                                       &(anvil_supervisor_options){.grace_s = grace, .max_running = max_running})
                                 : NULL;
     /* Hooks first: every change from here on is queued for them (job/hooks.h). */
     snprintf(path, sizeof path, "%s/hooks.log", real);
