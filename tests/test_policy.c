@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "job/auth.h"
+#include "job/hooks.h"
 #include "job/policy.h"
 #include "testutil.h"
 
@@ -281,6 +282,37 @@ static void test_roles(void) {
           strstr(anvil_errmsg(), "env.AWS_ENDPOINT_URL: set by the daemon") && strstr(anvil_errmsg(), "--s3-config"));
 }
 
+/* Hook URLs as libcurl's URL parser reads them: loopback hosts only, nothing before the host. */
+static void test_hook_urls(void) {
+    static const char *const good[] = {"http://127.0.0.1:9000/x", "http://localhost/", "http://LOCALHOST:1/a?b=c",
+                                       "http://[::1]:8080/e", "http://127.1.2.3/", "http://2130706433/"};
+    static const char *const bad[][2] = {
+        {"http://localhost:junk@127.0.0.1:9/x", "a user name, password"},
+        {"http://localhost:80@example.invalid/", "a user name, password"},
+        {"http://user@127.0.0.1/", "a user name, password"},
+        {"http://:pw@127.0.0.1/", "a user name, password"},
+        {"http://127.0.0.1.example.invalid/", "loopback"},
+        {"http://example.invalid/", "loopback"},
+        {"http://[fe80::1%25lo]/", "loopback"},
+        {"http://[::2]/", "loopback"},
+        {"https://127.0.0.1/", "only http://"},
+        {"file:///etc/passwd", "only http://"},
+        {"127.0.0.1:80/x", "not a URL"},
+        {"http://127.0.0.1 /x", "not a URL"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        anvil_hook h = {.kind = ANVIL_HOOK_URL, .target = good[i]};
+        if (anvil_hook_check(&h)) fprintf(stderr, "  %s: %s\n", good[i], anvil_errmsg());
+        CHECK(anvil_hook_check(&h) == 0);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        anvil_hook h = {.kind = ANVIL_HOOK_URL, .target = bad[i][0]};
+        int rc = anvil_hook_check(&h);
+        if (!rc || !strstr(anvil_errmsg(), bad[i][1])) fprintf(stderr, "  %s: %s\n", bad[i][0], rc ? anvil_errmsg() : "accepted");
+        CHECK(rc == -1 && strstr(anvil_errmsg(), bad[i][1]));
+    }
+}
+
 static void test_tokens(void) {
     char path[128], admin[ANVIL_TOKEN_SIZE], alice[ANVIL_TOKEN_SIZE], again[ANVIL_TOKEN_SIZE], header[128];
     snprintf(path, sizeof path, "%s/state.db", dir);
@@ -345,6 +377,7 @@ int main(void) {
     test_env();
     test_command();
     test_roles();
+    test_hook_urls();
     test_tokens();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -67,6 +67,11 @@ static void on_quit(int sig) {
     quit = 1;
 }
 
+static void print_report(void *ctx, const char *line) {
+    (void)ctx;
+    fprintf(stderr, "anvil serve: %s\n", line);
+}
+
 /* The state folder given or the default one, malloc'd. */
 char *cli_state_dir(const char *given) {
     if (given) return strdup(given);
@@ -204,7 +209,10 @@ int cmd_serve(int argc, char **argv) {
     anvil_hooks *deliverer = NULL;
     if (sup && nhooks &&
         (anvil_store_set_hooks(st, hooks, nhooks) ||
-         !(deliverer = anvil_hooks_start(st, &(anvil_hooks_options){hook_attempts, hook_timeout, path})))) {
+         !(deliverer = anvil_hooks_start(st, &(anvil_hooks_options){.max_attempts = hook_attempts,
+                                                                    .timeout_s = hook_timeout,
+                                                                    .log = path,
+                                                                    .report = print_report})))) {
         anvil_supervisor_free(sup);
         sup = NULL;
     }
