@@ -218,7 +218,8 @@ int cmd_serve(int argc, char **argv) {
     }
     /* A client that disconnects mid-answer must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
-    anvil_api *api = sup && !anvil_mkdir_p(runs) ? anvil_api_start(st, sup, runs, port) : NULL;
+    anvil_api_env env = {.st = st, .sup = sup, .runs_dir = runs, .report = print_report};
+    anvil_api *api = sup && !anvil_mkdir_p(runs) ? anvil_api_start(&env, port) : NULL;
     int rc = ANVIL_EXIT_ERROR;
     if (api && !write_number(real, "serve.pid", (long)getpid()) &&
         !write_number(real, "serve.port", anvil_api_port(api))) {
