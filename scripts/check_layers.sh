@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 declare -A layer=(
   [core]=0
   [kernels]=1 [tok]=1 [obs]=1 [s3]=1 [launch]=1
-  [model]=2 [data]=2 [optim]=2
+  [model]=2 [data]=2 [optim]=2 [opts]=2
   [ckpt]=3 [dist]=3 [sample]=3
   [train]=4 [job]=4
   [cli]=5

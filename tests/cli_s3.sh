@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # anvil's S3 client end to end, against a real S3 server (Ceph radosgw on
 # 127.0.0.1, brought up once for the whole script) behind a fault-injecting
-# proxy (s3/faultproxy.py) that counts requests by type and in flight.
+# proxy (s3/faultproxy.py) that counts requests by type and in flight; at the end the job service,
+# whose roles' jobs get their S3 endpoint and keys from the daemon's --s3-config alone.
 # Usage: cli_s3.sh /path/to/anvil
 . "$(dirname "$0")/tools/cli_common.sh"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -398,6 +399,61 @@ sys.exit(not (m["host"] == "b" and [o["name"] for o in m["objects"]] == ["shard_
     ok "host b failed to upload: no index, one line, exit 1" || bad "a failed host: rc $rc, $(cat "$tmp/err")"
 else
   missing "mpirun is not installed: no run with one uploader per host"
+fi
+
+# ---- the job service: object storage belongs to the role ----
+# A role's jobs get the endpoint and keys of its section of the daemon's --s3-config, and nothing of
+# the daemon's own AWS variables (this script's); a spec names neither an endpoint nor a key, nor an
+# object outside the role's s3:// prefixes.
+if command -v mpirun > /dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  st=$tmp/serve
+  serve_token=$("$anvil" serve --init --state "$st" 2> /dev/null) || bad "serve --init"
+  printf '[s3r]\nendpoint_url = %s\nregion = %s\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+    "$AWS_ENDPOINT_URL" "$AWS_REGION" "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > "$tmp/s3roles.ini"
+  chmod 644 "$tmp/s3roles.ini"
+  "$anvil" serve --state "$st" --port 0 --s3-config "$tmp/s3roles.ini" > /dev/null 2> "$tmp/err"
+  [ $? = 1 ] && grep -q "holds credentials, so others may not read it (chmod 600" "$tmp/err" &&
+    ok "--s3-config readable by others: refused" || bad "--s3-config mode 644: $(cat "$tmp/err")"
+  chmod 600 "$tmp/s3roles.ini"
+  "$anvil" serve --state "$st" --port 0 --s3-config "$tmp/s3roles.ini" >> "$tmp/serve.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 100); do [ -s "$st/serve.port" ] && break; sleep 0.05; done
+  svc() { ANVIL_TOKEN=$serve_token timeout 120 "$anvil" "$@" --state "$st"; }
+  for r in s3r nos3; do
+    svc role add "$r" --input-prefix s3://anvil-test/raw --input-prefix "$tmp" --output-prefix "$tmp/runs" \
+      --max-procs 1 --max-runtime-s 0 --env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" > /dev/null &&
+      svc role grant "$r" admin > /dev/null || bad "role $r"
+  done
+  "$anvil" prep --out "$tmp/prep_one" --delimiter '\n' --no-progress "$tmp/corpus.txt.gz" > /dev/null 2>&1 ||
+    bad "local prep of the corpus"
+  ctl reset > /dev/null
+  ANVIL_TOKEN=$serve_token timeout 120 "$anvil" job --state "$st" submit --role s3r --name s3in --output "$tmp/runs/s3in" -- \
+    prep s3://anvil-test/raw/corpus.txt.gz --delimiter '\n' --no-progress > /dev/null 2> "$tmp/err" || bad "submit: $(cat "$tmp/err")"
+  ANVIL_TOKEN=$serve_token timeout 120 "$anvil" job --state "$st" wait 1 > "$tmp/out" 2>&1 &&
+    cmp -s "$tmp/prep_one/train_000000.bin" "$tmp/runs/s3in/train_000000.bin" && [ "$(count GET)" -ge 1 ] &&
+    ok "a job of role s3r read s3:// through the role's endpoint and keys ($(count GET) GET at the proxy): the local shards" ||
+    bad "role s3r's job: $(cat "$tmp/out"; tail -n 3 "$tmp/runs/s3in/logs/launcher.log")"
+  ANVIL_TOKEN=$serve_token timeout 120 "$anvil" job --state "$st" submit --role nos3 --name nos3 --output "$tmp/runs/nos3" -- \
+    prep s3://anvil-test/raw/corpus.txt.gz --no-progress > /dev/null 2> "$tmp/err" || bad "submit: $(cat "$tmp/err")"
+  ANVIL_TOKEN=$serve_token timeout 120 "$anvil" job --state "$st" wait 2 > /dev/null 2>&1
+  ANVIL_TOKEN=$serve_token timeout 60 "$anvil" job --state "$st" --json describe 2 > "$tmp/nos3.json"
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(not (j['status'] == 'Failed' and 'no credentials' in j['failure_reason']))" \
+    "$tmp/nos3.json" && ok "role nos3 has no section: its job has no credentials, not the daemon's" ||
+    bad "role nos3's job: $(cat "$tmp/nos3.json")"
+  port=$(cat "$st/serve.port")
+  post() { curl -s -o "$tmp/answer" -w '%{http_code}' -H "Authorization: Bearer $serve_token" -X POST \
+             "http://127.0.0.1:$port/v1/jobs" --data-binary "$1"; }
+  [ "$(post '{"name": "x", "role": "s3r", "command": ["prep", "s3://anvil-test/mp/big"]}')" = 403 ] &&
+    grep -q "s3://anvil-test/mp/big is outside role s3r's S3 input and output prefixes (s3://anvil-test/raw)" "$tmp/answer" &&
+    ok "an object outside the role's S3 prefixes: 403 $(cat "$tmp/answer")" || bad "outside the S3 prefixes: $(cat "$tmp/answer")"
+  [ "$(post '{"name": "x", "role": "s3r", "command": ["prep", "s3://anvil-test/raw/corpus.txt.gz"],
+              "env": {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}}')" = 403 ] && grep -q "env.AWS_ENDPOINT_URL" "$tmp/answer" &&
+    ok "an endpoint in the spec: 403" || bad "endpoint in the spec: $(cat "$tmp/answer")"
+  kill $daemon
+  wait $daemon
+else
+  missing "mpirun is not installed: no job of the service reads S3"
 fi
 
 finish

@@ -55,8 +55,12 @@ daemon=$!
 for _ in $(seq 100); do [ -s "$state/serve.port" ] && break; sleep 0.05; done
 [ -s "$state/serve.port" ] || { bad "the daemon did not start: $(tail -n 1 "$tmp/serve.log")"; finish; }
 job() { timeout 180 "$anvil" job --state "$state" "$@"; }
+# Open MPI's allocations outlive LeakSanitizer (as in cli_dist.sh): no leak checks in the jobs. A spec
+# may not set ASAN_OPTIONS (it can name a program to run): the role does.
+asan_off="${ASAN_OPTIONS:-}:detect_leaks=0"
 "$anvil" role add all --state "$state" --input-prefix "$tmp" --output-prefix "$tmp" --max-procs 4 --max-runtime-s 0 \
-  > /dev/null && "$anvil" role grant all admin --state "$state" > /dev/null || bad "the admin's role"
+  --env "ASAN_OPTIONS=$asan_off" > /dev/null && "$anvil" role grant all admin --state "$state" > /dev/null ||
+  bad "the admin's role"
 # A field of a job's JSON (describe --json), e.g. `field 3 backend excluded_nodes`.
 field() {
   job --json describe "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)$(printf '["%s"]' "${@:2}"))"
@@ -86,23 +90,20 @@ wait_ckpt() {
 steps=${CLI_SLURM_STEPS:-1000}
 train=(train --data "$tmp/data" --preset tiny --batch 4 --seq 32 --no-progress --sample-every -1 --seed 9
        --threads 1 --ckpt-every 25 --keep-last 2)
-# Open MPI's allocations outlive LeakSanitizer (as in cli_dist.sh): no leak checks in the jobs.
-asan_off="${ASAN_OPTIONS:-}:detect_leaks=0"
 # A spec file for `job submit`: name, run folder, hosts, processes per host, extra fields, steps.
 spec() {
   python3 - "$@" "${train[@]}" << 'EOF'
-import json, os, sys
+import json, sys
 name, out, hosts, pph, extra, steps = sys.argv[1:7]
 spec = {"name": name, "output": out, "command": sys.argv[7:] + ["--steps", steps],
         "resources": {"hosts": int(hosts), "procs_per_host": int(pph)},
-        "env": {"OMP_NUM_THREADS": "1", "ASAN_OPTIONS": os.environ["asan_off"]}}
+        "env": {"OMP_NUM_THREADS": "1"}}
 extra = json.loads(extra)
 spec["env"].update(extra.pop("env", {}))
 spec.update(extra)
 print(json.dumps(spec))
 EOF
 }
-export asan_off
 submit() { spec "$@" > "$tmp/$1.json" && job submit "$tmp/$1.json" | grep -o 'job [0-9]*' | cut -d' ' -f2; }
 
 # ---- 2 nodes x 1 process: Completed, as a local 2-process run ----

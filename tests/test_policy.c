@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "job/auth.h"
+#include "job/hooks.h"
 #include "job/policy.h"
 #include "testutil.h"
 
@@ -107,7 +108,7 @@ static void test_policy(void) {
     CHECK(refused(&r, spec_of("", fields), "(resolved: ", NULL) == 1);
     snprintf(fields, sizeof fields, ", \"output\": \"%s\"", in("/data/a/new"));
     CHECK(refused(&r, spec_of("", fields), "output prefixes", NULL) == 1);
-    CHECK(refused(&r, spec_of(", \"--init\", \"/etc/passwd\"", ""), "command[2]: /etc/passwd", NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--init\", \"/etc/passwd\"", ""), "command[2] (--init): /etc/passwd", NULL) == 1);
     CHECK(refused(&r, spec_of(", \"--init\", \"../x\"", ""), "'..'", NULL) == 1);
     CHECK(refused(&r, spec_of(", \"--preset\", \"tiny\", \"--init\", \"sub/x\"", ""), NULL, NULL) == 0);
     CHECK(refused(&r, spec_of("", ", \"resources\": {\"procs_per_host\": 3}"), "max_procs 2", NULL) == 1);
@@ -117,13 +118,15 @@ static void test_policy(void) {
     CHECK(refused(&r, spec_of("", ", \"env\": {\"PATH\": \"/x\"}"), "env.PATH", NULL) == 1);
     /* Allowed: the channel and output stored resolved, the runtime and the variables the role's. */
     anvil_job_spec s;
-    snprintf(fields, sizeof fields, ", \"channels\": {\"c\": \"%s\"}, \"output\": \"%s\", \"env\": {\"MINE\": \"1\"}",
+    snprintf(fields, sizeof fields, ", \"channels\": {\"c\": \"%s\"}, \"output\": \"%s\", \"env\": {\"OMP_NUM_THREADS\": \"1\"}",
              in("/data/a/../a/new"), in("/runs/x/../y"));
     CHECK(refused(&r, spec_of(", \"--init\", \"rel/x\"", fields), NULL, &s) == 0);
     CHECK(s.nchannels == 1 && !strcmp(s.channels[0].value, in("/data/a/new")));
     CHECK(s.output && !strcmp(s.output, in("/runs/y")));
     CHECK(s.max_runtime_s == 60);
-    CHECK(s.nenv == 2 && !strcmp(s.env[0].key, "MINE") && !strcmp(s.env[1].key, "ROLE"));
+    CHECK(s.nenv == 2 && !strcmp(s.env[0].key, "OMP_NUM_THREADS") && !strcmp(s.env[1].key, "ROLE"));
+    /* The command's paths are stored resolved: the relative --init taken from the output. */
+    CHECK(s.argc == 3 && !strcmp(s.argv[2], in("/runs/y/rel/x")));
     anvil_job_spec_free(&s);
     anvil_role_free(&r);
     /* A prefix reached through a link admits the paths it names; a role's runtime 0 is no limit. */
@@ -142,9 +145,172 @@ static void test_env(void) {
     CHECK(anvil_job_env_inherited("PATH=/bin") && anvil_job_env_inherited("OMPI_MCA_x=1"));
     CHECK(anvil_job_env_inherited("ANVIL_ISA=avx2") && !anvil_job_env_inherited("ANVIL_TOKEN=anv_x"));
     CHECK(!anvil_job_env_inherited("SECRET=1") && !anvil_job_env_inherited("OMP_") &&
-          !anvil_job_env_inherited("PATHS=1"));
-    CHECK(anvil_job_env_reserved("LD_PRELOAD", false) && !anvil_job_env_reserved("LD_PRELOAD", true));
-    CHECK(anvil_job_env_reserved("ANVIL_CHANNEL_X", true) && !anvil_job_env_reserved("OMP_NUM_THREADS", false));
+          !anvil_job_env_inherited("PATHS=1") && !anvil_job_env_inherited("AWS_SECRET_ACCESS_KEY=x"));
+    CHECK(anvil_job_env_allowed("OMP_NUM_THREADS") && anvil_job_env_allowed("ANVIL_ISA") &&
+          anvil_job_env_allowed("ANVIL_S3_MAX_ATTEMPTS"));
+    /* Whatever decides which programs run, with which libraries, or where data goes. */
+    static const char *const never[] = {"OMPI_MCA_orte_fork_agent", "OMPI_MCA_plm_rsh_agent", "OPAL_PREFIX",
+                                        "PMIX_MCA_ptl", "SLURM_CONF", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH",
+                                        "BASH_ENV", "ENV", "SHELL", "IFS", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                                        "AWS_CONFIG_FILE", "ASAN_OPTIONS", "PYTHONPATH", "HOME", "ANVIL_JOB_ID",
+                                        "OMP_NUM_THREADSX", "omp_num_threads"};
+    for (size_t i = 0; i < sizeof never / sizeof *never; i++) {
+        if (anvil_job_env_allowed(never[i])) fprintf(stderr, "  %s is allowed\n", never[i]);
+        CHECK(!anvil_job_env_allowed(never[i]));
+    }
+    char list[512];
+    anvil_job_env_allowlist(list, sizeof list);
+    CHECK(strstr(list, "OMP_NUM_THREADS, ") == list && strstr(list, "ANVIL_HEALTH_FAULT"));
+    CHECK(anvil_job_env_reserved("ANVIL_CHANNEL_X") && anvil_job_env_reserved("AWS_ACCESS_KEY_ID") &&
+          !anvil_job_env_reserved("LD_PRELOAD") && !anvil_job_env_reserved("OMP_NUM_THREADS"));
+}
+
+/* The command's arguments as its table says, not as they look: a bare '..', an operand, patterns,
+ * keywords, s3:// URIs against the role's S3 prefixes; and the commands a table cannot parse. */
+static void test_command(void) {
+    char json[2048], fields[2048];
+    anvil_role r;
+    snprintf(json, sizeof json,
+             "{\"name\": \"c\", \"input_prefixes\": [\"%s\", \"s3://corpora/nlp\"], \"output_prefixes\": [\"%s\","
+             " \"s3://models/nlp/\"], \"max_procs\": 2, \"max_runtime_s\": 0}",
+             in("/data/a"), in("/runs"));
+    CHECK(role_of(json, &r) == 0);
+    snprintf(fields, sizeof fields, ", \"output\": \"%s\"", in("/runs"));
+    /* A bare '..' is a path when the table says so: from the output /runs it is the folder above. */
+    CHECK(refused(&r, spec_of(", \"--data\", \"..\"", fields), "command[2] (--data): ", NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--data\", \"..\"", fields), "/runs/.. (resolved: ", NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--data\", \"..\"", ""), "'..' would leave the job's run folder", NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--resume\", \"auto\"", fields), NULL, NULL) == 0);
+    CHECK(refused(&r, spec_of(", \"--resume\", \"..\"", fields), "command[2] (--resume)", NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--profile\", \"p\"", fields), NULL, NULL) == 0);
+    /* Written paths need an output prefix; a read one may lie under either. */
+    snprintf(json, sizeof json, ", \"--profile\", \"%s\"", in("/data/a/p"));
+    CHECK(refused(&r, spec_of(json, fields), "outside role c's output prefixes", NULL) == 1);
+    /* An S3 URI is checked against the S3 prefixes, at component boundaries, its key taken literally. */
+    CHECK(refused(&r, spec_of(", \"--data\", \"s3://corpora/nlp/set1\"", fields), NULL, NULL) == 0);
+    CHECK(refused(&r, spec_of(", \"--data\", \"s3://models/nlp/run1\"", fields), NULL, NULL) == 0);
+    CHECK(refused(&r, spec_of(", \"--data\", \"s3://corpora/nlpx\"", fields), "S3 input and output prefixes",
+                  NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--data\", \"s3://other/x\"", fields), "outside role c's S3", NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--data\", \"s3://corpora/nlp/../x\"", fields), "no empty, '.' or '..'", NULL) ==
+          1);
+    CHECK(refused(&r, spec_of(", \"--data\", \"s3://corpora/nlp//x\"", fields), "no empty", NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--ckpt-uri\", \"s3://corpora/nlp/ck\"", fields), "S3 output prefixes (s3://models",
+                  NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--ckpt-uri\", \"s3://models/nlp/ck\"", fields), NULL, NULL) == 0);
+    CHECK(refused(&r, spec_of(", \"--train\", \"s3://corpora/nlp/train_*.bin\"", fields), NULL, NULL) == 0);
+    CHECK(refused(&r, spec_of(", \"--train\", \"s3://corpora/*/train_*.bin\"", fields), "last component", NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--train\", \"s3://corp*\"", fields), "last component", NULL) == 1);
+    /* A local pattern: its folder resolved, what it matches now too (data/a/evil_1.bin leads to secret/). */
+    snprintf(json, sizeof json, ", \"--train\", \"%s\"", in("/data/a/../a/train_*.bin"));
+    anvil_job_spec s;
+    CHECK(refused(&r, spec_of(json, fields), NULL, &s) == 0);
+    CHECK(s.argc == 3 && !strcmp(s.argv[2], in("/data/a/train_*.bin")));
+    anvil_job_spec_free(&s);
+    snprintf(json, sizeof json, ", \"--train\", \"%s\"", in("/data/a/evil_*.bin"));
+    CHECK(refused(&r, spec_of(json, fields), "(resolved: ", NULL) == 1);
+    snprintf(json, sizeof json, ", \"--val\", \"%s\"", in("/data/*/x.bin"));
+    CHECK(refused(&r, spec_of(json, fields), "wildcards in a folder's name", NULL) == 1);
+    anvil_role_free(&r);
+
+    /* prep: every operand is an input, '-' standard input; s3:// under no S3 prefix is refused. */
+    snprintf(json, sizeof json,
+             "{\"name\": \"p\", \"input_prefixes\": [\"%s\"], \"output_prefixes\": [\"%s\"], \"max_procs\": 1,"
+             " \"max_runtime_s\": 0}",
+             in("/data/a"), in("/runs"));
+    CHECK(role_of(json, &r) == 0);
+    char spec_text[2048];
+    snprintf(spec_text, sizeof spec_text, "{\"name\": \"p\", \"command\": [\"prep\", \"-\", \"%s\", \"/etc/passwd\"]}",
+             in("/data/a/x.txt"));
+    CHECK(refused(&r, spec_text, "command[3]: /etc/passwd", NULL) == 1);
+    CHECK(refused(&r, "{\"name\": \"p\", \"command\": [\"prep\", \"s3://bucket/doc.txt\"]}",
+                  "outside role p's S3 input and output prefixes (none)", NULL) == 1);
+    CHECK(refused(&r, "{\"name\": \"p\", \"command\": [\"prep\", \"--\", \"--tokenizer\"]}", NULL, NULL) == 0);
+    snprintf(spec_text, sizeof spec_text, "{\"name\": \"p\", \"command\": [\"prep\", \"--tokenizer\", \"%s\"]}",
+             in("/secret/t"));
+    CHECK(refused(&r, spec_text, "command[2] (--tokenizer)", NULL) == 1);
+    snprintf(spec_text, sizeof spec_text, "{\"name\": \"e\", \"command\": [\"export\", \"--model\", \"%s\"]}",
+             in("/secret/m"));
+    CHECK(refused(&r, spec_text, "command[2] (--model)", NULL) == 1);
+    anvil_role_free(&r);
+
+    /* What the tables cannot parse never becomes a job. */
+    static const char *const bad[][2] = {
+        {"[\"train\", \"--frobnicate\", \"1\"]", "unknown option '--frobnicate'"},
+        {"[\"train\", \"--steps\"]", "option --steps needs a value"},
+        {"[\"train\", \"--steps\", \"many\"]", "--steps expects an integer"},
+        {"[\"train\", \"--data-layout\", \"x\"]", "--data-layout must be strided or contiguous"},
+        {"[\"train\", \"/etc/passwd\"]", "unexpected argument '/etc/passwd'"},
+        {"[\"train\", \"--data=/x\"]", "unknown option '--data=/x'"},
+        {"[\"train\", \"--help\"]", "--help asks for the usage text"},
+        {"[\"prep\", \"-x\"]", "unknown option '-x'"},
+        {"[\"info\"]", "not an anvil subcommand a job can run (train, prep, export)"},
+        {"[\"import\", \"--hf\", \"/d\"]", "not an anvil subcommand a job can run"},
+        {"[\"train\", \"--out\", \"/x\"]", "--out is not allowed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(spec_text, sizeof spec_text, "{\"name\": \"b\", \"command\": %s}", bad[i][0]);
+        CHECK(anvil_job_spec_parse(spec_text, strlen(spec_text), &s) == -1 && strstr(anvil_errmsg(), bad[i][1]));
+        if (!strstr(anvil_errmsg(), bad[i][1])) fprintf(stderr, "  %s: %s\n", bad[i][0], anvil_errmsg());
+    }
+}
+
+/* Roles: s3:// prefixes, and no AWS variable of their own (the daemon's --s3-config holds those). */
+static void test_roles(void) {
+    anvil_role r;
+    CHECK(role_of("{\"name\": \"s\", \"input_prefixes\": [\"s3://my-bucket.x/data\"], \"output_prefixes\": [\"/\"],"
+                  " \"max_procs\": 1, \"max_runtime_s\": 0}",
+                  &r) == 0);
+    anvil_role_free(&r);
+    static const char *const bad[][2] = {
+        {"\"s3://Upper/x\"", "must be s3://BUCKET"},
+        {"\"s3://b/x/../y\"", "must be s3://BUCKET"},
+        {"\"s3://\"", "must be s3://BUCKET"},
+        {"\"relative\"", "must be an absolute path or an s3:// prefix"},
+    };
+    char json[512];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(json, sizeof json,
+                 "{\"name\": \"s\", \"input_prefixes\": [%s], \"output_prefixes\": [\"/\"], \"max_procs\": 1,"
+                 " \"max_runtime_s\": 0}",
+                 bad[i][0]);
+        CHECK(role_of(json, &r) == -1 && strstr(anvil_errmsg(), bad[i][1]));
+    }
+    CHECK(role_of("{\"name\": \"s\", \"input_prefixes\": [\"/\"], \"output_prefixes\": [\"/\"], \"max_procs\": 1,"
+                  " \"max_runtime_s\": 0, \"env\": {\"AWS_ENDPOINT_URL\": \"http://x\"}}",
+                  &r) == -1 &&
+          strstr(anvil_errmsg(), "env.AWS_ENDPOINT_URL: set by the daemon") && strstr(anvil_errmsg(), "--s3-config"));
+}
+
+/* Hook URLs as libcurl's URL parser reads them: loopback hosts only, nothing before the host. */
+static void test_hook_urls(void) {
+    static const char *const good[] = {"http://127.0.0.1:9000/x", "http://localhost/", "http://LOCALHOST:1/a?b=c",
+                                       "http://[::1]:8080/e", "http://127.1.2.3/", "http://2130706433/"};
+    static const char *const bad[][2] = {
+        {"http://localhost:junk@127.0.0.1:9/x", "a user name, password"},
+        {"http://localhost:80@example.invalid/", "a user name, password"},
+        {"http://user@127.0.0.1/", "a user name, password"},
+        {"http://:pw@127.0.0.1/", "a user name, password"},
+        {"http://127.0.0.1.example.invalid/", "loopback"},
+        {"http://example.invalid/", "loopback"},
+        {"http://[fe80::1%25lo]/", "loopback"},
+        {"http://[::2]/", "loopback"},
+        {"https://127.0.0.1/", "only http://"},
+        {"file:///etc/passwd", "only http://"},
+        {"127.0.0.1:80/x", "not a URL"},
+        {"http://127.0.0.1 /x", "not a URL"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        anvil_hook h = {.kind = ANVIL_HOOK_URL, .target = good[i]};
+        if (anvil_hook_check(&h)) fprintf(stderr, "  %s: %s\n", good[i], anvil_errmsg());
+        CHECK(anvil_hook_check(&h) == 0);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        anvil_hook h = {.kind = ANVIL_HOOK_URL, .target = bad[i][0]};
+        int rc = anvil_hook_check(&h);
+        if (!rc || !strstr(anvil_errmsg(), bad[i][1])) fprintf(stderr, "  %s: %s\n", bad[i][0], rc ? anvil_errmsg() : "accepted");
+        CHECK(rc == -1 && strstr(anvil_errmsg(), bad[i][1]));
+    }
 }
 
 static void test_tokens(void) {
@@ -201,9 +367,17 @@ int main(void) {
     CHECK(symlink(target, in("/data/a/out")) == 0);
     CHECK(symlink(in("/nowhere/file"), in("/data/a/dangling")) == 0);
     CHECK(symlink(in("/data/a/loop"), in("/data/a/loop")) == 0);
+    FILE *f = fopen(in("/data/a/train_1.bin"), "w");
+    CHECK(f && fclose(f) == 0);
+    f = fopen(in("/secret/shard"), "w");
+    CHECK(f && fclose(f) == 0);
+    CHECK(symlink(in("/secret/shard"), in("/data/a/evil_1.bin")) == 0);
     test_resolve();
     test_policy();
     test_env();
+    test_command();
+    test_roles();
+    test_hook_urls();
     test_tokens();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -1,7 +1,5 @@
 #include "cli/args.h"
 
-#include <errno.h>
-#include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/exit.h"
+#include "opts/opts.h"
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -40,19 +39,9 @@ const char *arg_value(const char *cmd, int argc, char **argv, int *i) {
 }
 
 int arg_i64(const char *cmd, const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(val, &end, 10);
-    if (errno || end == val || *end) {
-        cli_usage_error(cmd, "%s expects an integer, got '%s'", opt, val);
-        return -1;
-    }
-    if (v < lo || v > hi) {
-        cli_usage_error(cmd, "%s must be in %lld..%lld, got %lld", opt, (long long)lo, (long long)hi, v);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    if (!anvil_opt_i64(opt, val, lo, hi, out)) return 0;
+    cli_usage_error(cmd, "%s", anvil_errmsg());
+    return -1;
 }
 
 int arg_int(const char *cmd, const char *opt, const char *val, long lo, long hi, int *out) {
@@ -63,26 +52,15 @@ int arg_int(const char *cmd, const char *opt, const char *val, long lo, long hi,
 }
 
 int arg_double(const char *cmd, const char *opt, const char *val, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(val, &end);
-    if (errno || end == val || *end || !isfinite(v)) {
-        cli_usage_error(cmd, "%s expects a finite number, got '%s'", opt, val);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    if (!anvil_opt_double(opt, val, out)) return 0;
+    cli_usage_error(cmd, "%s", anvil_errmsg());
+    return -1;
 }
 
 int arg_float(const char *cmd, const char *opt, const char *val, float *out) {
-    double v;
-    if (arg_double(cmd, opt, val, &v)) return -1;
-    if (!isfinite((float)v)) {
-        cli_usage_error(cmd, "%s is out of range for a float: '%s'", opt, val);
-        return -1;
-    }
-    *out = (float)v;
-    return 0;
+    if (!anvil_opt_float(opt, val, out)) return 0;
+    cli_usage_error(cmd, "%s", anvil_errmsg());
+    return -1;
 }
 
 void cli_set_threads(int threads) {

@@ -1,5 +1,6 @@
 /* anvil export / anvil import: Hugging Face GPT-2 (GPT2LMHeadModel) folders. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -11,69 +12,44 @@
 #include "cli/s3path.h"
 #include "core/error.h"
 #include "obs/metrics.h"
+#include "opts/tables.h"
 
 static const anvil_device cpu = {ANVIL_DEVICE_CPU, 0};
 
-static const char *export_usage =
-    "usage: anvil export --model PATH --out DIR [--no-progress]\n"
-    "\n"
-    "Writes a Hugging Face GPT-2 folder (model.safetensors with GPT2LMHeadModel's tensor\n"
-    "names, config.json) that transformers' GPT2LMHeadModel.from_pretrained(DIR) loads.\n"
-    "  --model PATH   a model.safetensors, a checkpoint folder (verified first; sharded ones are\n"
-    "                 put back together) or a run folder (its model.safetensors, or without one\n"
-    "                 its newest valid checkpoint); the tokenizer.tiktoken that 'anvil train'\n"
-    "                 kept beside the model is copied along\n"
-    "  --out DIR      the folder to write (created if needed)\n"
-    "Either may be s3://bucket/prefix (an s3:// --model ending in .safetensors is that one object;\n"
-    "see 'anvil s3 --help' for credentials).\n"
-    "  --no-progress  no progress on standard error (by default a bar on a terminal, else a\n"
-    "                 line at every tenth of the tensors converted or every 10 s)\n";
+typedef struct {
+    const char *in, *out;
+    int show_progress;
+} hf_args;
 
-static const char *import_usage =
-    "usage: anvil import --hf DIR --out FILE [--no-progress]\n"
-    "\n"
-    "Converts a Hugging Face GPT-2 folder (config.json and model.safetensors, with or without\n"
-    "the 'transformer.' name prefix; F32, F16 or BF16) into an anvil model file.\n"
-    "  --hf DIR       the Hugging Face folder\n"
-    "  --out FILE     the anvil model.safetensors to write\n"
-    "Either may be s3://: --hf a prefix holding the folder's files, --out an object key.\n"
-    "  --no-progress  no progress on standard error (by default a bar on a terminal, else a\n"
-    "                 line at every tenth of the tensors converted or every 10 s)\n";
-
-/* Parses "--model/--hf X --out Y [--no-progress]"; returns -1 for done (help printed: *rc 0) or a usage error. */
-static int two_paths(const char *cmd, const char *usage, const char *in_opt, int argc, char **argv, const char **in,
-                     const char **out, int *show_progress, int *rc) {
-    *show_progress = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v;
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            fputs(usage, stdout);
-            *rc = 0;
-            return -1;
-        }
-        if (!strcmp(o, "--no-progress")) {
-            *show_progress = 0;
-            continue;
-        }
-        if (strncmp(o, "--", 2)) {
-            *rc = cli_usage_error(cmd, "unexpected argument '%s'", o);
-            return -1;
-        }
-        if (!(v = arg_value(cmd, argc, argv, &i))) {
-            *rc = 2;
-            return -1;
-        }
-        if (!strcmp(o, in_opt))
-            *in = v;
-        else if (!strcmp(o, "--out"))
-            *out = v;
-        else {
-            *rc = cli_usage_error(cmd, "unknown option '%s'", o);
-            return -1;
-        }
+static int take(void *ctx, const anvil_opt_arg *a) {
+    hf_args *h = ctx;
+    switch ((enum anvil_hf_opt)a->id) {
+    case ANVIL_HF_IN: h->in = a->text; break;
+    case ANVIL_HF_OUT: h->out = a->text; break;
+    case ANVIL_HF_NO_PROGRESS: h->show_progress = 0; break;
+    case ANVIL_HF_NOPTS: break;
     }
-    if (!*in || !*out) {
-        *rc = cli_usage_error(cmd, "%s and --out are required", in_opt);
+    return 0;
+}
+
+/* Parses "--model/--hf X --out Y [--no-progress]" with the command's table; returns -1 for done (help
+ * printed: *rc 0) or a usage error. */
+static int two_paths(const anvil_optset *set, int argc, char **argv, hf_args *h, int *rc) {
+    *h = (hf_args){.show_progress = 1};
+    int parsed = anvil_opts_parse(set, argc, argv, take, h);
+    if (parsed == 1) {
+        char *usage = anvil_opts_usage(set);
+        fputs(usage ? usage : "out of memory\n", stdout);
+        free(usage);
+        *rc = usage ? 0 : 1;
+        return -1;
+    }
+    if (parsed) {
+        *rc = cli_usage_error(set->command, "%s", anvil_errmsg());
+        return -1;
+    }
+    if (!h->in || !h->out) {
+        *rc = cli_usage_error(set->command, "%s and --out are required", set->opts[ANVIL_HF_IN].name);
         return -1;
     }
     return 0;
@@ -112,9 +88,11 @@ static int export_local(const char *in, const char *out, int show_progress, int 
 }
 
 int cmd_export(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
-    int rc, show_progress, tokenizer = 0, sharded = 0;
-    if (two_paths("export", export_usage, "--model", argc, argv, &in, &out, &show_progress, &rc)) return rc;
+    hf_args h;
+    int rc, tokenizer = 0, sharded = 0;
+    if (two_paths(&anvil_export_cmdline, argc, argv, &h, &rc)) return rc;
+    const char *in = h.in, *out = h.out;
+    int show_progress = h.show_progress;
     s3path_stage sin, sout;
     memset(&sout, 0, sizeof sout);
     rc = s3path_in(&sin, in, ".safetensors", "model.safetensors") || s3path_out(&sout, out, NULL) ||
@@ -129,9 +107,11 @@ int cmd_export(int argc, char **argv) {
 }
 
 int cmd_import(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
-    int rc, show_progress;
-    if (two_paths("import", import_usage, "--hf", argc, argv, &in, &out, &show_progress, &rc)) return rc;
+    hf_args h;
+    int rc;
+    if (two_paths(&anvil_import_cmdline, argc, argv, &h, &rc)) return rc;
+    const char *in = h.in, *out = h.out;
+    int show_progress = h.show_progress;
     s3path_stage sin, sout;
     memset(&sout, 0, sizeof sout);
     if (s3path_in(&sin, in, NULL, NULL) || s3path_out(&sout, out, "model.safetensors")) {

@@ -1,4 +1,5 @@
 /* anvil prep: text files in, llm.c token shards out (see data/prep.h). */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,44 +13,7 @@
 #include "core/exit.h"
 #include "data/prep.h"
 #include "obs/metrics.h"
-
-static const char usage_text[] =
-    "usage: anvil prep --out DIR [options] FILE... ('-' reads standard input)\n"
-    "\n"
-    "Turns text into llm.c token shards (bytes, or BPE with --tokenizer):\n"
-    "DIR/train_NNNNNN.bin, DIR/val_NNNNNN.bin and DIR/manifest.json. Each\n"
-    "document starts with the end-of-text token, or with --pattern llama3 lies\n"
-    "between <|begin_of_text|> and <|end_of_text|>; a document goes to val when\n"
-    "the FNV-1a hash of its bytes says so, so the split is the same on every run.\n"
-    "Files ending in .gz or .zst are decompressed as they are read. A FILE may be\n"
-    "s3://bucket/key: the object is downloaded whole to a private temporary folder\n"
-    "first (the disk needs room for it) and read from there.\n"
-    "\n"
-    "Shards are written as they fill, and manifest.json (with each shard's size\n"
-    "and CRC32C) after each one. Run again with the same inputs and options, an\n"
-    "interrupted prep continues after its last verified shard, and a finished one\n"
-    "is left as it is; a shard that fails its checksum is written again.\n"
-    "\n"
-    "options:\n"
-    "  --out DIR            output folder (created if missing); s3://bucket/prefix writes the\n"
-    "                       shards there, through a staging folder, and manifest.json last\n"
-    "  --val-fraction F     share of documents for validation, in [0, 1] (default 0.01)\n"
-    "  --delimiter STR      split the input into documents at STR; \\n \\t \\r \\\\ \\xHH\n"
-    "                       escapes allowed, e.g. '\\n\\n\\n' (default: one document per file)\n"
-    "  --shard-tokens N     tokens per shard; a split's last one holds the rest\n"
-    "                       (default 100000000)\n"
-    "  --tokenizer FILE     BPE tokens from a .tiktoken rank file (default: bytes)\n"
-    "  --pattern NAME       the tokenizer's encoding: gpt2, cl100k_base, o200k_base,\n"
-    "                       llama3 (default gpt2)\n"
-    "  --jsonl-field NAME   inputs are JSON lines; each line's string field NAME is a\n"
-    "                       document (a bad line is skipped with a note naming it)\n"
-    "  --strict             with --jsonl-field: a bad line is an error instead\n"
-    "  --workers N          encoding threads (default 1); the output is the same for any N\n"
-    "  --max-doc-bytes N    the longest document (or JSON line) allowed, held in memory\n"
-    "                       whole; a longer one is an error (default 67108864, 64 MiB)\n"
-    "  --no-progress        no progress on standard error (by default a bar on a terminal,\n"
-    "                       else a line at every tenth of the input read or every 10 s)\n"
-    "  --help               show this help\n";
+#include "opts/tables.h"
 
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -133,134 +97,148 @@ static void unstage_inputs(const char **names, s3path_stage *in, int n) {
     free(in);
 }
 
-int cmd_prep(int argc, char **argv) {
-    const char *cmd = "prep";
-    anvil_prep_opts o = {.val_fraction = 0.01, .shard_tokens = 100000000, .note = print_note};
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    char *delim = NULL;
-    int ninputs = 0, rc = 0, only_inputs = 0, show_progress = 1;
-    if (!inputs) {
-        fprintf(stderr, "anvil prep: error: out of memory\n");
-        return ANVIL_EXIT_ERROR;
-    }
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v;
-        if (only_inputs || a[0] != '-' || !strcmp(a, "-")) {
-            inputs[ninputs++] = a;
-            continue;
-        }
-        if (!strcmp(a, "--")) { only_inputs = 1; continue; }
-        if (!strcmp(a, "--strict")) { o.strict = 1; continue; }
-        if (!strcmp(a, "--no-progress")) { show_progress = 0; continue; }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage_text, stdout);
-            free(inputs);
-            free(delim);
-            return 0;
-        }
-        if (!(v = arg_value(cmd, argc, argv, &i))) {
-            rc = ANVIL_EXIT_USAGE;
-        } else if (!strcmp(a, "--out")) {
-            if (!*v) rc = cli_usage_error(cmd, "--out needs a folder");
-            else o.out_dir = v;
-        } else if (!strcmp(a, "--val-fraction")) {
-            if (arg_double(cmd, a, v, &o.val_fraction)) rc = ANVIL_EXIT_USAGE;
-            else if (!(o.val_fraction >= 0 && o.val_fraction <= 1))
-                rc = cli_usage_error(cmd, "--val-fraction must be in [0, 1], got %s", v);
-        } else if (!strcmp(a, "--shard-tokens")) {
-            if (arg_i64(cmd, a, v, 1, INT32_MAX, &o.shard_tokens)) rc = ANVIL_EXIT_USAGE;
-        } else if (!strcmp(a, "--workers")) {
-            if (arg_int(cmd, a, v, 1, 1024, &o.workers)) rc = ANVIL_EXIT_USAGE;
-        } else if (!strcmp(a, "--max-doc-bytes")) {
-            int64_t n;
-            if (arg_i64(cmd, a, v, 1, INT64_MAX / 2, &n)) rc = ANVIL_EXIT_USAGE;
-            else o.max_doc_bytes = (size_t)n;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!*v) rc = cli_usage_error(cmd, "--tokenizer needs a .tiktoken file");
-            else o.tokenizer_file = v;
-        } else if (!strcmp(a, "--pattern")) {
-            if (!*v) rc = cli_usage_error(cmd, "--pattern needs gpt2, cl100k_base, o200k_base or llama3");
-            else o.tokenizer_pattern = v;
-        } else if (!strcmp(a, "--jsonl-field")) {
-            if (!*v) rc = cli_usage_error(cmd, "--jsonl-field needs a field name");
-            else o.jsonl_field = v;
-        } else if (!strcmp(a, "--delimiter")) {
-            free(delim);
-            delim = malloc(strlen(v) + 1);
-            if (!*v) rc = cli_usage_error(cmd, "--delimiter needs a non-empty string");
-            else if (!delim || unescape(v, delim, &o.delimiter_len))
-                rc = cli_usage_error(cmd, "--delimiter '%s': bad escape (use \\n \\t \\r \\\\ \\xHH)", v);
-            else o.delimiter = delim;
-        } else {
-            rc = cli_usage_error(cmd, "unknown option '%s'", a);
-        }
-    }
-    if (!rc && !o.out_dir) rc = cli_usage_error(cmd, "--out DIR is required");
-    if (!rc && !ninputs) rc = cli_usage_error(cmd, "no input files given");
-    if (!rc && o.tokenizer_pattern && !o.tokenizer_file) rc = cli_usage_error(cmd, "--pattern needs --tokenizer");
-    if (!rc && o.strict && !o.jsonl_field) rc = cli_usage_error(cmd, "--strict needs --jsonl-field");
-    if (!rc && o.delimiter && o.jsonl_field)
-        rc = cli_usage_error(cmd, "--delimiter and --jsonl-field cannot be combined");
-    if (rc) {
-        free(inputs);
-        free(delim);
-        return rc;
-    }
+typedef struct {
+    anvil_prep_opts o;
+    const char **inputs;
+    int ninputs;
+    bool show_progress;
+    char *delim;
+} prep_args;
 
-    /* An s3:// output is written to a staging folder, then uploaded with its manifest last; s3://
-     * inputs are staged too, each downloaded whole before prep reads it. */
-    const char *out_uri = o.out_dir;
+/* A value that must not be empty, else the usage error why. */
+static int nonempty(const char *v, const char *why, const char **out) {
+    if (!*v) return anvil_fail("%s", why);
+    *out = v;
+    return 0;
+}
+
+/* One argument of prep's table (opts/tables.h), in the order given. */
+static int take(void *ctx, const anvil_opt_arg *a) {
+    prep_args *p = ctx;
+    anvil_prep_opts *o = &p->o;
+    const char *v = a->text;
+    if (a->id < 0) {
+        p->inputs[p->ninputs++] = v;
+        return 0;
+    }
+    switch ((enum anvil_prep_opt)a->id) {
+    case ANVIL_PREP_OUT: return nonempty(v, "--out needs a folder", &o->out_dir);
+    case ANVIL_PREP_VAL_FRACTION:
+        if (!(a->d >= 0 && a->d <= 1)) return anvil_fail("--val-fraction must be in [0, 1], got %s", v);
+        o->val_fraction = a->d;
+        return 0;
+    case ANVIL_PREP_SHARD_TOKENS: o->shard_tokens = a->i; return 0;
+    case ANVIL_PREP_WORKERS: o->workers = (int)a->i; return 0;
+    case ANVIL_PREP_MAX_DOC_BYTES: o->max_doc_bytes = (size_t)a->i; return 0;
+    case ANVIL_PREP_TOKENIZER: return nonempty(v, "--tokenizer needs a .tiktoken file", &o->tokenizer_file);
+    case ANVIL_PREP_PATTERN:
+        return nonempty(v, "--pattern needs gpt2, cl100k_base, o200k_base or llama3", &o->tokenizer_pattern);
+    case ANVIL_PREP_JSONL_FIELD: return nonempty(v, "--jsonl-field needs a field name", &o->jsonl_field);
+    case ANVIL_PREP_DELIMITER:
+        free(p->delim);
+        p->delim = malloc(strlen(v) + 1);
+        if (!*v) return anvil_fail("--delimiter needs a non-empty string");
+        if (!p->delim || unescape(v, p->delim, &o->delimiter_len))
+            return anvil_fail("--delimiter '%s': bad escape (use \\n \\t \\r \\\\ \\xHH)", v);
+        o->delimiter = p->delim;
+        return 0;
+    case ANVIL_PREP_STRICT: o->strict = 1; return 0;
+    case ANVIL_PREP_NO_PROGRESS: p->show_progress = false; return 0;
+    case ANVIL_PREP_HELP:
+    case ANVIL_PREP_NOPTS: return 0;
+    }
+    return 0;
+}
+
+/* Parses the command line into p; 0, or the exit status (-1: --help printed, exit 0). */
+static int parse(int argc, char **argv, prep_args *p) {
+    const char *cmd = "prep";
+    int rc = anvil_opts_parse(&anvil_prep_cmdline, argc, argv, take, p);
+    if (rc == 1) {
+        char *usage = anvil_opts_usage(&anvil_prep_cmdline);
+        fputs(usage ? usage : "anvil prep: out of memory\n", stdout);
+        free(usage);
+        return usage ? -1 : ANVIL_EXIT_ERROR;
+    }
+    if (rc) return cli_usage_error(cmd, "%s", anvil_errmsg());
+    const anvil_prep_opts *o = &p->o;
+    if (!o->out_dir) return cli_usage_error(cmd, "--out DIR is required");
+    if (!p->ninputs) return cli_usage_error(cmd, "no input files given");
+    if (o->tokenizer_pattern && !o->tokenizer_file) return cli_usage_error(cmd, "--pattern needs --tokenizer");
+    if (o->strict && !o->jsonl_field) return cli_usage_error(cmd, "--strict needs --jsonl-field");
+    if (o->delimiter && o->jsonl_field) return cli_usage_error(cmd, "--delimiter and --jsonl-field cannot be combined");
+    return 0;
+}
+
+static void print_stats(const anvil_prep_stats *st, double dt, const char *out_uri) {
+    double mb = (double)st->bytes_in / 1e6;
+    printf("prep: %lld documents from %d input%s (%.2f MB) in %.3f s, %.1f MB/s\n",
+           (long long)(st->train_docs + st->val_docs), st->sources, st->sources == 1 ? "" : "s", mb, dt,
+           dt > 0 ? mb / dt : 0.0);
+    printf("  train: %lld documents, %lld tokens in %d shard%s\n", (long long)st->train_docs,
+           (long long)st->train_tokens, st->train_shards, st->train_shards == 1 ? "" : "s");
+    printf("  val:   %lld documents, %lld tokens in %d shard%s\n", (long long)st->val_docs, (long long)st->val_tokens,
+           st->val_shards, st->val_shards == 1 ? "" : "s");
+    if (st->kept_shards)
+        printf("  kept %d shard%s of an earlier run (checksums verified)\n", st->kept_shards,
+               st->kept_shards == 1 ? "" : "s");
+    if (st->bad_lines) printf("  skipped %lld bad JSON line%s\n", (long long)st->bad_lines, st->bad_lines == 1 ? "" : "s");
+    printf("  wrote %s/manifest.json\n", out_uri);
+}
+
+/* Stages the s3:// output and inputs, runs prep with its progress and prints what it did. An s3://
+ * output is written to a staging folder, then uploaded with its manifest last; s3:// inputs are
+ * staged too, each downloaded whole before prep reads it. */
+static int run(prep_args *p) {
+    const char *cmd = "prep";
+    anvil_prep_opts *o = &p->o;
+    const char *out_uri = o->out_dir;
     s3path_stage out;
-    const char **names = calloc((size_t)ninputs, sizeof *names);
-    s3path_stage *in = calloc((size_t)ninputs, sizeof *in);
-    if (!names || !in || s3path_out(&out, out_uri, NULL) || stage_inputs(inputs, names, in, ninputs)) {
+    int n = p->ninputs;
+    const char **names = calloc((size_t)n, sizeof *names);
+    s3path_stage *in = calloc((size_t)n, sizeof *in);
+    if (!names || !in || s3path_out(&out, out_uri, NULL) || stage_inputs(p->inputs, names, in, n)) {
         if (!names || !in) anvil_fail("prep: out of memory");
         else s3path_done(&out);
-        unstage_inputs(names, in, ninputs);
-        free(inputs);
-        free(delim);
+        unstage_inputs(names, in, n);
         return cli_fail(cmd);
     }
-    o.out_dir = out.local;
-    o.inputs = inputs;
-    o.input_names = names;
-    o.ninputs = ninputs;
+    o->out_dir = out.local;
+    o->inputs = p->inputs;
+    o->input_names = names;
+    o->ninputs = n;
     anvil_prep_stats st;
     prep_progress pp = {0};
-    o.note_ctx = &pp.meter;
-    anvil_meter_start(&pp.meter, stderr, anvil_meter_mode(stderr, show_progress), "prep", NULL);
+    o->note_ctx = &pp.meter;
+    anvil_meter_start(&pp.meter, stderr, anvil_meter_mode(stderr, p->show_progress), "prep", NULL);
     if (pp.meter.mode != ANVIL_METER_OFF) {
-        o.progress = on_progress;
-        o.progress_ctx = &pp;
+        o->progress = on_progress;
+        o->progress_ctx = &pp;
     }
     double t0 = anvil_now();
-    int failed = anvil_prep_run(&o, &st) || s3path_out_push(&out);
+    int failed = anvil_prep_run(o, &st) || s3path_out_push(&out);
     s3path_done(&out);
-    unstage_inputs(names, in, ninputs);
+    unstage_inputs(names, in, n);
     char detail[160];
     progress_detail(&pp, detail, sizeof detail);
     if (!failed) anvil_meter_finish(&pp.meter, (double)pp.last.bytes_read, (double)pp.last.bytes_total, detail);
     else anvil_meter_break(&pp.meter);
-    if (failed) {
-        free(inputs);
-        free(delim);
-        return cli_fail(cmd);
-    }
-    double dt = anvil_now() - t0;
-    double mb = (double)st.bytes_in / 1e6;
-    printf("prep: %lld documents from %d input%s (%.2f MB) in %.3f s, %.1f MB/s\n",
-           (long long)(st.train_docs + st.val_docs), st.sources, st.sources == 1 ? "" : "s", mb, dt,
-           dt > 0 ? mb / dt : 0.0);
-    printf("  train: %lld documents, %lld tokens in %d shard%s\n", (long long)st.train_docs,
-           (long long)st.train_tokens, st.train_shards, st.train_shards == 1 ? "" : "s");
-    printf("  val:   %lld documents, %lld tokens in %d shard%s\n", (long long)st.val_docs, (long long)st.val_tokens,
-           st.val_shards, st.val_shards == 1 ? "" : "s");
-    if (st.kept_shards)
-        printf("  kept %d shard%s of an earlier run (checksums verified)\n", st.kept_shards,
-               st.kept_shards == 1 ? "" : "s");
-    if (st.bad_lines) printf("  skipped %lld bad JSON line%s\n", (long long)st.bad_lines, st.bad_lines == 1 ? "" : "s");
-    printf("  wrote %s/manifest.json\n", out_uri);
-    free(inputs);
-    free(delim);
+    if (failed) return cli_fail(cmd);
+    print_stats(&st, anvil_now() - t0, out_uri);
     return 0;
+}
+
+int cmd_prep(int argc, char **argv) {
+    prep_args p = {.o = {.val_fraction = 0.01, .shard_tokens = 100000000, .note = print_note},
+                   .inputs = calloc((size_t)argc + 1, sizeof *p.inputs),
+                   .show_progress = true};
+    if (!p.inputs) {
+        fprintf(stderr, "anvil prep: error: out of memory\n");
+        return ANVIL_EXIT_ERROR;
+    }
+    int rc = parse(argc, argv, &p);
+    if (!rc) rc = run(&p);
+    free(p.inputs);
+    free(p.delim);
+    return rc < 0 ? 0 : rc;
 }

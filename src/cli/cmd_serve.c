@@ -1,41 +1,39 @@
 /* anvil serve: the job service daemon (HTTP/JSON on 127.0.0.1, state in SQLite). */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/exit.h"
-#include "core/fsutil.h"
-#include "job/api.h"
 #include "job/auth.h"
-#include "job/backend.h"
+#include "job/daemon.h"
 #include "job/hooks.h"
 #include "job/store.h"
-#include "job/supervisor.h"
 
 static const char *usage =
     "usage: anvil serve [--state DIR] [--port P] [--stop-grace S] [--max-running N]\n"
-    "                   [--backend local|slurm] [--partition P] [--account A]\n"
+    "                   [--backend local|slurm] [--partition P] [--account A] [--s3-config FILE]\n"
     "                   [--hook-command CMD] [--hook-url URL] [--hook-attempts N] [--hook-timeout S]\n"
     "       anvil serve --init [--state DIR]\n"
+    "       anvil serve --backup FILE [--state DIR]\n"
     "\n"
     "Runs the job service: an HTTP/JSON API on 127.0.0.1 (see README: 'The job service'), a\n"
     "dashboard page at http://127.0.0.1:P/ and Prometheus metrics at /metrics, and a supervisor\n"
     "that runs each job through `anvil launch`, retries it, stops it at its limits.\n"
-    "Every request needs an API token; a state folder without users is refused.\n"
+    "Every request needs an API token; a state folder without users is refused, and so is one\n"
+    "whose state.db PRAGMA quick_check finds damaged (README: 'Restoring the state').\n"
     "  --init            make the state folder's first user, 'admin', and print its token on\n"
     "                    stdout, once (only its hash is kept), then exit; refused (exit 4) when\n"
     "                    the folder has users already\n"
+    "  --backup FILE     write a consistent copy of the state folder's state.db to FILE (atomically;\n"
+    "                    SQLite's online backup, so a daemon may be running), then exit\n"
     "  --state DIR       state folder: state.db (SQLite), serve.pid, serve.port, jobs/, runs/\n"
     "                    (default ~/.local/share/anvil)\n"
     "  --port P          TCP port on 127.0.0.1 (default 7878; 0 picks a free one); the port in use is\n"
@@ -49,10 +47,15 @@ static const char *usage =
     "                    also runs on this machine the jobs whose spec says \"backend\": \"local\"\n"
     "  --partition P     (slurm) the partition the jobs are submitted to (default: the cluster's)\n"
     "  --account A       (slurm) the account the jobs are charged to (default: the user's)\n"
+    "  --s3-config FILE  each role's S3 endpoint, region and credentials, for the jobs of the roles\n"
+    "                    whose prefixes name s3:// ones: an INI file of [ROLE] sections with\n"
+    "                    endpoint_url, region, aws_access_key_id, aws_secret_access_key and\n"
+    "                    aws_session_token (mode 600: it holds secrets). Jobs get S3 credentials\n"
+    "                    from here only, never from a spec or from this daemon's own environment\n"
     "  --hook-command CMD  on every change of a job's status, run CMD with /bin/sh, the event's JSON\n"
     "                    on its standard input (its output goes to DIR/hooks.log)\n"
     "  --hook-url URL    on every change of a job's status, POST the event's JSON to URL (http:// on\n"
-    "                    127.0.0.1, localhost or [::1])\n"
+    "                    127.0.0.1, localhost or [::1], without a user or password)\n"
     "  --hook-attempts N attempts per event and hook before it is given up (default 8), the waits\n"
     "                    between them 1, 2, 4, ... s, at most 60\n"
     "  --hook-timeout S  a hook command or POST still running after S seconds has failed (default 30)\n"
@@ -76,17 +79,66 @@ char *cli_state_dir(const char *given) {
     return strdup(buf);
 }
 
-static int write_number(const char *dir, const char *name, long v) {
-    char path[PATH_MAX + 32], text[32];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int n = snprintf(text, sizeof text, "%ld\n", v);
-    return anvil_write_file_atomic(path, text, (size_t)n);
+static void print_report(void *ctx, const char *line) {
+    (void)ctx;
+    fprintf(stderr, "anvil serve: %s\n", line);
+}
+
+/* What the options say: the daemon's, and the two commands that do something else and exit. */
+typedef struct {
+    anvil_daemon_options d;
+    const char *state, *backup;
+    bool init;
+    anvil_hook hooks[2];
+} serve_args;
+
+/* One option at argv[*i]; 0, or the exit status of a usage error. */
+static int take(serve_args *a, int argc, char **argv, int *i) {
+    anvil_daemon_options *d = &a->d;
+    const char *o = argv[*i], *v = NULL;
+    if (!strcmp(o, "--init")) {
+        a->init = true;
+        return 0;
+    }
+    static const char *const valued[] = {"--state", "--port", "--stop-grace", "--max-running", "--backend",
+                                         "--partition", "--account", "--hook-command", "--hook-url",
+                                         "--hook-attempts", "--hook-timeout", "--backup", "--s3-config"};
+    size_t k = 0;
+    while (k < sizeof valued / sizeof *valued && strcmp(o, valued[k])) k++;
+    if (k == sizeof valued / sizeof *valued) return cli_usage_error("serve", "unknown option '%s'", o);
+    if (!(v = arg_value("serve", argc, argv, i))) return ANVIL_EXIT_USAGE;
+    int bad = 0;
+    if (!strcmp(o, "--state")) a->state = v;
+    else if (!strcmp(o, "--port")) bad = arg_int("serve", o, v, 0, 65535, &d->port);
+    else if (!strcmp(o, "--stop-grace")) {
+        if (!(bad = arg_double("serve", o, v, &d->grace_s)) && d->grace_s < 0)
+            return cli_usage_error("serve", "--stop-grace must be >= 0");
+    } else if (!strcmp(o, "--max-running")) bad = arg_int("serve", o, v, 0, 1 << 20, &d->max_running);
+    else if (!strcmp(o, "--backend")) {
+        if (strcmp(v, "local") && strcmp(v, "slurm"))
+            return cli_usage_error("serve", "--backend must be local or slurm, not '%s'", v);
+        d->backend = v;
+    } else if (!strcmp(o, "--partition")) d->partition = v;
+    else if (!strcmp(o, "--account")) d->account = v;
+    else if (!strcmp(o, "--hook-command") || !strcmp(o, "--hook-url")) {
+        anvil_hook_kind kind = o[7] == 'c' ? ANVIL_HOOK_COMMAND : ANVIL_HOOK_URL;
+        for (int h = 0; h < d->nhooks; h++)
+            if (a->hooks[h].kind == kind) return cli_usage_error("serve", "%s given twice", o);
+        a->hooks[d->nhooks] = (anvil_hook){.kind = kind, .target = v};
+        if (anvil_hook_check(&a->hooks[d->nhooks++])) return cli_usage_error("serve", "%s", anvil_errmsg());
+    } else if (!strcmp(o, "--hook-attempts")) bad = arg_int("serve", o, v, 1, 100, &d->hook_attempts);
+    else if (!strcmp(o, "--hook-timeout")) {
+        if (!(bad = arg_double("serve", o, v, &d->hook_timeout_s)) && !(d->hook_timeout_s > 0))
+            return cli_usage_error("serve", "--hook-timeout must be > 0");
+    } else if (!strcmp(o, "--backup")) a->backup = v;
+    else d->s3_config = v;
+    return bad ? ANVIL_EXIT_USAGE : 0;
 }
 
 /* --init: the first admin and its token, printed alone on stdout. */
-static int init_state(anvil_store *st, const char *dir) {
+static int init_state(const char *dir) {
     char token[ANVIL_TOKEN_SIZE];
-    int rc = anvil_auth_init(st, "admin", token);
+    int rc = anvil_daemon_init(dir, token);
     if (rc < 0) return cli_fail("serve");
     if (rc > 0) {
         fprintf(stderr, "anvil serve: error: %s has users already; --init only starts a new state folder (an admin "
@@ -95,149 +147,63 @@ static int init_state(anvil_store *st, const char *dir) {
     }
     printf("%s\n", token);
     fflush(stdout);
+    char real[PATH_MAX];
     fprintf(stderr, "anvil serve: created user admin (admin) in %s; its token (ID %.*s) is printed above, this once: "
-                    "keep it, e.g. in ~/.config/anvil/token (mode 600)\n", dir, ANVIL_TOKEN_ID_LEN, token + 4);
+                    "keep it, e.g. in ~/.config/anvil/token (mode 600)\n", realpath(dir, real) ? real : dir,
+            ANVIL_TOKEN_ID_LEN, token + 4);
     memset(token, 0, sizeof token);
     return 0;
 }
 
-int cmd_serve(int argc, char **argv) {
-    const char *state_arg = NULL, *backend_name = "local", *partition = NULL, *account = NULL;
-    int port = 7878, max_running = 0, hook_attempts = 8, nhooks = 0;
-    double grace = 120, hook_timeout = 30;
-    bool init = false;
-    anvil_hook hooks[2];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--init")) {
-            init = true;
-        } else if (!strcmp(a, "--state")) {
-            if (!(state_arg = arg_value("serve", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--port")) {
-            if (!(v = arg_value("serve", argc, argv, &i)) || arg_int("serve", a, v, 0, 65535, &port)) return 2;
-        } else if (!strcmp(a, "--stop-grace")) {
-            if (!(v = arg_value("serve", argc, argv, &i)) || arg_double("serve", a, v, &grace)) return 2;
-            if (grace < 0) return cli_usage_error("serve", "--stop-grace must be >= 0");
-        } else if (!strcmp(a, "--max-running")) {
-            if (!(v = arg_value("serve", argc, argv, &i)) || arg_int("serve", a, v, 0, 1 << 20, &max_running)) return 2;
-        } else if (!strcmp(a, "--backend")) {
-            if (!(backend_name = arg_value("serve", argc, argv, &i))) return 2;
-            if (strcmp(backend_name, "local") && strcmp(backend_name, "slurm"))
-                return cli_usage_error("serve", "--backend must be local or slurm, not '%s'", backend_name);
-        } else if (!strcmp(a, "--partition")) {
-            if (!(partition = arg_value("serve", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--account")) {
-            if (!(account = arg_value("serve", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--hook-command") || !strcmp(a, "--hook-url")) {
-            anvil_hook_kind kind = a[7] == 'c' ? ANVIL_HOOK_COMMAND : ANVIL_HOOK_URL;
-            if (!(v = arg_value("serve", argc, argv, &i))) return 2;
-            for (int k = 0; k < nhooks; k++)
-                if (hooks[k].kind == kind) return cli_usage_error("serve", "%s given twice", a);
-            hooks[nhooks] = (anvil_hook){kind, v};
-            if (anvil_hook_check(&hooks[nhooks++])) return cli_usage_error("serve", "%s", anvil_errmsg());
-        } else if (!strcmp(a, "--hook-attempts")) {
-            if (!(v = arg_value("serve", argc, argv, &i)) || arg_int("serve", a, v, 1, 100, &hook_attempts)) return 2;
-        } else if (!strcmp(a, "--hook-timeout")) {
-            if (!(v = arg_value("serve", argc, argv, &i)) || arg_double("serve", a, v, &hook_timeout)) return 2;
-            if (!(hook_timeout > 0)) return cli_usage_error("serve", "--hook-timeout must be > 0");
-        } else {
-            return cli_usage_error("serve", "unknown option '%s'", a);
-        }
-    }
-    bool slurm = !strcmp(backend_name, "slurm");
-    if (!slurm && (partition || account))
-        return cli_usage_error("serve", "--partition and --account go with --backend slurm");
-    char self[PATH_MAX], path[PATH_MAX + 32];
+/* --backup FILE: the state's consistent copy. */
+static int backup_state(const char *dir, const char *file) {
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/state.db", dir);
+    if (anvil_store_backup(path, file)) return cli_fail("serve");
+    fprintf(stderr, "anvil serve: backed up %s to %s (checked with PRAGMA quick_check first)\n", path, file);
+    return 0;
+}
+
+static int run_daemon(anvil_daemon_options *d) {
+    char self[PATH_MAX];
     ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sn <= 0) {
         anvil_fail("cannot find the anvil binary (/proc/self/exe): %s", strerror(errno));
         return cli_fail("serve");
     }
     self[sn] = 0;
-    char *dir = cli_state_dir(state_arg), real[PATH_MAX];
-    if (!dir || anvil_mkdir_p(dir)) return cli_fail("serve");
-    /* Absolute, since the jobs run in their own folders. */
-    if (!realpath(dir, real)) {
-        anvil_fail("%s: %s", dir, strerror(errno));
-        free(dir);
-        return cli_fail("serve");
-    }
-    free(dir);
-    snprintf(path, sizeof path, "%s/serve.lock", real);
-    int lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB)) {
-        anvil_fail("%s: %s", path, lock < 0 ? strerror(errno) : "another anvil serve holds this state folder");
-        return cli_fail("serve");
-    }
-    snprintf(path, sizeof path, "%s/state.db", real);
-    anvil_store *st = anvil_store_open(path);
-    if (st && init) {
-        int rc = init_state(st, real);
-        anvil_store_close(st);
-        close(lock);
-        return rc;
-    }
-    int users = 0;
-    if (st && !anvil_auth_user_count(st, &users) && !users) {
-        anvil_fail("%s has no users: run 'anvil serve --init --state %s' first (it prints the first admin's token)",
-                   real, real);
-        anvil_store_close(st);
-        st = NULL;
-    }
-    char runs[PATH_MAX + 8];
-    snprintf(runs, sizeof runs, "%s/runs", real);
-    /* A Slurm daemon keeps the local backend too, for the jobs whose spec asks for it ("backend"). */
-    anvil_backend *backend = !st     ? NULL
-                             : slurm ? anvil_backend_slurm_new(real, self, partition, account, grace)
-                                     : anvil_backend_local_new(real, self);
-    anvil_backend *local = backend && slurm ? anvil_backend_local_new(real, self) : NULL;
-    anvil_backend *both[] = {backend, local};
-    anvil_supervisor *sup = backend && (!slurm || local)
-                                ? anvil_supervisor_new(st, both, local ? 2 : 1,
-                                                       &(anvil_supervisor_options){grace, max_running})
-                                : NULL;
-    /* Hooks first: every change from here on is queued for them (job/hooks.h). */
-    snprintf(path, sizeof path, "%s/hooks.log", real);
-    anvil_hooks *deliverer = NULL;
-    if (sup && nhooks &&
-        (anvil_store_set_hooks(st, hooks, nhooks) ||
-         !(deliverer = anvil_hooks_start(st, &(anvil_hooks_options){hook_attempts, hook_timeout, path})))) {
-        anvil_supervisor_free(sup);
-        sup = NULL;
-    }
+    d->self = self;
     /* A client that disconnects mid-answer must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
-    anvil_api *api = sup && !anvil_mkdir_p(runs) ? anvil_api_start(st, sup, runs, port) : NULL;
-    int rc = ANVIL_EXIT_ERROR;
-    if (api && !write_number(real, "serve.pid", (long)getpid()) &&
-        !write_number(real, "serve.port", anvil_api_port(api))) {
-        struct sigaction sa = {0};
-        sa.sa_handler = on_quit;
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        fprintf(stderr, "anvil serve: listening on http://127.0.0.1:%d, state in %s\n", anvil_api_port(api), real);
-        rc = ANVIL_EXIT_OK;
-        while (!quit) {
-            if (anvil_supervisor_tick(sup)) fprintf(stderr, "anvil serve: warning: %s\n", anvil_errmsg());
-            struct timespec ts = {0, 200 * 1000 * 1000};
-            nanosleep(&ts, NULL);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_quit;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    return anvil_daemon_run(d) ? cli_fail("serve") : ANVIL_EXIT_OK;
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_args a = {.d = {.port = 7878, .grace_s = 120, .backend = "local", .hook_attempts = 8,
+                          .hook_timeout_s = 30, .report = print_report, .quit = &quit}};
+    a.d.hooks = a.hooks;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
         }
-        fprintf(stderr, "anvil serve: stopping; running jobs continue and a restart finds them\n");
+        int rc = take(&a, argc, argv, &i);
+        if (rc) return rc;
     }
-    if (rc) cli_fail("serve");
-    anvil_api_stop(api);
-    anvil_hooks_stop(deliverer);
-    anvil_supervisor_free(sup);
-    if (backend) backend->ops->free(backend);
-    if (local) local->ops->free(local);
-    anvil_store_close(st);
-    if (!rc) {
-        snprintf(path, sizeof path, "%s/serve.port", real);
-        unlink(path);
+    if (strcmp(a.d.backend, "slurm") && (a.d.partition || a.d.account))
+        return cli_usage_error("serve", "--partition and --account go with --backend slurm");
+    if (a.init && a.backup) return cli_usage_error("serve", "--init and --backup cannot be combined");
+    char *dir = cli_state_dir(a.state);
+    if (!dir) {
+        fprintf(stderr, "anvil serve: error: out of memory\n");
+        return ANVIL_EXIT_ERROR;
     }
-    close(lock);
+    a.d.state_dir = dir;
+    int rc = a.init ? init_state(dir) : a.backup ? backup_state(dir, a.backup) : run_daemon(&a.d);
+    free(dir);
     return rc;
 }

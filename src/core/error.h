@@ -18,4 +18,8 @@ int anvil_fail(const char *fmt, ...) ANVIL_PRINTF(1, 2);
 /* The last message recorded on this thread ("" when none). */
 const char *anvil_errmsg(void);
 
+/* How long-lived library code (the job service's threads) tells its caller what it did or what went
+ * wrong while it goes on: one line, without a newline; the caller prints or logs it. */
+typedef void (*anvil_report_fn)(void *ctx, const char *line);
+
 #endif

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,102 +18,6 @@
 #include "job/spec.h"
 
 #define MAX_LOG_CHUNK (1 << 20)
-
-int api_reply_json(anvil_api_call *c, unsigned code, cJSON *j) {
-    char *text = j ? cJSON_PrintUnformatted(j) : NULL;
-    cJSON_Delete(j);
-    size_t len = text ? strlen(text) : 0;
-    char *withnl = text ? realloc(text, len + 2) : NULL;
-    if (!withnl) {
-        free(text);
-        c->rs->status = 500;
-        c->rs->body = NULL;
-        c->rs->len = 0;
-        return -1;
-    }
-    withnl[len] = '\n';
-    withnl[len + 1] = 0;
-    c->rs->status = code;
-    c->rs->body = withnl;
-    c->rs->len = len + 1;
-    c->rs->content_type = NULL;
-    return code < 400 ? 0 : -1;
-}
-
-int api_reply_error(anvil_api_call *c, unsigned code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->error, sizeof c->error, fmt, ap);
-    va_end(ap);
-    c->error[strcspn(c->error, "\r\n")] = 0;
-    cJSON *j = cJSON_CreateObject();
-    if (j && !cJSON_AddStringToObject(j, "error", c->error)) {
-        cJSON_Delete(j);
-        j = NULL;
-    }
-    api_reply_json(c, code, j);
-    return -1;
-}
-
-anvil_audit_entry api_audit(anvil_api_call *c, int result, const char *detail) {
-    c->audited = true;
-    return (anvil_audit_entry){.user = c->who.user,
-                               .token_id = c->who.token_id,
-                               .action = c->action,
-                               .target = c->target,
-                               .result = result,
-                               .detail = detail};
-}
-
-bool api_need_admin(anvil_api_call *c) {
-    if (c->who.admin) return true;
-    api_reply_error(c, 403, "%s: only admins may do this (%s is not one)", c->action, c->who.user);
-    return false;
-}
-
-const char *api_arg(const anvil_api_call *c, const char *key) {
-    for (int i = 0; i < c->rq->nargs; i++)
-        if (!strcmp(c->rq->args[i].key, key)) return c->rq->args[i].value;
-    return NULL;
-}
-
-bool api_known_args(anvil_api_call *c, const char *const *names) {
-    for (int i = 0; i < c->rq->nargs; i++) {
-        const char *k = c->rq->args[i].key;
-        bool known = false;
-        for (const char *const *n = names; *n && !known; n++) known = !strcmp(k, *n);
-        for (int j = 0; j < i && known; j++) known = strcmp(k, c->rq->args[j].key) != 0;
-        if (!known) {
-            api_reply_error(c, 400, "query parameter '%.60s': unknown, or given twice", k);
-            return false;
-        }
-    }
-    return true;
-}
-
-cJSON *api_body_object(anvil_api_call *c, const char *what, const char *const *names) {
-    if (c->rq->body_too_big) {
-        api_reply_error(c, 413, "%s: larger than %d bytes", what, ANVIL_JOB_SPEC_MAX_BYTES);
-        return NULL;
-    }
-    cJSON *o = anvil_json_parse_object(c->rq->body ? c->rq->body : "", c->rq->body_len, what);
-    if (!o) {
-        api_reply_error(c, 400, "%s", anvil_errmsg());
-        return NULL;
-    }
-    const cJSON *e;
-    cJSON_ArrayForEach(e, o) {
-        bool known = false;
-        for (const char *const *n = names; *n && !known; n++) known = !strcmp(e->string, *n);
-        for (const cJSON *f = o->child; f != e && known; f = f->next) known = strcmp(f->string, e->string) != 0;
-        if (!known) {
-            api_reply_error(c, 400, "%s: field '%.100s': unknown, or given twice", what, e->string);
-            cJSON_Delete(o);
-            return NULL;
-        }
-    }
-    return o;
-}
 
 static cJSON *job_json(const anvil_api_env *env, const anvil_job *j, bool full) {
     cJSON *o = anvil_job_json(j);
@@ -148,7 +51,7 @@ static cJSON *job_json(const anvil_api_env *env, const anvil_job *j, bool full) 
 static int reply_job(anvil_api_call *c, unsigned code, anvil_job *j, bool full) {
     cJSON *o = job_json(c->env, j, full);
     anvil_job_free(j);
-    return o ? api_reply_json(c, code, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
+    return o ? api_reply_json(c, code, o) : api_internal_error(c, NULL);
 }
 
 static bool visible(const anvil_api_call *c, const anvil_job *j) {
@@ -162,7 +65,7 @@ static int spec_role(anvil_api_call *c, anvil_job_spec *s, anvil_role *role) {
         char *names;
         int n;
         if (anvil_auth_user_roles(c->env->st, c->who.user, &names, &n)) {
-            api_reply_error(c, 500, "%s", anvil_errmsg());
+            api_internal_error(c, NULL);
             return -1;
         }
         if (n != 1) {
@@ -177,7 +80,7 @@ static int spec_role(anvil_api_call *c, anvil_job_spec *s, anvil_role *role) {
     }
     int rc = anvil_auth_get_role(c->env->st, s->role, c->who.user, role);
     if (rc == 1) api_reply_error(c, 403, "spec: role: %s is not granted to %s", s->role, c->who.user);
-    else if (rc) api_reply_error(c, 500, "%s", anvil_errmsg());
+    else if (rc) api_internal_error(c, NULL);
     return rc ? -1 : 0;
 }
 
@@ -197,7 +100,7 @@ static int spec_conflicts(anvil_api_call *c, const anvil_job_spec *s) {
     unsigned mask = 1u << ANVIL_JOB_PENDING | 1u << ANVIL_JOB_STARTING | 1u << ANVIL_JOB_RUNNING |
                     1u << ANVIL_JOB_STOPPING;
     if (anvil_store_list(c->env->st, mask, &active, &nactive)) {
-        api_reply_error(c, 500, "%s", anvil_errmsg());
+        api_internal_error(c, NULL);
         return -1;
     }
     int rc = 0;
@@ -220,8 +123,10 @@ static int submit(anvil_api_call *c) {
     anvil_role role = {0};
     char why[2048];
     int rc = spec_role(c, &s, &role);
-    if (!rc && (rc = anvil_policy_check(&role, &s, why, sizeof why)))
-        api_reply_error(c, rc > 0 ? 403 : 500, "%s%s", rc > 0 ? "spec: " : "", rc > 0 ? why : anvil_errmsg());
+    if (!rc && (rc = anvil_policy_check(&role, &s, why, sizeof why))) {
+        if (rc > 0) api_reply_error(c, 403, "spec: %s", why);
+        else api_internal_error(c, NULL);
+    }
     if (!rc) rc = spec_conflicts(c, &s);
     if (!rc && s.backend && !anvil_supervisor_backend_named(c->env->sup, s.backend)) {
         rc = -1;
@@ -234,15 +139,17 @@ static int submit(anvil_api_call *c) {
         held[0] = b->ops->pool_hosts(b, c->who.user, NULL, s.hosts, s.procs_per_host);
         held[1] = s.role ? b->ops->pool_hosts(b, NULL, s.role, s.hosts, s.procs_per_host) : 0;
     }
-    if (!rc && (rc = anvil_quota_check(c->env->st, c->who.user, s.role, &s, held, why, sizeof why)))
-        api_reply_error(c, rc > 0 ? 429 : 500, "%s", rc > 0 ? why : anvil_errmsg());
+    if (!rc && (rc = anvil_quota_check(c->env->st, c->who.user, s.role, &s, held, why, sizeof why))) {
+        if (rc > 0) api_reply_error(c, 429, "%s", why);
+        else api_internal_error(c, NULL);
+    }
     cJSON *canon = rc ? NULL : anvil_job_spec_to_json(&s);
     char *text = canon ? cJSON_PrintUnformatted(canon) : NULL;
     cJSON_Delete(canon);
     int64_t id = 0;
     if (!rc && !text) {
         rc = -1;
-        api_reply_error(c, 500, "out of memory");
+        api_internal_error(c, "out of memory");
     }
     if (!rc) {
         char detail[300];
@@ -251,7 +158,7 @@ static int submit(anvil_api_call *c) {
         anvil_audit_entry e = api_audit(c, 201, detail);
         if ((rc = anvil_store_submit(c->env->st, &j, c->env->runs_dir, &e, &id))) {
             c->audited = false;
-            api_reply_error(c, 500, "%s", anvil_errmsg());
+            api_internal_error(c, NULL);
         }
     }
     free(text);
@@ -259,7 +166,7 @@ static int submit(anvil_api_call *c) {
     anvil_role_free(&role);
     if (rc) return -1;
     anvil_job j;
-    return anvil_store_get(c->env->st, id, &j) ? api_reply_error(c, 500, "%s", anvil_errmsg())
+    return anvil_store_get(c->env->st, id, &j) ? api_internal_error(c, NULL)
                                                : reply_job(c, 201, &j, false);
 }
 
@@ -275,7 +182,7 @@ static int list(anvil_api_call *c) {
     }
     anvil_job *jobs;
     int n;
-    if (anvil_store_list(c->env->st, mask, &jobs, &n)) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    if (anvil_store_list(c->env->st, mask, &jobs, &n)) return api_internal_error(c, NULL);
     cJSON *o = cJSON_CreateObject(), *arr = o ? cJSON_AddArrayToObject(o, "jobs") : NULL;
     for (int i = 0; arr && i < n; i++) {
         if (!visible(c, &jobs[i])) continue;
@@ -284,15 +191,6 @@ static int list(anvil_api_call *c) {
     }
     anvil_job_list_free(jobs, n);
     return api_reply_json(c, 200, o);
-}
-
-bool api_parse_count(const char *s, long max, long *out) {
-    char *end;
-    errno = 0;
-    long v = s ? strtol(s, &end, 10) : -1;
-    if (!s || !*s || *end || errno || v < 0 || v > max) return false;
-    *out = v;
-    return true;
 }
 
 static int logs(anvil_api_call *c, const char *run_dir) {
@@ -309,18 +207,24 @@ static int logs(anvil_api_call *c, const char *run_dir) {
     else snprintf(path, sizeof path, "%s/logs/launcher.log", run_dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     /* No log yet is an empty log: the job may not have started. */
-    if (fd < 0 && errno != ENOENT) return api_reply_error(c, 500, "%s: %s", path, strerror(errno));
-    if (fd >= 0 && last >= 0) {
-        off_t size = lseek(fd, 0, SEEK_END);
-        offset = size > last ? (long)(size - last) : 0;
+    if (fd < 0 && errno != ENOENT) {
+        anvil_fail("%s: %s", path, strerror(errno));
+        return api_internal_error(c, NULL);
     }
+    struct stat sb;
+    off_t size = fd >= 0 && !fstat(fd, &sb) ? sb.st_size : 0;
+    if (last >= 0) offset = size > last ? (long)(size - last) : 0;
+    /* An offset at or past the end has nothing yet: a follower asks again later. */
+    size_t want = offset >= size ? 0 : (size_t)(size - offset) < MAX_LOG_CHUNK ? (size_t)(size - offset) : MAX_LOG_CHUNK;
     char *buf = malloc(MAX_LOG_CHUNK);
     ssize_t got = 0;
-    if (buf && fd >= 0) got = pread(fd, buf, last >= 0 ? (size_t)last : MAX_LOG_CHUNK, (off_t)offset);
+    if (buf && fd >= 0 && want) got = pread(fd, buf, want, (off_t)offset);
+    int e = errno;
     if (fd >= 0) close(fd);
     if (!buf || got < 0) {
         free(buf);
-        return api_reply_error(c, 500, "%s: cannot read", path);
+        anvil_fail("%s: cannot read: %s", path, buf ? strerror(e) : "out of memory");
+        return api_internal_error(c, NULL);
     }
     c->rs->status = 200;
     c->rs->body = buf;
@@ -352,7 +256,7 @@ static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
     if (part != 2 && part != 4 && !api_known_args(c, none)) return -1;
     anvil_job j;
     int rc = anvil_store_get(c->env->st, id, &j);
-    if (rc < 0) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    if (rc < 0) return api_internal_error(c, NULL);
     if (!rc && !visible(c, &j)) {
         anvil_job_free(&j);
         rc = 1;
@@ -369,7 +273,7 @@ static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
     rc = anvil_supervisor_stop(c->env->sup, id, &e, &j);
     if (rc) c->audited = false;
     if (rc == 1) return api_reply_error(c, 404, "no job %lld", id);
-    if (rc < 0) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    if (rc < 0) return api_internal_error(c, NULL);
     if (rc == 2) {
         api_reply_error(c, 409, "job %lld has already ended: %s", id, anvil_job_status_name(j.status));
         anvil_job_free(&j);
@@ -391,7 +295,7 @@ static int pools(anvil_api_call *c, const char *rest, bool get, bool post) {
         if (!o || !arr) {
             cJSON_Delete(o);
             cJSON_Delete(arr);
-            return api_reply_error(c, 500, "%s", arr ? "out of memory" : anvil_errmsg());
+            return api_internal_error(c, arr ? "out of memory" : NULL);
         }
         cJSON_AddItemToObject(o, "pools", arr);
         return api_reply_json(c, 200, o);
@@ -411,7 +315,7 @@ static int pools(anvil_api_call *c, const char *rest, bool get, bool post) {
     int rc = b->ops->release_pool ? b->ops->release_pool(b, id, user) : 1;
     if (rc == 1) return api_reply_error(c, 404, "no warm pool %s", id);
     if (rc == 2) return api_reply_error(c, 409, "warm pool %s has ended already", id);
-    if (rc < 0) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    if (rc < 0) return api_internal_error(c, NULL);
     cJSON *o = cJSON_CreateObject();
     if (o && (!cJSON_AddStringToObject(o, "id", id) || !cJSON_AddStringToObject(o, "status", "Releasing"))) {
         cJSON_Delete(o);
@@ -473,8 +377,11 @@ void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anv
     if (rc) {
         c.action = "auth";
         if (rc > 0) api_reply_error(&c, 401, "unauthorized: a valid 'Authorization: Bearer <token>' is required");
-        else api_reply_error(&c, 500, "%s", anvil_errmsg());
-        snprintf(c.error, sizeof c.error, "%s %.150s: %s", rq->method, rq->path, rc > 0 ? why : anvil_errmsg());
+        else api_internal_error(&c, NULL);
+        snprintf(c.error, sizeof c.error, "%.20s %.150s: %s", rq->method, rq->path, rc > 0 ? why : anvil_errmsg());
+        anvil_utf8_sanitize(c.error);
+    } else if (rq->query_args) {
+        api_reply_error(&c, 400, "query: %d parameters, more than any endpoint takes", rq->query_args);
     } else {
         route(&c);
     }
@@ -482,6 +389,6 @@ void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anv
     /* Changes are recorded with their change; refusals and failed changes here, on their own. */
     if (!c.audited && (c.mutating || rs->status >= 400)) {
         anvil_audit_entry e = api_audit(&c, (int)rs->status, rs->status < 400 ? "" : c.error);
-        if (anvil_audit_add(env->st, &e)) fprintf(stderr, "anvil serve: warning: audit: %s\n", anvil_errmsg());
+        if (anvil_audit_add(env->st, &e)) api_report(env, "warning: audit: %s", anvil_errmsg());
     }
 }

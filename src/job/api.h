@@ -35,15 +35,19 @@
  *                                            latency per action                              (admin)
  *
  * A refused request gets a 4xx and {"error": "one line"}, and changes nothing: malformed or
- * oversized bodies (ANVIL_JOB_SPEC_MAX_BYTES), unknown fields or query parameters, bad values,
- * paths outside the role, unknown jobs or paths; a submission over a quota gets 429. Every
- * change, and every refusal, is recorded in the audit trail (job/audit.h). */
+ * oversized bodies (ANVIL_JOB_SPEC_MAX_BYTES), JSON that is not strict (core/json.h: a \u0000, bytes
+ * that are not UTF-8, a key given twice), unknown fields or query parameters (more than 64 of them
+ * at all), bad values, paths outside the role, unknown jobs or paths; a submission over a quota gets
+ * 429. What fails on the daemon's side is a 500 that says no more than that: the detail, which may
+ * name the daemon's files, goes to its log and the audit trail. Every request gets an answer, and
+ * every change and every refusal is recorded in the audit trail (job/audit.h). */
 #ifndef ANVIL_JOB_API_H
 #define ANVIL_JOB_API_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/error.h"
 #include "job/store.h"
 #include "job/supervisor.h"
 
@@ -56,6 +60,7 @@ typedef struct {
     const char *method, *path; /* path: without the query */
     const anvil_api_arg *args; /* the query's parameters */
     int nargs;
+    int query_args; /* > 0: the query had this many parameters, too many to be parsed (args is empty) */
     const char *authorization; /* the Authorization header; NULL when absent */
     const char *body;
     size_t body_len;
@@ -82,6 +87,10 @@ typedef struct {
     anvil_supervisor *sup;
     const char *runs_dir;   /* where jobs without an output get their run folder */
     anvil_api_stats *stats; /* NULL: /metrics has no request figures */
+    /* What went wrong beside the answers (a 500's detail, an audit row not written), one line
+     * each; NULL: not told. Called from the API's thread. */
+    anvil_report_fn report;
+    void *report_ctx;
 } anvil_api_env;
 
 /* Answers one request: no socket, so that tests and the fuzzer can call it. */
@@ -90,8 +99,11 @@ void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anv
 typedef struct anvil_api anvil_api;
 
 /* Listens on 127.0.0.1:port (0: a free port, see anvil_api_port) and answers through
- * anvil_api_handle. NULL after anvil_fail. */
-anvil_api *anvil_api_start(anvil_store *st, anvil_supervisor *sup, const char *runs_dir, int port);
+ * anvil_api_handle with env (copied; its stats are the API's own). At most 256 connections, 128 per
+ * address, 64 of them without a valid token (a new one evicts the oldest of those); a request head
+ * must arrive within 10 s of the connection or of the last answer, and an idle connection closes
+ * after 30 s. NULL after anvil_fail. */
+anvil_api *anvil_api_start(const anvil_api_env *env, int port);
 int anvil_api_port(const anvil_api *api);
 void anvil_api_stop(anvil_api *api);
 

@@ -58,7 +58,7 @@ static int add_user(anvil_api_call *c, const char *rest) {
     cJSON *answer = rc ? NULL : token_json(name, token);
     if (answer) cJSON_AddBoolToObject(answer, "admin", is_admin);
     if (rc == 1) api_reply_error(c, 409, "user %s exists already", name);
-    else if (rc) api_reply_error(c, 500, "%s", anvil_errmsg());
+    else if (rc) api_internal_error(c, NULL);
     else api_reply_json(c, 201, answer);
     cJSON_Delete(o);
     return rc ? -1 : 0;
@@ -79,7 +79,7 @@ static int add_token(anvil_api_call *c, const char *rest) {
     int rc = anvil_auth_add_token(c->env->st, user, &e, token);
     if (rc) c->audited = false;
     if (rc == 1) api_reply_error(c, 404, "no user %s", user);
-    else if (rc) api_reply_error(c, 500, "%s", anvil_errmsg());
+    else if (rc) api_internal_error(c, NULL);
     else api_reply_json(c, 201, token_json(user, token));
     cJSON_Delete(o);
     return rc ? -1 : 0;
@@ -101,7 +101,7 @@ static int revoke(anvil_api_call *c, const char *rest) {
     if (rc == 3)
         return api_reply_error(c, 409, "token %s is the last valid token of an admin: revoking it would leave nobody "
                                        "to manage the service", c->target);
-    if (rc) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    if (rc) return api_internal_error(c, NULL);
     cJSON *o = cJSON_CreateObject();
     if (o) {
         cJSON_AddStringToObject(o, "token_id", c->target);
@@ -126,7 +126,7 @@ static int add_role(anvil_api_call *c, const char *rest) {
     int rc = anvil_auth_add_role(c->env->st, &r, &e);
     if (rc) c->audited = false;
     if (rc == 1) api_reply_error(c, 409, "role %s exists already", r.name);
-    else if (rc) api_reply_error(c, 500, "%s", anvil_errmsg());
+    else if (rc) api_internal_error(c, NULL);
     else api_reply_json(c, 201, anvil_role_to_json(&r));
     anvil_role_free(&r);
     return rc ? -1 : 0;
@@ -155,7 +155,7 @@ static int grant(anvil_api_call *c, const char *rest) {
     if (rc) c->audited = false;
     if (rc == 1) api_reply_error(c, 404, "no role %s", role);
     else if (rc == 2) api_reply_error(c, 404, "no user %s", user);
-    else if (rc) api_reply_error(c, 500, "%s", anvil_errmsg());
+    else if (rc) api_internal_error(c, NULL);
     else {
         cJSON *a = cJSON_CreateObject();
         if (a) cJSON_AddStringToObject(a, "role", role), cJSON_AddStringToObject(a, "user", user);
@@ -175,19 +175,19 @@ static int audit_list(anvil_api_call *c, const char *rest) {
         return api_reply_error(c, 400, "limit: must be an integer from 1 to 1000000");
     if (user && !anvil_job_name_valid(user, 64)) return api_reply_error(c, 400, "user: not a user name");
     cJSON *o = anvil_audit_list(c->env->st, user, (int)limit);
-    return o ? api_reply_json(c, 200, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
+    return o ? api_reply_json(c, 200, o) : api_internal_error(c, NULL);
 }
 
 static int list_users(anvil_api_call *c, const char *rest) {
     (void)rest;
     cJSON *o = anvil_auth_users_json(c->env->st);
-    return o ? api_reply_json(c, 200, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
+    return o ? api_reply_json(c, 200, o) : api_internal_error(c, NULL);
 }
 
 static int list_roles(anvil_api_call *c, const char *rest) {
     (void)rest;
     cJSON *o = anvil_auth_roles_json(c->env->st, c->who.admin ? NULL : c->who.user);
-    return o ? api_reply_json(c, 200, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
+    return o ? api_reply_json(c, 200, o) : api_internal_error(c, NULL);
 }
 
 /* {"user" | "role": NAME, "running_jobs": N, "hosts": N, "procs": N, "max_runtime_s": S}: a limit
@@ -227,18 +227,18 @@ static int set_quota(anvil_api_call *c, const char *rest) {
     rc = anvil_quota_set(c->env->st, role != NULL, name, &q, &e);
     if (rc) c->audited = false;
     if (rc == 1) rc = api_reply_error(c, 404, "quota: no %s %s", role ? "role" : "user", name);
-    else if (rc) rc = api_reply_error(c, 500, "%s", anvil_errmsg());
+    else if (rc) rc = api_internal_error(c, NULL);
     free(name);
     if (rc) return rc;
     cJSON *all = anvil_quota_json(c->env->st, NULL, pool_held, anvil_supervisor_backend(c->env->sup));
-    return all ? api_reply_json(c, 200, all) : api_reply_error(c, 500, "%s", anvil_errmsg());
+    return all ? api_reply_json(c, 200, all) : api_internal_error(c, NULL);
 }
 
 static int list_quotas(anvil_api_call *c, const char *rest) {
     (void)rest;
     cJSON *o = anvil_quota_json(c->env->st, c->who.admin ? NULL : c->who.user, pool_held,
                                 anvil_supervisor_backend(c->env->sup));
-    return o ? api_reply_json(c, 200, o) : api_reply_error(c, 500, "%s", anvil_errmsg());
+    return o ? api_reply_json(c, 200, o) : api_internal_error(c, NULL);
 }
 
 static const char *const audit_args[] = {"user", "limit", NULL};

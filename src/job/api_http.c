@@ -1,22 +1,62 @@
 /* The API's HTTP side: libmicrohttpd gathers each request (its body up to the cap, its query and
- * Authorization header) and sends what anvil_api_handle answers. */
+ * Authorization header) and sends what anvil_api_handle answers.
+ *
+ * Connections a stranger cannot exhaust: libmicrohttpd caps them all (CONNECTION_LIMIT), per
+ * address below that (PER_IP_CONNECTION_LIMIT), and closes one idle for CONNECTION_TIMEOUT. It has
+ * no deadline for a whole request head (its timeout restarts with every byte, so a header line every
+ * few seconds holds a connection for ever) and no notion of who is authenticated; both are kept
+ * here, in a list of the open connections: a request head must arrive within HEAD_DEADLINE_S of the
+ * connection's start or of the last answer (a reaper thread shuts down the late ones), and the
+ * connections without a valid token are at most UNAUTH_POOL: a new one beyond it evicts the oldest
+ * of them. An authenticated client's connection is never evicted, and a new one is the youngest, so
+ * it is answered while any number of slow strangers come and go. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "core/error.h"
 #include "job/api.h"
+#include "job/auth.h"
 #include "job/spec.h"
+
+#define CONNECTION_LIMIT 256u
+#define PER_IP_CONNECTION_LIMIT 128u
+#define UNAUTH_POOL 64
+#define IDLE_TIMEOUT_S 30u
+#define HEAD_DEADLINE_S 10.0
+/* More query parameters than any route takes; libmicrohttpd, whose memory for a connection they
+ * would exhaust, could then not even answer. */
+#define MAX_QUERY_ARGS 64
+
+/* One open connection. */
+typedef struct conn {
+    struct conn *prev, *next;
+    MHD_socket fd;
+    double since; /* its start, or the end of its last answer */
+    bool in_head; /* a request head is awaited: the deadline runs */
+    bool authed;  /* its last request carried a valid token */
+    bool shut;    /* shut down already (evicted or late) */
+} conn;
 
 struct anvil_api {
     struct MHD_Daemon *d;
     anvil_api_env env;
     char *runs_dir;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    conn *oldest, *newest;
+    int unauth;
+    bool quit;
+    pthread_t reaper;
+    bool reaper_started;
 };
 
 static double now_s(void) {
@@ -25,12 +65,110 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* A request's body, gathered across calls; too_big once it passes the cap (the rest is dropped). */
+/* libmicrohttpd then sees the connection end and closes it; the descriptor stays its own until
+ * then, and it tells us (MHD_CONNECTION_NOTIFY_CLOSED, under mu) before it closes it. */
+static void shut(conn *c) {
+    if (c->shut) return;
+    shutdown(c->fd, SHUT_RDWR);
+    c->shut = true;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    anvil_api *api = cls;
+    pthread_mutex_lock(&api->mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn *c = fd ? calloc(1, sizeof *c) : NULL;
+        if (c) {
+            *c = (conn){.prev = api->newest, .fd = fd->connect_fd, .since = now_s(), .in_head = true};
+            if (api->newest) api->newest->next = c;
+            else api->oldest = c;
+            api->newest = c;
+            if (++api->unauth > UNAUTH_POOL)
+                for (conn *o = api->oldest; o != c; o = o->next)
+                    if (!o->authed && !o->shut) {
+                        shut(o);
+                        break;
+                    }
+        }
+        *socket_context = c;
+    } else if (*socket_context) {
+        conn *c = *socket_context;
+        if (c->prev) c->prev->next = c->next;
+        else api->oldest = c->next;
+        if (c->next) c->next->prev = c->prev;
+        else api->newest = c->prev;
+        if (!c->authed) api->unauth--;
+        free(c);
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&api->mu);
+}
+
+static conn *conn_of(struct MHD_Connection *mc) {
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return i ? i->socket_context : NULL;
+}
+
+/* The request head is in: its deadline stops, and the connection counts as authenticated while its
+ * requests carry a valid token. */
+static void head_done(anvil_api *api, struct MHD_Connection *mc, bool authed) {
+    pthread_mutex_lock(&api->mu);
+    conn *c = conn_of(mc);
+    if (c) {
+        c->in_head = false;
+        if (authed != c->authed) api->unauth += authed ? -1 : 1;
+        c->authed = authed;
+    }
+    pthread_mutex_unlock(&api->mu);
+}
+
+static void *reap(void *arg) {
+    anvil_api *api = arg;
+    pthread_mutex_lock(&api->mu);
+    while (!api->quit) {
+        double now = now_s();
+        for (conn *c = api->oldest; c; c = c->next)
+            if (c->in_head && now - c->since > HEAD_DEADLINE_S) shut(c);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 250 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&api->cv, &api->mu, &until);
+    }
+    pthread_mutex_unlock(&api->mu);
+    return NULL;
+}
+
+/* A request's state: its body, gathered across calls (too_big once it passes the cap, the rest
+ * dropped), and what was seen of it before. */
 typedef struct {
     char *data;
     size_t len;
-    bool too_big;
+    bool too_big, started;
+    int query_args; /* > MAX_QUERY_ARGS: refused, the query cut off before libmicrohttpd parsed it */
 } body;
+
+/* Called with the request line, before libmicrohttpd splits the query into parameters (in place,
+ * in this very buffer, right after this returns: libmicrohttpd 0.9.75, connection.c,
+ * parse_initial_message_line). A query with more parameters than any route takes is cut off here
+ * and refused by the handler: parsed, it could exhaust the connection's memory, and then no answer
+ * could be sent. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc) {
+    (void)cls;
+    (void)mc;
+    body *b = calloc(1, sizeof *b);
+    char *q = strchr(uri, '?');
+    if (!b || !q) return b;
+    b->query_args = 1;
+    for (const char *p = q; *p; p++) b->query_args += *p == '&';
+    if (b->query_args > MAX_QUERY_ARGS) q[1] = 0;
+    return b;
+}
 
 typedef struct {
     anvil_api_arg *args;
@@ -44,18 +182,39 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
+static const char oom_text[] = "{\"error\":\"out of memory\"}\n";
+
+/* Sends the answer; out of memory, a static 500 rather than no answer. */
+static enum MHD_Result send_answer(struct MHD_Connection *c, anvil_api_response *rs, bool close) {
+    struct MHD_Response *r = rs->body ? MHD_create_response_from_buffer(rs->len, rs->body, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!r) {
+        free(rs->body);
+        r = MHD_create_response_from_buffer(sizeof oom_text - 1, (void *)oom_text, MHD_RESPMEM_PERSISTENT);
+        rs->status = 500;
+        rs->content_type = NULL;
+        if (!r) return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", rs->content_type ? rs->content_type : "application/json");
+    if (rs->status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    /* A connection without a valid token gets no second request. */
+    if (close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result rc = MHD_queue_response(c, rs->status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static enum MHD_Result answer(struct MHD_Connection *c, anvil_api *api, const char *url, const char *method,
-                              const body *b) {
+                              const body *b, bool authed) {
     arg_list args = {0};
     int n = MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, NULL, NULL);
-    if (n > 0 && !(args.args = calloc((size_t)n, sizeof *args.args))) return MHD_NO;
-    args.cap = n > 0 ? n : 0;
-    if (n > 0) MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg, &args);
+    if (n > 0 && (args.args = calloc((size_t)n, sizeof *args.args))) args.cap = n;
+    if (args.cap) MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg, &args);
     anvil_api_request rq = {
         .method = method,
         .path = url,
         .args = args.args,
         .nargs = args.n,
+        .query_args = b->query_args > MAX_QUERY_ARGS ? b->query_args : 0,
         .authorization = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
         .body = b->data,
         .body_len = b->len,
@@ -63,29 +222,33 @@ static enum MHD_Result answer(struct MHD_Connection *c, anvil_api *api, const ch
     };
     anvil_api_response rs;
     double t0 = now_s();
-    anvil_api_handle(&api->env, &rq, &rs);
+    if (n > 0 && !args.cap) {
+        rs = (anvil_api_response){.status = 500, .action = "request"};
+    } else {
+        anvil_api_handle(&api->env, &rq, &rs);
+    }
     anvil_api_stats_observe(api->env.stats, rs.action, rs.status, now_s() - t0);
     free(args.args);
-    if (!rs.body) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(rs.len, rs.body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(rs.body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", rs.content_type ? rs.content_type : "application/json");
-    if (rs.status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    enum MHD_Result rc = MHD_queue_response(c, rs.status, r);
-    MHD_destroy_response(r);
-    return rc;
+    return send_answer(c, &rs, !authed);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                               const char *version, const char *upload, size_t *upload_size, void **state) {
     (void)version;
+    anvil_api *api = cls;
     body *b = *state;
-    if (!b) {
-        if (!(b = calloc(1, sizeof *b))) return MHD_NO;
-        *state = b;
+    if (!b && !(b = *state = calloc(1, sizeof *b))) return MHD_NO;
+    if (!b->started) {
+        b->started = true;
+        anvil_principal who;
+        char why[256];
+        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        bool authed = anvil_auth_check(api->env.st, auth, &who, why, sizeof why) == 0;
+        head_done(api, c, authed);
+        /* Without a valid token the answer is 401 whatever the body: it is not read. The dashboard
+         * page alone needs none. */
+        bool page = !strcmp(url, "/") && !strcmp(method, "GET");
+        if (!authed && !page) return answer(c, api, url, method, b, false);
         /* A declared length past the cap is refused before the body is read. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > ANVIL_JOB_SPEC_MAX_BYTES) b->too_big = true;
@@ -104,42 +267,79 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_size = 0;
         return MHD_YES;
     }
-    return answer(c, cls, url, method, b);
+    pthread_mutex_lock(&api->mu);
+    conn *k = conn_of(c);
+    bool authed = k && k->authed;
+    pthread_mutex_unlock(&api->mu);
+    return answer(c, api, url, method, b, authed);
 }
 
+/* The answer is out: the connection waits for its next request head, within the deadline. */
 static void completed(void *cls, struct MHD_Connection *c, void **state, enum MHD_RequestTerminationCode why) {
-    (void)cls;
-    (void)c;
+    anvil_api *api = cls;
     (void)why;
     body *b = *state;
     if (b) free(b->data);
     free(b);
     *state = NULL;
+    pthread_mutex_lock(&api->mu);
+    conn *k = conn_of(c);
+    if (k) {
+        k->in_head = true;
+        k->since = now_s();
+    }
+    pthread_mutex_unlock(&api->mu);
 }
 
-anvil_api *anvil_api_start(anvil_store *st, anvil_supervisor *sup, const char *runs_dir, int port) {
+static void api_free(anvil_api *api) {
+    if (api->reaper_started) {
+        pthread_mutex_lock(&api->mu);
+        api->quit = true;
+        pthread_cond_signal(&api->cv);
+        pthread_mutex_unlock(&api->mu);
+        pthread_join(api->reaper, NULL);
+    }
+    pthread_mutex_destroy(&api->mu);
+    pthread_cond_destroy(&api->cv);
+    anvil_api_stats_free(api->env.stats);
+    free(api->runs_dir);
+    free(api);
+}
+
+anvil_api *anvil_api_start(const anvil_api_env *env, int port) {
     anvil_api *api = calloc(1, sizeof *api);
     anvil_api_stats *stats = anvil_api_stats_new();
-    if (!api || !stats || !(api->runs_dir = strdup(runs_dir))) {
+    if (!api || !stats || !(api->runs_dir = strdup(env->runs_dir))) {
         free(api);
         anvil_api_stats_free(stats);
         anvil_fail("out of memory");
         return NULL;
     }
-    api->env = (anvil_api_env){.st = st, .sup = sup, .runs_dir = api->runs_dir, .stats = stats};
+    api->env = *env;
+    api->env.runs_dir = api->runs_dir;
+    api->env.stats = stats;
+    pthread_mutex_init(&api->mu, NULL);
+    pthread_cond_init(&api->cv, NULL);
+    int e = pthread_create(&api->reaper, NULL, reap, api);
+    if (e) {
+        anvil_fail("cannot start the API's connection reaper: %s", strerror(e));
+        api_free(api);
+        return NULL;
+    }
+    api->reaper_started = true;
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    api->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, (uint16_t)port, NULL, NULL, handle,
-                              api, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
-                              completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_CONNECTION_LIMIT, 256u,
-                              MHD_OPTION_END);
+    api->d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, (uint16_t)port, NULL, NULL, handle, api, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&addr, MHD_OPTION_URI_LOG_CALLBACK, on_uri, api, MHD_OPTION_NOTIFY_COMPLETED, completed,
+        api, MHD_OPTION_NOTIFY_CONNECTION, on_connection, api, MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_LIMIT, CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT, PER_IP_CONNECTION_LIMIT,
+        MHD_OPTION_END);
     if (!api->d) {
         anvil_fail("cannot listen on 127.0.0.1:%d: %s", port, errno ? strerror(errno) : "libmicrohttpd failed");
-        anvil_api_stats_free(stats);
-        free(api->runs_dir);
-        free(api);
+        api_free(api);
         return NULL;
     }
     return api;
@@ -153,7 +353,5 @@ int anvil_api_port(const anvil_api *api) {
 void anvil_api_stop(anvil_api *api) {
     if (!api) return;
     MHD_stop_daemon(api->d);
-    anvil_api_stats_free(api->env.stats);
-    free(api->runs_dir);
-    free(api);
+    api_free(api);
 }

@@ -1,5 +1,6 @@
-/* What the API's handlers share (api.c: the dispatcher and the jobs; api_admin.c: users, tokens,
- * roles and the audit trail; api_metrics.c: the Prometheus page). */
+/* What the API's handlers share (api_call.c: answering, auditing, the query and the body; api.c:
+ * the dispatcher and the jobs; api_admin.c: users, tokens, roles and the audit trail;
+ * api_metrics.c: the Prometheus page; api_dashboard.c: the page, plots and profiles). */
 #ifndef ANVIL_JOB_API_INTERNAL_H
 #define ANVIL_JOB_API_INTERNAL_H
 
@@ -29,6 +30,11 @@ typedef struct {
 int api_reply_json(anvil_api_call *c, unsigned code, cJSON *j);
 /* Answers {"error": "<one line>"}; returns -1. */
 int api_reply_error(anvil_api_call *c, unsigned code, const char *fmt, ...) ANVIL_PRINTF(3, 4);
+/* Answers 500 without detail, which (detail, else the library's last message) goes to the daemon's
+ * report and the audit trail; returns -1. */
+int api_internal_error(anvil_api_call *c, const char *detail);
+/* One line through the environment's report function. */
+void api_report(const anvil_api_env *env, const char *fmt, ...) ANVIL_PRINTF(2, 3);
 /* The audit entry of this call with result and detail; marks the call recorded. */
 anvil_audit_entry api_audit(anvil_api_call *c, int result, const char *detail);
 /* False after answering 403 when the caller is not an admin. */

@@ -192,9 +192,9 @@ int api_metrics(anvil_api_call *c) {
     anvil_job *jobs;
     int n;
     double now = anvil_store_now();
-    if (anvil_store_counts_read(c->env->st, &k)) return api_reply_error(c, 500, "%s", anvil_errmsg());
+    if (anvil_store_counts_read(c->env->st, &k)) return api_internal_error(c, NULL);
     if (anvil_store_list_recent(c->env->st, now - RECENT_S, &jobs, &n))
-        return api_reply_error(c, 500, "%s", anvil_errmsg());
+        return api_internal_error(c, NULL);
     anvil_prom *p = anvil_prom_new();
     if (p) {
         state_figures(p, &k);
@@ -207,7 +207,7 @@ int api_metrics(anvil_api_call *c) {
     char *body = text ? malloc(len + 1) : NULL;
     if (body) memcpy(body, text, len + 1);
     anvil_prom_free(p);
-    if (!body) return api_reply_error(c, 500, "out of memory");
+    if (!body) return api_internal_error(c, "out of memory");
     c->rs->status = 200;
     c->rs->body = body;
     c->rs->len = len;

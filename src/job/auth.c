@@ -409,8 +409,10 @@ cJSON *anvil_auth_roles_json(anvil_store *st, const char *user) {
     if (s && user) sqlite3_bind_text(s, 1, user, -1, SQLITE_STATIC);
     while (s && (step = sqlite3_step(s)) == SQLITE_ROW) {
         cJSON *r = anvil_json_parse_str((const char *)sqlite3_column_text(s, 1));
-        cJSON *users = column_array(st, "SELECT user FROM grants WHERE role = ?1 ORDER BY user",
-                                    (const char *)sqlite3_column_text(s, 0));
+        /* A user sees the role's grant to them, not who else holds it. */
+        cJSON *users = user ? cJSON_CreateStringArray(&user, 1)
+                            : column_array(st, "SELECT user FROM grants WHERE role = ?1 ORDER BY user",
+                                           (const char *)sqlite3_column_text(s, 0));
         if (!r || !users || !cJSON_AddItemToArray(arr, r)) {
             cJSON_Delete(r);
             cJSON_Delete(users);

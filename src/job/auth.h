@@ -61,7 +61,8 @@ int anvil_auth_grant(anvil_store *st, const char *role, const char *user, const 
 int anvil_auth_get_role(anvil_store *st, const char *name, const char *user, anvil_role *role);
 /* The names of the roles granted to user, by name, malloc'd ("a, b"), and how many. */
 int anvil_auth_user_roles(anvil_store *st, const char *user, char **names, int *n);
-/* {"roles": [role JSON + "users": [...]]}, by name; only those granted to user when not NULL. */
+/* {"roles": [role JSON + "users": [...]]}, by name: every role with every grantee; when user is not
+ * NULL, only the roles granted to user, each with user alone as its "users". */
 cJSON *anvil_auth_roles_json(anvil_store *st, const char *user);
 
 #endif

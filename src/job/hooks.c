@@ -4,13 +4,16 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -34,15 +37,58 @@ struct anvil_hooks {
     bool quit;
 };
 
+/* Whether host, as libcurl's URL parser gives it, is this machine's loopback. */
+static bool loopback(const char *host) {
+    struct in_addr a;
+    if (!strcasecmp(host, "localhost") || !strcmp(host, "[::1]")) return true;
+    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* The URL parsed by libcurl, which the POST then uses as parsed; NULL with why when it is not an
+ * http:// URL to a loopback host without user, password or options. */
+static CURLU *parse_url(const char *url, char *why, size_t cap) {
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *part = NULL;
+    CURLUcode rc = u ? curl_url_set(u, CURLUPART_URL, url, 0) : CURLUE_OUT_OF_MEMORY;
+    if (rc) snprintf(why, cap, "not a URL (%s)", curl_url_strerror(rc));
+    else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) || strcmp(scheme, "http"))
+        snprintf(why, cap, "only http:// is allowed");
+    else if (!curl_url_get(u, CURLUPART_USER, &part, 0) || !curl_url_get(u, CURLUPART_PASSWORD, &part, 0) ||
+             !curl_url_get(u, CURLUPART_OPTIONS, &part, 0))
+        snprintf(why, cap, "a user name, password or options before the host are not allowed");
+    else if (!curl_url_get(u, CURLUPART_ZONEID, &part, 0) || curl_url_get(u, CURLUPART_HOST, &host, 0) || !loopback(host))
+        snprintf(why, cap, "the host must be this machine's loopback (127.0.0.1, localhost or [::1])");
+    else why[0] = 0;
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(part);
+    if (why[0]) {
+        curl_url_cleanup(u);
+        return NULL;
+    }
+    return u;
+}
+
 int anvil_hook_check(const anvil_hook *h) {
     if (!h->target[0]) return anvil_fail("hook: empty %s", h->kind == ANVIL_HOOK_URL ? "URL" : "command");
     if (h->kind == ANVIL_HOOK_COMMAND) return 0;
-    static const char *const hosts[] = {"http://127.0.0.1", "http://localhost", "http://[::1]"};
-    for (size_t i = 0; i < sizeof hosts / sizeof *hosts; i++) {
-        size_t n = strlen(hosts[i]);
-        if (!strncmp(h->target, hosts[i], n) && strchr(":/", h->target[n]) && h->target[n]) return 0;
-    }
-    return anvil_fail("hook URL %s: only http:// to 127.0.0.1, localhost or [::1] (with a port or path)", h->target);
+    char why[200];
+    CURLU *u = parse_url(h->target, why, sizeof why);
+    if (!u) return anvil_fail("hook URL %s: %s", h->target, why);
+    curl_url_cleanup(u);
+    return 0;
+}
+
+/* One line through the caller's report function. */
+static void report(const anvil_hooks *h, const char *fmt, ...) ANVIL_PRINTF(2, 3);
+static void report(const anvil_hooks *h, const char *fmt, ...) {
+    if (!h->o.report) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    h->o.report(h->o.report_ctx, line);
 }
 
 /* The event's JSON text, malloc'd. */
@@ -150,8 +196,12 @@ static size_t discard(char *p, size_t size, size_t n, void *ctx) {
 
 /* POSTs the event; 0 on a 2xx answer within the timeout, else -1 with why. */
 static int post(const anvil_hooks *h, const anvil_outbox_row *r, const char *event, char *why, size_t cap) {
+    /* Checked again at each delivery: the outbox may hold a row queued by an older daemon. */
+    CURLU *u = parse_url(r->target, why, cap);
+    if (!u) return -1;
     CURL *c = curl_easy_init();
     if (!c) {
+        curl_url_cleanup(u);
         snprintf(why, cap, "curl: out of memory");
         return -1;
     }
@@ -159,7 +209,7 @@ static int post(const anvil_hooks *h, const anvil_outbox_row *r, const char *eve
     snprintf(idh, sizeof idh, "X-Anvil-Event-Id: %lld", (long long)r->id);
     struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
     if (hd) hd = curl_slist_append(hd, idh);
-    curl_easy_setopt(c, CURLOPT_URL, r->target);
+    curl_easy_setopt(c, CURLOPT_CURLU, u);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
     /* Hooks go to this machine: no proxy from the environment may carry them elsewhere. */
     curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
@@ -174,6 +224,7 @@ static int post(const anvil_hooks *h, const anvil_outbox_row *r, const char *eve
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     curl_slist_free_all(hd);
     curl_easy_cleanup(c);
+    curl_url_cleanup(u);
     if (cc != CURLE_OK) {
         snprintf(why, cap, "%s", err[0] ? err : curl_easy_strerror(cc));
         return -1;
@@ -196,22 +247,22 @@ static void deliver(anvil_hooks *h, anvil_outbox_row *r) {
     const char *what = r->kind == ANVIL_HOOK_COMMAND ? "command" : "URL";
     if (!rc) {
         r->delivered_at = now;
-        fprintf(stderr, "anvil serve: hook %s: job %lld %s (event %lld) delivered, attempt %d\n", what,
+        report(h, "hook %s: job %lld %s (event %lld) delivered, attempt %d", what,
                 (long long)r->job_id, r->status, (long long)r->id, r->attempts);
     } else if (r->attempts >= h->o.max_attempts) {
         r->given_up_at = now;
-        fprintf(stderr, "anvil serve: hook %s: job %lld %s (event %lld): %s; given up after %d attempts\n", what,
+        report(h, "hook %s: job %lld %s (event %lld): %s; given up after %d attempts", what,
                 (long long)r->job_id, r->status, (long long)r->id, why, r->attempts);
     } else {
         double wait = fmin(BACKOFF_CAP_S, ldexp(1.0, r->attempts - 1));
         r->next_at = now + wait;
-        fprintf(stderr, "anvil serve: hook %s: job %lld %s (event %lld): %s; attempt %d of %d, next in %g s\n", what,
+        report(h, "hook %s: job %lld %s (event %lld): %s; attempt %d of %d, next in %g s", what,
                 (long long)r->job_id, r->status, (long long)r->id, why, r->attempts, h->o.max_attempts, wait);
     }
     free(r->last_error);
     r->last_error = strdup(rc ? why : "");
     if (!r->last_error || anvil_outbox_record(h->st, r))
-        fprintf(stderr, "anvil serve: hook: cannot record event %lld: %s\n", (long long)r->id,
+        report(h, "hook: cannot record event %lld: %s", (long long)r->id,
                 r->last_error ? anvil_errmsg() : "out of memory");
 }
 
@@ -223,7 +274,7 @@ static void *loop(void *arg) {
         anvil_outbox_row *rows;
         int n;
         if (anvil_outbox_due(h->st, anvil_store_now(), &rows, &n)) {
-            fprintf(stderr, "anvil serve: hook: %s\n", anvil_errmsg());
+            report(h, "hook: %s", anvil_errmsg());
             n = 0;
             rows = NULL;
         }

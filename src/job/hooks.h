@@ -25,6 +25,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/error.h"
 #include "job/store.h"
 
 typedef enum { ANVIL_HOOK_COMMAND, ANVIL_HOOK_URL } anvil_hook_kind;
@@ -34,8 +35,9 @@ typedef struct {
     const char *target; /* the shell command, or the URL */
 } anvil_hook;
 
-/* Refuses a URL hook that is not http:// to 127.0.0.1, [::1] or localhost (jobs' events stay on
- * this machine), and an empty command. */
+/* Refuses an empty command, and a URL hook that is not http:// to a loopback host (127.0.0.0/8,
+ * [::1] or localhost: jobs' events stay on this machine) as libcurl's URL parser reads it, or that
+ * holds a user name, a password or options (http://localhost:x@elsewhere/ goes elsewhere). */
 int anvil_hook_check(const anvil_hook *h);
 
 /* The hooks that every status change from now on is queued for; copied. */
@@ -49,6 +51,10 @@ typedef struct {
     int max_attempts;  /* >= 1 */
     double timeout_s;  /* a command or a POST still running after this has failed */
     const char *log;   /* the commands' standard output and error are appended to this file */
+    /* Each delivery's outcome and each failure of the thread, one line each ("hook URL: job 3
+     * Completed (event 9) delivered, attempt 1"); NULL: not told. Called from the delivery thread. */
+    anvil_report_fn report;
+    void *report_ctx;
 } anvil_hooks_options;
 
 typedef struct anvil_hooks anvil_hooks;

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <glob.h>
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "opts/tables.h"
 
 #define MAX_PREFIXES 64
 #define MAX_PATH_TEXT 4096
@@ -29,17 +31,45 @@ void anvil_role_free(anvil_role *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* Whether key (an S3 key, or a prefix of one) holds an empty, '.' or '..' component before its end:
+ * S3 takes such keys literally, but a client or proxy on the way may collapse them, so they are
+ * never compared as they stand. */
+static bool s3_key_odd(const char *key) {
+    for (const char *p = key; *p;) {
+        size_t c = strcspn(p, "/");
+        if ((c == 0 && p[c]) || (c == 1 && p[0] == '.') || (c == 2 && p[0] == '.' && p[1] == '.')) return true;
+        p += c + (p[c] == '/');
+    }
+    return false;
+}
+
+/* Whether text is s3://BUCKET[/PREFIX] with a bucket name S3 allows (3 to 63 lowercase letters,
+ * digits, '.' and '-') and a key prefix without odd components. */
+static bool s3_uri_valid(const char *text) {
+    if (strncmp(text, "s3://", 5)) return false;
+    const char *b = text + 5;
+    size_t n = strcspn(b, "/");
+    if (n < 3 || n > 63 || strspn(b, "abcdefghijklmnopqrstuvwxyz0123456789.-") < n) return false;
+    return !b[n] || !s3_key_odd(b + n + 1);
+}
+
 static int take_prefixes(const cJSON *v, const char *field, char ***out, int *n) {
     int count = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
     if (count < 1 || count > MAX_PREFIXES)
-        return anvil_fail("role: %s: must be an array of 1 to %d absolute paths", field, MAX_PREFIXES);
+        return anvil_fail("role: %s: must be an array of 1 to %d absolute paths or s3:// prefixes", field,
+                          MAX_PREFIXES);
     if (!(*out = calloc((size_t)count, sizeof **out))) return anvil_fail("role: out of memory");
     const cJSON *e;
     cJSON_ArrayForEach(e, v) {
         char label[40];
         snprintf(label, sizeof label, "%s[%d]", field, *n);
         if (anvil_json_string(e, "role", label, MAX_PATH_TEXT, &(*out)[*n])) return -1;
-        if ((*out)[(*n)++][0] != '/') return anvil_fail("role: %s: must be an absolute path", label);
+        const char *p = (*out)[(*n)++];
+        if (!strncmp(p, "s3://", 5) && !s3_uri_valid(p))
+            return anvil_fail("role: %s: must be s3://BUCKET or s3://BUCKET/PREFIX (a bucket of 3 to 63 lowercase "
+                              "letters, digits, '.' and '-'; no empty, '.' or '..' component)", label);
+        if (strncmp(p, "s3://", 5) && p[0] != '/')
+            return anvil_fail("role: %s: must be an absolute path or an s3:// prefix", label);
     }
     return 0;
 }
@@ -65,8 +95,11 @@ static int take_role_field(const cJSON *e, size_t f, anvil_role *r) {
     default:
         if (anvil_json_env(e, "role", "env", &r->env, &r->nenv)) return -1;
         for (int i = 0; i < r->nenv; i++)
-            if (anvil_job_env_reserved(r->env[i].key, true))
-                return anvil_fail("role: env.%s: set by the daemon for each job", r->env[i].key);
+            if (anvil_job_env_reserved(r->env[i].key))
+                return anvil_fail("role: env.%s: set by the daemon for each job%s", r->env[i].key,
+                                  strncmp(r->env[i].key, "AWS_", 4) ? ""
+                                                                    : " (a role's S3 credentials and endpoint are in the "
+                                                                      "daemon's --s3-config)");
         return 0;
     }
 }
@@ -193,23 +226,48 @@ static int refuse(char *why, size_t cap, const char *fmt, ...) {
     return 1;
 }
 
-/* Whether the normalized path lies under one of the prefixes (normalized here, so that a prefix
- * reached through a symbolic link still admits the paths it names; one that cannot be resolved
- * admits nothing). */
+/* Whether the normalized path lies under one of the local prefixes (normalized here, so that a
+ * prefix reached through a symbolic link still admits the paths it names; one that cannot be
+ * resolved, and every s3:// one, admits nothing). */
 static bool under_any(const char *path, char *const *prefixes, int n) {
     for (int i = 0; i < n; i++) {
         char p[PATH_MAX];
-        if (!anvil_path_resolve(prefixes[i], p, sizeof p) && anvil_path_under(path, p)) return true;
+        if (prefixes[i][0] == '/' && !anvil_path_resolve(prefixes[i], p, sizeof p) && anvil_path_under(path, p))
+            return true;
     }
     return false;
 }
 
-static void list_prefixes(char *const *a, int na, char *const *b, int nb, char *buf, size_t cap) {
-    buf[0] = 0;
-    for (int i = 0; i < na + nb; i++) {
-        size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", i < na ? a[i] : b[i - na]);
+/* Whether s3://bucket/key lies at or under one of the s3:// prefixes, at a component boundary. */
+static bool s3_under_any(const char *uri, char *const *prefixes, int n) {
+    for (int i = 0; i < n; i++) {
+        const char *p = prefixes[i];
+        if (strncmp(p, "s3://", 5)) continue;
+        size_t len = strlen(p);
+        while (len > 5 && p[len - 1] == '/') len--;
+        if (!strncmp(uri, p, len) && (uri[len] == 0 || uri[len] == '/')) return true;
     }
+    return false;
+}
+
+/* The prefixes of a check (local or s3://), listed for a refusal. */
+static void list_prefixes(const anvil_role *r, bool input, bool output, bool s3, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (int k = 0; k < 2; k++) {
+        char *const *v = k ? r->output : r->input;
+        int n = k ? r->noutput : r->ninput;
+        if (k ? !output : !input) continue;
+        for (int i = 0; i < n; i++) {
+            if ((strncmp(v[i], "s3://", 5) == 0) != s3) continue;
+            size_t len = strlen(buf);
+            snprintf(buf + len, cap - len, "%s%s", len ? ", " : "", v[i]);
+        }
+    }
+    if (!buf[0]) snprintf(buf, cap, "none");
+}
+
+static const char *which(bool input, bool output) {
+    return input && output ? "input and output" : input ? "input" : "output";
 }
 
 /* Checks one path of the spec (field names it) against the prefixes; 0 with *resolved malloc'd. */
@@ -222,12 +280,41 @@ static int check_path(const anvil_role *r, const char *field, const char *path, 
         if (resolved && !(*resolved = strdup(real))) return anvil_fail("out of memory");
         return 0;
     }
-    list_prefixes(input ? r->input : NULL, input ? r->ninput : 0, output ? r->output : NULL, output ? r->noutput : 0,
-                  list, sizeof list);
+    list_prefixes(r, input, output, false, list, sizeof list);
     char shown[PATH_MAX + 32] = "";
     if (strcmp(real, path)) snprintf(shown, sizeof shown, " (resolved: %s)", real);
     return refuse(why, cap, "%s: %.1000s%s is outside role %s's %s prefixes (%s)", field, path, shown, r->name,
-                  input && output ? "input and output" : input ? "input" : "output", list);
+                  which(input, output), list);
+}
+
+/* An s3:// argument: a valid bucket, no odd key components, under the role's s3:// prefixes. */
+static int check_s3(const anvil_role *r, const char *field, const char *uri, bool output, char *why, size_t cap) {
+    char list[1024];
+    const char *b = uri + 5;
+    size_t n = strcspn(b, "/");
+    if (n < 1 || strspn(b, "abcdefghijklmnopqrstuvwxyz0123456789.-") < n || (b[n] && s3_key_odd(b + n + 1)))
+        return refuse(why, cap, "%s: %.1000s: not an s3://BUCKET/KEY this service vouches for (a bucket of lowercase "
+                                "letters, digits, '.' and '-'; no empty, '.' or '..' key component)", field, uri);
+    if ((!output && s3_under_any(uri, r->input, r->ninput)) || s3_under_any(uri, r->output, r->noutput)) return 0;
+    list_prefixes(r, !output, true, true, list, sizeof list);
+    return refuse(why, cap, "%s: %.1000s is outside role %s's S3 %s prefixes (%s)", field, uri, r->name,
+                  which(!output, true), list);
+}
+
+/* An s3:// argument; a pattern's folder (the key up to the component with the wildcards) is what the
+ * role must admit. */
+static int check_s3_arg(const anvil_role *r, const char *field, anvil_opt_kind k, const char *arg, char *why,
+                        size_t cap) {
+    const char *slash = strchr(arg + 5, '/'), *wild = k == ANVIL_OPT_GLOB_IN ? strpbrk(arg, "*?[") : NULL;
+    char lit[MAX_PATH_TEXT + 1];
+    snprintf(lit, sizeof lit, "%s", arg);
+    if (wild) {
+        const char *last = strrchr(arg, '/');
+        if (!slash || wild <= slash || last > wild)
+            return refuse(why, cap, "%s: %.1000s: wildcards are allowed in the key's last component only", field, arg);
+        lit[last - arg] = 0;
+    }
+    return check_s3(r, field, lit, k == ANVIL_OPT_URI_OUT, why, cap);
 }
 
 static bool has_dotdot(const char *path) {
@@ -240,32 +327,93 @@ static bool has_dotdot(const char *path) {
     return false;
 }
 
-static int check_command(const anvil_role *r, const anvil_job_spec *s, char *why, size_t cap) {
-    for (int i = 1; i < s->argc; i++) {
-        const char *a = s->argv[i];
-        if (!strchr(a, '/')) continue;
-        char field[32], joined[PATH_MAX * 2];
-        snprintf(field, sizeof field, "command[%d]", i);
-        if (a[0] != '/' && !s->output) {
-            if (has_dotdot(a))
-                return refuse(why, cap, "%s: %.1000s: '..' would leave the job's run folder", field, a);
-            continue;
-        }
-        snprintf(joined, sizeof joined, "%s%s%s", a[0] == '/' ? "" : s->output, a[0] == '/' ? "" : "/", a);
-        int rc = check_path(r, field, joined, true, true, NULL, why, cap);
-        if (rc) return rc;
+/* The current matches of a local pattern, each resolved and checked like a path: a file that the
+ * pattern reaches through a symbolic link must lead into the prefixes too. */
+static int check_matches(const anvil_role *r, const char *field, const char *pattern, char *why, size_t cap) {
+    glob_t g;
+    int rc = 0;
+    if (glob(pattern, GLOB_NOSORT, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc && !rc; i++) rc = check_path(r, field, g.gl_pathv[i], true, true, NULL, why, cap);
+    globfree(&g);
+    return rc;
+}
+
+/* A local argument of kind k, absolute or taken from the run folder; *canon gets it resolved (the
+ * pattern's folder resolved for a glob), or stays NULL when it is to be left as given. */
+static int check_local(const anvil_role *r, const anvil_job_spec *s, const char *field, anvil_opt_kind k,
+                       const char *arg, char **canon, char *why, size_t cap) {
+    bool output = k == ANVIL_OPT_PATH_OUT || k == ANVIL_OPT_URI_OUT, glob_kind = k == ANVIL_OPT_GLOB_IN;
+    const char *last = strrchr(arg, '/');
+    if (glob_kind && strpbrk(arg, "*?[") && strpbrk(arg, "*?[") < (last ? last : arg))
+        return refuse(why, cap, "%s: %.1000s: wildcards in a folder's name are not allowed (only in the last "
+                                "component)", field, arg);
+    if (arg[0] != '/' && !s->output) {
+        /* The run folder is new and the daemon's: a relative path stays inside it unless it climbs. */
+        if (has_dotdot(arg)) return refuse(why, cap, "%s: %.1000s: '..' would leave the job's run folder", field, arg);
+        return 0;
     }
-    return 0;
+    char joined[PATH_MAX * 2];
+    snprintf(joined, sizeof joined, "%s%s%s", arg[0] == '/' ? "" : s->output, arg[0] == '/' ? "" : "/", arg);
+    if (!glob_kind || !strpbrk(arg, "*?[")) return check_path(r, field, joined, !output, true, canon, why, cap);
+    /* A pattern: its folder is checked as a path, and what it matches now as paths too. */
+    char *slash = strrchr(joined, '/'), *dir = NULL;
+    *slash = 0;
+    int rc = check_path(r, field, joined[0] ? joined : "/", true, true, &dir, why, cap);
+    *slash = '/';
+    if (!rc) rc = check_matches(r, field, joined, why, cap);
+    if (!rc && !(*canon = malloc(strlen(dir) + strlen(slash) + 1))) rc = anvil_fail("out of memory");
+    if (!rc) sprintf(*canon, "%s%s", strcmp(dir, "/") ? dir : "", slash);
+    free(dir);
+    return rc;
+}
+
+/* One argument of the command that names a file, a folder or an object (o says its kind),
+ * canonicalized in place: replaced by its resolved path. */
+static int check_arg(const anvil_role *r, anvil_job_spec *s, const anvil_opt *o, int argi, char *why, size_t cap) {
+    char field[120], *canon = NULL;
+    const char *arg = s->argv[argi];
+    if (o->name[0] == '-') snprintf(field, sizeof field, "command[%d] (%s)", argi, o->name);
+    else snprintf(field, sizeof field, "command[%d]", argi);
+    if (anvil_opt_is_choice(o, arg, NULL)) return 0;
+    if (!arg[0]) return refuse(why, cap, "%s: an empty path", field);
+    bool uri = o->kind == ANVIL_OPT_URI_IN || o->kind == ANVIL_OPT_URI_OUT || o->kind == ANVIL_OPT_GLOB_IN;
+    if (uri && !strncmp(arg, "s3://", 5)) return check_s3_arg(r, field, o->kind, arg, why, cap);
+    int rc = check_local(r, s, field, o->kind, arg, &canon, why, cap);
+    if (!rc && canon) {
+        free(s->argv[argi]);
+        s->argv[argi] = canon;
+    } else {
+        free(canon);
+    }
+    return rc;
+}
+
+/* Every argument that the command's table (opts/tables.h) says is a path, a URI or a pattern. */
+static int check_command(const anvil_role *r, anvil_job_spec *s, char *why, size_t cap) {
+    const anvil_optset *set = anvil_opts_job_command(s->argv[0]);
+    anvil_opt_arg *args = NULL;
+    int n = 0;
+    if (!set || anvil_opts_collect(set, s->argc, s->argv, &args, &n))
+        return refuse(why, cap, "command: not a command a job can run: %s", set ? anvil_errmsg() : s->argv[0]);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const anvil_opt *o = args[i].id < 0 ? set->operand : &set->opts[args[i].id];
+        if (o->kind >= ANVIL_OPT_PATH_IN) rc = check_arg(r, s, o, args[i].argi, why, cap);
+    }
+    free(args);
+    return rc;
 }
 
 static int check_env(const anvil_role *r, anvil_job_spec *s, char *why, size_t cap) {
     for (int i = 0; i < s->nenv; i++) {
         const char *k = s->env[i].key;
-        if (anvil_job_env_reserved(k, false))
-            return refuse(why, cap, "env.%s: a job may not set it (it decides which programs run, or the daemon "
-                                    "sets it)", k);
         for (int j = 0; j < r->nenv; j++)
             if (!strcmp(k, r->env[j].key)) return refuse(why, cap, "env.%s: set by role %s", k, r->name);
+        if (!anvil_job_env_allowed(k)) {
+            char list[512];
+            anvil_job_env_allowlist(list, sizeof list);
+            return refuse(why, cap, "env.%s: not a variable a job may set (it may set %s)", k, list);
+        }
     }
     if (s->nenv + r->nenv > MAX_ENV)
         return refuse(why, cap, "env: more than %d variables with role %s's", MAX_ENV, r->name);
@@ -340,9 +488,25 @@ bool anvil_job_env_inherited(const char *var) {
            prefixed(var, len, prefixes, sizeof prefixes / sizeof *prefixes);
 }
 
-bool anvil_job_env_reserved(const char *name, bool by_role) {
-    static const char *const code[] = {"PATH"};
-    size_t len = strlen(name);
-    if (named(name, len, daemon_set, NDAEMON_SET) || !strncmp(name, "ANVIL_CHANNEL_", 14)) return true;
-    return !by_role && (named(name, len, code, 1) || !strncmp(name, "LD_", 3));
+/* What a spec's env may set; README ("The job service", env) lists the same. */
+static const char *const allowed[] = {"OMP_NUM_THREADS",       "OMP_PROC_BIND",         "OMP_PLACES",
+                                      "ANVIL_ISA",             "ANVIL_BF16",            "ANVIL_S3_MAX_ATTEMPTS",
+                                      "ANVIL_S3_RETRY_BASE_MS", "ANVIL_S3_RETRY_CAP_MS", "ANVIL_S3_PART_SIZE",
+                                      "ANVIL_HEALTH_FAULT"};
+
+bool anvil_job_env_allowed(const char *name) {
+    return named(name, strlen(name), allowed, sizeof allowed / sizeof *allowed);
+}
+
+void anvil_job_env_allowlist(char *buf, size_t cap) {
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof allowed / sizeof *allowed; i++) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", allowed[i]);
+    }
+}
+
+bool anvil_job_env_reserved(const char *name) {
+    return named(name, strlen(name), daemon_set, NDAEMON_SET) || !strncmp(name, "ANVIL_CHANNEL_", 14) ||
+           !strncmp(name, "AWS_", 4);
 }

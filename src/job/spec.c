@@ -10,16 +10,12 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "obs/logmetric.h"
+#include "opts/tables.h"
 
 #define MAX_ARGS 256
 #define MAX_ENTRIES 256
 #define MAX_TEXT 4096
 #define MAX_LIMIT 1e9
-
-/* The subcommands a job may run; launch is how the daemon runs them, and the service's own
- * commands have no business inside a job. */
-static const char *const runnable[] = {"train", "prep", "tokenizer", "sample", "ckpt",
-                                       "export", "import", "info", "health"};
 
 int anvil_json_string(const cJSON *v, const char *what, const char *field, size_t max, char **out) {
     if (!cJSON_IsString(v)) return anvil_fail("%s: %s: must be a string", what, field);
@@ -35,7 +31,9 @@ int anvil_json_string(const cJSON *v, const char *what, const char *field, size_
 int anvil_json_number(const cJSON *v, const char *what, const char *field, double hi, bool integral, double *out) {
     if (!cJSON_IsNumber(v)) return anvil_fail("%s: %s: must be a number", what, field);
     double d = v->valuedouble;
-    if (!isfinite(d) || d < 0) return anvil_fail("%s: %s: must be >= 0 (got %g)", what, field, d);
+    /* cJSON reads a number past the double range (1e999) as infinity. */
+    if (!isfinite(d)) return anvil_fail("%s: %s: must be a finite number (this one is past the double range)", what, field);
+    if (d < 0) return anvil_fail("%s: %s: must be >= 0 (got %g)", what, field, d);
     if (d > hi) return anvil_fail("%s: %s: must be <= %g (got %g)", what, field, hi, d);
     if (integral && d != floor(d)) return anvil_fail("%s: %s: must be an integer (got %g)", what, field, d);
     *out = d;
@@ -137,9 +135,25 @@ static int take_command(const cJSON *v, anvil_job_spec *s) {
         if (!strcmp(s->argv[s->argc - 1], "--out"))
             return anvil_fail("spec: command: --out is not allowed: the run folder is the spec's output");
     }
-    for (size_t i = 0; i < sizeof runnable / sizeof *runnable; i++)
-        if (!strcmp(s->argv[0], runnable[i])) return 0;
-    return anvil_fail("spec: command: '%.100s' is not an anvil subcommand a job can run", s->argv[0]);
+    /* The daemon runs a job's command with --out RUN_DIR appended, which only these take as a folder
+     * (opts/tables.h); the service's own commands have no business inside a job. */
+    const anvil_optset *set = anvil_opts_job_command(s->argv[0]);
+    if (!set) {
+        char names[128];
+        anvil_opts_job_commands(names, sizeof names);
+        return anvil_fail("spec: command: '%.100s' is not an anvil subcommand a job can run (%s)", s->argv[0], names);
+    }
+    anvil_opt_arg *args;
+    int nargs;
+    int rc = anvil_opts_collect(set, s->argc, s->argv, &args, &nargs);
+    if (rc == 1) return anvil_fail("spec: command: --help asks for the usage text; a job's command does work");
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        return anvil_fail("spec: command: %s (as 'anvil %s' parses it)", why, s->argv[0]);
+    }
+    free(args);
+    return 0;
 }
 
 static int take_resources(const cJSON *v, anvil_job_spec *s) {
@@ -236,8 +250,9 @@ cJSON *anvil_json_parse_object(const char *text, size_t len, const char *what) {
     const char *end = NULL;
     cJSON *root = anvil_json_parse(text, len, &end);
     if (!root) {
-        size_t at = end && end >= text ? (size_t)(end - text) : 0;
-        anvil_fail("%s: malformed JSON near byte %zu", what, at);
+        char why[512];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        anvil_fail("%s: %s", what, why);
         return NULL;
     }
     size_t used = (size_t)(end - text);

@@ -89,6 +89,15 @@ typedef struct anvil_audit_entry anvil_audit_entry;
 /* Opens (creating) the database at path; NULL after anvil_fail. */
 anvil_store *anvil_store_open(const char *path);
 void anvil_store_close(anvil_store *st);
+/* PRAGMA quick_check of the whole database (every page of every table and index): 0 when sound;
+ * else -1 after anvil_fail("damaged: <its first problem> (in table T); N more problems"). The
+ * daemon runs it before it listens, so that a damaged state is one error at start, not a 500 on
+ * every request that happens to read the damaged page. */
+int anvil_store_check(anvil_store *st);
+/* A consistent copy of the state database at path (which a running daemon may be writing: SQLite's
+ * online backup API) into dest: checked first (a damaged one is not copied), written beside dest
+ * under a temporary name, synced, renamed into place. -1 after anvil_fail. */
+int anvil_store_backup(const char *path, const char *dest);
 
 /* Seconds since the epoch: the clock of every timestamp in the store. */
 double anvil_store_now(void);

@@ -194,7 +194,7 @@ static bool has_arg(const anvil_job_spec *s, const char *arg) {
     return false;
 }
 
-static void build_cmdline(const anvil_job *j, const anvil_job_spec *s, cmdline *c) {
+static void build_cmdline(const anvil_supervisor *sup, const anvil_job *j, const anvil_job_spec *s, cmdline *c) {
     char id[32], attempt[48];
     snprintf(id, sizeof id, "%lld", (long long)j->id);
     attempt_name(j, j->attempt, attempt, sizeof attempt);
@@ -210,8 +210,8 @@ static void build_cmdline(const anvil_job *j, const anvil_job_spec *s, cmdline *
         push(&c->argv, &c->argc, "--metric", &c->oom);
         pushf(&c->argv, &c->argc, &c->oom, "%s=%s", s->metrics[i].key, s->metrics[i].value);
     }
-    /* What the job inherits of the daemon's environment, then the spec's (which wins, and holds the
-     * role's variables), the channels and the job's id. */
+    /* What the job inherits of the daemon's environment, its role's object storage, then the spec's
+     * (which wins, and holds the role's variables), the channels and the job's id. */
     for (char **e = environ; *e; e++) {
         bool dropped = !anvil_job_env_inherited(*e);
         size_t klen = strcspn(*e, "=");
@@ -219,6 +219,10 @@ static void build_cmdline(const anvil_job *j, const anvil_job_spec *s, cmdline *
             dropped = strlen(s->env[i].key) == klen && !strncmp(*e, s->env[i].key, klen);
         if (!dropped) push(&c->envp, &c->envc, *e, &c->oom);
     }
+    char **s3 = anvil_objstore_env(sup->o.objstore, j->role);
+    for (size_t i = 0; s3 && s3[i]; i++) push(&c->envp, &c->envc, s3[i], &c->oom);
+    if (!s3) c->oom = true;
+    anvil_objstore_env_free(s3);
     for (int i = 0; i < s->nenv; i++) pushf(&c->envp, &c->envc, &c->oom, "%s=%s", s->env[i].key, s->env[i].value);
     for (int i = 0; i < s->nchannels; i++) {
         char name[80];
@@ -325,7 +329,7 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
     anvil_job_spec spec;
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
     cmdline c = {0};
-    build_cmdline(j, &spec, &c);
+    build_cmdline(sup, j, &spec, &c);
     int rc = -1;
     if (c.oom) {
         anvil_fail("out of memory");

@@ -36,6 +36,7 @@
 #include <cjson/cJSON.h>
 
 #include "job/backend.h"
+#include "job/objstore.h"
 #include "job/store.h"
 
 typedef struct anvil_supervisor anvil_supervisor;
@@ -43,6 +44,9 @@ typedef struct anvil_supervisor anvil_supervisor;
 typedef struct {
     double grace_s;  /* between a stop signal and SIGKILL */
     int max_running; /* jobs with an attempt at once; 0: no limit */
+    /* Each role's S3 endpoint and credentials, for its jobs' environment (job/objstore.h); NULL:
+     * none, the jobs get no AWS credentials at all. The caller's, kept for the supervisor's life. */
+    const anvil_objstore *objstore;
 } anvil_supervisor_options;
 
 /* Runs attempts through backends[0], the daemon's own, or through another of the n backends (which stay

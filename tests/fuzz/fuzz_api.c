@@ -10,7 +10,12 @@
  * Whatever it is, the answer must be a known status with a body (one line of JSON, an object with
  * a one-line "error" for a 4xx); anything but the two valid tokens gets 401, but for the dashboard
  * page (GET /), which is answered to anyone; a 4xx changes no
- * state; and the audit trail grows by exactly one entry for each refusal or change.
+ * state; and the audit trail grows by exactly one entry for each refusal or change. A body that is
+ * not strict JSON by this file's own reading (bytes that are not UTF-8, a \u0000 escape, a key
+ * spelled twice in one object) is never accepted; and a job that is stored passes the service's
+ * rules on its own terms: env only the allowlist's and the role's, a command its table parses, and
+ * every argument the table calls a path relative without '..', or absolute inside role r's
+ * prefixes (written ones inside its output prefix), never s3:// (r has no S3 prefix).
  * Built and run by tests/fuzz/CMakeLists.txt (ANVIL_FUZZ) and scripts/fuzz.sh. */
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,7 +29,10 @@
 #include "job/api.h"
 #include "job/auth.h"
 #include "job/backend.h"
+#include "job/policy.h"
+#include "job/spec.h"
 #include "job/store_internal.h"
+#include "opts/tables.h"
 
 #define MAX_ARGS 64
 
@@ -97,6 +105,118 @@ static char *expand(const fixture *f, const char *path) {
     return out;
 }
 
+/* Whether the n bytes at p are UTF-8 (RFC 3629), read here without core/json's code. */
+static bool utf8(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i], len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!len || i + len > n || (len == 2 && c < 0xc2)) return false;
+        unsigned cp = len == 1 ? c : c & (0x7f >> len);
+        for (unsigned k = 1; k < len; k++) {
+            if ((p[i + k] & 0xc0) != 0x80) return false;
+            cp = cp << 6 | (p[i + k] & 0x3f);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+/* Whether the body has, inside a string, a \u0000 escape, or, in one object, a key spelled the same
+ * twice: a scan of strings, braces and brackets that needs no valid JSON (what it finds in text that
+ * is not JSON does not matter: such a body is refused anyway). */
+static bool odd_json(const char *b, size_t n) {
+    enum { MAXD = 64, MAXK = 64 };
+    struct {
+        bool object;
+        int nkeys;
+        const char *key[MAXK];
+        size_t len[MAXK];
+    } *st = calloc(MAXD, sizeof *st);
+    if (!st) __builtin_trap();
+    int depth = -1;
+    bool odd = false, expect_key = false;
+    for (size_t i = 0; i < n && !odd; i++) {
+        char c = b[i];
+        if ((c == '{' || c == '[') && depth + 1 < MAXD) {
+            depth++;
+            st[depth].object = c == '{';
+            st[depth].nkeys = 0;
+            expect_key = c == '{';
+        } else if ((c == '}' || c == ']') && depth >= 0) {
+            depth--;
+            expect_key = false;
+        } else if (c == ',') {
+            expect_key = depth >= 0 && st[depth].object;
+        } else if (c == '"') {
+            size_t j = i + 1;
+            for (; j < n && b[j] != '"'; j++) {
+                if (b[j] != '\\') continue;
+                if (j + 5 < n && b[j + 1] == 'u' && !memcmp(b + j + 2, "0000", 4)) odd = true;
+                j++;
+            }
+            if (expect_key && depth >= 0) {
+                for (int k = 0; k < st[depth].nkeys && !odd; k++)
+                    odd = st[depth].len[k] == j - i - 1 && !memcmp(st[depth].key[k], b + i + 1, j - i - 1);
+                if (st[depth].nkeys < MAXK) {
+                    st[depth].key[st[depth].nkeys] = b + i + 1;
+                    st[depth].len[st[depth].nkeys++] = j - i - 1;
+                }
+            }
+            expect_key = false;
+            i = j;
+        }
+    }
+    free(st);
+    return odd;
+}
+
+/* Whether path lies at or under prefix, at a component boundary. */
+static bool inside(const char *path, const char *prefix) {
+    size_t n = strlen(prefix);
+    return !strncmp(path, prefix, n) && (path[n] == 0 || path[n] == '/');
+}
+
+/* The newest stored job, checked against the service's rules by this file's own reading. */
+static void check_stored(anvil_store *st) {
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(st->db, "SELECT spec FROM jobs ORDER BY id DESC LIMIT 1", -1, &s, NULL) != SQLITE_OK ||
+        sqlite3_step(s) != SQLITE_ROW)
+        __builtin_trap();
+    const char *text = (const char *)sqlite3_column_text(s, 0);
+    anvil_job_spec spec;
+    if (anvil_job_spec_parse(text, strlen(text), &spec)) __builtin_trap();
+    sqlite3_finalize(s);
+    for (int i = 0; i < spec.nenv; i++)
+        if (!anvil_job_env_allowed(spec.env[i].key) && strcmp(spec.env[i].key, "ROLE")) __builtin_trap();
+    const anvil_optset *set = anvil_opts_job_command(spec.argv[0]);
+    anvil_opt_arg *args;
+    int n;
+    if (!set || anvil_opts_collect(set, spec.argc, spec.argv, &args, &n)) __builtin_trap();
+    for (int i = 0; i < n; i++) {
+        const anvil_opt *o = args[i].id < 0 ? set->operand : &set->opts[args[i].id];
+        const char *a = spec.argv[args[i].argi];
+        if (o->kind < ANVIL_OPT_PATH_IN || anvil_opt_is_choice(o, a, NULL)) continue;
+        bool out = o->kind == ANVIL_OPT_PATH_OUT || o->kind == ANVIL_OPT_URI_OUT;
+        char real[4096];
+        if (!strncmp(a, "s3://", 5) && o->kind >= ANVIL_OPT_URI_IN) __builtin_trap();
+        if (a[0] != '/') {
+            for (const char *p = a; *p; p += strcspn(p, "/"), p += *p == '/')
+                if (!strncmp(p, "..", 2) && (p[2] == '/' || !p[2])) __builtin_trap();
+            continue;
+        }
+        /* A pattern's folder is what was checked; the stored one is its resolved form. */
+        snprintf(real, sizeof real, "%s", a);
+        if (strpbrk(real, "*?[")) *strrchr(real, '/') = 0;
+        char resolved[4096];
+        if (anvil_path_resolve(real[0] ? real : "/", resolved, sizeof resolved)) __builtin_trap();
+        if (!(inside(resolved, "/tmp/anvil-fuzz") || (!out && (inside(resolved, "/tmp") || inside(resolved, "/usr/share")))))
+            __builtin_trap();
+    }
+    free(args);
+    anvil_job_spec_free(&spec);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = malloc(size + 1);
     if (!text) return 0;
@@ -152,6 +272,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!valid && rs.status != 401 && !page) __builtin_trap();
     if (page && (rs.status != 200 || strcmp(rs.content_type, "text/html; charset=utf-8"))) __builtin_trap();
     if (rs.status >= 400 && strcmp(before, after)) __builtin_trap();
+    bool submitted = !strcmp(line1, "POST") && !strcmp(path, "/v1/jobs") && rs.status == 201;
+    if (submitted && (!utf8((const unsigned char *)body, body_len) || odd_json(body, body_len))) __builtin_trap();
+    if (submitted) check_stored(f.st);
     bool mutating = strcmp(line1, "GET") != 0;
     if (audit_after - audit_before != (rs.status >= 400 || (mutating && rs.status < 300) ? 1 : 0)) __builtin_trap();
     if (!rs.content_type) {

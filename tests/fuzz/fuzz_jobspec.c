@@ -1,9 +1,11 @@
 /* libFuzzer entry point for the job spec parser (the body of POST /v1/jobs): any byte string must be
  * either accepted as a spec within its limits or refused with a message, never crash, leak or read
- * out of bounds; an accepted spec must survive the round trip through its canonical JSON unchanged.
+ * out of bounds; an accepted spec must survive the round trip through its canonical JSON unchanged,
+ * and its command is one the job service runs, which that subcommand's option table parses.
  * Built and run by tests/fuzz/CMakeLists.txt (ANVIL_FUZZ) and scripts/fuzz.sh. */
 #include "core/error.h"
 #include "job/spec.h"
+#include "opts/tables.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +26,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < s.nchannels; i++)
         if (s.channels[i].value[0] != '/') __builtin_trap();
     if (s.backend && strcmp(s.backend, "local") && strcmp(s.backend, "slurm")) __builtin_trap();
+    const anvil_optset *set = anvil_opts_job_command(s.argv[0]);
+    anvil_opt_arg *args;
+    int nargs;
+    if (!set || anvil_opts_collect(set, s.argc, s.argv, &args, &nargs)) __builtin_trap();
+    for (int i = 0; i < nargs; i++)
+        if (args[i].id >= 0 && set->opts[args[i].id].run_folder) __builtin_trap();
+    free(args);
     cJSON *j = anvil_job_spec_to_json(&s);
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
