@@ -12,8 +12,9 @@
 #include "model/family.h"
 
 extern const anvil_model_family anvil_gpt2_family;
+extern const anvil_model_family anvil_llama_family;
 
-static const anvil_model_family *const families[] = {&anvil_gpt2_family};
+static const anvil_model_family *const families[] = {&anvil_gpt2_family, &anvil_llama_family};
 #define NFAMILIES (int)(sizeof families / sizeof families[0])
 
 /* ---- families and configurations ---- */
@@ -137,7 +138,9 @@ const anvil_model_family *anvil_model_hf_family(const char *model_type) {
 }
 
 const char *anvil_model_hf_architecture(const anvil_model_family *f) { return f->hf_architecture; }
-char *anvil_model_hf_config(const anvil_model_config *cfg) { return cfg->family->hf_config_write(cfg); }
+char *anvil_model_hf_config(const anvil_model_config *cfg, const anvil_model_special_ids *ids) {
+    return cfg->family->hf_config_write(cfg, ids);
+}
 
 int anvil_model_hf_config_read(const anvil_model_family *f, const cJSON *root, const char *path,
                                anvil_model_config *cfg) {

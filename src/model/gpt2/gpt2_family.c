@@ -163,7 +163,9 @@ static double flops_per_token(const anvil_model_config *c, int T) {
 
 /* ---- Hugging Face GPT2LMHeadModel ---- */
 
-static char *hf_config_write(const anvil_model_config *c) {
+/* GPT-2's files name the last id, whatever ids says. */
+static char *hf_config_write(const anvil_model_config *c, const anvil_model_special_ids *ids) {
+    (void)ids;
     cJSON *r = cJSON_CreateObject();
     if (!r) return NULL;
     cJSON *arch = cJSON_AddArrayToObject(r, "architectures");
