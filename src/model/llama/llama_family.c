@@ -412,7 +412,12 @@ static int hf_config_read(const cJSON *r, const char *path, anvil_model_config *
     } else if (read_scaling(params, path, "rope_parameters", c)) {
         return -1;
     }
-    return check(c);
+    if (check(c)) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        return anvil_fail("%s: %s", path, why);
+    }
+    return 0;
 }
 
 static int forward(anvil_model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
