@@ -1,4 +1,4 @@
-/* anvil export / anvil import: Hugging Face GPT-2 (GPT2LMHeadModel) folders. */
+/* anvil export / anvil import: Hugging Face folders of every family (GPT2LMHeadModel, LlamaForCausalLM). */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,8 +19,10 @@ static const anvil_device cpu = {ANVIL_DEVICE_CPU, 0};
 static const char *export_usage =
     "usage: anvil export --model PATH --out DIR [--no-progress]\n"
     "\n"
-    "Writes a Hugging Face GPT-2 folder (model.safetensors with GPT2LMHeadModel's tensor\n"
-    "names, config.json) that transformers' GPT2LMHeadModel.from_pretrained(DIR) loads.\n"
+    "Writes a Hugging Face folder (model.safetensors with the family's tensor names, sharded\n"
+    "with model.safetensors.index.json above 5 GB, and config.json) that transformers'\n"
+    "GPT2LMHeadModel or LlamaForCausalLM .from_pretrained(DIR) loads; config.json names the\n"
+    "model's tokenizer's bos and eos ids.\n"
     "  --model PATH   a model.safetensors, a checkpoint folder (verified first; sharded ones are\n"
     "                 put back together) or a run folder (its model.safetensors, or without one\n"
     "                 its newest valid checkpoint); the tokenizer.tiktoken that 'anvil train'\n"
@@ -34,8 +36,10 @@ static const char *export_usage =
 static const char *import_usage =
     "usage: anvil import --hf DIR --out FILE [--no-progress]\n"
     "\n"
-    "Converts a Hugging Face GPT-2 folder (config.json and model.safetensors, with or without\n"
-    "the 'transformer.' name prefix; F32, F16 or BF16) into an anvil model file.\n"
+    "Converts a Hugging Face folder into an anvil model file: config.json (its model_type,\n"
+    "gpt2 or llama, picks the family; what anvil does not compute is refused, naming the field)\n"
+    "and model.safetensors or the files model.safetensors.index.json names; F32, F16 or BF16;\n"
+    "GPT-2's names with or without the 'transformer.' prefix.\n"
     "  --hf DIR       the Hugging Face folder\n"
     "  --out FILE     the anvil model.safetensors to write\n"
     "Either may be s3://: --hf a prefix holding the folder's files, --out an object key.\n"

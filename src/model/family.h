@@ -76,7 +76,12 @@ struct anvil_model_family {
     const char *hf_tied_head;
 };
 
-/* ---- shared by the families' passes ---- */
+/* ---- shared by the families ---- */
+
+/* Text a file gave (a name, a value), for a one-line message: its first 64 bytes into out (cap of at
+ * least 65), control characters shown as '?'. Returns out. */
+const char *anvil_model_shown(const char *text, char *out, size_t cap);
+
 
 /* Checks a batch's token ids against the vocabulary (targets may be NULL; a negative target takes no
  * part); `who` names the checker in the message. */

@@ -29,10 +29,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cJSON_Delete(r);
         return 0;
     }
+    anvil_fail("%s", "");
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(r, "model_type");
     const anvil_model_family *f = anvil_model_hf_family(cJSON_IsString(mt) ? mt->valuestring : "gpt2");
     anvil_model_config c;
-    anvil_fail("%s", "");
     if (!f || anvil_model_hf_config_read(f, r, "fuzz", &c)) {
         if (anvil_errmsg()[0] == '\0' || strchr(anvil_errmsg(), '\n')) __builtin_trap();
         cJSON_Delete(r);

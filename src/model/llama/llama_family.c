@@ -360,7 +360,7 @@ static int read_scaling(const cJSON *s, const char *path, const char *key, anvil
     if (!strcmp(type, "default")) return 0;
     if (strcmp(type, "llama3"))
         return anvil_fail("%s: field '%s.rope_type' is '%s'; anvil computes RoPE unscaled or with llama3's scaling",
-                          path, key, type);
+                          path, key, anvil_model_shown(type, (char[72]){0}, 72));
     char where[64];
     snprintf(where, sizeof where, "%s.", key);
     anvil_rope_scaling *x = &c->rope_scaling;
@@ -391,7 +391,8 @@ static int hf_config_read(const cJSON *r, const char *path, anvil_model_config *
         return -1;
     const char *act = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "hidden_act"));
     if (act && strcmp(act, "silu"))
-        return anvil_fail("%s: field 'hidden_act' is '%s'; anvil's Llama computes SwiGLU (silu)", path, act);
+        return anvil_fail("%s: field 'hidden_act' is '%s'; anvil's Llama computes SwiGLU (silu)", path,
+                          anvil_model_shown(act, (char[72]){0}, 72));
     const cJSON *hd = cJSON_GetObjectItemCaseSensitive(r, "head_dim");
     if (hd && !cJSON_IsNull(hd) && (!cJSON_IsNumber(hd) || hd->valuedouble * c->n_head != (double)c->n_embd))
         return anvil_fail("%s: field 'head_dim' must be hidden_size / num_attention_heads (%d / %d)", path, c->n_embd,
