@@ -954,7 +954,7 @@ static void test_hf_round_trip(void) {
     path_in(dir, sizeof dir, root, "hf");
     trained a;
     make_trained(&a, 8, 2); /* trained weights: no symmetric zeros or ones to hide a transposition */
-    CHECK(anvil_hf_export(&a.m, dir, 0, NULL, NULL) == 0);
+    CHECK(anvil_hf_export(&a.m, dir, 0, NULL, NULL, NULL) == 0);
     anvil_model b;
     if (anvil_hf_import(dir, anvil_kernels_cpu(), &b, NULL, NULL)) {
         t_fail(__FILE__, __LINE__, "import: %s", anvil_errmsg());
@@ -1082,7 +1082,7 @@ static void test_hf_logits(void) {
     fixture_model(&native);
     char dir[PATH_MAX];
     path_in(dir, sizeof dir, root, "hf-fixture");
-    CHECK(anvil_hf_export(&native, dir, 0, NULL, NULL) == 0);
+    CHECK(anvil_hf_export(&native, dir, 0, NULL, NULL, NULL) == 0);
     CHECK(anvil_hf_import(dir, anvil_kernels_cpu(), &imported, NULL, NULL) == 0);
     anvil_model *models[2] = {&native, &imported};
     const char *what[2] = {"logits (anvil model)", "logits (exported and re-imported)"};
@@ -1115,7 +1115,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-hf")) {
         anvil_model m;
         fixture_model(&m);
-        int rc = anvil_hf_export(&m, argv[2], 0, NULL, NULL);
+        int rc = anvil_hf_export(&m, argv[2], 0, NULL, NULL, NULL);
         if (rc) fprintf(stderr, "%s\n", anvil_errmsg());
         anvil_model_free(&m);
         return rc ? 1 : 0;

@@ -422,6 +422,21 @@ static unsigned char *read_all(const char *path, size_t *len) {
     return b;
 }
 
+/* Where a document starts, for samples: after Llama 3's <|begin_of_text|> (1200 in this 1200-rank
+ * vocabulary), else after the end-of-text token (GPT's encodings, bytes). */
+static void test_doc_start(void) {
+    const char *rank = "tok/expected/train_llama3_1456.tiktoken";
+    anvil_tok *l3 = anvil_tok_load(rank, "llama3"), *gpt = anvil_tok_load(rank, "gpt2");
+    CHECK(l3 && gpt);
+    if (l3 && gpt) {
+        CHECK(anvil_tok_bos(l3) == 1200 && anvil_data_doc_start(l3) == 1200);
+        CHECK(anvil_tok_bos(gpt) == -1 && anvil_data_doc_start(gpt) == anvil_tok_eot(gpt));
+    }
+    CHECK(anvil_data_doc_start(NULL) == ANVIL_BYTETOK_EOT);
+    anvil_tok_free(l3);
+    anvil_tok_free(gpt);
+}
+
 /* BPE prep: the token stream is EOT + encode(doc) per document, in order,
  * and the shards are byte-identical for any number of workers. */
 static void test_prep_bpe(void) {
@@ -749,6 +764,7 @@ int main(void) {
     test_bytetok();
     test_prep();
     test_prep_bpe();
+    test_doc_start();
     test_prep_jsonl();
     test_prep_compressed();
     nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

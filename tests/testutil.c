@@ -95,3 +95,12 @@ anvil_model_config t_gpt2(int n_layer, int n_head, int n_embd, int block_size, i
                             .n_embd = n_embd, .block_size = block_size, .vocab_size = vocab_size};
     return c;
 }
+
+anvil_model_config t_llama(int n_layer, int n_head, int n_kv_head, int n_embd, int ffn_hidden, int block_size,
+                           int vocab_size, int tied) {
+    anvil_model_config c = {.family = anvil_model_family_named("llama"), .n_layer = n_layer, .n_head = n_head,
+                            .n_kv_head = n_kv_head, .n_embd = n_embd, .ffn_hidden = ffn_hidden,
+                            .block_size = block_size, .vocab_size = vocab_size, .tied = tied, .norm_eps = 1e-5f,
+                            .rope_theta = 10000.0f};
+    return c;
+}

@@ -29,6 +29,10 @@ const char *t_path(const char *test);
 void t_missing(const char *test, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A GPT-2 configuration of these numbers (not yet checked). */
 anvil_model_config t_gpt2(int n_layer, int n_head, int n_embd, int block_size, int vocab_size);
+/* A Llama configuration of these numbers (not yet checked): RoPE theta 10000 unscaled, RMSNorm epsilon
+ * 1e-5. */
+anvil_model_config t_llama(int n_layer, int n_head, int n_kv_head, int n_embd, int ffn_hidden, int block_size,
+                           int vocab_size, int tied);
 /* The index of the tensor named name in cfg's parameter table; a failed check when there is none. */
 int t_tensor(const anvil_model_config *cfg, const char *name);
 /* An AdamW optimizer of the whole layout at offsets of cfg's tensors, each decayed as the table says. */

@@ -124,8 +124,8 @@ static int write_index(const char *dir, const hf_tensor *hf, int n, const int *f
     return rc;
 }
 
-int anvil_hf_export(const anvil_model *m, const char *dir, uint64_t shard_bytes, anvil_ckpt_progress_fn progress,
-                    void *ctx) {
+int anvil_hf_export(const anvil_model *m, const char *dir, uint64_t shard_bytes, const anvil_model_special_ids *ids,
+                    anvil_ckpt_progress_fn progress, void *ctx) {
     const anvil_model_config *c = &m->cfg;
     if (!shard_bytes) shard_bytes = ANVIL_HF_SHARD_BYTES;
     if (!m->params) return anvil_fail("%s: the model to export holds no weights", dir);
@@ -163,7 +163,7 @@ int anvil_hf_export(const anvil_model *m, const char *dir, uint64_t shard_bytes,
     }
     if (!rc && total > shard_bytes) rc = write_index(dir, hf, n, file_of, nfiles);
     if (!rc && progress) progress(ctx, (uint64_t)n + 1, (uint64_t)n + 1);
-    char *cfg = rc ? NULL : anvil_model_hf_config(c);
+    char *cfg = rc ? NULL : anvil_model_hf_config(c, ids);
     if (!rc && !cfg) rc = anvil_fail("%s: out of memory", dir);
     if (!rc) {
         snprintf(path, sizeof path, "%s/config.json", dir);

@@ -20,10 +20,11 @@
 #define ANVIL_HF_SHARD_BYTES (5000ull * 1000 * 1000)
 
 /* Writes DIR's weights (F32, metadata format=pt) from m's whole parameters, sharded above shard_bytes
- * (0: ANVIL_HF_SHARD_BYTES), and DIR/config.json. Creates DIR if needed; each file is replaced
- * atomically, the index last. progress (may be NULL) is told the tensors written of all of them. */
-int anvil_hf_export(const anvil_model *m, const char *dir, uint64_t shard_bytes, anvil_ckpt_progress_fn progress,
-                    void *ctx);
+ * (0: ANVIL_HF_SHARD_BYTES), and DIR/config.json, which names the tokenizer's ids (NULL: not known,
+ * the family's default). Creates DIR if needed; each file is replaced atomically, the index last.
+ * progress (may be NULL) is told the tensors written of all of them. */
+int anvil_hf_export(const anvil_model *m, const char *dir, uint64_t shard_bytes, const anvil_model_special_ids *ids,
+                    anvil_ckpt_progress_fn progress, void *ctx);
 
 /* Reads DIR/config.json (its model_type picks the family; GPT-2 when it has none) and the weights
  * (model.safetensors, or the files model.safetensors.index.json names), initializes m on backend k and

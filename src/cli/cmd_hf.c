@@ -1,4 +1,4 @@
-/* anvil export / anvil import: Hugging Face GPT-2 (GPT2LMHeadModel) folders. */
+/* anvil export / anvil import: Hugging Face folders of every family (GPT2LMHeadModel, LlamaForCausalLM). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +11,10 @@
 #include "cli/commands.h"
 #include "cli/s3path.h"
 #include "core/error.h"
+#include "data/bytetok.h"
 #include "obs/metrics.h"
 #include "opts/tables.h"
+#include "tok/tokenizer.h"
 
 static const anvil_device cpu = {ANVIL_DEVICE_CPU, 0};
 
@@ -59,6 +61,27 @@ static void tensors_done(void *ctx, uint64_t done, uint64_t total) {
     anvil_meter_update(ctx, (double)done, (double)total, "");
 }
 
+/* The ids config.json names, from the model's own tokenizer (own, with its encoding) or a byte-level
+ * vocabulary's end-of-text; *known 0 when neither tells them. */
+static int special_ids(const anvil_model *m, const char *own, const char *pattern, anvil_model_special_ids *ids,
+                       int *known) {
+    *known = 1;
+    ids->bos = -1;
+    ids->eos = -1;
+    if (own[0]) {
+        anvil_tok *tk = anvil_tok_load(own, pattern);
+        if (!tk) return -1;
+        ids->bos = anvil_tok_bos(tk);
+        ids->eos = anvil_tok_eot(tk);
+        anvil_tok_free(tk);
+    } else if (m->cfg.vocab_size == ANVIL_BYTETOK_VOCAB) {
+        ids->eos = ANVIL_BYTETOK_EOT;
+    } else {
+        *known = 0;
+    }
+    return 0;
+}
+
 /* export from a local model to a local folder; *tokenizer says whether the model's tokenizer.tiktoken
  * went along, *sharded whether the weights are in several files. -1 after anvil_fail. */
 static int export_local(const char *in, const char *out, int show_progress, int *tokenizer, int *sharded) {
@@ -68,10 +91,13 @@ static int export_local(const char *in, const char *out, int show_progress, int 
     fputs(warn, stderr);
     if (rc) return -1;
     char own[4096], pattern[32];
+    anvil_model_special_ids ids;
+    int known = 0;
     anvil_meter meter;
     anvil_meter_start(&meter, stderr, anvil_meter_mode(stderr, show_progress), "export", "tensors");
-    rc = anvil_model_tokenizer_for(in, NULL, own, sizeof own, pattern) ||
-         anvil_hf_export(&m, out, 0, meter.mode != ANVIL_METER_OFF ? tensors_done : NULL, &meter) ||
+    rc = anvil_model_tokenizer_for(in, NULL, own, sizeof own, pattern) || special_ids(&m, own, pattern, &ids, &known) ||
+         anvil_hf_export(&m, out, 0, known ? &ids : NULL, meter.mode != ANVIL_METER_OFF ? tensors_done : NULL,
+                         &meter) ||
          (own[0] && anvil_model_tokenizer_keep(own, out));
     anvil_model_free(&m);
     if (rc) {

@@ -120,14 +120,16 @@ int cmd_info(int argc, char **argv) {
         if (!strcmp(argv[i], "--gemm-rate")) return gemm_rate();
         return cli_usage_error("info", "unknown option '%s'", argv[i]);
     }
-    printf("%-12s %-6s %6s %6s %6s %6s %7s %12s\n", "preset", "family", "layers", "heads", "embd", "block", "vocab",
-           "parameters");
+    printf("%-12s %-6s %6s %6s %8s %6s %6s %7s %6s %7s %11s\n", "preset", "family", "layers", "heads", "kv heads",
+           "embd", "ffn", "block", "vocab", "tied", "parameters");
     const char *name;
     for (int i = 0; anvil_model_preset_at(i, &name, NULL); i++) {
         anvil_model_config c;
         if (anvil_model_preset(name, &c) || anvil_model_config_check(&c)) return cli_fail("info");
-        printf("%-12s %-6s %6d %6d %6d %6d %7d %11.2fM\n", name, anvil_model_family_name(c.family), c.n_layer,
-               c.n_head, c.n_embd, c.block_size, c.vocab_size, (double)anvil_model_num_params(&c) / 1e6);
+        double n = (double)anvil_model_num_params(&c);
+        printf("%-12s %-6s %6d %6d %8d %6d %6d %7d %6d %7s %10.2f%c\n", name, anvil_model_family_name(c.family),
+               c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.ffn_hidden, c.block_size, c.vocab_size,
+               c.tied ? "yes" : "no", n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? 'B' : 'M');
     }
     char paths[64];
     supported_paths(paths, sizeof paths);

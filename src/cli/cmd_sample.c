@@ -24,7 +24,9 @@ static const char *usage =
     "                      (neither: the tokenizer.tiktoken that 'anvil train' kept beside the model,\n"
     "                      else byte-level models print text, others token ids); one given by hand\n"
     "                      must be the one the model records\n"
-    "  --prompt TEXT       text to continue; default: start of a document\n"
+    "  --prompt TEXT       text to continue (after the start of a document: the tokenizer's\n"
+    "                      beginning-of-text token, Llama 3's <|begin_of_text|>, else end-of-text);\n"
+    "                      default: the start of a document alone\n"
     "  --tokens N          tokens to generate per sample (default 256)\n"
     "  --count N           number of samples (default 1)\n"
     "  --temperature X     0 is greedy (default 1.0)\n"
@@ -114,8 +116,9 @@ static int find_tokenizer(sample_args *a, anvil_tok **tk) {
     return 0;
 }
 
-/* The prompt's ids after the start token (the end-of-text one, or 0 without it): encoded by the tokenizer,
- * or as bytes. *ids (free it) NULL after anvil_fail. */
+/* The prompt's ids after the start token (a document's start: the tokenizer's beginning-of-text token, else
+ * the end-of-text one, or 0 without either): encoded by the tokenizer, or as bytes. *ids (free it) NULL after
+ * anvil_fail. */
 static int prompt_ids(const anvil_tok *tk, const char *prompt, int32_t start, int32_t **ids, int64_t *np) {
     size_t cap = 0;
     *ids = NULL;
@@ -143,7 +146,7 @@ static int prompt_ids(const anvil_tok *tk, const char *prompt, int32_t start, in
 static int generate(const sample_args *a, anvil_model *m, const anvil_tok *tk, int bytes) {
     int32_t eot = tk ? anvil_tok_eot(tk) : bytes ? ANVIL_BYTETOK_EOT : -1, *ids;
     int64_t np = 0;
-    if (prompt_ids(tk, a->prompt, eot >= 0 ? eot : 0, &ids, &np)) return cli_fail("sample");
+    if (prompt_ids(tk, a->prompt, tk || bytes ? anvil_data_doc_start(tk) : 0, &ids, &np)) return cli_fail("sample");
     anvil_sample_opts so = a->so;
     so.stop_token = eot;
     anvil_rng rng;

@@ -10,6 +10,11 @@
 
 static char oom_msg[] = "out of memory";
 
+int32_t anvil_data_doc_start(const anvil_tok *tk) {
+    if (!tk) return ANVIL_BYTETOK_EOT;
+    return anvil_tok_bos(tk) >= 0 ? anvil_tok_bos(tk) : anvil_tok_eot(tk);
+}
+
 static int append(chunk *c, int s, const int32_t *t, size_t n) {
     if ((size_t)c->ntok[s] + n > c->cap[s]) {
         size_t cap = c->cap[s] ? c->cap[s] : 4096;

@@ -129,6 +129,12 @@ int anvil_jsonl_field(const unsigned char *line, size_t len, const char *field, 
                       size_t *doc_len);
 void anvil_jsonl_release(void *hold);
 
+/* The token a document starts after, as prep marks documents: the tokenizer's beginning-of-text token
+ * where it has one (llama3), else the end-of-text token that ends the document before it (tk NULL: the
+ * byte tokenizer's). A sample from the start of a document begins there. */
+struct anvil_tok;
+int32_t anvil_data_doc_start(const struct anvil_tok *tk);
+
 /* Reads the vocabulary size and end-of-text id from dir/manifest.json (which also records "bos",
  * the beginning-of-text id, when the tokenizer has one). */
 int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot);

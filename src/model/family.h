@@ -63,20 +63,25 @@ struct anvil_model_family {
     void (*cache_free)(anvil_model_cache *c);
     int (*decode)(anvil_model *m, anvil_model_cache *c, int32_t token, int pos, float *logits);
 
-    /* Hugging Face: config.json's model_type and architecture, the file written from cfg (cJSON_Print
-     * text, NULL when out of memory) and cfg read from a parsed one (one-line error naming path and the
-     * field). Tensors carry their names (anvil_tensor_info.hf_name). On import, hf_prefix may be
+    /* Hugging Face: config.json's model_type and architecture, the file written from cfg and the
+     * tokenizer's ids (cJSON_Print text, NULL when out of memory; ids NULL: not known) and cfg read from
+     * a parsed one (one-line error naming path and the field). Tensors carry their names (anvil_tensor_info.hf_name). On import, hf_prefix may be
      * missing from every name (older files), hf_ignorable names buffers to skip, and with tied
      * embeddings a stored hf_tied_head must equal the embedding. */
     const char *hf_model_type, *hf_architecture;
-    char *(*hf_config_write)(const anvil_model_config *cfg);
+    char *(*hf_config_write)(const anvil_model_config *cfg, const anvil_model_special_ids *ids);
     int (*hf_config_read)(const cJSON *root, const char *path, anvil_model_config *cfg);
     const char *hf_prefix;
     int (*hf_ignorable)(const char *name);
     const char *hf_tied_head;
 };
 
-/* ---- shared by the families' passes ---- */
+/* ---- shared by the families ---- */
+
+/* Text a file gave (a name, a value), for a one-line message: its first 64 bytes into out (cap of at
+ * least 65), control characters shown as '?'. Returns out. */
+const char *anvil_model_shown(const char *text, char *out, size_t cap);
+
 
 /* Checks a batch's token ids against the vocabulary (targets may be NULL; a negative target takes no
  * part); `who` names the checker in the message. */

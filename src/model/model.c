@@ -12,19 +12,20 @@
 #include "model/family.h"
 
 extern const anvil_model_family anvil_gpt2_family;
+extern const anvil_model_family anvil_llama_family;
 
-static const anvil_model_family *const families[] = {&anvil_gpt2_family};
+static const anvil_model_family *const families[] = {&anvil_gpt2_family, &anvil_llama_family};
 #define NFAMILIES (int)(sizeof families / sizeof families[0])
 
 /* ---- families and configurations ---- */
 
 const anvil_model_family *anvil_model_family_named(const char *name) {
-    char known[256] = "";
+    char known[256] = "", seen[72];
     for (int i = 0; i < NFAMILIES; i++) {
         if (!strcmp(families[i]->name, name)) return families[i];
         snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", families[i]->name);
     }
-    anvil_fail("model: unknown family '%s' (%s)", name, known);
+    anvil_fail("model: unknown family '%s' (%s)", anvil_model_shown(name, seen, sizeof seen), known);
     return NULL;
 }
 
@@ -94,6 +95,7 @@ int anvil_model_config_field(const anvil_model_config *cfg, int i, const char **
 
 int anvil_model_config_set(anvil_model_config *cfg, const char *key, const char *value) {
     const anvil_model_family *f = cfg->family;
+    char seen[72];
     for (int i = 0; i < f->nfields; i++) {
         const anvil_model_field *fd = &f->fields[i];
         if (strcmp(fd->key, key)) continue;
@@ -101,12 +103,13 @@ int anvil_model_config_set(anvil_model_config *cfg, const char *key, const char 
         char *at = (char *)cfg + fd->offset;
         if (fd->is_float) {
             float v = strtof(value, &end);
-            if (end == value || *end || !isfinite(v)) return anvil_fail("model: %s: '%s' is not a number", key, value);
+            if (end == value || *end || !isfinite(v))
+                return anvil_fail("model: %s: '%s' is not a number", key, anvil_model_shown(value, seen, sizeof seen));
             memcpy(at, &v, sizeof v);
         } else {
             long v = strtol(value, &end, 10);
             if (end == value || *end || v < -(1L << 30) || v > (1L << 30))
-                return anvil_fail("model: %s: '%s' is not an integer", key, value);
+                return anvil_fail("model: %s: '%s' is not an integer", key, anvil_model_shown(value, seen, sizeof seen));
             int iv = (int)v;
             memcpy(at, &iv, sizeof iv);
         }
@@ -126,18 +129,20 @@ const anvil_model_family *anvil_model_family_of_format(const char *format) {
 /* ---- Hugging Face ---- */
 
 const anvil_model_family *anvil_model_hf_family(const char *model_type) {
-    char known[256] = "";
+    char known[256] = "", seen[72];
     for (int i = 0; i < NFAMILIES; i++) {
         if (!strcmp(families[i]->hf_model_type, model_type)) return families[i];
         snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
                  families[i]->hf_model_type);
     }
-    anvil_fail("'%s' is not a model type anvil reads (%s)", model_type, known);
+    anvil_fail("'%s' is not a model type anvil reads (%s)", anvil_model_shown(model_type, seen, sizeof seen), known);
     return NULL;
 }
 
 const char *anvil_model_hf_architecture(const anvil_model_family *f) { return f->hf_architecture; }
-char *anvil_model_hf_config(const anvil_model_config *cfg) { return cfg->family->hf_config_write(cfg); }
+char *anvil_model_hf_config(const anvil_model_config *cfg, const anvil_model_special_ids *ids) {
+    return cfg->family->hf_config_write(cfg, ids);
+}
 
 int anvil_model_hf_config_read(const anvil_model_family *f, const cJSON *root, const char *path,
                                anvil_model_config *cfg) {

@@ -43,7 +43,9 @@ typedef struct {
     int n_head;
     int n_kv_head;    /* key/value heads (grouped-query attention); n_head where a family has no GQA */
     int n_embd;
-    int ffn_hidden;   /* the MLP's hidden width */
+    int ffn_hidden;   /* the MLP's hidden width (Llama: 0 until the check derives it by ffn_multiplier/_multiple_of) */
+    float ffn_multiplier; /* Llama's rule for the hidden width: ffn_dim_multiplier (0: none) ... */
+    int ffn_multiple_of;  /* ... and multiple_of; neither is recorded, ffn_hidden is */
     int block_size;   /* maximum sequence length */
     int vocab_size;   /* real vocabulary */
     int padded_vocab; /* vocab_size rounded up to a multiple of 64; the extra rows stay zero */
@@ -125,7 +127,7 @@ const char *anvil_model_file_format(const anvil_model_family *f);
 const anvil_model_family *anvil_model_family_of_format(const char *format);
 
 /* Hugging Face: the family whose config.json says this model_type (NULL after anvil_fail naming the
- * known ones), its architecture ("GPT2LMHeadModel"), config.json's text for cfg (free with cJSON_free;
+ * known ones), its architecture ("GPT2LMHeadModel"), config.json's text for cfg and ids (free with cJSON_free;
  * NULL when out of memory), and cfg from a parsed config.json, refusing what the family does not compute
  * with one line naming path and the field. On import, names may lack the family's prefix, buffers that
  * are no parameters are ignorable, and with tied embeddings a stored LM head (tied_head, NULL: none)
@@ -133,7 +135,12 @@ const anvil_model_family *anvil_model_family_of_format(const char *format);
 struct cJSON;
 const anvil_model_family *anvil_model_hf_family(const char *model_type);
 const char *anvil_model_hf_architecture(const anvil_model_family *f);
-char *anvil_model_hf_config(const anvil_model_config *cfg);
+/* The tokenizer's ids that config.json names (bos_token_id, eos_token_id), -1 where it has none; a NULL
+ * anvil_model_special_ids means they are not known and the family writes its default. */
+typedef struct {
+    int32_t bos, eos;
+} anvil_model_special_ids;
+char *anvil_model_hf_config(const anvil_model_config *cfg, const anvil_model_special_ids *ids);
 int anvil_model_hf_config_read(const anvil_model_family *f, const struct cJSON *root, const char *path,
                                anvil_model_config *cfg);
 const char *anvil_model_hf_prefix(const anvil_model_family *f);

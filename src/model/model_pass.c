@@ -1,11 +1,20 @@
 /* What the families' passes share: the batch's checks, the mean loss, the
  * vocabulary-parallel loss's combination over a tensor-parallel group, and
- * activation buffers allocated from a plan. */
+ * activation buffers allocated from a plan; and text from files, shown in
+ * one-line messages. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "core/error.h"
 #include "model/family.h"
+
+const char *anvil_model_shown(const char *text, char *out, size_t cap) {
+    size_t n = 0;
+    for (; text[n] && n < 64 && n + 1 < cap; n++)
+        out[n] = (unsigned char)text[n] < 0x20 || text[n] == 0x7f ? '?' : text[n];
+    out[n] = 0;
+    return out;
+}
 
 int anvil_model_check_tokens(const anvil_model *m, const char *who, const int32_t *inputs, const int32_t *targets,
                              size_t n) {

@@ -34,8 +34,10 @@ const anvil_optset anvil_export_cmdline = {
     .command = "export",
     .intro = "usage: anvil export --model PATH --out DIR [--no-progress]\n"
              "\n"
-             "Writes a Hugging Face GPT-2 folder (model.safetensors with GPT2LMHeadModel's tensor\n"
-             "names, config.json) that transformers' GPT2LMHeadModel.from_pretrained(DIR) loads.\n",
+             "Writes a Hugging Face folder (model.safetensors with the family's tensor names, sharded\n"
+             "with model.safetensors.index.json above 5 GB, and config.json) that transformers'\n"
+             "GPT2LMHeadModel or LlamaForCausalLM .from_pretrained(DIR) loads; config.json names the\n"
+             "model's tokenizer's bos and eos ids.\n",
     .opts = export_opts,
     .nopts = ANVIL_HF_NOPTS,
     .column = 17,
@@ -45,8 +47,10 @@ const anvil_optset anvil_import_cmdline = {
     .command = "import",
     .intro = "usage: anvil import --hf DIR --out FILE [--no-progress]\n"
              "\n"
-             "Converts a Hugging Face GPT-2 folder (config.json and model.safetensors, with or without\n"
-             "the 'transformer.' name prefix; F32, F16 or BF16) into an anvil model file.\n",
+             "Converts a Hugging Face folder into an anvil model file: config.json (its model_type,\n"
+             "gpt2 or llama, picks the family; what anvil does not compute is refused, naming the field)\n"
+             "and model.safetensors or the files model.safetensors.index.json names; F32, F16 or BF16;\n"
+             "GPT-2's names with or without the 'transformer.' prefix.\n",
     .opts = import_opts,
     .nopts = ANVIL_HF_NOPTS,
     .column = 17,

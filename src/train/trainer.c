@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "data/bytetok.h"
 #include "data/loader.h"
+#include "data/prep.h"
 #include "dist/comm.h"
 #include "dist/dataparallel.h"
 #include "dist/grid.h"
@@ -179,13 +180,15 @@ static void emit_token(void *ctx, int32_t tok) {
 
 static void emit_id(void *ctx, int32_t tok) { fprintf(((const sample_sink *)ctx)->out, " %d", tok); }
 
-/* A sample from the end-of-text token, printed as text when the tokenizer
- * is known (given, or bytes) and as ids otherwise. */
+/* A sample from the start of a document as prep marks it: the tokenizer's
+ * beginning-of-text token where it has one (Llama 3's), else the end-of-text
+ * one that ends the document before; printed as text when the tokenizer is
+ * known (given, or bytes) and as ids otherwise. */
 static int print_sample(const anvil_train_config *c, anvil_model *m, int step) {
     const anvil_tok *tk = c->tokenizer;
     int text = tk || m->cfg.vocab_size == ANVIL_BYTETOK_VOCAB;
     int32_t eot = tk ? anvil_tok_eot(tk) : text ? ANVIL_BYTETOK_EOT : -1;
-    int32_t start = eot >= 0 ? eot : 0;
+    int32_t start = text ? anvil_data_doc_start(tk) : 0;
     anvil_sample_opts so = {1.0f, 0, 1.0f, eot};
     sample_sink sink = {c->log, tk, eot};
     anvil_rng rng;

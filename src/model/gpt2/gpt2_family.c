@@ -163,7 +163,9 @@ static double flops_per_token(const anvil_model_config *c, int T) {
 
 /* ---- Hugging Face GPT2LMHeadModel ---- */
 
-static char *hf_config_write(const anvil_model_config *c) {
+/* GPT-2's files name the last id, whatever ids says. */
+static char *hf_config_write(const anvil_model_config *c, const anvil_model_special_ids *ids) {
+    (void)ids;
     cJSON *r = cJSON_CreateObject();
     if (!r) return NULL;
     cJSON *arch = cJSON_AddArrayToObject(r, "architectures");
@@ -230,7 +232,7 @@ static int hf_config_read(const cJSON *r, const char *path, anvil_model_config *
         return -1;
     if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
         return anvil_fail("%s: field 'activation_function' is '%s'; anvil computes the tanh GELU (gelu_new)", path,
-                          act);
+                          anvil_model_shown(act, (char[72]){0}, 72));
     if (eps && (!cJSON_IsNumber(eps) || fabs(eps->valuedouble - 1e-5) > 1e-12))
         return anvil_fail("%s: field 'layer_norm_epsilon' must be 1e-5, anvil's LayerNorm epsilon", path);
     if (inner && !cJSON_IsNull(inner) && (!cJSON_IsNumber(inner) || inner->valuedouble != 4.0 * c->n_embd))
