@@ -156,14 +156,19 @@ static int local_start(anvil_backend *b, const anvil_attempt_spec *a, anvil_atte
     return rc;
 }
 
+/* Whether the wrapper, sid, is this daemon's child and still running; one that has ended is reaped
+ * (its word is the exit file). It is this daemon's child unless an earlier daemon started it, and it
+ * is reaped by pid, so no other child of the daemon (a hook's command) is reaped by mistake. A child
+ * not yet reaped counts even before it has run setsid() (on a loaded machine it may not have run since
+ * the fork), when its session has no process yet; its pid cannot have been reused. */
+static bool child_running(pid_t sid) { return sid && waitpid(sid, NULL, WNOHANG) == 0; }
+
 static int local_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
     pid_t sid = session_of(a);
-    /* The wrapper is this daemon's child unless an earlier daemon started it: reaped here, by pid, so
-     * no other child of the daemon (a hook's command) is reaped by mistake. */
-    if (sid) waitpid(sid, NULL, WNOHANG);
+    bool child = child_running(sid);
     /* The session first, then the exit file, which the wrapper writes before it exits; the other
      * order could take an attempt ending between the two looks for a lost one. */
-    bool alive = sid && session_signal(sid, 0) > 0;
+    bool alive = child || (sid && session_signal(sid, 0) > 0);
     *code = anvil_attempt_read_exit(local_of(b)->state_dir, a);
     if (*code >= 0) return ANVIL_ATTEMPT_EXITED;
     return alive ? ANVIL_ATTEMPT_RUNNING : ANVIL_ATTEMPT_LOST;
@@ -183,6 +188,7 @@ static int local_stop(anvil_backend *b, const anvil_attempt_ref *a) {
 static int local_kill(anvil_backend *b, const anvil_attempt_ref *a) {
     (void)b;
     pid_t sid = session_of(a);
+    if (child_running(sid)) kill(sid, SIGKILL);
     if (sid) session_signal(sid, SIGKILL);
     return 0;
 }
@@ -211,8 +217,8 @@ static int local_fence(anvil_backend *b, const anvil_attempt_ref *a, double ende
     (void)ended_at;
     why[0] = 0;
     pid_t sid = session_of(a);
-    if (sid) waitpid(sid, NULL, WNOHANG);
     int left = sid ? session_signal(sid, SIGKILL) : 0;
+    if (!left && child_running(sid) && !kill(sid, SIGKILL)) left = 1;
     if (left) snprintf(why, cap, "%d process(es) of its session %d are still alive (killed)", left, (int)sid);
     return left > 0;
 }

@@ -1,7 +1,8 @@
 # Sourced by the tests/cli_*.sh scripts (which get the anvil binary as $1):
 # the binary, a scratch folder removed at exit (after killing any process
 # still running from it, and running the script's at_exit, which may undo
-# what the script set up there), the ok/bad reporting, what to do when a
+# what the script set up there; ANVIL_TEST_KEEP=1 keeps it, to read a failed
+# case's logs), the ok/bad reporting, what to do when a
 # reference is missing, and the exit status.
 set -u
 anvil=$1
@@ -10,7 +11,10 @@ at_exit() { :; }
 # Debian's python3 (scripts/deps.sh installs it, with numpy and torch), not a pyenv shim that may come
 # first on PATH: the shim costs 0.1 s a call, and these scripts call python3 hundreds of times.
 [ -x /usr/bin/python3 ] && python3() { /usr/bin/python3 "$@"; }
-trap 'kill -9 $(jobs -p) 2> /dev/null; pkill -KILL -f "$tmp/" 2> /dev/null; at_exit; rm -rf "$tmp"' EXIT
+keep_or_remove() {
+  if [ -n "${ANVIL_TEST_KEEP:-}" ]; then echo "kept the scratch folder $tmp" >&2; else rm -rf "$tmp"; fi
+}
+trap 'kill -9 $(jobs -p) 2> /dev/null; pkill -KILL -f "$tmp/" 2> /dev/null; at_exit; keep_or_remove' EXIT
 fails=0
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
