@@ -429,7 +429,7 @@ static int open_data(anvil_run *r) {
             return bad_input(r);
     }
     if (c->out_dir && r->rank == 0) {
-        if (anvil_mkdir(c->out_dir)) return -1;
+        if (anvil_mkdir_p(c->out_dir)) return -1;
         /* Two runs writing one folder would interleave metrics and overwrite each other's checkpoints. */
         if ((r->lock_fd = anvil_lock_folder(c->out_dir, "run folder")) < 0) return -1;
         beat(r, "loading", 0);
