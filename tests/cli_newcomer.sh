@@ -29,4 +29,23 @@ printf 'In the beginning' > "$tmp/text"
 "$anvil" tokenizer encode --ranks tok/ranks/gpt2.tiktoken --out "$tmp/ids/a/text.ids" "$tmp/text" 2> "$tmp/err" && [ -s "$tmp/ids/a/text.ids" ] &&
   ok "tokenizer encode --out makes the missing parents" || bad "tokenizer encode --out: $(tail -n 1 "$tmp/err")"
 
+# ---- ckpt verify of a run ----
+"$anvil" ckpt verify --no-progress "$run" > "$tmp/out" 2> "$tmp/err" &&
+  [ "$(grep -c ': ok (step' "$tmp/out")" = 2 ] && ok "ckpt verify RUN checks both checkpoints" ||
+  bad "ckpt verify RUN: $(cat "$tmp/out" "$tmp/err")"
+"$anvil" ckpt verify --no-progress "$run/ckpt/" > "$tmp/out2" 2> "$tmp/err" && cmp -s "$tmp/out" "$tmp/out2" &&
+  ok "ckpt verify RUN/ckpt/ is the run" || bad "ckpt verify RUN/ckpt: $(cat "$tmp/out2" "$tmp/err")"
+newest=$run/ckpt/step_00000004
+f=$(find "$newest" -name '*.safetensors' | head -n 1)
+printf '\x55' | dd of="$f" bs=1 seek=100 conv=notrunc status=none
+"$anvil" ckpt verify --no-progress "$run" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "1 of 2 checkpoints is corrupt: step_00000004 (" "$tmp/err" &&
+  grep -q "step_00000002: ok" "$tmp/out" && ok "a corrupt newest checkpoint fails verify, named: $(cat "$tmp/err")" ||
+  bad "corrupt newest checkpoint: exit $rc: $(cat "$tmp/out" "$tmp/err")"
+"$anvil" ckpt verify --no-progress "$run/ckpt/step_00000002" > /dev/null 2>&1 && ok "the older checkpoint alone verifies" ||
+  bad "ckpt verify of the sound checkpoint failed"
+"$anvil" ckpt --help | grep -q "every checkpoint in RUN/ckpt" && ok "ckpt --help says what verify checks" ||
+  bad "ckpt --help does not say what verify of a run checks"
+
 finish
