@@ -48,4 +48,40 @@ rc=$?
 "$anvil" ckpt --help | grep -q "every checkpoint in RUN/ckpt" && ok "ckpt --help says what verify checks" ||
   bad "ckpt --help does not say what verify of a run checks"
 
+# ---- MFU's peak, cached per machine ----
+cache=$ANVIL_CACHE_DIR/peak.json
+rm -rf "$ANVIL_CACHE_DIR"
+"$anvil" info > "$tmp/info1" 2>&1 && grep -q "^mfu peak: .* probed now, cached in $cache$" "$tmp/info1" &&
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["format"] == "anvil-peak-cache" and d["peaks"][0]["gflops"] > 0' "$cache" &&
+  ok "anvil info probes once and caches the peak in \$ANVIL_CACHE_DIR" ||
+  bad "first anvil info: $(grep -i peak "$tmp/info1")"
+fig=$(sed -n 's/^mfu peak: *\([0-9.]*\) GFLOP.*fp32.*/\1/p' "$tmp/info1" | head -n 1)
+"$anvil" info > "$tmp/info2" 2>&1 && grep -q "^mfu peak: *$fig GFLOP/s fp32 .*from the cache $cache, the best of 1 probe " "$tmp/info2" &&
+  ok "a second anvil info reads the same $fig GFLOP/s from the cache" || bad "second anvil info: $(grep -i peak "$tmp/info2")"
+echo '{"format": "anvil-peak-cache", "version": 1, "peaks": [' > "$cache"
+"$anvil" info > "$tmp/info3" 2>&1 && grep -q "^anvil info: note: ignoring the peak cache $cache: .*; probing again$" "$tmp/info3" &&
+  grep -q "probed now, cached in" "$tmp/info3" && python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$cache" &&
+  ok "a corrupt cache is ignored with a note and rewritten" || bad "corrupt cache: $(cat "$tmp/info3")"
+[ -z "$(find "$ANVIL_CACHE_DIR" -name '*.tmp*')" ] && ok "no temporary file left in the cache folder" ||
+  bad "left in the cache folder: $(ls -a "$ANVIL_CACHE_DIR")"
+fig=$(sed -n 's/^mfu peak: *\([0-9.]*\) GFLOP.*fp32.*/\1/p' "$tmp/info3" | head -n 1)
+"$anvil" train "${tiny[@]}" --steps 100000 --metrics-port 0 --out "$tmp/m" > /dev/null 2> "$tmp/train.log" &
+trainer=$!
+page=
+for _ in $(seq 200); do
+  [ -s "$tmp/m/metrics.port" ] && page=$(curl -sf "http://127.0.0.1:$(cat "$tmp/m/metrics.port")/metrics" 2> /dev/null) &&
+    printf '%s\n' "$page" | grep -q '^anvil_train_peak_flops_per_second{' && break
+  page=
+  sleep 0.1
+done
+kill "$trainer" 2> /dev/null
+wait "$trainer" 2> /dev/null
+line=$(printf '%s\n' "$page" | grep '^anvil_train_peak_flops_per_second{')
+if printf '%s\n' "$line" | grep -q 'source="cache"' && printf '%s\n' "$line" | grep -q "file=\"$cache\"" &&
+  python3 -c 'import sys; v = float(sys.argv[1].rsplit(" ", 1)[1]); sys.exit(abs(v - float(sys.argv[2]) * 1e9) > 0.05e9)' \
+    "$line" "$fig" &&
+  grep -q "^metrics: MFU against a peak of $fig GFLOP/s a rank (.*), from the cache $cache" "$tmp/train.log"; then
+  ok "the trainer's /metrics and log give the cached $fig GFLOP/s and its source"
+else bad "the trainer's peak: '$line'; log: $(grep 'MFU against' "$tmp/train.log")"; fi
+
 finish
