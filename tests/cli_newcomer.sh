@@ -84,4 +84,17 @@ if printf '%s\n' "$line" | grep -q 'source="cache"' && printf '%s\n' "$line" | g
   ok "the trainer's /metrics and log give the cached $fig GFLOP/s and its source"
 else bad "the trainer's peak: '$line'; log: $(grep 'MFU against' "$tmp/train.log")"; fi
 
+# ---- the job daemon's files at stop ----
+state=$tmp/state
+"$anvil" serve --init --state "$state" > /dev/null 2> "$tmp/err" || bad "serve --init: $(cat "$tmp/err")"
+"$anvil" serve --state "$state" --port 0 2> "$tmp/serve.err" &
+daemon=$!
+for _ in $(seq 100); do [ -s "$state/serve.port" ] && break; sleep 0.05; done
+[ -s "$state/serve.pid" ] || bad "no serve.pid while the daemon runs"
+kill -TERM "$daemon"
+wait "$daemon"
+[ ! -e "$state/serve.pid" ] && [ ! -e "$state/serve.port" ] && ok "serve.pid and serve.port are removed at stop" ||
+  bad "left after stop: $(ls "$state")"
+"$anvil" serve --state "$state" --backup "$tmp/backups/today/state.db" 2> "$tmp/err" && [ -s "$tmp/backups/today/state.db" ] &&
+  ok "serve --backup makes the missing parents" || bad "serve --backup: $(tail -n 1 "$tmp/err")"
 finish
