@@ -9,7 +9,9 @@
 #     scratch folder): probed and written once, then read; a corrupt cache is
 #     ignored with a note and rewritten; anvil info, the trainer's log and
 #     /metrics say where the figure came from;
-#   - the job daemon removes serve.pid (and serve.port) when it stops.
+#   - the job daemon removes serve.pid (and serve.port) when it stops;
+#   - sample says why a sample ended (end-of-text or --tokens), and
+#     --ignore-eot goes on past end-of-text.
 . "$(dirname "$0")/tools/cli_common.sh"
 export OMP_NUM_THREADS=1
 export ANVIL_CACHE_DIR=$tmp/cache
@@ -97,4 +99,19 @@ wait "$daemon"
   bad "left after stop: $(ls "$state")"
 "$anvil" serve --state "$state" --backup "$tmp/backups/today/state.db" 2> "$tmp/err" && [ -s "$tmp/backups/today/state.db" ] &&
   ok "serve --backup makes the missing parents" || bad "serve --backup: $(tail -n 1 "$tmp/err")"
+# ---- why a sample ended ----
+# Short documents (one a line), so the model learns to end them: end-of-text comes within 60 tokens.
+for i in $(seq 3000); do echo "In the beginning $i"; done > "$tmp/short.txt"
+"$anvil" prep --out "$tmp/short" --delimiter '\n' --val-fraction 0.05 "$tmp/short.txt" > /dev/null 2>&1 &&
+  "$anvil" train --data "$tmp/short" --preset tiny --batch 8 --seq 32 --steps 60 --lr 3e-3 --no-progress \
+    --sample-every -1 --threads 1 --out "$tmp/short_run" > /dev/null 2>&1 || bad "training on short documents"
+"$anvil" sample --model "$tmp/short_run" --prompt "In the" --tokens 60 --temperature 0 > "$tmp/out" 2> "$tmp/err"
+rc=$?
+n=$(sed -n 's/^anvil sample: sample stopped after \([0-9]*\) of 60 tokens: the model wrote end-of-text (--ignore-eot goes on past it)$/\1/p' "$tmp/err")
+[ $rc = 0 ] && [ -n "$n" ] && [ "$n" -lt 60 ] && ok "sample says it stopped at end-of-text after $n of 60 tokens" ||
+  bad "sample at end-of-text: exit $rc: $(cat "$tmp/out" "$tmp/err")"
+"$anvil" sample --model "$tmp/short_run" --prompt "In the" --tokens 60 --temperature 0 --ignore-eot > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc = 0 ] && [ "$(cat "$tmp/err")" = "anvil sample: sample stopped after 60 tokens: --tokens 60 reached" ] &&
+  ok "sample --ignore-eot goes on to --tokens 60" || bad "sample --ignore-eot: exit $rc: $(cat "$tmp/out" "$tmp/err")"
 finish
