@@ -11,7 +11,10 @@
 #     /metrics say where the figure came from;
 #   - the job daemon removes serve.pid (and serve.port) when it stops;
 #   - sample says why a sample ended (end-of-text or --tokens), and
-#     --ignore-eot goes on past end-of-text.
+#     --ignore-eot goes on past end-of-text;
+#   - prep of a text file without --delimiter: its progress lines never read
+#     "0 documents | 0 tokens" (they say no document ended yet, and why), and
+#     the empty-val note names --delimiter and --jsonl-field.
 . "$(dirname "$0")/tools/cli_common.sh"
 export OMP_NUM_THREADS=1
 export ANVIL_CACHE_DIR=$tmp/cache
@@ -114,4 +117,16 @@ n=$(sed -n 's/^anvil sample: sample stopped after \([0-9]*\) of 60 tokens: the m
 rc=$?
 [ $rc = 0 ] && [ "$(cat "$tmp/err")" = "anvil sample: sample stopped after 60 tokens: --tokens 60 reached" ] &&
   ok "sample --ignore-eot goes on to --tokens 60" || bad "sample --ignore-eot: exit $rc: $(cat "$tmp/out" "$tmp/err")"
+# ---- prep of one long document ----
+python3 -c 'import random, sys
+random.seed(1)
+w = ["the", "and", "of", "to", "in", "that", "he", "shall", "unto", "for"]
+open(sys.argv[1], "w").write(" ".join(random.choice(w) for _ in range(4_000_000)))' "$tmp/one.txt"
+"$anvil" prep --out "$tmp/one" "$tmp/one.txt" > /dev/null 2> "$tmp/err" || bad "prep of one document: $(cat "$tmp/err")"
+if ! grep -q '| 0 documents | 0 tokens' "$tmp/err" &&
+  [ "$(grep -c '^prep: progress [0-9]*% .* | no document ended yet (without --delimiter or --jsonl-field, each input is one document) |' "$tmp/err")" -ge 2 ]
+then ok "prep's progress says no document ended yet, never '0 documents | 0 tokens'"
+else bad "prep's progress lines: $(grep progress "$tmp/err")"; fi
+grep -q "^anvil prep: note: no document fell in the val split, so it has no shards: without --delimiter (text) or --jsonl-field (JSON lines) each input file is one document, 1 here$" "$tmp/err" &&
+  ok "the empty-val note names --delimiter and --jsonl-field" || bad "the empty-val note: $(grep note "$tmp/err")"
 finish
