@@ -14,7 +14,8 @@
 #     --ignore-eot goes on past end-of-text;
 #   - prep of a text file without --delimiter: its progress lines never read
 #     "0 documents | 0 tokens" (they say no document ended yet, and why), and
-#     the empty-val note names --delimiter and --jsonl-field.
+#     the empty-val note names --delimiter and --jsonl-field;
+#   - plot names each panel's y-axis unit.
 . "$(dirname "$0")/tools/cli_common.sh"
 export OMP_NUM_THREADS=1
 export ANVIL_CACHE_DIR=$tmp/cache
@@ -129,4 +130,10 @@ then ok "prep's progress says no document ended yet, never '0 documents | 0 toke
 else bad "prep's progress lines: $(grep progress "$tmp/err")"; fi
 grep -q "^anvil prep: note: no document fell in the val split, so it has no shards: without --delimiter (text) or --jsonl-field (JSON lines) each input file is one document, 1 here$" "$tmp/err" &&
   ok "the empty-val note names --delimiter and --jsonl-field" || bad "the empty-val note: $(grep note "$tmp/err")"
+# ---- plot's y-axis units ----
+"$anvil" plot "$tmp/short_run" --out "$tmp/units.svg" 2> "$tmp/err" &&
+  units=$(python3 -c 'import sys, xml.etree.ElementTree as ET
+print([t.text for t in ET.parse(sys.argv[1]).getroot() if t.get("class") == "ylabel"])' "$tmp/units.svg" 2>&1) &&
+  [ "$units" = "['nats per token', 'nats per token', 'learning rate (no unit)', 'L2 norm (no unit)', 'tokens per second']" ] &&
+  ok "plot's y axes name their units: $units" || bad "plot's y-axis units: ${units:-$(cat "$tmp/err")}"
 finish
