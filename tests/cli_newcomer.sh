@@ -36,6 +36,8 @@ printf 'In the beginning' > "$tmp/text"
   ok "tokenizer encode --out makes the missing parents" || bad "tokenizer encode --out: $(tail -n 1 "$tmp/err")"
 
 # ---- ckpt verify of a run ----
+run=$tmp/ck
+"$anvil" train "${tiny[@]}" --steps 4 --ckpt-every 2 --out "$run" > /dev/null 2>&1 || bad "training with 2 checkpoints"
 "$anvil" ckpt verify --no-progress "$run" > "$tmp/out" 2> "$tmp/err" &&
   [ "$(grep -c ': ok (step' "$tmp/out")" = 2 ] && ok "ckpt verify RUN checks both checkpoints" ||
   bad "ckpt verify RUN: $(cat "$tmp/out" "$tmp/err")"
