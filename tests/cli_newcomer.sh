@@ -15,7 +15,10 @@
 #   - prep of a text file without --delimiter: its progress lines never read
 #     "0 documents | 0 tokens" (they say no document ended yet, and why), and
 #     the empty-val note names --delimiter and --jsonl-field;
-#   - plot names each panel's y-axis unit.
+#   - plot names each panel's y-axis unit;
+#   - train --train/--val globs without --vocab take the vocabulary (and the
+#     tokenizer) from the prep manifest beside the shards, and without one say
+#     which vocabulary is in use.
 . "$(dirname "$0")/tools/cli_common.sh"
 export OMP_NUM_THREADS=1
 export ANVIL_CACHE_DIR=$tmp/cache
@@ -138,4 +141,18 @@ grep -q "^anvil prep: note: no document fell in the val split, so it has no shar
 print([t.text for t in ET.parse(sys.argv[1]).getroot() if t.get("class") == "ylabel"])' "$tmp/units.svg" 2>&1) &&
   [ "$units" = "['nats per token', 'nats per token', 'learning rate (no unit)', 'L2 norm (no unit)', 'tokens per second']" ] &&
   ok "plot's y axes name their units: $units" || bad "plot's y-axis units: ${units:-$(cat "$tmp/err")}"
+# ---- --train/--val globs and the vocabulary ----
+"$anvil" tokenizer train --vocab-size 400 --out "$tmp/400.tiktoken" "$tmp/short.txt" > /dev/null 2>&1 &&
+  "$anvil" prep --out "$tmp/bpe" --delimiter '\n' --val-fraction 0.05 --tokenizer "$tmp/400.tiktoken" "$tmp/short.txt" \
+    > /dev/null 2>&1 || bad "prep with a 400-id tokenizer"
+glob=(--train "$tmp/bpe/train_*.bin" --val "$tmp/bpe/val_*.bin" --batch 2 --seq 16 --steps 2 --no-progress --sample-every -1 --threads 1)
+"$anvil" train "${glob[@]}" --out "$tmp/globrun" > /dev/null 2> "$tmp/err" &&
+  grep -q "^model: .* vocab 400 " "$tmp/err" && cmp -s "$tmp/400.tiktoken" "$tmp/globrun/tokenizer.tiktoken" &&
+  ok "--train/--val globs take vocab 400 and the tokenizer from the manifest beside them" ||
+  bad "--train globs beside a manifest: $(grep -E '^model:|error' "$tmp/err")"
+mkdir "$tmp/bare" && cp "$tmp/short/"*.bin "$tmp/bare/"
+"$anvil" train --train "$tmp/bare/train_*.bin" --batch 2 --seq 16 --steps 2 --no-progress --sample-every -1 --threads 1 \
+  > /dev/null 2> "$tmp/err" &&
+  grep -q "^anvil train: note: no manifest.json beside --train's shards: the vocabulary is 257, the preset's; give --vocab N for a tokenizer of N ids$" "$tmp/err" &&
+  ok "--train shards without a manifest: a note names the vocabulary in use" || bad "--train without a manifest: $(cat "$tmp/err")"
 finish
