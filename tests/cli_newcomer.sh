@@ -18,7 +18,9 @@
 #   - plot names each panel's y-axis unit;
 #   - train --train/--val globs without --vocab take the vocabulary (and the
 #     tokenizer) from the prep manifest beside the shards, and without one say
-#     which vocabulary is in use.
+#     which vocabulary is in use;
+#   - a resume with another --batch, --seq or --steps warns, naming the old
+#     and new values and what changes; the same ones resume silently.
 . "$(dirname "$0")/tools/cli_common.sh"
 export OMP_NUM_THREADS=1
 export ANVIL_CACHE_DIR=$tmp/cache
@@ -155,4 +157,21 @@ mkdir "$tmp/bare" && cp "$tmp/short/"*.bin "$tmp/bare/"
   > /dev/null 2> "$tmp/err" &&
   grep -q "^anvil train: note: no manifest.json beside --train's shards: the vocabulary is 257, the preset's; give --vocab N for a tokenizer of N ids$" "$tmp/err" &&
   ok "--train shards without a manifest: a note names the vocabulary in use" || bad "--train without a manifest: $(cat "$tmp/err")"
+# ---- resume with other shapes ----
+rr=(--synthetic --no-progress --sample-every -1 --threads 1 --ckpt-every 2 --out "$tmp/rr")
+"$anvil" train "${rr[@]}" --steps 4 --batch 2 --seq 16 > /dev/null 2>&1 || bad "the run to resume"
+"$anvil" train "${rr[@]}" --steps 6 --batch 2 --seq 16 --resume "$tmp/rr/ckpt/step_00000002" > /dev/null 2> "$tmp/err" &&
+  grep -q "^resumed from" "$tmp/err" && [ "$(grep -c warning "$tmp/err")" = 1 ] &&
+  grep -q "^warning: resuming with --steps 6 where the checkpoint's run had 4: the run now ends at step 6, and the learning-rate schedule" "$tmp/err" &&
+  ok "a resume with --steps 6 instead of 4 warns of the schedule" || bad "resume with --steps: $(grep -E 'resum|warn' "$tmp/err")"
+"$anvil" train "${rr[@]}" --steps 8 --batch 4 --seq 32 --resume auto > /dev/null 2> "$tmp/err" &&
+  grep -q "^warning: resuming with --batch 4 where the checkpoint's run had 2: each step now reads 4 sequences instead of 2" "$tmp/err" &&
+  grep -q "^warning: resuming with --seq 32 where the checkpoint's run had 16: sequences of 32 tokens instead of 16" "$tmp/err" &&
+  grep -q "^warning: resuming with --steps 8 where the checkpoint's run had 6" "$tmp/err" &&
+  ok "a resume with another --batch, --seq and --steps warns of each" || bad "resume with --batch/--seq: $(grep -E 'resum|warn' "$tmp/err")"
+"$anvil" train "${tiny[@]}" --steps 4 --ckpt-every 2 --out "$tmp/rr2" > /dev/null 2>&1 || bad "a second run to resume"
+"$anvil" train "${tiny[@]}" --steps 4 --ckpt-every 2 --out "$tmp/rr2" --resume "$tmp/rr2/ckpt/step_00000002" \
+  > /dev/null 2> "$tmp/err" &&
+  grep -q "^resumed from" "$tmp/err" && ! grep -q warning "$tmp/err" && ok "the same shapes resume without a warning" ||
+  bad "resume with the same shapes: $(grep -E 'resum|warn' "$tmp/err")"
 finish

@@ -25,16 +25,21 @@
 #include "train/ckpt_remote.h"
 #include "train/trainer.h"
 
-/* The command line as {"argv": [...], "kernels": ...}, recorded in every
+/* The command line as {"argv": [...], "kernels": ..., "batch", "seq", "steps"}, recorded in every
  * checkpoint so a run can be audited and repeated: bits repeat on the same
- * kernels (path, and bf16 kernel), whatever the thread count. */
-static char *argv_json(int argc, char **argv, anvil_matmul_dtype dtype) {
+ * kernels (path, and bf16 kernel), whatever the thread count; a resume with
+ * another batch, sequence length or step count is warned about (train/resume_check.h). */
+static char *argv_json(int argc, char **argv, const anvil_train_config *c) {
+    anvil_matmul_dtype dtype = c->matmul_dtype;
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "argv");
     for (int i = 0; i < argc; i++) cJSON_AddItemToArray(a, cJSON_CreateString(argv[i]));
     char kernels[64];
     snprintf(kernels, sizeof kernels, "%s%s%s", anvil_isa_name(anvil_isa_active()),
              dtype == ANVIL_MATMUL_BF16 ? "+" : "", dtype == ANVIL_MATMUL_BF16 ? anvil_isa_bf16_name(anvil_isa_bf16()) : "");
     cJSON_AddStringToObject(o, "kernels", kernels);
+    cJSON_AddNumberToObject(o, "batch", c->B);
+    cJSON_AddNumberToObject(o, "seq", c->T);
+    cJSON_AddNumberToObject(o, "steps", c->steps);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -265,7 +270,7 @@ static int run(train_args *t, int argc, char **argv, const char *data_meta) {
                 "give --vocab N for a tokenizer of N ids\n", cmd, c->model.vocab_size);
     c->tokenizer = tok;
     c->tokenizer_file = tok_file[0] ? tok_file : NULL;
-    char *config_json = argv_json(argc, argv, c->matmul_dtype);
+    char *config_json = argv_json(argc, argv, c);
     c->config_json = config_json;
     anvil_train_result r;
     int rc = anvil_train(c, &r);

@@ -33,6 +33,7 @@
 #include "train/ckpt_remote.h"
 #include "train/layout.h"
 #include "train/profile.h"
+#include "train/resume_check.h"
 #include "train/telemetry.h"
 
 void anvil_train_defaults(anvil_train_config *c) {
@@ -363,6 +364,7 @@ static int resume_from(anvil_run *r) {
     r->start = man.step;
     r->tokens_seen = man.tokens_seen;
     if (!rc) fprintf(c->log, "resumed from %s (step %lld)\n", dir, (long long)man.step);
+    if (!rc && r->rank == 0) anvil_resume_check(man.train_config, c->B, c->T, c->steps, c->log);
     anvil_ckpt_manifest_free(&man);
     return rc;
 }
