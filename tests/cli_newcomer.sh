@@ -20,7 +20,9 @@
 #     tokenizer) from the prep manifest beside the shards, and without one say
 #     which vocabulary is in use;
 #   - a resume with another --batch, --seq or --steps warns, naming the old
-#     and new values and what changes; the same ones resume silently.
+#     and new values and what changes; the same ones resume silently;
+#   - a misspelt option and a misspelt preset both exit 2 (usage), each with
+#     the nearest known name suggested.
 . "$(dirname "$0")/tools/cli_common.sh"
 export OMP_NUM_THREADS=1
 export ANVIL_CACHE_DIR=$tmp/cache
@@ -174,4 +176,13 @@ rr=(--synthetic --no-progress --sample-every -1 --threads 1 --ckpt-every 2 --out
   > /dev/null 2> "$tmp/err" &&
   grep -q "^resumed from" "$tmp/err" && ! grep -q warning "$tmp/err" && ok "the same shapes resume without a warning" ||
   bad "resume with the same shapes: $(grep -E 'resum|warn' "$tmp/err")"
+# ---- misspelt options and presets ----
+for c in "--val-evry 5|unknown option '--val-evry' (did you mean --val-every?)" \
+         "--preset smal|model: unknown preset 'smal' (did you mean small? known: "; do
+  # shellcheck disable=SC2086 # the words before | are the options
+  "$anvil" train --synthetic ${c%%|*} > /dev/null 2> "$tmp/err"
+  rc=$?
+  [ $rc = 2 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -qF "anvil train: error: ${c#*|}" "$tmp/err" &&
+    ok "train ${c%%|*}: exit 2, $(cat "$tmp/err")" || bad "train ${c%%|*}: exit $rc: $(cat "$tmp/err")"
+done
 finish

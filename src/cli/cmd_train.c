@@ -180,7 +180,8 @@ static int configure(train_args *t, s3path_stage *meta, char (*globs)[4096]) {
     anvil_train_config *c = t->c;
     int rc = check_extras(t);
     if (rc) return rc;
-    if (anvil_model_preset(t->preset, &c->model)) return cli_config_fail(cmd);
+    /* A misspelt name is a usage error, as a misspelt option is (README: exit status). */
+    if (anvil_model_preset(t->preset, &c->model)) return cli_usage_error(cmd, "%s", anvil_errmsg());
     if (t->data) {
         if (c->train_pattern || c->val_pattern) return cli_usage_error(cmd, "--data cannot be combined with --train/--val");
         int eot;
