@@ -95,7 +95,7 @@ static int verify_run(const char *run, int show_progress) {
     char bad[2048] = "";
     int nbad = 0;
     for (int i = 0; i < n; i++) {
-        char dir[PATH_MAX];
+        char dir[PATH_MAX + 80]; /* the run, /ckpt/ and a step name of under 64 */
         snprintf(dir, sizeof dir, "%s/ckpt/%s", run, names[i]);
         if (!verify_one(dir, show_progress)) continue;
         printf("%s: corrupt: %s\n", dir, anvil_errmsg());
@@ -112,7 +112,7 @@ static int verify_run(const char *run, int show_progress) {
 
 /* A run's checkpoint folder stands for the run: RUN/ckpt, named so or holding `latest`. */
 static int is_ckpt_folder(const char *path) {
-    char probe[PATH_MAX];
+    char probe[PATH_MAX + 16];
     struct stat sb;
     size_t len = strlen(path);
     while (len > 1 && path[len - 1] == '/') len--;
