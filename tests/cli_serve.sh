@@ -24,7 +24,9 @@
 #   - hooks (a command and a URL, each failing some first attempts): every
 #     primary status change of every job delivered once, in order, retried;
 #   - GET /metrics: promtool accepts it, and it agrees with the jobs;
-#   - the dashboard in headless Chromium: the jobs and their statuses (one
+#   - the dashboard in headless Chromium: at 1300 px nothing overflows
+#     sideways, a running job's exit code reads "none yet", the facts'
+#     heading, /?token= gets the page and a pointer to #token=; the jobs and their statuses (one
 #     finished, one running), a finished job's history, curves and logs; no
 #     data without a token;
 #   - principals: a state without users refused, --init once, 401 for a
@@ -462,6 +464,58 @@ PY
   dom "http://127.0.0.1:$port/" > "$tmp/dom.html"
   ! grep -q 'data-id=' "$tmp/dom.html" && grep -q 'enter an API token' "$tmp/dom.html" &&
     ok "dashboard without a token: no data, a prompt for one" || bad "dashboard without a token shows data"
+  # Layout, read through the DevTools protocol at 1300 px: nothing wider than the window, no table
+  # scrolled sideways in its section, and what a job's detail says.
+  chromium --headless --no-sandbox --disable-gpu --window-size=1300,900 --remote-debugging-port=0 \
+    --user-data-dir="$tmp/chromium" about:blank > /dev/null 2>&1 &
+  browser=$!
+  for _ in $(seq 200); do [ -s "$tmp/chromium/DevToolsActivePort" ] && break; sleep 0.1; done
+  layout='(async () => {
+    for (let i = 0; i < 100 && !document.querySelector("#logs div"); i++) await new Promise(r => setTimeout(r, 100));
+    const wide = [...document.querySelectorAll("section, .scroll")].filter(e => e.scrollWidth > e.clientWidth)
+      .map(e => (e.id || e.className || e.tagName) + " " + e.scrollWidth + ">" + e.clientWidth);
+    const facts = Object.fromEntries([...document.querySelectorAll("#facts tr")].map(r => [r.cells[0].textContent, r.cells[1].textContent]));
+    return JSON.stringify({window: innerWidth, page: document.documentElement.scrollWidth, wide,
+      headings: [...document.querySelectorAll("h2")].map(h => h.textContent), exit: facts["exit code"],
+      empty_logs: [...document.querySelectorAll("#logs pre")].filter(p => !p.textContent).length,
+      hint: document.getElementById("hint").hidden ? "" : document.getElementById("hint").textContent,
+      rows: document.querySelectorAll("#jobs tr").length, address: location.href});
+  })()'
+  cdp=$(head -n 1 "$tmp/chromium/DevToolsActivePort" 2> /dev/null)
+  for job in 1 "$mine"; do
+    python3 tools/cdp_eval.py "$cdp" "http://127.0.0.1:$port/#token=$admin_token&job=$job" "$layout" > "$tmp/layout.json" 2>&1
+    python3 - "$tmp/layout.json" "$job" "$mine" > "$tmp/out" 2>&1 << 'PY'
+import json, sys
+try:
+    l = json.load(open(sys.argv[1]))
+except ValueError:
+    sys.exit(open(sys.argv[1]).read())
+running = sys.argv[2] == sys.argv[3]
+checks = {
+    "a window 1300 px wide": l["window"] == 1300,
+    "the page no wider than the window": l["page"] <= l["window"],
+    "no section or table scrolled sideways": not l["wide"],
+    "the facts under 'Run, limits and command', no 'Metrics' heading": "Run, limits and command" in l["headings"]
+        and "Metrics" not in l["headings"],
+    "no empty log box": l["empty_logs"] == 0,
+    "the exit code: " + str(l["exit"]): l["exit"] == ("none yet: running" if running else "0"),
+}
+bad = [name for name, good in checks.items() if not good]
+print("BAD " + "; ".join(bad) + ": " + json.dumps(l) if bad else "ok")
+PY
+    [ "$(cat "$tmp/out")" = ok ] && ok "dashboard at 1300 px, job $job: nothing overflows; facts and exit code shown right" ||
+      bad "dashboard at 1300 px, job $job: $(cat "$tmp/out")"
+  done
+  # A token after '?': the page (not a JSON 401), the token used, and a pointer to '#token='.
+  [ "$(curl -s -o /dev/null -w '%{http_code} %{content_type}' "http://127.0.0.1:$port/?token=$admin_token")" = \
+    "200 text/html; charset=utf-8" ] && ok "GET /?token=... answers the page" || bad "GET /?token=... is not the page"
+  python3 tools/cdp_eval.py "$cdp" "http://127.0.0.1:$port/?token=$admin_token" "$layout" > "$tmp/layout.json" 2>&1
+  python3 -c 'import json, sys; l = json.load(open(sys.argv[1]))
+sys.exit(not (l["rows"] > 0 and "/#token=" in l["hint"] and "?" not in l["address"]))' "$tmp/layout.json" 2> /dev/null &&
+    ok "/?token=...: the jobs shown, the address cleaned, and a pointer to #token=" ||
+    bad "/?token=... in a browser: $(cat "$tmp/layout.json")"
+  kill "$browser" 2> /dev/null
+  wait "$browser" 2> /dev/null
 else missing "chromium is not installed: the dashboard is not loaded"; fi
 
 ANVIL_TOKEN=$alice job stop "$mine" > /dev/null && ANVIL_TOKEN=$alice job wait "$mine" > /dev/null

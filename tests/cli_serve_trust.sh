@@ -2,6 +2,8 @@
 # The job service's trust boundary, tried as an attacker would (issue 31): one `anvil serve` on
 # 127.0.0.1, a non-admin user alice whose role reads $tmp/data/nlp and writes $tmp/runs/nlp (bob
 # holds the role too), and each attack that once got through:
+#   - a job without output runs in the daemon's own STATE/runs/<id> (README: the service's own
+#     place, not under the role's prefixes), and job submit says so;
 #   - env: Open MPI's fork agent (which ran a shell as the daemon's user), OPAL_PREFIX, PMIx's,
 #     Slurm's, the loader's, the shell's and AWS's variables: 403 naming the variable, and the fork
 #     agent's file never written;
@@ -57,6 +59,14 @@ refused() {
     ok "$1: $(cut -c1-220 "$tmp/answer")"
   else bad "expected $1 naming '$2', got $got: $(cat "$tmp/answer")"; fi
 }
+# ---- the default run folder: the service's own, whatever the role's output prefixes ----
+echo '{"name": "default", "command": ["train", "--synthetic", "--steps", "1", "--sample-every", "-1"]}' > "$tmp/default.json"
+ANVIL_TOKEN=$alice timeout 60 "$anvil" job --state "$state" submit "$tmp/default.json" > "$tmp/out" 2> "$tmp/err"
+default_id=$(sed -n 's/^submitted job \([0-9]*\) .*/\1/p' "$tmp/out")
+if grep -Eq "^submitted job [0-9]+ \(default, role nlp\), run folder $(realpath "$state")/runs/[0-9]+ \(the service's own: the spec gives no output\)$" "$tmp/out"; then
+  ok "no output under a role with output prefixes: the service's own run folder, and submit says so"
+else bad "the default run folder: $(cat "$tmp/out" "$tmp/err")"; fi
+[ -n "$default_id" ] && ANVIL_TOKEN=$alice timeout 120 "$anvil" job --state "$state" wait "$default_id" > /dev/null 2>&1
 before=$(njobs)
 
 # ---- env: only what the service documents passes ----

@@ -9,6 +9,9 @@
  *   even one whose pid is alive (the run folder's lock is the proof);
  * - a full disk (RLIMIT_FSIZE) fails the save with the file named, leaves no
  *   temporary folder, and leaves older checkpoints and `latest` intact;
+ * - the checkpointer's cost of a background save is never negative: steps that
+ *   it overlapped and that came out faster than the median count 0, and its
+ *   log line says so;
  * - export/import round-trips bit-exactly, and the exported model's logits
  *   computed by an independent GPT-2 over the HF layout (the fixture from
  *   tests/fixtures/gen_hf_fixture.py) match anvil's to 1e-4 rel + 1e-5 abs.
@@ -38,6 +41,7 @@
 #include "model/model.h"
 #include "testutil.h"
 #include "optim/optim.h"
+#include "train/checkpointer.h"
 
 #define HF_FIXTURE "fixtures/hf_gpt2_tiny_logits.safetensors"
 #define HF_SEED 4242
@@ -928,6 +932,42 @@ static void test_background_write(void) {
     free_trained(&b);
 }
 
+/* A background save whose overlapped steps ran far under the median (what a machine's load falling
+ * away looks like): their sum is negative, and the cost is the time in the save call alone. */
+static void test_cost_not_negative(void) {
+    char run[PATH_MAX], *text = NULL;
+    size_t len = 0;
+    path_in(run, sizeof run, root, "costs");
+    FILE *log = open_memstream(&text, &len);
+    trained a;
+    make_trained(&a, 11, 1);
+    anvil_checkpointer_config cfg = {.run_dir = run, .keep_last = 3, .async = 1, .log = log};
+    anvil_checkpointer *cp = anvil_checkpointer_new(&cfg);
+    CHECK(cp != NULL);
+    for (int i = 0; i < 16; i++) CHECK(anvil_checkpointer_step_done(cp, 100.0, 1) == 0);
+    anvil_ckpt_state st = state_of(&a, 4);
+    CHECK(anvil_checkpointer_save(cp, &st, NULL, 0) == 0);
+    anvil_checkpointer_report rep = {0};
+    int got = 0;
+    for (int i = 0; i < 2000 && !got; i++) {
+        usleep(5000);
+        CHECK(anvil_checkpointer_step_done(cp, 1.0, 0) == 0);
+        got = anvil_checkpointer_next_report(cp, &rep);
+    }
+    CHECK(anvil_checkpointer_free(cp) == 0);
+    fclose(log);
+    CHECK(got == 1 && rep.background == 1 && rep.base_ms == 100.0 && rep.cost_steps >= 1);
+    /* Each overlapped step ran 99 ms under the median: clamped, the cost is the calls' time exactly. */
+    if (got && rep.cost_ms != rep.call_ms + rep.waited_ms)
+        t_fail(__FILE__, __LINE__, "cost %.3f ms, want the save call's %.3f + the wait's %.3f", rep.cost_ms,
+               rep.call_ms, rep.waited_ms);
+    CHECK(rep.cost_ms >= 0);
+    if (!text || !strstr(text, "ms under it: noise, counted as 0"))
+        t_fail(__FILE__, __LINE__, "the log line does not say the sum was clamped: %s", text ? text : "");
+    free(text);
+    free_trained(&a);
+}
+
 static void test_manifest_parser(void) {
     anvil_ckpt_manifest m;
     CHECK(anvil_ckpt_manifest_parse("{", 1, "x", &m) == -1);
@@ -1137,6 +1177,7 @@ int main(int argc, char **argv) {
     test_disk_full();
     test_snapshot_reuse();
     test_background_write();
+    test_cost_not_negative();
     test_hf_round_trip();
     test_hf_logits();
     rm_rf(root);

@@ -121,6 +121,11 @@ static void test_mkdir(void) {
     CHECK(anvil_write_file_atomic(in("a/file"), "x", 1) == 0);
     CHECK(anvil_mkdir_p(in("a/file/d")) != 0 && strstr(anvil_errmsg(), "a/file: exists and is not a folder"));
     CHECK(anvil_mkdir(in("missing/d")) != 0 && strstr(anvil_errmsg(), "cannot create folder"));
+    /* An output path's folders, not the path itself (a file, or a folder its writer makes). */
+    CHECK(anvil_mkdir_parent(in("p/q//out.svg")) == 0 && is_dir(in("p/q")) && !is_dir(in("p/q/out.svg")));
+    CHECK(anvil_mkdir_parent(in("p/q/r/")) == 0 && is_dir(in("p/q/r")));
+    CHECK(anvil_mkdir_parent("relative-file-here") == 0 && anvil_mkdir_parent("/top") == 0);
+    CHECK(anvil_mkdir_parent(in("a/file/x.svg")) != 0 && strstr(anvil_errmsg(), "a/file: exists and is not a folder"));
 }
 
 static void test_remove_tree(void) {

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/suggest.h"
+#include "model/model.h"
 #include "opts/tables.h"
 #include "testutil.h"
 
@@ -56,7 +58,12 @@ static void test_parse(void) {
     CHECK(parse(&t_set, "--num 10") == -1 && !strcmp(anvil_errmsg(), "--num must be in 1..9, got 10"));
     CHECK(parse(&t_set, "--layout c") == -1 && !strcmp(anvil_errmsg(), "--layout must be a or bb, not 'c'"));
     CHECK(parse(&t_set, "--bogus 1") == -1 && !strcmp(anvil_errmsg(), "unknown option '--bogus'"));
-    CHECK(parse(&t_set, "--num=3") == -1 && !strcmp(anvil_errmsg(), "unknown option '--num=3'"));
+    CHECK(parse(&t_set, "--num=3") == -1 && !strcmp(anvil_errmsg(), "unknown option '--num=3' (did you mean --num?)"));
+    /* The nearest option when it is near enough to be a typo (a swap, a letter missing or added). */
+    CHECK(parse(&t_set, "--nmu 3") == -1 && !strcmp(anvil_errmsg(), "unknown option '--nmu' (did you mean --num?)"));
+    CHECK(parse(&t_set, "--layuot a") == -1 && !strcmp(anvil_errmsg(), "unknown option '--layuot' (did you mean --layout?)"));
+    CHECK(parse(&t_set, "--a-rather-lng-flag") == -1 &&
+          !strcmp(anvil_errmsg(), "unknown option '--a-rather-lng-flag' (did you mean --a-rather-long-flag?)"));
     CHECK(parse(&t_set, "x") == -1 && !strcmp(anvil_errmsg(), "unexpected argument 'x'"));
     CHECK(parse(&t_set, "-x") == -1 && !strcmp(anvil_errmsg(), "unexpected argument '-x'"));
     /* --help wins unless an error comes first. */
@@ -122,8 +129,28 @@ static void test_tables(void) {
     CHECK(!anvil_opts_job_command("info") && !anvil_opts_job_command("serve") && !anvil_opts_job_command("import"));
 }
 
+/* anvil_suggest's distance (optimal string alignment) and its cut-off: at most a third of the longer
+ * name apart; and the train command's table, with the preset names, as a user meets them. */
+static void test_suggest(void) {
+    const char *names[] = {"--val-every", "--val-steps", "--steps", "--seed"};
+    CHECK(anvil_suggest("--val-evry", names, 4) == names[0]);   /* a letter missing */
+    CHECK(anvil_suggest("--val-evrey", names, 4) == names[0]);  /* two letters swapped: 1 */
+    CHECK(anvil_suggest("--stesp", names, 4) == names[2]);
+    CHECK(anvil_suggest("--sede", names, 4) == names[3]);
+    CHECK(anvil_suggest("--steps", names, 4) == NULL);          /* a name itself is no typo */
+    CHECK(anvil_suggest("--frobnicate", names, 4) == NULL);
+    CHECK(anvil_suggest("--v", names, 4) == NULL);              /* 8 off: far past a third */
+    char *argv[] = {"train", "--val-evry", "5"};
+    CHECK(anvil_opts_parse(&anvil_train_cmdline, 3, argv, NULL, NULL) == -1 &&
+          !strcmp(anvil_errmsg(), "unknown option '--val-evry' (did you mean --val-every?)"));
+    anvil_model_config c;
+    CHECK(anvil_model_preset("gpt2-medum", &c) == -1 && strstr(anvil_errmsg(), "(did you mean gpt2-medium? known: "));
+    CHECK(anvil_model_preset("quite-unlike-any", &c) == -1 && !strstr(anvil_errmsg(), "did you mean"));
+}
+
 int main(void) {
     test_parse();
+    test_suggest();
     test_usage();
     test_tables();
     return t_done("test_opts");

@@ -245,6 +245,11 @@ int anvil_ckpt_find_latest_checked(const char *run_dir, char *out, size_t cap, c
  * failed verification adds a line to warn (NUL-terminated, may be NULL). */
 int anvil_ckpt_find_latest_valid(const char *run_dir, char *out, size_t cap, char *warn, size_t warn_cap);
 
+/* The step folders of RUN/ckpt, newest first, into *names (malloc'd, free it; each a name such as
+ * "step_00001000" under RUN/ckpt): their number, 0 when the run has none (or no ckpt/), -1 after
+ * anvil_fail. */
+int anvil_ckpt_list(const char *run_dir, char (**names)[64]);
+
 /* What a folder given by a user stands for: a checkpoint folder (it holds
  * manifest.json) is itself; a run folder (it holds ckpt/) is its newest
  * checkpoint that verifies, with warn as for anvil_ckpt_find_latest_valid.

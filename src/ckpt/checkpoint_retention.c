@@ -77,6 +77,20 @@ static entry *list_steps(const char *ckdir, int *n) {
     return v;
 }
 
+int anvil_ckpt_list(const char *run_dir, char (**names)[64]) {
+    char ckdir[PATH_MAX];
+    *names = NULL;
+    if (ckpt_join(ckdir, sizeof ckdir, run_dir, "ckpt")) return -1;
+    int n;
+    entry *v = list_steps(ckdir, &n);
+    if (n < 0) return 0;
+    if (!v) return -1;
+    if (n && !(*names = malloc(sizeof **names * (size_t)n))) n = anvil_fail("%s: out of memory", ckdir);
+    for (int i = 0; i < n; i++) memcpy((*names)[i], v[i].name, sizeof v[i].name);
+    free(v);
+    return n;
+}
+
 static void append(char *buf, size_t cap, const char *fmt, const char *a, const char *b) {
     if (!buf || !cap) return;
     size_t len = strlen(buf);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -18,11 +19,15 @@ static const char *usage =
     "\n"
     "Lists the model presets with their sizes and the kernels in use: the instruction-set\n"
     "path (the best this CPU runs, or ANVIL_ISA=avx512|avx2|generic to force a lower one),\n"
-    "its GEMM, and whether --dtype bf16 can run here.\n"
+    "its GEMM, and whether --dtype bf16 can run here; and the peak that train's MFU divides by\n"
+    "(vector multiply-adds on every thread), with where it comes from: this machine's cache\n"
+    "($ANVIL_CACHE_DIR, else $XDG_CACHE_HOME/anvil, else ~/.cache/anvil: peak.json, the best\n"
+    "of the probes run here for this CPU, path, dtype and thread count), or a probe now (about\n"
+    "a second), which is then cached.\n"
     "  --gemm-rate   measure this machine: the path's vector multiply-add peak (independent\n"
     "                FMA chains on every thread) and the large-SGEMM rate (median of 5, 2048^3)\n"
     "                as a share of it; where bf16 runs, the bf16 GEMM's rate and the vdpbf16ps peak;\n"
-    "                one JSON line\n";
+    "                one JSON line. Its FMA probe goes into the cache, which keeps the best\n";
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -67,11 +72,15 @@ static int gemm_rate(void) {
         b[i] = (float)(i % 5) * 0.1f;
     }
     anvil_isa isa = anvil_isa_active();
-    double peak = anvil_isa_peak_gflops(isa, false, 1.0);
+    /* This probe also goes into the machine's peak cache, which keeps the best. */
+    anvil_peak best;
+    if (anvil_isa_peak(isa, false, true, &best)) return cli_fail("info");
+    if (best.note[0]) fprintf(stderr, "anvil info: note: %s\n", best.note);
+    double peak = best.probed;
     double rate = square_rate(fp32_gemm, n, a, b, c);
     printf("{\"path\": \"%s\", \"impl\": \"%s\", \"threads\": %d, \"n\": %d, \"fma_peak_gflops\": %.1f, "
-           "\"sgemm_gflops\": %.1f, \"sgemm_share_of_peak\": %.3f",
-           anvil_isa_name(isa), anvil_sgemm_impl(), omp_get_max_threads(), n, peak, rate, rate / peak);
+           "\"sgemm_gflops\": %.1f, \"sgemm_share_of_peak\": %.3f, \"cached_peak_gflops\": %.1f",
+           anvil_isa_name(isa), anvil_sgemm_impl(), omp_get_max_threads(), n, peak, rate, rate / peak, best.gflops);
     if (anvil_isa_check_bf16() == 0) {
         double bpeak = anvil_isa_peak_gflops(isa, true, 1.0);
         double brate = square_rate(anvil_sgemm_bf16, n, a, b, c);
@@ -93,6 +102,23 @@ static void supported_paths(char *buf, size_t cap) {
         size_t len = strlen(buf);
         snprintf(buf + len, cap - len, "%s%s", len ? " " : "", anvil_isa_name((anvil_isa)i));
     }
+}
+
+/* MFU's peak (the fp32 one, or bf16's) and where it comes from: the machine's cache, or a probe now. */
+static int print_peak(bool bf16) {
+    anvil_peak p;
+    if (anvil_isa_peak(anvil_isa_active(), bf16, false, &p)) return -1;
+    if (p.note[0]) fprintf(stderr, "anvil info: note: %s\n", p.note);
+    char at[32];
+    time_t when = (time_t)p.probed_at;
+    struct tm tm;
+    strftime(at, sizeof at, "%Y-%m-%d %H:%M UTC", gmtime_r(&when, &tm));
+    printf("mfu peak:  %.1f GFLOP/s %s (%s, %d threads): %s", p.gflops, p.dtype, p.path, p.threads,
+           p.cached ? "from the cache " : "probed now");
+    if (p.cached) printf("%s, the best of %d probe%s (%s)\n", p.file, p.probes, p.probes == 1 ? "" : "s", at);
+    else if (p.stored) printf(", cached in %s\n", p.file);
+    else printf(", not cached\n");
+    return 0;
 }
 
 /* The GPUs --device cuda:N can name, or why there are none. */
@@ -143,6 +169,7 @@ int cmd_info(int argc, char **argv) {
     if (bk == ANVIL_BF16_AMX) printf("bf16:      yes, by AMX (TDPBF16PS); ANVIL_BF16=avx512 for vdpbf16ps\n");
     else if (bk == ANVIL_BF16_AVX512) printf("bf16:      yes, by AVX512_BF16 (vdpbf16ps)\n");
     else printf("bf16:      no: %s\n", anvil_errmsg());
+    if (print_peak(false) || (bk != ANVIL_BF16_NONE && print_peak(true))) return cli_fail("info");
     list_gpus();
     return 0;
 }

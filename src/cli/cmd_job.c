@@ -111,8 +111,12 @@ static int submit(const client *cl, int argc, char **argv) {
     if (rc) return rc;
     if (cl->json) client_print_json(job);
     else
-        printf("submitted job %.0f (%s, role %s), run folder %s\n", client_num(job, "id"), client_str(job, "name"),
-               client_str(job, "role"), client_str(job, "run_dir"));
+        /* Without an output the run folder is the service's own (README: roles), not under the role's prefixes. */
+        printf("submitted job %.0f (%s, role %s), run folder %s%s\n", client_num(job, "id"), client_str(job, "name"),
+               client_str(job, "role"), client_str(job, "run_dir"),
+               cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(job, "spec"), "output"))
+                   ? ""
+                   : " (the service's own: the spec gives no output)");
     cJSON_Delete(job);
     return 0;
 }

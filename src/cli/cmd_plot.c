@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/exit.h"
+#include "core/fsutil.h"
 #include "obs/plot.h"
 
 static const char *usage =
@@ -57,7 +58,8 @@ int cmd_plot(int argc, char **argv) {
             fprintf(stderr, "anvil plot: %s: %ld null or non-finite values left out\n", dirs[i],
                     anvil_plot_run_skipped(runs[i]));
     }
-    if (!rc && anvil_plot_write(out, (const anvil_plot_run *const *)runs, ndirs)) rc = cli_fail(cmd);
+    if (!rc && (anvil_mkdir_parent(out) || anvil_plot_write(out, (const anvil_plot_run *const *)runs, ndirs)))
+        rc = cli_fail(cmd);
     for (int i = 0; runs && i < ndirs; i++) anvil_plot_run_free(runs[i]);
     free(runs);
     free(dirs);

@@ -58,10 +58,18 @@ static void print_note(void *ctx, const char *msg) {
 typedef struct {
     anvil_meter meter;
     anvil_prep_progress last;
+    bool whole_files; /* no --delimiter or --jsonl-field: each input is one document */
 } prep_progress;
 
 static void progress_detail(const prep_progress *pp, char *out, size_t cap) {
     double el = anvil_now() - pp->meter.t0;
+    /* Documents and tokens are counted as each is encoded, after its end is read: "0 documents |
+     * 0 tokens" at 95% read as if nothing were happening. */
+    if (pp->last.docs == 0) {
+        snprintf(out, cap, "no document ended yet%s",
+                 pp->whole_files ? " (without --delimiter or --jsonl-field, each input is one document)" : "");
+        return;
+    }
     snprintf(out, cap, "%lld documents | %lld tokens | %.0f tok/s", (long long)pp->last.docs,
              (long long)pp->last.tokens, el > 0 ? (double)pp->last.tokens / el : 0.0);
 }
@@ -208,7 +216,7 @@ static int run(prep_args *p) {
     o->input_names = names;
     o->ninputs = n;
     anvil_prep_stats st;
-    prep_progress pp = {0};
+    prep_progress pp = {.whole_files = !o->delimiter && !o->jsonl_field};
     o->note_ctx = &pp.meter;
     anvil_meter_start(&pp.meter, stderr, anvil_meter_mode(stderr, p->show_progress), "prep", NULL);
     if (pp.meter.mode != ANVIL_METER_OFF) {

@@ -32,11 +32,23 @@ static const char *usage =
     "  --temperature X     0 is greedy (default 1.0)\n"
     "  --top-k K           keep the K most likely tokens (default 0: all)\n"
     "  --top-p P           keep the smallest set with probability >= P (default 1.0)\n"
+    "  --ignore-eot        go on past the end-of-text token to --tokens (by default a sample\n"
+    "                      ends there)\n"
     "  --seed N            sampling seed (default 1337)\n"
-    "  --threads N         OpenMP threads\n";
+    "  --threads N         OpenMP threads\n"
+    "\n"
+    "Standard error says why each sample ended: --tokens reached, or the model wrote end-of-text.\n";
+
+/* What emit writes with, and the last token it saw (why a sample ended). */
+typedef struct {
+    const anvil_tok *tk;
+    int32_t last;
+} emitter;
 
 static void emit(void *ctx, int32_t tok) {
-    const anvil_tok *tk = ctx;
+    emitter *e = ctx;
+    const anvil_tok *tk = e->tk;
+    e->last = tok;
     if (tk) {
         size_t n;
         const unsigned char *b = tok == anvil_tok_eot(tk) ? NULL : anvil_tok_token_bytes(tk, tok, &n);
@@ -50,13 +62,13 @@ static void emit(void *ctx, int32_t tok) {
 }
 
 static void emit_id(void *ctx, int32_t tok) {
-    (void)ctx;
+    ((emitter *)ctx)->last = tok;
     printf("%d ", tok);
 }
 
 typedef struct {
     const char *model_path, *prompt, *data, *tok_file, *pattern;
-    int tokens, count, threads;
+    int tokens, count, threads, ignore_eot;
     int64_t seed;
     anvil_sample_opts so;
     char own[4096], own_pattern[32]; /* the model's own tokenizer, found beside it */
@@ -72,6 +84,10 @@ static int parse_args(int argc, char **argv, sample_args *a, int *done) {
             fputs(usage, stdout);
             *done = 1;
             return 0;
+        }
+        if (!strcmp(o, "--ignore-eot")) {
+            a->ignore_eot = 1;
+            continue;
         }
         if (strncmp(o, "--", 2)) return cli_usage_error(cmd, "unexpected argument '%s'", o);
         if (!(v = arg_value(cmd, argc, argv, &i))) return 2;
@@ -142,22 +158,35 @@ static int prompt_ids(const anvil_tok *tk, const char *prompt, int32_t start, in
     return 0;
 }
 
+/* Why a sample ended, on standard error: a short sample is otherwise a puzzle. */
+static void stop_reason(const sample_args *a, int s, int made, int at_eot) {
+    char which[32] = "";
+    if (a->count > 1) snprintf(which, sizeof which, " %d", s + 1);
+    if (at_eot)
+        fprintf(stderr, "anvil sample: sample%s stopped after %d of %d tokens: the model wrote end-of-text "
+                "(--ignore-eot goes on past it)\n", which, made, a->tokens);
+    else fprintf(stderr, "anvil sample: sample%s stopped after %d tokens: --tokens %d reached\n", which, made, a->tokens);
+}
+
 /* The samples, each the prompt followed by what the model writes. */
 static int generate(const sample_args *a, anvil_model *m, const anvil_tok *tk, int bytes) {
     int32_t eot = tk ? anvil_tok_eot(tk) : bytes ? ANVIL_BYTETOK_EOT : -1, *ids;
     int64_t np = 0;
     if (prompt_ids(tk, a->prompt, tk || bytes ? anvil_data_doc_start(tk) : 0, &ids, &np)) return cli_fail("sample");
     anvil_sample_opts so = a->so;
-    so.stop_token = eot;
+    so.stop_token = a->ignore_eot ? -1 : eot;
     anvil_rng rng;
     anvil_rng_seed(&rng, (uint64_t)a->seed);
     int rc = 0;
     for (int s = 0; s < a->count && !rc; s++) {
         if (a->count > 1) printf("--- sample %d ---\n", s + 1);
         if (a->prompt) fputs(a->prompt, stdout);
-        if (anvil_generate(m, ids, (int)np, a->tokens, &so, &rng, bytes || tk ? emit : emit_id, (void *)tk) < 0)
-            rc = cli_fail("sample");
+        emitter e = {tk, -1};
+        int made = anvil_generate(m, ids, (int)np, a->tokens, &so, &rng, bytes || tk ? emit : emit_id, &e);
+        if (made < 0) rc = cli_fail("sample");
         printf("\n");
+        fflush(stdout);
+        if (made >= 0) stop_reason(a, s, made, so.stop_token >= 0 && e.last == so.stop_token);
     }
     free(ids);
     return rc;

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/exit.h"
+#include "core/fsutil.h"
 #include "job/auth.h"
 #include "job/daemon.h"
 #include "job/hooks.h"
@@ -159,7 +160,7 @@ static int init_state(const char *dir) {
 static int backup_state(const char *dir, const char *file) {
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/state.db", dir);
-    if (anvil_store_backup(path, file)) return cli_fail("serve");
+    if (anvil_mkdir_parent(file) || anvil_store_backup(path, file)) return cli_fail("serve");
     fprintf(stderr, "anvil serve: backed up %s to %s (checked with PRAGMA quick_check first)\n", path, file);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/clock.h"
+#include "core/fsutil.h"
 #include "obs/metrics.h"
 #include "tok/tokenizer.h"
 
@@ -115,7 +116,7 @@ static int train(int argc, char **argv) {
         return 2;
     }
     int ranks = anvil_tok_train_ranks(pattern, vocab);
-    if (ranks < 0) {
+    if (ranks < 0 || anvil_mkdir_parent(out)) {
         free(files);
         return cli_fail("tokenizer");
     }
@@ -180,6 +181,7 @@ static int codec(int argc, char **argv, int encode) {
     unsigned char *data = read_all(in, &n);
     int rc = data ? 0 : 1;
     FILE *f = stdout;
+    if (!rc && out && anvil_mkdir_parent(out)) rc = cli_fail("tokenizer");
     if (!rc && out && !(f = fopen(out, "wb"))) {
         fprintf(stderr, "anvil tokenizer: error: %s: %s\n", out, strerror(errno));
         rc = 1;

@@ -25,16 +25,21 @@
 #include "train/ckpt_remote.h"
 #include "train/trainer.h"
 
-/* The command line as {"argv": [...], "kernels": ...}, recorded in every
+/* The command line as {"argv": [...], "kernels": ..., "batch", "seq", "steps"}, recorded in every
  * checkpoint so a run can be audited and repeated: bits repeat on the same
- * kernels (path, and bf16 kernel), whatever the thread count. */
-static char *argv_json(int argc, char **argv, anvil_matmul_dtype dtype) {
+ * kernels (path, and bf16 kernel), whatever the thread count; a resume with
+ * another batch, sequence length or step count is warned about (train/resume_check.h). */
+static char *argv_json(int argc, char **argv, const anvil_train_config *c) {
+    anvil_matmul_dtype dtype = c->matmul_dtype;
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "argv");
     for (int i = 0; i < argc; i++) cJSON_AddItemToArray(a, cJSON_CreateString(argv[i]));
     char kernels[64];
     snprintf(kernels, sizeof kernels, "%s%s%s", anvil_isa_name(anvil_isa_active()),
              dtype == ANVIL_MATMUL_BF16 ? "+" : "", dtype == ANVIL_MATMUL_BF16 ? anvil_isa_bf16_name(anvil_isa_bf16()) : "");
     cJSON_AddStringToObject(o, "kernels", kernels);
+    cJSON_AddNumberToObject(o, "batch", c->B);
+    cJSON_AddNumberToObject(o, "seq", c->T);
+    cJSON_AddNumberToObject(o, "steps", c->steps);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -55,6 +60,8 @@ typedef struct {
     double coll_timeout;
     char metric_names[ANVIL_LOGMETRIC_MAX][ANVIL_LOGMETRIC_NAME_MAX + 1];
     const char *metric_name_ptrs[ANVIL_LOGMETRIC_MAX], *metric_regexes[ANVIL_LOGMETRIC_MAX];
+    char shards_dir[4096]; /* --train's folder when it holds a prep manifest ("" else) */
+    bool vocab_note;       /* --train without one, nor --vocab: say which vocabulary is in use */
 } train_args;
 
 static int take_metric(train_args *t, const char *v) {
@@ -173,7 +180,8 @@ static int configure(train_args *t, s3path_stage *meta, char (*globs)[4096]) {
     anvil_train_config *c = t->c;
     int rc = check_extras(t);
     if (rc) return rc;
-    if (anvil_model_preset(t->preset, &c->model)) return cli_config_fail(cmd);
+    /* A misspelt name is a usage error, as a misspelt option is (README: exit status). */
+    if (anvil_model_preset(t->preset, &c->model)) return cli_usage_error(cmd, "%s", anvil_errmsg());
     if (t->data) {
         if (c->train_pattern || c->val_pattern) return cli_usage_error(cmd, "--data cannot be combined with --train/--val");
         int eot;
@@ -183,6 +191,17 @@ static int configure(train_args *t, s3path_stage *meta, char (*globs)[4096]) {
         snprintf(globs[1], sizeof globs[1], "%s/val_*.bin", t->data);
         c->train_pattern = globs[0];
         c->val_pattern = globs[1];
+    } else if (c->train_pattern && !t->vocab && !anvil_s3_is_uri(c->train_pattern)) {
+        /* Shards that prep wrote sit beside their manifest, which knows the tokenizer's vocabulary:
+         * the preset's 50257 would quietly make a model of the wrong size. */
+        const char *slash = strrchr(c->train_pattern, '/');
+        char probe[4096 + 16];
+        snprintf(t->shards_dir, sizeof t->shards_dir, "%.*s", slash ? (int)(slash - c->train_pattern) : 1,
+                 slash ? c->train_pattern : ".");
+        snprintf(probe, sizeof probe, "%s/manifest.json", t->shards_dir);
+        int eot;
+        if (access(probe, F_OK)) t->shards_dir[0] = 0, t->vocab_note = true;
+        else if (anvil_data_manifest_vocab(t->shards_dir, &c->model.vocab_size, &eot)) return cli_config_fail(cmd);
     }
     if (t->layers) c->model.n_layer = t->layers;
     if (t->heads) c->model.n_head = t->heads;
@@ -212,7 +231,7 @@ static void report(const train_args *t, const anvil_train_result *r, const char 
     if (r->val_loss == r->val_loss) fprintf(stderr, ", val loss %.4f", r->val_loss);
     /* Nats per token depend on the tokenizer; bits per byte of text do not. */
     int64_t val_tokens, val_bytes;
-    if (r->val_loss == r->val_loss && t->data &&
+    if (r->val_loss == r->val_loss && meta_dir &&
         anvil_data_manifest_split(meta_dir, "val", &val_tokens, &val_bytes) == 0 && val_bytes > 0)
         fprintf(stderr, " (%.4f bits/byte at the val split's %.3f bytes/token)",
                 r->val_loss / log(2.0) * (double)val_tokens / (double)val_bytes, (double)val_bytes / (double)val_tokens);
@@ -228,9 +247,11 @@ static void report(const train_args *t, const anvil_train_result *r, const char 
 }
 
 /* Brings up the ranks, checks them and trains; 0 or the exit status. */
-static int run(train_args *t, int argc, char **argv, const char *meta_dir) {
+static int run(train_args *t, int argc, char **argv, const char *data_meta) {
     const char *cmd = "train";
     anvil_train_config *c = t->c;
+    /* The prep folder whose manifest and tokenizer the run uses: --data's, or the one beside --train's shards. */
+    const char *meta_dir = t->data ? data_meta : t->shards_dir[0] ? t->shards_dir : NULL;
     if (anvil_dist_init(&(anvil_dist_config){.timeout_s = t->coll_timeout})) return cli_fail(cmd);
     /* A configuration that cannot work (a layout the world does not divide, say) fails before the
      * health check allocates anything. */
@@ -244,10 +265,13 @@ static int run(train_args *t, int argc, char **argv, const char *meta_dir) {
     if (t->health && several && cli_health_before_training(cmd)) return 1;
     anvil_tok *tok = NULL;
     char tok_file[4096] = "";
-    if (t->data && anvil_data_manifest_tokenizer(meta_dir, &tok, tok_file, sizeof tok_file)) return cli_config_fail(cmd);
+    if (meta_dir && anvil_data_manifest_tokenizer(meta_dir, &tok, tok_file, sizeof tok_file)) return cli_config_fail(cmd);
+    if (t->vocab_note && anvil_dist_rank() == 0)
+        fprintf(stderr, "anvil %s: note: no manifest.json beside --train's shards: the vocabulary is %d, the preset's; "
+                "give --vocab N for a tokenizer of N ids\n", cmd, c->model.vocab_size);
     c->tokenizer = tok;
     c->tokenizer_file = tok_file[0] ? tok_file : NULL;
-    char *config_json = argv_json(argc, argv, c->matmul_dtype);
+    char *config_json = argv_json(argc, argv, c);
     c->config_json = config_json;
     anvil_train_result r;
     int rc = anvil_train(c, &r);

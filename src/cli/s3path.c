@@ -34,6 +34,7 @@ static int object_op(anvil_s3 *s3, const char *uri, const char *path,
 }
 
 int s3path_fetch_file(anvil_s3 *s3, const char *uri, const char *path) {
+    if (anvil_mkdir_parent(path)) return -1;
     return object_op(s3, uri, path, anvil_s3_get_file);
 }
 
@@ -156,7 +157,9 @@ int s3path_in(s3path_stage *st, const char *path, const char *leaf_suffix, const
 
 int s3path_out(s3path_stage *st, const char *path, const char *leaf) {
     if (stage_open(st, path)) return -1;
-    if (!st->s3) return 0;
+    /* A local output's folders are made here; the output itself (a file, or the folder's last
+     * component) by its writer. */
+    if (!st->s3) return anvil_mkdir_parent(path);
     if (leaf) {
         st->file = 1;
         snprintf(st->path, sizeof st->path, "%s/%s", st->dir, leaf);

@@ -266,6 +266,17 @@ int anvil_mkdir_p(const char *dir) {
     return rc;
 }
 
+int anvil_mkdir_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    while (slash && slash > path && slash[-1] == '/') slash--;
+    if (!slash || slash == path) return 0;
+    char *d = strndup(path, (size_t)(slash - path));
+    if (!d) return anvil_fail("%s: out of memory", path);
+    int rc = anvil_mkdir_p(d);
+    free(d);
+    return rc;
+}
+
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)ftw;

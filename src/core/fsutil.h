@@ -57,6 +57,9 @@ int anvil_write_new_file_direct(const char *path, const void *data, size_t len);
 int anvil_mkdir(const char *dir);
 /* anvil_mkdir of every missing folder on the way to dir, then of dir: `mkdir -p`. */
 int anvil_mkdir_p(const char *dir);
+/* anvil_mkdir_p of the folder that path (a file or folder to be written) lies in: a user's output
+ * path may name folders that do not exist yet. */
+int anvil_mkdir_parent(const char *path);
 /* Removes path, and everything under it when it is a folder; symbolic links are removed, not
  * followed. A missing path is not an error. */
 int anvil_remove_tree(const char *path);

@@ -485,8 +485,16 @@ static int job_run(prep_job *j, anvil_prep_stats *stats) {
         if (r->so[s].w && finish_shard(r, s)) return -1;
     for (int s = 0; s < NSPLITS; s++) {
         int wanted = s == VAL ? o->val_fraction > 0 : o->val_fraction < 1;
-        if (!r->docs[s] && wanted)
-            prep_note(o, "no document fell in the %s split, so it has no shards", prep_split_name[s]);
+        if (r->docs[s] || !wanted) continue;
+        int64_t n = r->docs[TRAIN] + r->docs[VAL];
+        if (!o->delimiter && !o->jsonl_field)
+            /* The usual cause: a text file read as one document, which lands in one split whole. */
+            prep_note(o, "no document fell in the %s split, so it has no shards: without --delimiter (text) or "
+                      "--jsonl-field (JSON lines) each input file is one document, %lld here",
+                      prep_split_name[s], (long long)n);
+        else
+            prep_note(o, "no document fell in the %s split, so it has no shards (%lld documents in all)",
+                      prep_split_name[s], (long long)n);
     }
     if (remove_stale(r) || (j->tk && copy_tokenizer(r)) || ((!j->all_done || r->written) && prep_write_manifest(r, 1)))
         return -1;

@@ -365,8 +365,9 @@ static int route(anvil_api_call *c) {
 void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anvil_api_response *rs) {
     anvil_api_call c = {.env = env, .rq = rq, .rs = rs, .action = "request"};
     memset(rs, 0, sizeof *rs);
-    /* The dashboard page holds no data (it asks the API with the user's token), so it needs none. */
-    if (!strcmp(rq->path, "/") && !strcmp(rq->method, "GET") && rq->nargs == 0) {
+    /* The dashboard page holds no data (it asks the API with the user's token), so it needs none;
+     * whatever the query (a browser's /?token=..., which the page then points to #token=). */
+    if (!strcmp(rq->path, "/") && !strcmp(rq->method, "GET")) {
         api_dashboard_page(&c);
         rs->action = "dashboard";
         return;

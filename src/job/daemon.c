@@ -154,9 +154,11 @@ int anvil_daemon_run(const anvil_daemon_options *o) {
     char why[1024];
     snprintf(why, sizeof why, "%s", anvil_errmsg());
     stop_parts(&d);
-    if (!rc) {
+    /* What the folder says of a running daemon goes with it (a killed one leaves both: the lock
+     * tells a stale pid from a live one). */
+    for (int i = 0; !rc && i < 2; i++) {
         char path[PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/serve.port", d.dir);
+        snprintf(path, sizeof path, "%s/%s", d.dir, i ? "serve.pid" : "serve.port");
         unlink(path);
     }
     if (d.lock >= 0) close(d.lock);

@@ -4,8 +4,8 @@
  * daemon reports.
  *
  * The state folder DIR holds serve.lock (flock: one daemon per folder), state.db (job/store.h),
- * serve.pid and serve.port (written atomically once the API listens; serve.port removed at a clean
- * stop), hooks.log, jobs/ and runs/. */
+ * serve.pid and serve.port (written atomically once the API listens; both removed at a clean stop),
+ * hooks.log, jobs/ and runs/. */
 #ifndef ANVIL_JOB_DAEMON_H
 #define ANVIL_JOB_DAEMON_H
 

@@ -10,6 +10,7 @@
 #define ANVIL_KERNELS_ISA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef enum {
     ANVIL_ISA_GENERIC, /* portable C, baseline x86-64 (SSE2), no FMA */
@@ -53,5 +54,33 @@ const char *anvil_isa_bf16_name(anvil_bf16_kernel k);
  * element, when bf16). The generic path has no FMA: a multiply and an add.
  * Returns 0 for a path or kind this CPU cannot run. */
 double anvil_isa_peak_gflops(anvil_isa isa, bool bf16, double seconds);
+
+/* The peak that MFU divides by: anvil_isa_peak_gflops on all OpenMP threads, the best of the probes
+ * this machine ran, kept in a cache file (anvil_peak_cache_file) with one entry per CPU model,
+ * path, dtype and thread count, so that it is one figure per machine rather than one that moves
+ * with the load at the moment a run starts. */
+typedef struct {
+    double gflops;
+    double probed;    /* what this call's probe measured (0: it read the cache alone) */
+    bool cached;      /* read from the cache; else probed now (about a second) */
+    bool stored;      /* the probe's figure was written to the cache */
+    int probes;       /* the figure is the best of this many probes */
+    double probed_at; /* when the best was measured, seconds since the epoch */
+    char cpu[128];    /* the key: the CPU's model name (/proc/cpuinfo), */
+    char path[16];    /* the path, */
+    char dtype[8];    /* "fp32" or "bf16", */
+    int threads;      /* and the thread count */
+    char file[4096];  /* the cache file ("" when there is no folder for one) */
+    char note[4400];  /* "" or one line: a cache ignored as corrupt, or one that could not be written */
+} anvil_peak;
+/* The peak of path isa (bf16: its bf16 dot product) from the cache, or probed and cached when the
+ * cache has none; with reprobe, probed again, the cache keeping the best. A cache that does not
+ * parse is ignored (note says so) and replaced; it is written atomically, under a lock that makes
+ * processes starting together on one machine probe once. 0, or -1 after anvil_fail for a path or
+ * kind this CPU cannot run. */
+int anvil_isa_peak(anvil_isa isa, bool bf16, bool reprobe, anvil_peak *out);
+/* The cache file: $ANVIL_CACHE_DIR/peak.json, else $XDG_CACHE_HOME/anvil/peak.json, else
+ * ~/.cache/anvil/peak.json ("" when none of them is set). */
+void anvil_peak_cache_file(char *out, size_t cap);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/suggest.h"
 #include "model/family.h"
 
 extern const anvil_model_family anvil_gpt2_family;
@@ -55,6 +56,11 @@ int anvil_model_preset(const char *name, anvil_model_config *cfg) {
         }
         snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", p);
     }
+    const char *names[64];
+    int n = 0;
+    while (n < 64 && anvil_model_preset_at(n, &names[n], NULL)) n++;
+    const char *near = anvil_suggest(name, names, n);
+    if (near) return anvil_fail("model: unknown preset '%s' (did you mean %s? known: %s)", name, near, known);
     return anvil_fail("model: unknown preset '%s' (%s)", name, known);
 }
 

@@ -242,6 +242,9 @@ enum { P_LOSS_STEP, P_LOSS_TOKENS, P_LR, P_NORM, P_TPS, P_FIXED };
 
 static const char *const panel_titles[P_FIXED] = {"loss", "loss by tokens", "learning rate", "gradient norm",
                                                  "tokens/s"};
+/* What each panel's y values are in; a log metric's are what its regex captured. */
+static const char *const panel_units[P_FIXED] = {"nats per token", "nats per token", "learning rate (no unit)",
+                                                "L2 norm (no unit)", "tokens per second"};
 
 /* Colour-blind-safe (Okabe-Ito), then repeated. */
 static const uint32_t palette[] = {0x0072B2, 0xD55E00, 0x009E73, 0xCC79A7, 0xE69F00, 0x56B4E9, 0x000000, 0xF0E442};
@@ -388,13 +391,14 @@ static size_t curve_points(const frame *f, const curve *cv, double *xy) {
 }
 
 static int draw_panel(const anvil_canvas *c, double x0, double y0, const char *title, const char *xlabel,
-                      const curve *cv, int ncv) {
+                      const char *ylabel, const curve *cv, int ncv) {
     frame f = {.x = x0 + ANVIL_PLOT_MARGIN_L,
                .y = y0 + ANVIL_PLOT_MARGIN_T,
                .w = ANVIL_PLOT_WIDTH / 2 - ANVIL_PLOT_MARGIN_L - ANVIL_PLOT_MARGIN_R,
                .h = ANVIL_PLOT_PANEL_H - ANVIL_PLOT_MARGIN_T - ANVIL_PLOT_MARGIN_B};
     c->text(c->ctx, x0 + ANVIL_PLOT_WIDTH / 4, y0 + 14, title, 14, 0, INK, "title");
     c->text(c->ctx, f.x + f.w, f.y + f.h + 30, xlabel, 11, 1, INK, "xlabel");
+    c->text(c->ctx, f.x, f.y - 8, ylabel, 11, -1, INK, "ylabel");
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
     for (int i = 0; i < ncv; i++)
         for (size_t k = 0; k < cv[i].s->n; k++) {
@@ -475,7 +479,7 @@ int anvil_plot_draw(const anvil_plot_run *const *runs, int nruns, const anvil_ca
         char title[96];
         snprintf(title, sizeof title, "%s", p < P_FIXED ? panel_titles[p] : names[p - P_FIXED]);
         rc = draw_panel(c, p % 2 * (ANVIL_PLOT_WIDTH / 2), legend_height(nruns) + p / 2 * ANVIL_PLOT_PANEL_H, title,
-                        p == P_LOSS_TOKENS ? "tokens" : "step", cv, ncv);
+                        p == P_LOSS_TOKENS ? "tokens" : "step", p < P_FIXED ? panel_units[p] : "as logged", cv, ncv);
     }
     free(cv);
     return rc;

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/strbuf.h"
+#include "core/suggest.h"
 
 int anvil_opt_i64(const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
@@ -78,6 +79,17 @@ static int convert(const anvil_opt *opt, const char *v, anvil_opt_arg *a) {
     }
 }
 
+/* The error for an option no table row names, with the nearest one that does. */
+static int unknown_option(const anvil_optset *set, const char *s) {
+    const char **names = malloc(sizeof *names * (size_t)(set->nopts > 0 ? set->nopts : 1));
+    if (!names) return anvil_fail("unknown option '%s'", s);
+    for (int i = 0; i < set->nopts; i++) names[i] = set->opts[i].name;
+    const char *near = anvil_suggest(s, names, set->nopts);
+    int rc = near ? anvil_fail("unknown option '%s' (did you mean %s?)", s, near) : anvil_fail("unknown option '%s'", s);
+    free(names);
+    return rc;
+}
+
 static bool is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
 
 /* One argument at argv[*i] (advancing *i past its value): an option, or an operand. */
@@ -88,7 +100,7 @@ static int take(const anvil_optset *set, int argc, char *const *argv, int *i, bo
     if (operand) return 0;
     if (!set->operand && strncmp(s, "--", 2)) return anvil_fail("unexpected argument '%s'", s);
     const anvil_opt *opt = anvil_opts_find(set, s);
-    if (!opt) return anvil_fail("unknown option '%s'", s);
+    if (!opt) return unknown_option(set, s);
     a->id = (int)(opt - set->opts);
     a->text = NULL;
     if (opt->kind == ANVIL_OPT_FLAG) return 0;

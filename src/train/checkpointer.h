@@ -46,8 +46,10 @@ typedef struct anvil_checkpointer anvil_checkpointer;
 /* What a checkpoint cost the training, known once its write completes. The cost is the time the
  * training thread spent in the save call (the snapshot, and for a synchronous save everything) and
  * waiting for the write at a later one, plus, over every step from the save until the write was found finished (cost_steps of them), the
- * step's time above base_ms, the median of the recent steps that no checkpoint overlapped (a signed
- * sum: a step can come out faster than the median). A synchronous save costs exactly its own time. */
+ * step's time above base_ms, the median of the recent steps that no checkpoint overlapped, summed, when
+ * that sum is positive: steps that come out faster than the median are noise, so that part is
+ * clamped to 0 (the log line says so) and a cost is never below the time in the calls. A synchronous
+ * save costs exactly its own time. */
 typedef struct {
     int64_t step;
     int background;       /* 1: written by the writer thread while training went on */

@@ -48,6 +48,7 @@ struct anvil_telemetry {
     double *lm_values;
     int *lm_updated;
     double peak_flops; /* this rank's, FLOP/s */
+    anvil_peak peak;   /* ... and where it came from */
     double *mine;      /* nv, untouched while a gather is in flight */
     double *all;       /* world x nv, the gather's result */
     size_t *counts;
@@ -110,8 +111,9 @@ static const rank_family rank_families[] = {
      "Bytes sent on all interfaces of the rank's network namespace (Linux keeps no per-process count).",
      ANVIL_PROM_COUNTER, V_TX},
     {"anvil_rank_open_fds", "Open file descriptors of the rank's process.", ANVIL_PROM_GAUGE, V_FDS},
-    {"anvil_rank_peak_flops_per_second", "The rank's measured vector multiply-add peak, the denominator of MFU.",
-     ANVIL_PROM_GAUGE, V_PEAK_FLOPS},
+    {"anvil_rank_peak_flops_per_second",
+     "The rank's vector multiply-add peak (its machine's cached best probe), the denominator of MFU.", ANVIL_PROM_GAUGE,
+     V_PEAK_FLOPS},
 };
 
 static void gauge(anvil_prom *p, const char *name, const char *help, double v) {
@@ -178,12 +180,31 @@ static void render_s3(const anvil_telemetry *t, anvil_prom *p) {
     }
 }
 
+/* Rank 0's peak, the denominator of MFU, and where it came from. */
+static void render_peak(const anvil_telemetry *t, anvil_prom *p) {
+    const anvil_peak *k = &t->peak;
+    char threads[16], probes[16], at[32];
+    snprintf(threads, sizeof threads, "%d", k->threads);
+    snprintf(probes, sizeof probes, "%d", k->probes);
+    time_t when = (time_t)k->probed_at;
+    struct tm tm;
+    strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&when, &tm));
+    anvil_prom_label l[] = {{"source", k->cached ? "cache" : "probe"}, {"file", k->file}, {"cpu", k->cpu},
+                            {"path", k->path}, {"dtype", k->dtype}, {"threads", threads}, {"probes", probes},
+                            {"probed_at", at}};
+    anvil_prom_family(p, "anvil_train_peak_flops_per_second", ANVIL_PROM_GAUGE,
+                      "Rank 0's vector multiply-add peak, the denominator of MFU: from this machine's cache of "
+                      "the best probe (source=cache), or probed as the run started (source=probe).");
+    anvil_prom_sample(p, "anvil_train_peak_flops_per_second", l, 8, t->peak_flops);
+}
+
 static void render(const anvil_telemetry *t, anvil_prom *p) {
     char world[16];
     snprintf(world, sizeof world, "%d", t->world);
     anvil_prom_label info[] = {{"kernels", t->c.kernels}, {"dtype", t->c.dtype}, {"ranks", world}};
     anvil_prom_family(p, "anvil_train_info", ANVIL_PROM_GAUGE, "The run's kernels, matmul type and rank count.");
     anvil_prom_sample(p, "anvil_train_info", info, 3, 1);
+    render_peak(t, p);
     gauge(p, "anvil_train_target_steps", "The step the run ends at.", t->c.steps);
     if (t->have_step) {
         const anvil_telemetry_step *s = &t->last;
@@ -354,6 +375,19 @@ static int start_server(anvil_telemetry *t) {
     return anvil_write_file_atomic(path, text, (size_t)n);
 }
 
+/* Where MFU's denominator comes from, on rank 0's log. */
+static void log_peak(anvil_telemetry *t) {
+    const anvil_peak *p = &t->peak;
+    FILE *log = anvil_telemetry_log(t);
+    if (p->note[0]) fprintf(log, "metrics: note: %s\n", p->note);
+    char from[4200];
+    if (p->cached) snprintf(from, sizeof from, "from the cache %s (the best of %d probe%s)", p->file, p->probes,
+                           p->probes == 1 ? "" : "s");
+    else snprintf(from, sizeof from, "probed now%s%s", p->stored ? ", cached in " : "", p->stored ? p->file : "");
+    fprintf(log, "metrics: MFU against a peak of %.1f GFLOP/s a rank (%s %s, %d threads), %s\n", p->gflops, p->path,
+            p->dtype, p->threads, from);
+}
+
 int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl) {
     t->jsonl = jsonl;
     if (t->c.metrics_port < 0) return 0;
@@ -366,7 +400,9 @@ int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl) {
     /* Steps from 1 ms to about 9 minutes, a factor of 2 apart. */
     anvil_prom_histogram_exponential(&t->step_hist, 0.001, 2.0, 20);
     if (t->rank == 0 && start_server(t)) return -1;
-    t->peak_flops = anvil_isa_peak_gflops(anvil_isa_active(), t->c.bf16, 0.25) * 1e9;
+    if (anvil_isa_peak(anvil_isa_active(), t->c.bf16, false, &t->peak)) return -1;
+    t->peak_flops = t->peak.gflops * 1e9;
+    if (t->rank == 0) log_peak(t);
     sample_sys(t);
     return 0;
 }

@@ -34,6 +34,7 @@
 #include "train/ckpt_remote.h"
 #include "train/layout.h"
 #include "train/profile.h"
+#include "train/resume_check.h"
 #include "train/telemetry.h"
 
 void anvil_train_defaults(anvil_train_config *c) {
@@ -366,6 +367,7 @@ static int resume_from(anvil_run *r) {
     r->start = man.step;
     r->tokens_seen = man.tokens_seen;
     if (!rc) fprintf(c->log, "resumed from %s (step %lld)\n", dir, (long long)man.step);
+    if (!rc && r->rank == 0) anvil_resume_check(man.train_config, c->B, c->T, c->steps, c->log);
     anvil_ckpt_manifest_free(&man);
     return rc;
 }
@@ -432,7 +434,7 @@ static int open_data(anvil_run *r) {
             return bad_input(r);
     }
     if (c->out_dir && r->rank == 0) {
-        if (anvil_mkdir(c->out_dir)) return -1;
+        if (anvil_mkdir_p(c->out_dir)) return -1;
         /* Two runs writing one folder would interleave metrics and overwrite each other's checkpoints. */
         if ((r->lock_fd = anvil_lock_folder(c->out_dir, "run folder")) < 0) return -1;
         beat(r, "loading", 0);

@@ -6,8 +6,9 @@ in LOG; a background checkpoint's cost is the save call's time and the wait
 for its write at a later one, plus, over the
 cost_steps steps after it, each step's time ("ms" of its "train" record) above
 base_ms, and base_ms is the median of the latest 16 steps before it that no
-checkpoint overlapped (the first step, a warmup, left out); a synchronous one
-costs its whole save. Standard library only.
+checkpoint overlapped (the first step, a warmup, left out), the sum over the
+steps counted as 0 when it is negative (noise, which the line says); a
+synchronous one costs its whole save. Standard library only.
 
 usage: ckpt_costs.py RUN LOG --background N --sync M"""
 import argparse
@@ -60,14 +61,19 @@ for r in ckpts:
             errors.append(f"step {s}: {r['cost_steps']} steps overlapped, {len(before)} undisturbed before")
             continue
         base = statistics.median(before)
-        cost = r["call_ms"] + r["waited_ms"] + sum(window) - r["cost_steps"] * base
+        # Overlapped steps faster than the median are noise: that part counts 0, never below.
+        over = sum(window) - r["cost_steps"] * base
+        cost = r["call_ms"] + r["waited_ms"] + max(0.0, over)
         if not (close(r["base_ms"], base) and close(r["cost_ms"], cost) and r["sync_step"] == -1 and
                 close(r["sync_ms"], r["call_ms"] + r["write_ms"]) and
                 close(r["cost_pct"], 100 * r["cost_ms"] / r["sync_ms"]) and r["writer_cpu_ms"] >= 0):
             errors.append(f"step {s}: {r} does not add up (base {base}, cost {cost})")
+        # The clamp's clause, required or absent (either where the sum is within rounding of 0).
+        clamp = r"(; the steps it overlapped ran \d+ ms under it: noise, counted as 0)"
+        clamp += "" if over < -1e-3 else "?" if over <= 1e-3 else "{0}"
         line = (rf"checkpoint \S*step_{s:08d} written in \d+ ms in the background \(writer CPU \d+ ms\); cost to "
-                rf"training [+-]\d+ ms over {r['cost_steps']} steps \(\d+ ms snapshot(, \d+ ms waiting for the write)?; median undisturbed step \d+ "
-                rf"ms\), -?[\d.]+% of a synchronous save \(\d+ ms, estimated as this one's snapshot plus write\)")
+                rf"training \+\d+ ms over {r['cost_steps']} steps \(\d+ ms snapshot(, \d+ ms waiting for the write)?; median undisturbed step \d+ "
+                rf"ms{clamp}\), [\d.]+% of a synchronous save \(\d+ ms, estimated as this one's snapshot plus write\)")
     else:
         if not (r["cost_ms"] == r["write_ms"] == r["call_ms"] == r["sync_ms"] and r["sync_step"] == s and
                 r["cost_steps"] == 0 and r["waited_ms"] == 0 and r["cost_pct"] == 100):
