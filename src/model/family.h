@@ -83,6 +83,19 @@ struct anvil_model_family {
 const char *anvil_model_shown(const char *text, char *out, size_t cap);
 
 
+/* A unit's parameters or gradients for a whole model's pass: through the hooks where there are hooks
+ * (data parallelism's gathers and reductions), else views of the flat buffers. */
+int anvil_model_get_params(anvil_model *m, int u, anvil_model_view *v);
+int anvil_model_put_params(anvil_model *m, int u);
+int anvil_model_get_grads(anvil_model *m, int u, anvil_model_view *v);
+int anvil_model_put_grads(anvil_model *m, int u);
+
+/* A shard's collectives over its tensor-parallel group (m->comm), `what` naming the tensor for the
+ * watchdog's message. */
+int anvil_model_tp_reduce(anvil_model *m, float *buf, size_t n, const char *what);
+int anvil_model_tp_gather(anvil_model *m, const float *local, float *full, size_t n, const char *what);
+int anvil_model_tp_scatter(anvil_model *m, const float *full, float *local, size_t n, const char *what);
+
 /* Checks a batch's token ids against the vocabulary (targets may be NULL; a negative target takes no
  * part); `who` names the checker in the message. */
 int anvil_model_check_tokens(const anvil_model *m, const char *who, const int32_t *inputs, const int32_t *targets,

@@ -1,7 +1,8 @@
 /* What the families' passes share: the batch's checks, the mean loss, the
- * vocabulary-parallel loss's combination over a tensor-parallel group, and
- * activation buffers allocated from a plan; and text from files, shown in
- * one-line messages. */
+ * vocabulary-parallel loss's combination over a tensor-parallel group,
+ * activation buffers allocated from a plan, a unit's weights and gradients
+ * (the hooks' or the flat buffers') and a shard's collectives; and text from
+ * files, shown in one-line messages. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -14,6 +15,34 @@ const char *anvil_model_shown(const char *text, char *out, size_t cap) {
         out[n] = (unsigned char)text[n] < 0x20 || text[n] == 0x7f ? '?' : text[n];
     out[n] = 0;
     return out;
+}
+
+int anvil_model_get_params(anvil_model *m, int u, anvil_model_view *v) {
+    if (m->hooks) return m->hooks->get_params(m->hooks->ctx, u, v);
+    anvil_model_view_flat(m, u, m->params, v);
+    return 0;
+}
+
+int anvil_model_put_params(anvil_model *m, int u) { return m->hooks ? m->hooks->put_params(m->hooks->ctx, u) : 0; }
+
+int anvil_model_get_grads(anvil_model *m, int u, anvil_model_view *v) {
+    if (m->hooks) return m->hooks->get_grads(m->hooks->ctx, u, v);
+    anvil_model_view_flat(m, u, m->grads, v);
+    return 0;
+}
+
+int anvil_model_put_grads(anvil_model *m, int u) { return m->hooks ? m->hooks->put_grads(m->hooks->ctx, u) : 0; }
+
+int anvil_model_tp_reduce(anvil_model *m, float *buf, size_t n, const char *what) {
+    return m->comm->reduce(m->comm->ctx, buf, n, what);
+}
+
+int anvil_model_tp_gather(anvil_model *m, const float *local, float *full, size_t n, const char *what) {
+    return m->comm->gather(m->comm->ctx, local, full, n, what);
+}
+
+int anvil_model_tp_scatter(anvil_model *m, const float *full, float *local, size_t n, const char *what) {
+    return m->comm->scatter(m->comm->ctx, full, local, n, what);
 }
 
 int anvil_model_check_tokens(const anvil_model *m, const char *who, const int32_t *inputs, const int32_t *targets,

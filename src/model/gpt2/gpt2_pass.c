@@ -80,22 +80,6 @@ static int acts_ensure(anvil_model *m, int B, int T) {
     return 0;
 }
 
-static int get_params(anvil_model *m, int u, anvil_model_view *v) {
-    if (m->hooks) return m->hooks->get_params(m->hooks->ctx, u, v);
-    anvil_model_view_flat(m, u, m->params, v);
-    return 0;
-}
-
-static int put_params(anvil_model *m, int u) { return m->hooks ? m->hooks->put_params(m->hooks->ctx, u) : 0; }
-
-static int get_grads(anvil_model *m, int u, anvil_model_view *v) {
-    if (m->hooks) return m->hooks->get_grads(m->hooks->ctx, u, v);
-    anvil_model_view_flat(m, u, m->grads, v);
-    return 0;
-}
-
-static int put_grads(anvil_model *m, int u) { return m->hooks ? m->hooks->put_grads(m->hooks->ctx, u) : 0; }
-
 /* Layer l's activations within the stacked buffers. */
 static gpt2_layer_acts layer_acts(const anvil_model *m, int l) {
     struct gpt2_acts *a = gpt2_acts_of(m);
@@ -116,13 +100,14 @@ static int forward_body(anvil_model *m, int B, int T, anvil_model_view *h) {
     size_t NC = (size_t)N * C;
     gpt2_block_shape shape = {B, T, C, C, m->cfg.n_head};
     gpt2_block_scratch x = {a->gelu, a->dfch, a->dln, a->datty, a->dqkv, NULL};
-    if (get_params(m, 0, h)) return -1;
+    if (anvil_model_get_params(m, 0, h)) return -1;
     k->encoder_forward(a->resid, a->inputs, h->t[ANVIL_GPT2_WTE], h->t[ANVIL_GPT2_WPE], B, T, C);
     for (int l = 0; l < L; l++) {
         anvil_model_view w;
         gpt2_layer_acts la = layer_acts(m, l);
         double span = anvil_trace_layer_begin(l, "forward");
-        if (get_params(m, 1 + l, &w) || gpt2_block_forward(k, &shape, &w, &la, &x, NULL) || put_params(m, 1 + l))
+        if (anvil_model_get_params(m, 1 + l, &w) || gpt2_block_forward(k, &shape, &w, &la, &x, NULL) ||
+            anvil_model_put_params(m, 1 + l))
             return -1;
         anvil_trace_layer_end(span);
     }
@@ -151,7 +136,7 @@ int gpt2_forward(anvil_model *m, const int32_t *inputs, const int32_t *targets, 
     if (targets && loss)
         rc = m->k->classifier(a->losses, NULL, NULL, a->lnf, h.t[ANVIL_GPT2_WTE], a->targets, B * T, c->n_embd,
                               c->vocab_size, c->padded_vocab, 0.0f);
-    if (put_params(m, 0) || rc) return -1;
+    if (anvil_model_put_params(m, 0) || rc) return -1;
     if (targets && loss)
         *loss = anvil_model_mean_loss(m, a->losses, (size_t)B * T, anvil_model_count_targets(targets, (size_t)B * T));
     return 0;
@@ -176,7 +161,7 @@ int gpt2_forward_backward(anvil_model *m, const int32_t *inputs, const int32_t *
     float dscale = count ? grad_scale / (float)count : 0.0f;
 
     /* The LM head and loss: dlnf lands in dln, and dwte accumulates. */
-    if (get_grads(m, 0, &hg)) return -1;
+    if (anvil_model_get_grads(m, 0, &hg)) return -1;
     if (k->classifier(a->losses, a->dln, hg.t[ANVIL_GPT2_WTE], a->lnf, h.t[ANVIL_GPT2_WTE], a->targets, N, C,
                       m->cfg.vocab_size, m->cfg.padded_vocab, dscale))
         return -1;
@@ -191,14 +176,14 @@ int gpt2_forward_backward(anvil_model *m, const int32_t *inputs, const int32_t *
         anvil_model_view w, g;
         gpt2_layer_acts la = layer_acts(m, l);
         double span = anvil_trace_layer_begin(l, "backward");
-        if (get_params(m, 1 + l, &w) || get_grads(m, 1 + l, &g) ||
-            gpt2_block_backward(k, &shape, &w, &g, &la, a->dres, &x, NULL) || put_grads(m, 1 + l) ||
-            put_params(m, 1 + l))
+        if (anvil_model_get_params(m, 1 + l, &w) || anvil_model_get_grads(m, 1 + l, &g) ||
+            gpt2_block_backward(k, &shape, &w, &g, &la, a->dres, &x, NULL) || anvil_model_put_grads(m, 1 + l) ||
+            anvil_model_put_params(m, 1 + l))
             return -1;
         anvil_trace_layer_end(span);
     }
     k->encoder_backward(hg.t[ANVIL_GPT2_WTE], hg.t[ANVIL_GPT2_WPE], a->dres, a->inputs, B, T, C);
-    if (put_grads(m, 0) || put_params(m, 0)) return -1;
+    if (anvil_model_put_grads(m, 0) || anvil_model_put_params(m, 0)) return -1;
     *loss = anvil_model_mean_loss(m, a->losses, (size_t)N, count);
     return 0;
 }
@@ -206,7 +191,7 @@ int gpt2_forward_backward(anvil_model *m, const int32_t *inputs, const int32_t *
 int gpt2_logits(anvil_model *m, float *out) {
     if (!m->acts) return anvil_fail("model: logits requested before any forward pass");
     anvil_model_view h;
-    if (get_params(m, 0, &h)) return -1;
+    if (anvil_model_get_params(m, 0, &h)) return -1;
     m->k->logits(out, gpt2_acts_of(m)->lnf, h.t[ANVIL_GPT2_WTE], m->B * m->T, m->cfg.n_embd, m->cfg.padded_vocab);
-    return put_params(m, 0);
+    return anvil_model_put_params(m, 0);
 }

@@ -61,16 +61,6 @@ static int layers(const anvil_model *m) { return m->shard.l1 - m->shard.l0; }
 static float *P(const anvil_model *m, int i) { return m->params + m->offsets[i]; }
 static float *G(const anvil_model *m, int i) { return m->grads + m->offsets[i]; }
 
-static int reduce(anvil_model *m, float *buf, size_t n, const char *what) {
-    return m->comm->reduce(m->comm->ctx, buf, n, what);
-}
-static int gather(anvil_model *m, const float *local, float *full, size_t n, const char *what) {
-    return m->comm->gather(m->comm->ctx, local, full, n, what);
-}
-static int scatter(anvil_model *m, const float *full, float *local, size_t n, const char *what) {
-    return m->comm->scatter(m->comm->ctx, full, local, n, what);
-}
-
 void gpt2_shard_acts_free(anvil_model *m) {
     struct shard_acts *s = acts_of(m);
     if (!s) return;
@@ -198,8 +188,8 @@ static int forward_body(anvil_model *m, struct tp_slot *a) {
         float *emb = sp ? s->x.block.partial : a->resid;
         k->encoder_shard_forward(emb, a->inputs, P(m, ANVIL_GPT2_WTE), rank ? NULL : P(m, ANVIL_GPT2_WPE), B, T, C,
                                  v0, Vs);
-        if (sp ? scatter(m, emb, a->resid, (size_t)s->rows * C, "sp embedding forward")
-               : reduce(m, a->resid, NC, "tp embedding forward"))
+        if (sp ? anvil_model_tp_scatter(m, emb, a->resid, (size_t)s->rows * C, "sp embedding forward")
+               : anvil_model_tp_reduce(m, a->resid, NC, "tp embedding forward"))
             return -1;
     }
     gpt2_block_shape shape = {B, T, C, Cs, m->cfg.n_head / m->shard.tp};
@@ -227,7 +217,7 @@ static int head_forward(anvil_model *m, struct tp_slot *a, const int32_t *target
     float *lnf = sp ? x->block.partial : a->lnf;
     k->layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, a->resid + (size_t)L * RC, P(m, ANVIL_GPT2_LNFW),
                          P(m, ANVIL_GPT2_LNFB), s->rows, C);
-    if (sp && gather(m, lnf, a->lnf, RC, "sp head gather")) return -1;
+    if (sp && anvil_model_tp_gather(m, lnf, a->lnf, RC, "sp head gather")) return -1;
     anvil_model_vocab_shard(m, &v0, &Vr, &Vs);
     if (k->classifier_shard_stats(a->cls_lse, x->tlogit, a->lnf, P(m, ANVIL_GPT2_WTE), a->targets, N, C, v0, Vr, Vs))
         return -1;
@@ -245,7 +235,7 @@ int gpt2_stage_forward(anvil_model *m, int slot, const int32_t *inputs, const in
  * gradients, the same on every rank (so the norm counts them once, as any replicated tensor). */
 static int sum_ln_grads(anvil_model *m) {
     float *lg = acts_of(m)->x.ln_grads;
-    if (reduce(m, lg, ln_grads_floats(m), "sp layernorm gradients")) return -1;
+    if (anvil_model_tp_reduce(m, lg, ln_grads_floats(m), "sp layernorm gradients")) return -1;
     for (size_t j = 0, at = 0; j < N_LN; j++) {
         int i = ln_tensors[j];
         size_t n = m->offsets[i + 1] - m->offsets[i];
@@ -268,7 +258,8 @@ static int head_backward(anvil_model *m, struct tp_slot *a, float *const *ln_g, 
                                      a->targets, N, C, v0, Vr, Vs, dscale))
         return -1;
     float *dlnf = sp ? x->block.partial : x->block.dln;
-    if (sp ? scatter(m, x->block.dln, dlnf, RC, "sp loss backward") : reduce(m, x->block.dln, NC, "tp loss backward"))
+    if (sp ? anvil_model_tp_scatter(m, x->block.dln, dlnf, RC, "sp loss backward")
+           : anvil_model_tp_reduce(m, x->block.dln, NC, "tp loss backward"))
         return -1;
     k->zero(a->dres, RC * sizeof(float));
     k->layernorm_backward(a->dres, ln_g[ANVIL_GPT2_LNFW], ln_g[ANVIL_GPT2_LNFB], dlnf, a->resid + (size_t)L * RC,
@@ -314,7 +305,7 @@ int gpt2_stage_backward(anvil_model *m, int slot, float grad_scale) {
         anvil_model_vocab_shard(m, &v0, &Vr, &Vs);
         /* The embedding's rows are the vocabulary shard's, wherever their tokens sit: every token's gradient. */
         float *demb = sp ? x->block.partial : a->dres;
-        if (sp && gather(m, a->dres, demb, RC, "sp embedding backward")) return -1;
+        if (sp && anvil_model_tp_gather(m, a->dres, demb, RC, "sp embedding backward")) return -1;
         k->encoder_shard_backward(G(m, ANVIL_GPT2_WTE), G(m, ANVIL_GPT2_WPE), demb, a->inputs, B, T, C, v0, Vs);
     }
     return sp ? sum_ln_grads(m) : 0;

@@ -77,22 +77,6 @@ static int acts_ensure(anvil_model *m, int B, int T) {
 
 size_t llama_whole_activation_bytes(const anvil_model *m) { return m->acts ? acts_of(m)->bytes : 0; }
 
-static int get_params(anvil_model *m, int u, anvil_model_view *v) {
-    if (m->hooks) return m->hooks->get_params(m->hooks->ctx, u, v);
-    anvil_model_view_flat(m, u, m->params, v);
-    return 0;
-}
-
-static int put_params(anvil_model *m, int u) { return m->hooks ? m->hooks->put_params(m->hooks->ctx, u) : 0; }
-
-static int get_grads(anvil_model *m, int u, anvil_model_view *v) {
-    if (m->hooks) return m->hooks->get_grads(m->hooks->ctx, u, v);
-    anvil_model_view_flat(m, u, m->grads, v);
-    return 0;
-}
-
-static int put_grads(anvil_model *m, int u) { return m->hooks ? m->hooks->put_grads(m->hooks->ctx, u) : 0; }
-
 /* Layer l's activations within the stacked buffers. */
 static llama_layer_acts layer_acts(const anvil_model *m, int l) {
     struct llama_acts *a = acts_of(m);
@@ -118,13 +102,14 @@ static int forward_body(anvil_model *m, anvil_model_view *h) {
     struct llama_acts *a = acts_of(m);
     int L = m->cfg.n_layer, C = m->cfg.n_embd, N = m->B * m->T;
     llama_block_shape shape = block_shape(m);
-    if (get_params(m, 0, h)) return -1;
+    if (anvil_model_get_params(m, 0, h)) return -1;
     k->encoder_forward(a->resid, a->inputs, h->t[LLAMA_EMBED], NULL, m->B, m->T, C);
     for (int l = 0; l < L; l++) {
         anvil_model_view w;
         llama_layer_acts la = layer_acts(m, l);
         double span = anvil_trace_layer_begin(l, "forward");
-        if (get_params(m, 1 + l, &w) || llama_block_forward(k, &shape, &w, &la, &a->x, NULL) || put_params(m, 1 + l))
+        if (anvil_model_get_params(m, 1 + l, &w) || llama_block_forward(k, &shape, &w, &la, &a->x, NULL) ||
+            anvil_model_put_params(m, 1 + l))
             return -1;
         anvil_trace_layer_end(span);
     }
@@ -151,7 +136,7 @@ int llama_forward(anvil_model *m, const int32_t *inputs, const int32_t *targets,
     if (targets && loss)
         rc = m->k->classifier(a->losses, NULL, NULL, a->lnf, h.t[llama_head(c)], a->targets, B * T, c->n_embd,
                               c->vocab_size, c->padded_vocab, 0.0f);
-    if (put_params(m, 0) || rc) return -1;
+    if (anvil_model_put_params(m, 0) || rc) return -1;
     if (targets && loss)
         *loss = anvil_model_mean_loss(m, a->losses, (size_t)B * T, anvil_model_count_targets(targets, (size_t)B * T));
     return 0;
@@ -176,7 +161,7 @@ int llama_forward_backward(anvil_model *m, const int32_t *inputs, const int32_t 
     float dscale = count ? grad_scale / (float)count : 0.0f;
 
     /* The LM head and loss: the final norm's output gradient lands in dln, and the head's accumulates. */
-    if (get_grads(m, 0, &hg)) return -1;
+    if (anvil_model_get_grads(m, 0, &hg)) return -1;
     if (k->classifier(a->losses, a->x.dln, hg.t[head], a->lnf, h.t[head], a->targets, N, C, c->vocab_size,
                       c->padded_vocab, dscale))
         return -1;
@@ -189,14 +174,14 @@ int llama_forward_backward(anvil_model *m, const int32_t *inputs, const int32_t 
         anvil_model_view w, g;
         llama_layer_acts la = layer_acts(m, l);
         double span = anvil_trace_layer_begin(l, "backward");
-        if (get_params(m, 1 + l, &w) || get_grads(m, 1 + l, &g) ||
-            llama_block_backward(k, &shape, &w, &g, &la, a->dres, &a->x, NULL) || put_grads(m, 1 + l) ||
-            put_params(m, 1 + l))
+        if (anvil_model_get_params(m, 1 + l, &w) || anvil_model_get_grads(m, 1 + l, &g) ||
+            llama_block_backward(k, &shape, &w, &g, &la, a->dres, &a->x, NULL) || anvil_model_put_grads(m, 1 + l) ||
+            anvil_model_put_params(m, 1 + l))
             return -1;
         anvil_trace_layer_end(span);
     }
     k->encoder_backward(hg.t[LLAMA_EMBED], NULL, a->dres, a->inputs, B, T, C);
-    if (put_grads(m, 0) || put_params(m, 0)) return -1;
+    if (anvil_model_put_grads(m, 0) || anvil_model_put_params(m, 0)) return -1;
     *loss = anvil_model_mean_loss(m, a->losses, (size_t)N, count);
     return 0;
 }
@@ -204,7 +189,7 @@ int llama_forward_backward(anvil_model *m, const int32_t *inputs, const int32_t 
 int llama_logits(anvil_model *m, float *out) {
     if (!m->acts) return anvil_fail("model: logits requested before any forward pass");
     anvil_model_view h;
-    if (get_params(m, 0, &h)) return -1;
+    if (anvil_model_get_params(m, 0, &h)) return -1;
     m->k->logits(out, acts_of(m)->lnf, h.t[llama_head(&m->cfg)], m->B * m->T, m->cfg.n_embd, m->cfg.padded_vocab);
-    return put_params(m, 0);
+    return anvil_model_put_params(m, 0);
 }

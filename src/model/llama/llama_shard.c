@@ -49,16 +49,6 @@ static int layers(const anvil_model *m) { return m->shard.l1 - m->shard.l0; }
 static float *P(const anvil_model *m, int i) { return m->params + m->offsets[i]; }
 static float *G(const anvil_model *m, int i) { return m->grads + m->offsets[i]; }
 
-static int reduce(anvil_model *m, float *buf, size_t n, const char *what) {
-    return m->comm->reduce(m->comm->ctx, buf, n, what);
-}
-static int gather(anvil_model *m, const float *local, float *full, size_t n, const char *what) {
-    return m->comm->gather(m->comm->ctx, local, full, n, what);
-}
-static int scatter(anvil_model *m, const float *full, float *local, size_t n, const char *what) {
-    return m->comm->scatter(m->comm->ctx, full, local, n, what);
-}
-
 void llama_shard_acts_free(anvil_model *m) {
     struct shard_acts *s = acts_of(m);
     if (!s) return;
@@ -204,8 +194,8 @@ static int forward_body(anvil_model *m, struct tp_slot *a) {
         anvil_model_vocab_shard(m, &v0, &Vr, &Vs);
         float *emb = sp ? s->x.block.partial : a->resid;
         k->encoder_shard_forward(emb, a->inputs, P(m, LLAMA_EMBED), NULL, B, T, C, v0, Vs);
-        if (sp ? scatter(m, emb, a->resid, (size_t)s->rows * C, "sp embedding forward")
-               : reduce(m, a->resid, (size_t)B * T * C, "tp embedding forward"))
+        if (sp ? anvil_model_tp_scatter(m, emb, a->resid, (size_t)s->rows * C, "sp embedding forward")
+               : anvil_model_tp_reduce(m, a->resid, (size_t)B * T * C, "tp embedding forward"))
             return -1;
     }
     llama_block_shape shape = block_shape(m);
@@ -230,7 +220,7 @@ static int head_forward(anvil_model *m, struct tp_slot *a, const int32_t *target
     float *lnf = sp ? x->block.partial : a->lnf;
     k->rmsnorm_forward(lnf, a->lnf_rstd, a->resid + (size_t)layers(m) * RC, P(m, LLAMA_NORM), s->rows, C,
                        m->cfg.norm_eps);
-    if (sp && gather(m, lnf, a->lnf, RC, "sp head gather")) return -1;
+    if (sp && anvil_model_tp_gather(m, lnf, a->lnf, RC, "sp head gather")) return -1;
     anvil_model_vocab_shard(m, &v0, &Vr, &Vs);
     if (k->classifier_shard_stats(a->cls_lse, x->tlogit, a->lnf, P(m, llama_head(&m->cfg)), a->targets, N, C, v0, Vr,
                                   Vs))
@@ -249,7 +239,7 @@ int llama_stage_forward(anvil_model *m, int slot, const int32_t *inputs, const i
  * gradients, the same on every rank (so the norm counts them once, as any replicated tensor). */
 static int sum_norm_grads(anvil_model *m) {
     float *lg = acts_of(m)->x.ln_grads;
-    if (reduce(m, lg, norm_grads_floats(m), "sp norm gradients")) return -1;
+    if (anvil_model_tp_reduce(m, lg, norm_grads_floats(m), "sp norm gradients")) return -1;
     for (size_t j = 0, at = 0; j < N_NORM; j++) {
         int i = norm_tensors[j];
         size_t n = m->offsets[i + 1] - m->offsets[i];
@@ -272,7 +262,8 @@ static int head_backward(anvil_model *m, struct tp_slot *a, float *dnorm, float 
                                      dscale))
         return -1;
     float *dlnf = sp ? b->partial : b->dln;
-    if (sp ? scatter(m, b->dln, dlnf, RC, "sp loss backward") : reduce(m, b->dln, (size_t)N * C, "tp loss backward"))
+    if (sp ? anvil_model_tp_scatter(m, b->dln, dlnf, RC, "sp loss backward")
+           : anvil_model_tp_reduce(m, b->dln, (size_t)N * C, "tp loss backward"))
         return -1;
     k->zero(a->dres, RC * sizeof(float));
     k->rmsnorm_backward(a->dres, dnorm, dlnf, a->resid + (size_t)layers(m) * RC, P(m, LLAMA_NORM), a->lnf_rstd,
@@ -287,7 +278,8 @@ static int embed_backward(anvil_model *m, struct tp_slot *a) {
     int v0, Vr, Vs, C = m->cfg.n_embd;
     anvil_model_vocab_shard(m, &v0, &Vr, &Vs);
     float *demb = m->shard.sequence_parallel ? s->x.block.partial : a->dres;
-    if (m->shard.sequence_parallel && gather(m, a->dres, demb, (size_t)s->rows * C, "sp embedding backward"))
+    if (m->shard.sequence_parallel &&
+        anvil_model_tp_gather(m, a->dres, demb, (size_t)s->rows * C, "sp embedding backward"))
         return -1;
     m->k->encoder_shard_backward(G(m, LLAMA_EMBED), NULL, demb, a->inputs, m->B, m->T, C, v0, Vs);
     return 0;
