@@ -265,4 +265,17 @@ rc=$?
   bad "mpirun missing: exit $rc, $(cat "$tmp/err")"
 [ ! -e "$tmp/anvil-logs" ] && ok "no log folder made for rejected input" || bad "rejected input made $tmp/anvil-logs"
 
+# A GPU trains in one process until collectives between GPUs exist: 2 ranks on --device cuda are refused
+# by every rank before any device is opened (exit 78), in a build with CUDA; a build without it says so.
+"$anvil" launch -n 2 --log-dir "$tmp/cudalogs" -- train --device cuda --synthetic --preset tiny --steps 1 \
+  --no-progress > "$tmp/out" 2> "$tmp/err"
+rc=$?
+if grep -q "built without CUDA" "$tmp/err"; then
+  [ $rc -ne 0 ] && ok "--device cuda on 2 ranks: this build has no CUDA: $(grep -m1 "built without" "$tmp/err")" ||
+    bad "--device cuda without CUDA: exit 0"
+else
+  [ $rc -eq 78 ] && [ "$(grep -c "trains in one process (2 here): collectives between GPUs (NCCL)" "$tmp/err")" = 2 ] &&
+    ok "--device cuda on 2 ranks refused by each, exit 78" || bad "--device cuda on 2 ranks: exit $rc, $(cat "$tmp/err")"
+fi
+
 finish

@@ -72,6 +72,12 @@ int anvil_train_check(const anvil_train_config *c) {
     int world = anvil_dist_world_size(), tp = c->tensor_parallel > 1 ? c->tensor_parallel : 1;
     int pp = c->pipeline_parallel > 1 ? c->pipeline_parallel : 1;
     if (anvil_grid_check(world, tp, pp, &m)) return -1;
+    if (c->device.kind != ANVIL_DEVICE_CPU && world > 1) {
+        char dev[32];
+        anvil_device_name(c->device, dev, sizeof dev);
+        return anvil_fail("train: --device %s trains in one process (%d here): collectives between GPUs (NCCL) "
+                          "are not built yet", dev, world);
+    }
     if (tp * pp > 1 && c->zero_stage && anvil_zg_check(c->zero_stage, c->shard_group_size, world / (tp * pp)))
         return -1;
     if (tp * pp > ANVIL_CKPT_MAX_FILES - 2 && c->out_dir)
