@@ -83,6 +83,11 @@ struct anvil_model_family {
 const char *anvil_model_shown(const char *text, char *out, size_t cap);
 
 
+/* What a shard's pass checks before it touches a micro-batch: the shape, the slot s among the shard's
+ * slots, that targets are given, and every token id. */
+int anvil_model_shard_batch_check(const anvil_model *m, int s, const int32_t *inputs, const int32_t *targets, int B,
+                                  int T);
+
 /* A unit's parameters or gradients for a whole model's pass: through the hooks where there are hooks
  * (data parallelism's gathers and reductions), else views of the flat buffers. */
 int anvil_model_get_params(anvil_model *m, int u, anvil_model_view *v);

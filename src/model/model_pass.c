@@ -17,6 +17,15 @@ const char *anvil_model_shown(const char *text, char *out, size_t cap) {
     return out;
 }
 
+int anvil_model_shard_batch_check(const anvil_model *m, int s, const int32_t *inputs, const int32_t *targets, int B,
+                                  int T) {
+    if (anvil_model_batch_check(&m->cfg, B, T)) return -1;
+    if (s < 0 || s >= m->shard.nslots)
+        return anvil_fail("tensor parallel: micro-batch slot %d of %d", s, m->shard.nslots);
+    if (!targets) return anvil_fail("tensor parallel: a pass needs targets");
+    return anvil_model_check_tokens(m, "tensor parallel", inputs, targets, (size_t)B * T);
+}
+
 int anvil_model_get_params(anvil_model *m, int u, anvil_model_view *v) {
     if (m->hooks) return m->hooks->get_params(m->hooks->ctx, u, v);
     anvil_model_view_flat(m, u, m->params, v);

@@ -137,12 +137,7 @@ static int acts_ensure(anvil_model *m, int B, int T) {
 
 static int prepare(anvil_model *m, struct tp_slot **slot, int s, const int32_t *inputs, const int32_t *targets, int B,
                    int T) {
-    if (anvil_model_batch_check(&m->cfg, B, T)) return -1;
-    if (s < 0 || s >= m->shard.nslots)
-        return anvil_fail("tensor parallel: micro-batch slot %d of %d", s, m->shard.nslots);
-    if (!targets) return anvil_fail("tensor parallel: a pass needs targets");
-    if (anvil_model_check_tokens(m, "tensor parallel", inputs, targets, (size_t)B * T) || acts_ensure(m, B, T))
-        return -1;
+    if (anvil_model_shard_batch_check(m, s, inputs, targets, B, T) || acts_ensure(m, B, T)) return -1;
     struct tp_slot *a = *slot = &acts_of(m)->slots[s];
     m->k->upload(a->inputs, inputs, (size_t)B * T * sizeof(int32_t));
     m->k->upload(a->targets, targets, (size_t)B * T * sizeof(int32_t));
