@@ -11,9 +11,11 @@
  * start (the void kernels cannot return one). After a failure the backend
  * stays failed: every later sync and int-returning kernel returns -1.
  *
- * Without a GPU, or in a build without CUDA (no ANVIL_HAVE_CUDA), every
- * function here fails with a one-line anvil_fail message and returns -1 or
- * NULL. */
+ * The backend is a module (libanvil_cuda.so) that the first call opens,
+ * so a process that never asks for a GPU never maps the CUDA libraries.
+ * Without a GPU, without the module or its CUDA libraries, or in a build
+ * without CUDA (CMake found no nvcc), every function here fails with a
+ * one-line anvil_fail message and returns -1 or NULL. */
 #ifndef ANVIL_KERNELS_CUDA_H
 #define ANVIL_KERNELS_CUDA_H
 

@@ -1,6 +1,6 @@
 /* The CUDA backend's state and memory entries: binding to a device, the
  * error latch, device memory, copies, the checkpoint snapshot's fused
- * download and CRC, and the two tables (kernels/cuda.h). */
+ * download and CRC, and the two tables (kernels/cuda.h, through module.cu). */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,7 +12,6 @@
 
 extern "C" {
 #include "core/crc32c.h"
-#include "kernels/cuda.h"
 }
 
 /* cuBLASLt's workspace: what NVIDIA recommends for Hopper. */
@@ -239,7 +238,7 @@ static uint32_t cu_download_crc32c(void *dst, const void *src, size_t bytes, uin
 
 /* ---- devices and the tables ---- */
 
-int anvil_cuda_device_count(void) {
+int cu_device_count(void) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -249,8 +248,8 @@ int anvil_cuda_device_count(void) {
     return n > 0 ? n : anvil_fail("cuda: no CUDA device");
 }
 
-int anvil_cuda_device_info(int device, anvil_cuda_device *info) {
-    int n = anvil_cuda_device_count();
+int cu_device_info(int device, anvil_cuda_device *info) {
+    int n = cu_device_count();
     if (n < 0) return -1;
     if (device < 0 || device >= n) return anvil_fail("cuda: no device %d (this machine has %d)", device, n);
     cudaDeviceProp p;
@@ -264,7 +263,7 @@ int anvil_cuda_device_info(int device, anvil_cuda_device *info) {
     return 0;
 }
 
-void *anvil_cuda_stream(void) { return ready.load() ? (void *)cu_g.stream : nullptr; }
+void *cu_stream(void) { return ready.load() ? (void *)cu_g.stream : nullptr; }
 
 /* The kernel interface's attention takes grouped-query shapes (NH query heads, NKV key/value heads of
  * hs); these kernels compute multi-head attention (NKV = NH) and refuse the rest. */
@@ -365,7 +364,7 @@ static int init_fail(const char *what, cudaError_t e) {
  * it has grown to (by default it would hand it back to the driver at every sync). */
 static int init(int device) {
     anvil_cuda_device info;
-    if (anvil_cuda_device_info(device, &info)) return -1;
+    if (cu_device_info(device, &info)) return -1;
     if (info.cc_major < 8)
         return anvil_fail("cuda: device %d (%s) has compute capability %d.%d; anvil's kernels need 8.0 or later",
                           device, info.name, info.cc_major, info.cc_minor);
@@ -397,7 +396,7 @@ static int init(int device) {
     return 0;
 }
 
-const anvil_kernels *anvil_kernels_cuda(int device, anvil_matmul_dtype dtype) {
+const anvil_kernels *cu_kernels(int device, anvil_matmul_dtype dtype) {
     pthread_mutex_lock(&init_mu);
     int rc = 0;
     if (!ready.load()) rc = init(device);

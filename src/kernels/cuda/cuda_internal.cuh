@@ -1,7 +1,9 @@
 /* The CUDA backend's shared internals: the device state, the error latch,
  * stream-ordered scratch memory, reductions, and every kernel-table entry,
  * one file per family as in src/kernels/cpu. Internal to src/kernels/cuda;
- * the public face is kernels/cuda.h.
+ * the public face is kernels/cuda.h, reached through the module's entry
+ * (module.cu, kernels/cuda_module.h). The module is built with hidden
+ * visibility: nothing here but that entry is seen outside it.
  *
  * Every entry runs on the one stream in cu_g, so kernels see each other's
  * results in call order with no further synchronization, and scratch memory
@@ -27,6 +29,7 @@
 
 extern "C" {
 #include "core/error.h"
+#include "kernels/cuda.h"
 #include "kernels/kernels.h"
 }
 
@@ -38,6 +41,12 @@ struct cu_state {
     size_t workspace_bytes;
 };
 extern cu_state cu_g;
+
+/* kernels/cuda.h's entry points (backend.cu), handed out by module.cu. */
+int cu_device_count(void);
+int cu_device_info(int device, anvil_cuda_device *info);
+const anvil_kernels *cu_kernels(int device, anvil_matmul_dtype dtype);
+void *cu_stream(void);
 
 /* Makes cu_g.dev the calling thread's device (once per thread); false after latching. */
 bool cu_enter(void);
