@@ -246,6 +246,54 @@ static int check_tiling(const char *file, const anvil_st_file *f, span *s, uint6
     return 0;
 }
 
+/* The header text as one JSON object, with nothing but white space after it; NULL after anvil_fail. */
+static cJSON *parse_header(const char *file, const char *hdr, uint64_t hlen) {
+    const char *end = NULL;
+    cJSON *root = anvil_json_parse(hdr, (size_t)hlen, &end);
+    if (!root) {
+        size_t at = end && end >= hdr && end <= hdr + hlen ? (size_t)(end - hdr) : 0;
+        anvil_fail("%s: header is not valid JSON (near header byte %zu)", file, at);
+        return NULL;
+    }
+    for (const char *p = end; p < hdr + hlen; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            anvil_fail("%s: header has trailing bytes after the JSON object (header byte %zu)", file,
+                       (size_t)(p - hdr));
+            cJSON_Delete(root);
+            return NULL;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        anvil_fail("%s: header is not a JSON object", file);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* Points each tensor at its bytes in data (a misaligned one at an aligned copy), or, indexed,
+ * records where its bytes begin in the file; -1 after anvil_fail. */
+static int place_tensors(const char *file, anvil_st_file *f, const span *spans, const void *data, int indexed) {
+    for (int i = 0; i < f->n; i++) {
+        const span *sp = &spans[i];
+        anvil_st_tensor *t = &f->t[sp->idx];
+        if (indexed) {
+            f->begin[sp->idx] = sp->begin;
+            continue;
+        }
+        const unsigned char *p = (const unsigned char *)data + sp->begin;
+        if ((uintptr_t)p % dtypes[t->dtype].size != 0) {
+            void *c = alloc_aligned(t->nbytes);
+            if (!c) return anvil_fail("%s: tensor '%s': out of memory copying misaligned data", file, t->name);
+            memcpy(c, p, (size_t)t->nbytes);
+            f->copies[sp->idx] = c;
+            p = c;
+        }
+        t->data = p;
+    }
+    return 0;
+}
+
 /* Builds the file object from its header text and data region; takes
  * ownership of data (freed on failure too). Indexed: the data stays on
  * disk (data NULL), and each tensor's offset is kept instead. */
@@ -261,25 +309,7 @@ static anvil_st_file *parse(const char *file, const char *hdr, uint64_t hlen, vo
     }
     f->fd = -1;
     f->data = data;
-
-    const char *end = NULL;
-    f->root = anvil_json_parse(hdr, (size_t)hlen, &end);
-    if (!f->root) {
-        size_t at = end && end >= hdr && end <= hdr + hlen ? (size_t)(end - hdr) : 0;
-        anvil_fail("%s: header is not valid JSON (near header byte %zu)", file, at);
-        goto fail;
-    }
-    for (const char *p = end; p < hdr + hlen; p++) {
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            anvil_fail("%s: header has trailing bytes after the JSON object (header byte %zu)", file,
-                       (size_t)(p - hdr));
-            goto fail;
-        }
-    }
-    if (!cJSON_IsObject(f->root)) {
-        anvil_fail("%s: header is not a JSON object", file);
-        goto fail;
-    }
+    if (!(f->root = parse_header(file, hdr, hlen))) goto fail;
 
     int total = cJSON_GetArraySize(f->root), n = 0, n_meta = 0;
     for (const cJSON *it = f->root->child; it; it = it->next) {
@@ -320,28 +350,7 @@ static anvil_st_file *parse(const char *file, const char *hdr, uint64_t hlen, vo
         goto fail;
     }
     for (i = 0; i < n; i++) f->by_name[i] = names[i].idx;
-    if (check_tiling(file, f, spans, dsize) < 0) goto fail;
-
-    for (i = 0; i < n; i++) {
-        const span *sp = &spans[i];
-        anvil_st_tensor *t = &f->t[sp->idx];
-        if (indexed) {
-            f->begin[sp->idx] = sp->begin;
-            continue;
-        }
-        const unsigned char *p = (const unsigned char *)data + sp->begin;
-        if ((uintptr_t)p % dtypes[t->dtype].size != 0) {
-            void *c = alloc_aligned(t->nbytes);
-            if (!c) {
-                anvil_fail("%s: tensor '%s': out of memory copying misaligned data", file, t->name);
-                goto fail;
-            }
-            memcpy(c, p, (size_t)t->nbytes);
-            f->copies[sp->idx] = c;
-            p = c;
-        }
-        t->data = p;
-    }
+    if (check_tiling(file, f, spans, dsize) < 0 || place_tensors(file, f, spans, data, indexed) < 0) goto fail;
     free(spans);
     free(names);
     return f;

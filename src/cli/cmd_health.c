@@ -201,7 +201,7 @@ int cmd_health(int argc, char **argv) {
     if (fault_from_env(&c)) return cli_fail(cmd);
 
     cli_set_threads(threads);
-    anvil_dist_config dc = {timeout};
+    anvil_dist_config dc = {.timeout_s = timeout};
     if (anvil_dist_init(&dc)) return cli_fail(cmd);
     anvil_health_report r;
     if (anvil_health_run(&c, &r)) return cli_fail(cmd);

@@ -50,7 +50,7 @@ static int data_resume(anvil_layout *L, const char *dir, anvil_ckpt_manifest *ma
 /* Several replicas: the data-parallel engine all-reduces their gradients. */
 static int replicated_start(anvil_layout *L) {
     if (L->world == 1) return 0;
-    anvil_dp_config dc = {0, 0, L->c->adamw};
+    anvil_dp_config dc = {.zero_stage = 0, .shard_group_size = 0, .adamw = L->c->adamw};
     return (D(L)->dp = anvil_dp_new(&L->model, &dc)) ? 0 : -1;
 }
 
@@ -58,7 +58,7 @@ static int replicated_start(anvil_layout *L) {
 static int zero_start(anvil_layout *L) {
     const anvil_train_config *c = L->c;
     data_layout *d = D(L);
-    anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
+    anvil_dp_config dc = {.zero_stage = c->zero_stage, .shard_group_size = c->shard_group_size, .adamw = c->adamw};
     if (!(d->dp = anvil_dp_new(&L->model, &dc))) return -1;
     if (d->whole_opt.m) anvil_dp_set_moments(d->dp, &d->whole_opt);
     anvil_adamw_free(&d->whole_opt);
@@ -134,7 +134,7 @@ static int data_save_model(anvil_layout *L, const char *path, const anvil_model_
 /* Replicas save rank 0's copy, the layout recorded for information. */
 static int replicated_save_checkpoint(anvil_layout *L, anvil_ckpt_state *st, anvil_checkpointer *ckpt,
                                       int force_sync) {
-    anvil_ckpt_layout lay = {L->world, 0, 1, 1, 1};
+    anvil_ckpt_layout lay = {.world = L->world, .zero_stage = 0, .shard_group = 1, .tensor_parallel = 1, .pipeline_parallel = 1};
     st->model = &L->model;
     st->opt = L->opt;
     st->layout = L->world > 1 ? &lay : NULL;
@@ -146,7 +146,7 @@ static int zero_save_checkpoint(anvil_layout *L, anvil_ckpt_state *st, anvil_che
     data_layout *d = D(L);
     anvil_checkpointer_shard sh;
     anvil_dp_shard_id(d->dp, &sh.g, &sh.k, &sh.writer);
-    anvil_ckpt_layout lay = {L->world, L->c->zero_stage, sh.k, 1, 1};
+    anvil_ckpt_layout lay = {.world = L->world, .zero_stage = L->c->zero_stage, .shard_group = sh.k, .tensor_parallel = 1, .pipeline_parallel = 1};
     st->model = &L->model;
     st->opt = L->opt;
     st->layout = &lay;

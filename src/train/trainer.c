@@ -44,7 +44,7 @@ void anvil_train_defaults(anvil_train_config *c) {
     c->T = 64;
     c->steps = 100;
     c->lr = (anvil_lr_schedule){ANVIL_LR_COSINE, 6e-4f, 6e-5f, 0, 0};
-    c->adamw = (anvil_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
+    c->adamw = (anvil_adamw_config){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     c->grad_clip = 1.0f;
     c->val_batches = 8;
     c->sample_tokens = 128;
@@ -97,7 +97,7 @@ int anvil_train_check(const anvil_train_config *c) {
         return anvil_fail("train: --total-batch-tokens (%lld) must be a positive multiple of batch*seq (%lld)",
                           (long long)c->total_batch_tokens, (long long)bt);
     }
-    anvil_dp_config dc = {c->zero_stage, c->shard_group_size, c->adamw};
+    anvil_dp_config dc = {.zero_stage = c->zero_stage, .shard_group_size = c->shard_group_size, .adamw = c->adamw};
     if (anvil_dp_check(&dc, world)) return -1;
     if (c->steps < 1) return anvil_fail("train: --steps must be positive, got %d", c->steps);
     if (!(c->lr.lr > 0.0f) || !isfinite(c->lr.lr)) return anvil_fail("train: --lr must be positive, got %g", c->lr.lr);
@@ -196,7 +196,7 @@ static int print_sample(const anvil_train_config *c, anvil_model *m, int step) {
     int text = tk || m->cfg.vocab_size == ANVIL_BYTETOK_VOCAB;
     int32_t eot = tk ? anvil_tok_eot(tk) : text ? ANVIL_BYTETOK_EOT : -1;
     int32_t start = text ? anvil_data_doc_start(tk) : 0;
-    anvil_sample_opts so = {1.0f, 0, 1.0f, eot};
+    anvil_sample_opts so = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .stop_token = eot};
     sample_sink sink = {c->log, tk, eot};
     anvil_rng rng;
     anvil_rng_seed(&rng, c->seed + (uint64_t)step);
@@ -473,8 +473,15 @@ static int open_remote(anvil_run *r) {
     if (r->host_leader[r->rank] != r->rank) return 0;
     char host[64];
     anvil_dist_host_key(host, sizeof host);
-    anvil_ckpt_remote_config rc = {c->ckpt_uri, c->out_dir, c->ckpt_prefixes ? c->ckpt_prefixes : ANVIL_CKPT_REMOTE_PREFIXES,
-                                   c->keep_last, c->keep_every, r->rank, host, (uint64_t)run_id, c->log};
+    anvil_ckpt_remote_config rc = {.uri = c->ckpt_uri,
+                                   .run_dir = c->out_dir,
+                                   .nprefixes = c->ckpt_prefixes ? c->ckpt_prefixes : ANVIL_CKPT_REMOTE_PREFIXES,
+                                   .keep_last = c->keep_last,
+                                   .keep_every = c->keep_every,
+                                   .rank = r->rank,
+                                   .host = host,
+                                   .run_id = (uint64_t)run_id,
+                                   .log = c->log};
     return (r->remote = anvil_ckpt_remote_open(&rc)) ? 0 : -1;
 }
 
@@ -485,9 +492,16 @@ static int open_parallel(anvil_run *r) {
     if (c->out_dir) {
         if (c->ckpt_uri && open_remote(r)) return -1;
         if (r->rank == 0 && anvil_ckpt_remote_clean(c->out_dir)) return -1;
-        anvil_checkpointer_config cc = {c->out_dir, c->ckpt_every, c->ckpt_minutes, c->keep_last,
-                                        c->keep_every, !c->ckpt_sync, c->log, c->progress, r->remote,
-                                        r->host_leader};
+        anvil_checkpointer_config cc = {.run_dir = c->out_dir,
+                                        .every_steps = c->ckpt_every,
+                                        .every_minutes = c->ckpt_minutes,
+                                        .keep_last = c->keep_last,
+                                        .keep_every = c->keep_every,
+                                        .async = !c->ckpt_sync,
+                                        .log = c->log,
+                                        .progress = c->progress,
+                                        .remote = r->remote,
+                                        .host_leader = r->host_leader};
         if (!(r->ckpt = anvil_checkpointer_new(&cc))) return -1;
     }
     r->sched = c->lr;
@@ -499,10 +513,19 @@ static int open_parallel(anvil_run *r) {
 static int open_telemetry(anvil_run *r) {
     const anvil_train_config *c = r->c;
     int bf16 = c->matmul_dtype == ANVIL_MATMUL_BF16;
-    anvil_telemetry_config tc = {c->metrics_port,  c->out_dir,      c->log,           r->k->name,
-                                 bf16 ? "bf16" : "fp32", bf16,     c->steps,         c->metric_names,
-                                 c->metric_regexes, c->nmetrics,   c->profile_dir,   c->profile_first,
-                                 c->profile_last};
+    anvil_telemetry_config tc = {.metrics_port = c->metrics_port,
+                                 .out_dir = c->out_dir,
+                                 .log = c->log,
+                                 .kernels = r->k->name,
+                                 .dtype = bf16 ? "bf16" : "fp32",
+                                 .bf16 = bf16,
+                                 .steps = c->steps,
+                                 .metric_names = c->metric_names,
+                                 .metric_regexes = c->metric_regexes,
+                                 .nmetrics = c->nmetrics,
+                                 .profile_dir = c->profile_dir,
+                                 .profile_first = c->profile_first,
+                                 .profile_last = c->profile_last};
     if (!(r->tel = anvil_telemetry_open(&tc))) return -1;
     FILE *log = anvil_telemetry_log(r->tel);
     if (log != c->log) {
@@ -543,7 +566,7 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     memset(res, 0, sizeof *res);
     res->val_loss = NAN;
     if (!(r->k = anvil_kernels_for(c->device, c->matmul_dtype)) || open_telemetry(r)) return -1;
-    if (c->profile_dir) r->k = anvil_profiled_kernels(r->k);
+    if (c->profile_dir) r->k = anvil_profiled_kernels(r->k, &c->model);
     c = r->c;
     catch_stop_signals(r);
     if (open_model(r)) return bad_input(r);

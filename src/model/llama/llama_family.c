@@ -65,9 +65,12 @@ static int64_t ffn_rule(const anvil_model_config *c) {
 
 static anvil_rope_config rope_of(const anvil_model_config *c) {
     const anvil_rope_scaling *s = &c->rope_scaling;
-    return (anvil_rope_config){c->rope_theta,      s->llama3 ? ANVIL_ROPE_LLAMA3 : ANVIL_ROPE_DEFAULT,
-                               s->factor,          s->low_freq_factor,
-                               s->high_freq_factor, s->original_max_position};
+    return (anvil_rope_config){.theta = c->rope_theta,
+                               .type = s->llama3 ? ANVIL_ROPE_LLAMA3 : ANVIL_ROPE_DEFAULT,
+                               .factor = s->factor,
+                               .low_freq_factor = s->low_freq_factor,
+                               .high_freq_factor = s->high_freq_factor,
+                               .original_max_position_embeddings = s->original_max_position};
 }
 
 static int check_rope(const anvil_model_config *c) {
@@ -230,6 +233,14 @@ static size_t flop_params(const anvil_model_config *c) {
 
 static double flops_per_token(const anvil_model_config *c, int T) {
     return 6.0 * (double)flop_params(c) + 12.0 * c->n_layer * (double)c->n_embd * T;
+}
+
+/* HF's names; the gate and up projections are one matmul here, as q, k and v are. */
+static const char *linear_role(const anvil_model_config *c, int C, int OC) {
+    int E = c->n_embd, H = c->ffn_hidden, qkv = (c->n_head + 2 * c->n_kv_head) * llama_hs(c);
+    if (C == H && OC == E) return "down_proj";
+    if (C != E) return NULL;
+    return OC == qkv ? "qkv_proj" : OC == E ? "o_proj" : OC == 2 * H ? "gate_up_proj" : NULL;
 }
 
 int llama_rope_upload(const anvil_kernels *k, const anvil_model_config *c, float *dst, int P) {
@@ -456,6 +467,7 @@ const anvil_model_family anvil_llama_family = {
     .tensor = tensor,
     .flop_params = flop_params,
     .flops_per_token = flops_per_token,
+    .linear_role = linear_role,
     .forward = forward,
     .forward_backward = forward_backward,
     .logits = llama_logits,
