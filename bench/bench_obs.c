@@ -75,7 +75,9 @@ int main(int argc, char **argv) {
     /* A kernel that does nothing, so the difference is the wrapper's alone. */
     anvil_kernels fake = *anvil_kernels_cpu();
     fake.copy = copy_nothing;
-    const anvil_kernels *k = &fake, *p = anvil_profiled_kernels(k);
+    anvil_model_config mc;
+    if (anvil_model_preset("tiny", &mc)) return 1;
+    const anvil_kernels *k = &fake, *p = anvil_profiled_kernels(k, &mc);
     float x[8] = {0}, w[64] = {0}, out[8];
     volatile double sink = 0;
     double plain, traced, hook, bare;

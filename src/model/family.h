@@ -43,6 +43,8 @@ struct anvil_model_family {
     void (*tensor)(const anvil_model_config *cfg, int i, anvil_tensor_info *out);
     size_t (*flop_params)(const anvil_model_config *cfg);
     double (*flops_per_token)(const anvil_model_config *cfg, int T);
+    /* model.h's anvil_model_linear_role. */
+    const char *(*linear_role)(const anvil_model_config *cfg, int C, int OC);
 
     /* The passes, as model.h documents them; m->comm says whether m is a shard. */
     int (*forward)(anvil_model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);

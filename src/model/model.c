@@ -219,6 +219,10 @@ double anvil_model_flops_per_token(const anvil_model_config *cfg, int T) {
     return cfg->family->flops_per_token(cfg, T);
 }
 
+const char *anvil_model_linear_role(const anvil_model_config *cfg, int C, int OC) {
+    return cfg->family->linear_role(cfg, C, OC);
+}
+
 /* ---- layouts ---- */
 
 static int per_layer(const anvil_tensor_info *t) { return t->place == ANVIL_PLACE_LAYER; }

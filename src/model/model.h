@@ -166,6 +166,10 @@ size_t anvil_model_num_params(const anvil_model_config *cfg); /* incl. padding r
 size_t anvil_model_flop_params(const anvil_model_config *cfg);
 /* Training FLOPs per token at sequence length T, as PaLM's appendix B: 6N + 12*L*C*T for attention. */
 double anvil_model_flops_per_token(const anvil_model_config *cfg, int T);
+/* Which of a block's linear layers (whole, not a tensor-parallel shard) maps C inputs to OC outputs,
+ * by its name in the family ("qkv", "fc_proj", ...): what a profile labels a matmul with. NULL when
+ * no layer has that shape. */
+const char *anvil_model_linear_role(const anvil_model_config *cfg, int C, int OC);
 
 /* ---- a model: whole, or the shard of one process ---- */
 

@@ -1,25 +1,37 @@
 #include "train/profile.h"
 
+#include <stdio.h>
+
 #include "obs/trace.h"
 
 static const anvil_kernels *K;
 static anvil_kernels P;
+/* The run's model, checked, so the widths its check derives (Llama's MLP) are there; NULL: none. */
+static anvil_model_config model_cfg;
+static const anvil_model_config *M;
 
 #define OP() double t0_ = anvil_trace_begin()
 #define DONE(name) anvil_trace_end(t0_, "op", name, anvil_trace_layer(), -1)
 
-/* A linear layer's role, from its shape: [C -> 3C] is the attention's qkv, [C -> C] its output
- * projection, [C -> 4C] the MLP's expansion, [4C -> C] its projection. */
-static const char *role(const char *fwd_or_bwd, int C, int OC) {
-    static const char *const names[2][5] = {
-        {"matmul_forward qkv", "matmul_forward attn_proj", "matmul_forward fc", "matmul_forward fc_proj",
-         "matmul_forward"},
-        {"matmul_backward qkv", "matmul_backward attn_proj", "matmul_backward fc", "matmul_backward fc_proj",
-         "matmul_backward"},
-    };
-    int d = fwd_or_bwd[0] == 'b';
-    int r = OC == 3 * C ? 0 : OC == C ? 1 : OC == 4 * C ? 2 : C == 4 * OC ? 3 : 4;
-    return names[d][r];
+/* A linear layer's span name, "matmul_forward qkv": its role in the block by its shape, as the model
+ * family names it. The trace keeps the name's pointer, so each name is made once and kept; the model
+ * calls its matmuls from one thread. */
+static const char *role(int backward, int C, int OC) {
+    static struct {
+        int C, OC, backward;
+        char name[64];
+    } names[32];
+    static int n;
+    const char *plain = backward ? "matmul_backward" : "matmul_forward";
+    for (int i = 0; i < n; i++)
+        if (names[i].C == C && names[i].OC == OC && names[i].backward == backward) return names[i].name;
+    const char *r = M ? anvil_model_linear_role(M, C, OC) : NULL;
+    if (!r || n == (int)(sizeof names / sizeof names[0])) return plain;
+    names[n].C = C;
+    names[n].OC = OC;
+    names[n].backward = backward;
+    snprintf(names[n].name, sizeof names[n].name, "%s %s", plain, r);
+    return names[n++].name;
 }
 
 static void zero(void *p, size_t bytes) {
@@ -64,13 +76,13 @@ static void matmul_forward(float *out, const float *x, const float *w, const flo
                            int accumulate) {
     OP();
     K->matmul_forward(out, x, w, b, N, C, OC, accumulate);
-    DONE(role("forward", C, OC));
+    DONE(role(0, C, OC));
 }
 static void matmul_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, int N,
                             int C, int OC) {
     OP();
     K->matmul_backward(dx, dw, db, dout, x, w, N, C, OC);
-    DONE(role("backward", C, OC));
+    DONE(role(1, C, OC));
 }
 static int attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs) {
     OP();
@@ -174,8 +186,10 @@ static void adamw(float *p, const float *g, float *m, float *v, size_t n, float 
     DONE("adamw");
 }
 
-const anvil_kernels *anvil_profiled_kernels(const anvil_kernels *k) {
+const anvil_kernels *anvil_profiled_kernels(const anvil_kernels *k, const anvil_model_config *model) {
     K = k;
+    model_cfg = *model;
+    M = anvil_model_config_check(&model_cfg) == 0 ? &model_cfg : NULL;
     /* Entries not traced here (memory; the snapshot's download_crc32c, which runs on every
      * OpenMP thread, where a span each would say little; any added later) call k's directly. */
     P = *k;

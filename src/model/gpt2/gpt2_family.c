@@ -161,6 +161,13 @@ static double flops_per_token(const anvil_model_config *c, int T) {
     return 6.0 * (double)flop_params(c) + 12.0 * c->n_layer * (double)c->n_embd * T;
 }
 
+static const char *linear_role(const anvil_model_config *c, int C, int OC) {
+    int E = c->n_embd;
+    if (C == 4 * E) return OC == E ? "fc_proj" : NULL;
+    if (C != E) return NULL;
+    return OC == 3 * E ? "qkv" : OC == E ? "attn_proj" : OC == 4 * E ? "fc" : NULL;
+}
+
 /* ---- Hugging Face GPT2LMHeadModel ---- */
 
 /* GPT-2's files name the last id, whatever ids says. */
@@ -280,6 +287,7 @@ const anvil_model_family anvil_gpt2_family = {
     .tensor = tensor,
     .flop_params = flop_params,
     .flops_per_token = flops_per_token,
+    .linear_role = linear_role,
     .forward = forward,
     .forward_backward = forward_backward,
     .logits = gpt2_logits,
