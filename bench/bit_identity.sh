@@ -136,7 +136,7 @@ if [[ resume =~ $only ]]; then
       > "$out/$which/resume.log" 2>&1 &&
       "$bin" launch -n 2 -- train "${common[@]}" --batch 4 --steps 20 --tp 2 "${ck[@]}" --resume auto \
         --out "$out/$which/resume" >> "$out/$which/resume.log" 2>&1 ||
-      echo "resume: FAILED with $which: $(tail -1 "$out/$which/resume.log")"
+      { echo "resume: FAILED with $which: $(tail -1 "$out/$which/resume.log")"; differs=1; }
     fingerprint "$out/$which/resume" > "$out/$which/resume.sums"
   done
   report resume "$out/before/resume.sums" "$out/after/resume.sums"
@@ -153,7 +153,7 @@ if [[ prep =~ $only ]]; then
       > "$d.log" 2>&1 &&
       "$bin" prep --out "$d/shards" --tokenizer "$d/tok.tiktoken" --workers 2 --shard-tokens 100000 \
         --delimiter '\n' --no-progress "$out/corpus.txt" >> "$d.log" 2>&1 ||
-      echo "prep: FAILED with $which: $(tail -1 "$d.log")"
+      { echo "prep: FAILED with $which: $(tail -1 "$d.log")"; differs=1; }
     (cd "$d" && find . -type f \( -name '*.bin' -o -name '*.tiktoken' \) | LC_ALL=C sort | xargs -r sha256sum) \
       > "$d.sums"
   done
