@@ -7,11 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "core/clock.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
@@ -81,9 +81,7 @@ int anvil_completion_write(const char *dir, const char *command, long long step,
     snprintf(r.command, sizeof r.command, "%s", command);
     snprintf(r.attempt, sizeof r.attempt, "%s", attempt ? attempt : "");
     if (gethostname(r.host, sizeof r.host - 1)) snprintf(r.host, sizeof r.host, "unknown host");
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    r.finished_at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    r.finished_at = anvil_epoch_now();
     char path[PATH_MAX + 160];
     for (int i = 0; i < nfiles; i++) {
         if (!plain_name(files[i])) return anvil_fail("%s: '%s' is not a plain file name of %s", command, files[i], dir);

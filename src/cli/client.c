@@ -114,8 +114,8 @@ void client_print_json(const cJSON *j) {
 }
 
 /* --state DIR's serve.port, as http://127.0.0.1:PORT. */
-static int find_daemon(const char *state, client *cl) {
-    char *dir = cli_state_dir(state), path[PATH_MAX], *text = NULL;
+int client_find_daemon(client *cl) {
+    char *dir = cli_state_dir(cl->state), path[PATH_MAX], *text = NULL;
     size_t len;
     if (!dir) return anvil_fail("out of memory");
     snprintf(path, sizeof path, "%s/serve.port", dir);
@@ -180,8 +180,9 @@ int client_open(client *cl, const char *cmd, const char *usage, int argc, char *
             argv[(*n)++] = argv[i];
         }
     }
+    cl->state = state;
     if (url) snprintf(cl->url, sizeof cl->url, "%s", url);
-    else if (find_daemon(state, cl)) return cli_fail(cmd);
+    else if (client_find_daemon(cl)) return cli_fail(cmd);
     if (find_token(token_file, cl)) {
         client_close(cl);
         return cli_fail(cmd);

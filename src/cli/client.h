@@ -11,6 +11,7 @@
 typedef struct {
     const char *cmd; /* "job", "user", ...: the prefix of error lines */
     char url[512];
+    const char *state; /* --state DIR as given, NULL for the default (cli_state_dir) */
     char *token; /* malloc'd; never printed */
     bool json;
     bool curl; /* libcurl initialized */
@@ -28,6 +29,9 @@ typedef struct {
  * after --help). */
 int client_open(client *cl, const char *cmd, const char *usage, int argc, char **argv, int *n);
 void client_close(client *cl);
+/* The daemon's URL again, from its state folder's serve.port (a daemon started anew may listen on
+ * another port); -1 after anvil_fail. */
+int client_find_daemon(client *cl);
 
 /* One request; *code the HTTP status. -1 with a message when the daemon cannot be reached. */
 int client_http(const client *cl, const char *method, const char *path, const char *body, long *code,

@@ -27,6 +27,8 @@ static const char *usage =
     "  logs ID [--rank R] [--follow]          the launcher's merged log, or rank R's\n"
     "  stop ID                                checkpoint and stop (SIGKILL after the daemon's grace)\n"
     "  wait ID                                until the job ends\n"
+    "  goodput ID                             where the job's time went: productive, recomputed, detection,\n"
+    "                                         restart, checkpoint, eval, queue; ETTR; each attempt and fault\n"
     "  audit [--user U] [--limit N]           the last N (100) entries of the audit trail (admins)\n"
     "\n"
     "The daemon is found through DIR/serve.port (default ~/.local/share/anvil) or --url. The token\n"
@@ -187,6 +189,54 @@ static void print_attempts(const cJSON *j) {
     }
 }
 
+/* The parts of a goodput object's "parts", in one line: "productive 69.8 s, recomputed 2.0 s, ...". */
+static void print_parts(const cJSON *parts) {
+    const cJSON *p;
+    const char *sep = "";
+    cJSON_ArrayForEach(p, parts) {
+        if (cJSON_IsNumber(p) && p->valuedouble > 0) printf("%s%s %.1f s", sep, p->string, p->valuedouble);
+        if (cJSON_IsNumber(p) && p->valuedouble > 0) sep = ", ";
+    }
+}
+
+static void print_goodput_line(const cJSON *g) {
+    if (!g) return;
+    printf("goodput:        ETTR %.1f%% of %.1f s: ", 100 * client_num(g, "ettr"), client_num(g, "wall_s"));
+    print_parts(cJSON_GetObjectItemCaseSensitive(g, "parts"));
+    printf(" (job goodput ID: the table)\n");
+}
+
+void cli_print_goodput(const cJSON *g, double id) {
+    const cJSON *parts = cJSON_GetObjectItemCaseSensitive(g, "parts"), *p, *e;
+    double wall = client_num(g, "wall_s");
+    printf("job %.0f: wall %.1f s, ETTR %.1f%% (productive / (wall - queue))\n", id, wall, 100 * client_num(g, "ettr"));
+    printf("  %-11s %10s %7s\n", "PART", "SECONDS", "SHARE");
+    cJSON_ArrayForEach(p, parts) printf("  %-11s %10.1f %6.1f%%\n", p->string, p->valuedouble,
+                                         wall > 0 ? 100 * p->valuedouble / wall : 0);
+    printf("attempts:\n");
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(g, "attempts")) {
+        char t[32];
+        printf("  %.0f  started %s, ", client_num(e, "attempt"), client_when(client_num(e, "started_at"), t, sizeof t));
+        if (client_num(e, "resumed_from") < 0) printf("never trained");
+        else printf("steps %.0f to %.0f", client_num(e, "resumed_from"), client_num(e, "last_step"));
+        if (client_num(e, "kept_through") >= 0 && client_num(e, "kept_through") < client_num(e, "last_step"))
+            printf(" (kept through %.0f)", client_num(e, "kept_through"));
+        printf(": ");
+        print_parts(cJSON_GetObjectItemCaseSensitive(e, "parts"));
+        printf("\n");
+    }
+    const cJSON *faults = cJSON_GetObjectItemCaseSensitive(g, "faults");
+    if (cJSON_GetArraySize(faults)) printf("faults:\n");
+    cJSON_ArrayForEach(e, faults) {
+        char t[32];
+        const char *target = client_str(e, "target");
+        printf("  %s  %s%s%s (attempt %.0f): lost %.1f s = detection %.1f + recomputed %.1f + restart %.1f\n",
+               client_when(client_num(e, "at"), t, sizeof t), client_str(e, "kind"), target[0] ? " " : "", target,
+               client_num(e, "attempt"), client_num(e, "lost_s"), client_num(e, "detection_s"),
+               client_num(e, "recomputed_s"), client_num(e, "restart_s"));
+    }
+}
+
 static void print_job(const cJSON *j) {
     char t[32];
     printf("id:             %.0f\nname:           %s\nowner:          %s\nrole:           %s\nstatus:         %s",
@@ -203,6 +253,7 @@ static void print_job(const cJSON *j) {
     printf("spec:           %s\n", spec ? spec : "");
     free(spec);
     print_attempts(j);
+    print_goodput_line(cJSON_GetObjectItemCaseSensitive(j, "goodput"));
     printf("history:\n");
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "history")) {
@@ -231,6 +282,19 @@ static int describe(const client *cl, int argc, char **argv, bool stop) {
     else if (stop) printf("job %.0f: %s\n", client_num(j, "id"), client_str(j, "status"));
     else print_job(j);
     cJSON_Delete(j);
+    return 0;
+}
+
+static int goodput(const client *cl, int argc, char **argv) {
+    char path[128];
+    if (argc != 2) return cli_usage_error("job", "goodput takes one job ID");
+    if (job_path(argc, argv, "/goodput", path, sizeof path)) return ANVIL_EXIT_USAGE;
+    cJSON *g;
+    int rc = client_call(cl, "GET", path, NULL, &g);
+    if (rc) return rc;
+    if (cl->json) client_print_json(g);
+    else cli_print_goodput(g, atof(argv[1]));
+    cJSON_Delete(g);
     return 0;
 }
 
@@ -349,7 +413,7 @@ int cmd_job(int argc, char **argv) {
     int n, rc = client_open(&cl, "job", usage, argc, argv, &n);
     if (rc >= 0) return rc;
     const char *c = n ? argv[0] : "";
-    if (!n) rc = cli_usage_error("job", "which command? (submit, list, describe, logs, stop, wait, audit)");
+    if (!n) rc = cli_usage_error("job", "which command? (submit, list, describe, logs, stop, wait, audit, goodput)");
     else if (!strcmp(c, "submit")) rc = submit(&cl, n, argv);
     else if (!strcmp(c, "list")) rc = list(&cl, n, argv);
     else if (!strcmp(c, "describe")) rc = describe(&cl, n, argv, false);
@@ -357,6 +421,7 @@ int cmd_job(int argc, char **argv) {
     else if (!strcmp(c, "wait")) rc = wait_job(&cl, n, argv);
     else if (!strcmp(c, "logs")) rc = logs(&cl, n, argv);
     else if (!strcmp(c, "audit")) rc = audit(&cl, n, argv);
+    else if (!strcmp(c, "goodput")) rc = goodput(&cl, n, argv);
     else rc = cli_usage_error("job", "unknown command '%s'", c);
     client_close(&cl);
     return rc;

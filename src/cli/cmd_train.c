@@ -22,6 +22,7 @@
 #include "obs/logmetric.h"
 #include "opts/tables.h"
 #include "tok/tokenizer.h"
+#include "train/ckpt_auto.h"
 #include "train/ckpt_remote.h"
 #include "train/trainer.h"
 
@@ -126,7 +127,8 @@ static int take(void *ctx, const anvil_opt_arg *a) {
     case ANVIL_TRAIN_METRIC: return take_metric(t, v);
     case ANVIL_TRAIN_PROFILE: c->profile_dir = v; break;
     case ANVIL_TRAIN_PROFILE_STEPS: t->profile_steps = v; break;
-    case ANVIL_TRAIN_CKPT_EVERY: c->ckpt_every = i; break;
+    case ANVIL_TRAIN_CKPT_EVERY: c->ckpt_every = a->choice >= 0 ? ANVIL_CKPT_EVERY_AUTO : i; break;
+    case ANVIL_TRAIN_MTBF: c->mtbf_s = a->d; break;
     case ANVIL_TRAIN_CKPT_MINUTES: c->ckpt_minutes = a->d; break;
     case ANVIL_TRAIN_KEEP_LAST: c->keep_last = i; break;
     case ANVIL_TRAIN_KEEP_EVERY: c->keep_every = a->i; break;
@@ -170,6 +172,10 @@ static int check_extras(train_args *t) {
         c->profile_first = c->steps < 5 ? c->steps : 5;
         c->profile_last = c->profile_first + 2 < c->steps ? c->profile_first + 2 : c->steps;
     }
+    /* The job service measures the job's MTBF so far (its failures over its time) for each retry. */
+    const char *mtbf = getenv("ANVIL_MTBF_S");
+    if (!c->mtbf_s && mtbf && anvil_opt_double("ANVIL_MTBF_S", mtbf, &c->mtbf_s))
+        return cli_usage_error(cmd, "%s", anvil_errmsg());
     return 0;
 }
 
@@ -260,7 +266,7 @@ static int run(train_args *t, int argc, char **argv, const char *data_meta) {
      * watching it. */
     bool several = anvil_dist_world_size() > 1;
     if (c->out_dir && anvil_dist_rank() == 0 && t->health && several && access(c->out_dir, F_OK) == 0 &&
-        anvil_heartbeat_write(c->out_dir, "health", 0))
+        anvil_heartbeat_write(c->out_dir, "health", 0, 0))
         fprintf(stderr, "anvil %s: warning: heartbeat: %s\n", cmd, anvil_errmsg());
     if (t->health && several && cli_health_before_training(cmd)) return 1;
     anvil_tok *tok = NULL;

@@ -3,6 +3,8 @@
 #ifndef ANVIL_CLI_COMMANDS_H
 #define ANVIL_CLI_COMMANDS_H
 
+#include <cjson/cJSON.h>
+
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_prep(int argc, char **argv);
@@ -24,11 +26,15 @@ int cmd_pool(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_s3(int argc, char **argv);
+int cmd_chaos(int argc, char **argv);
 
 /* The quick health check anvil train runs on more than one rank, between
  * anvil_dist_init and training; collective. Prints on rank 0 and returns 0
  * when healthy, else the exit status (every rank returns the same). */
 int cli_health_before_training(const char *cmd);
+
+/* A goodput answer of the job service (GET /v1/jobs/ID/goodput) as `anvil job goodput` prints it. */
+void cli_print_goodput(const cJSON *g, double id);
 
 /* The job service's state folder: given, else ~/.local/share/anvil. malloc'd. */
 char *cli_state_dir(const char *given);

@@ -39,6 +39,7 @@ static const struct {
     {"role", cmd_role, "add, grant and list the job service's roles", false},
     {"quota", cmd_quota, "set and show the job service's quotas, with their usage", false},
     {"pool", cmd_pool, "list and release the job service's warm pools (Slurm allocations kept after a job)", false},
+    {"chaos", cmd_chaos, "strike a service job with faults on a schedule (ranks, attempts, the daemon, the disk)", false},
     {"job-run", cmd_job_run, "(internal) the wrapper anvil serve runs each job attempt through", false},
 };
 

@@ -24,14 +24,15 @@ static cJSON *job_json(const anvil_api_env *env, const anvil_job *j, bool full) 
     if (!o) return NULL;
     if (!full) return o;
     cJSON *backend = anvil_supervisor_describe(env->sup, j), *hooks = anvil_hooks_of_job(env->st, j->id),
-          *attempts = anvil_supervisor_attempts(env->sup, j);
+          *attempts = anvil_supervisor_attempts(env->sup, j), *goodput = api_goodput_json(env, j, false);
     if (backend) cJSON_AddItemToObject(o, "backend", backend);
     if (attempts) cJSON_AddItemToObject(o, "attempts", attempts);
     if (hooks) cJSON_AddItemToObject(o, "hooks", hooks);
+    if (goodput) cJSON_AddItemToObject(o, "goodput", goodput);
     anvil_job_event *ev;
     int n;
     cJSON *h = cJSON_AddArrayToObject(o, "history");
-    if (!backend || !attempts || !hooks || !h || anvil_store_history(env->st, j->id, &ev, &n)) {
+    if (!backend || !attempts || !hooks || !goodput || !h || anvil_store_history(env->st, j->id, &ev, &n)) {
         cJSON_Delete(o);
         return NULL;
     }
@@ -233,11 +234,12 @@ static int logs(anvil_api_call *c, const char *run_dir) {
     return 0;
 }
 
-/* /v1/jobs/ID[/stop|/logs|/plot.svg|/profile]. */
+/* /v1/jobs/ID[/stop|/logs|/plot.svg|/profile|/goodput|/faults]. */
 static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
     static const char *const parts[][2] = {{"", "job.get"},           {"/stop", "job.stop"},
                                            {"/logs", "job.logs"},     {"/plot.svg", "job.plot"},
-                                           {"/profile", "job.profile"}};
+                                           {"/profile", "job.profile"}, {"/goodput", "job.goodput"},
+                                           {"/faults", "job.fault"}};
     char *end;
     errno = 0;
     long long id = strtoll(rest, &end, 10);
@@ -247,11 +249,11 @@ static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
         c->action = "request";
         return api_reply_error(c, 404, "no such endpoint: %.200s", c->rq->path);
     }
-    bool stop = part == 1;
+    bool stop = part == 1, fault = part == 6;
     c->action = parts[part][1];
-    c->mutating = stop;
+    c->mutating = stop || fault;
     snprintf(c->target, sizeof c->target, "job %lld", id);
-    if (stop ? !post : !get) return api_reply_error(c, 405, "use %s", stop ? "POST" : "GET");
+    if (stop || fault ? !post : !get) return api_reply_error(c, 405, "use %s", stop || fault ? "POST" : "GET");
     static const char *const none[] = {NULL};
     if (part != 2 && part != 4 && !api_known_args(c, none)) return -1;
     anvil_job j;
@@ -264,7 +266,11 @@ static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
     if (rc == 1) return api_reply_error(c, 404, "no job %lld", id);
     if (part == 0) return reply_job(c, 200, &j, true);
     if (!stop) {
-        rc = part == 2 ? logs(c, j.run_dir) : part == 3 ? api_job_plot(c, &j) : api_job_profile(c, &j);
+        rc = part == 2   ? logs(c, j.run_dir)
+             : part == 3 ? api_job_plot(c, &j)
+             : part == 4 ? api_job_profile(c, &j)
+             : part == 5 ? api_job_goodput(c, &j)
+                         : api_job_fault(c, &j);
         anvil_job_free(&j);
         return rc;
     }

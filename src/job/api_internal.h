@@ -57,6 +57,14 @@ int api_job_profile(anvil_api_call *c, const anvil_job *j);
 /* Whether s is a decimal count in [0, max]; *out gets it. */
 bool api_parse_count(const char *s, long max, long *out);
 
+/* api_goodput.c: GET /v1/jobs/ID/goodput, the job's goodput accounting with its timeline (job/goodput.h),
+ * and POST /v1/jobs/ID/faults (admins), a fault of anvil chaos injected by the backend or recorded after
+ * the chaos client carried it out (job/chaos.h); api_goodput_json: the accounting (for describe, without
+ * the timeline), NULL after anvil_fail. */
+cJSON *api_goodput_json(const anvil_api_env *env, const anvil_job *j, bool timeline);
+int api_job_goodput(anvil_api_call *c, const anvil_job *j);
+int api_job_fault(anvil_api_call *c, const anvil_job *j);
+
 /* api_admin.c's routes: true with *rc the handler's result when path is one of theirs. */
 bool api_route_admin(anvil_api_call *c, const char *path, int *rc);
 

@@ -9,6 +9,7 @@
 
 #include "core/json.h"
 #include "job/api_internal.h"
+#include "job/goodput.h"
 #include "job/store.h"
 #include "obs/heartbeat.h"
 #include "obs/prom.h"
@@ -162,6 +163,41 @@ static void job_figures(anvil_prom *p, const anvil_job *jobs, int n, double now)
     }
 }
 
+/* Each job's goodput accounting (job/goodput.h): seconds by part, the ETTR, and its faults so far. A
+ * job whose accounting cannot be read (its metrics file unreadable) is left out of these families. */
+static void goodput_figures(anvil_prom *p, anvil_store *st, const anvil_job *jobs, int n, double now) {
+    anvil_goodput *g = calloc((size_t)(n ? n : 1), sizeof *g);
+    bool *have = calloc((size_t)(n ? n : 1), sizeof *have);
+    for (int i = 0; g && have && i < n; i++) have[i] = jobs[i].first_started_at > 0 && !anvil_goodput_of(st, &jobs[i], now, &g[i]);
+    anvil_prom_family(p, "anvil_job_goodput_seconds", ANVIL_PROM_GAUGE,
+                      "Where the job's wall time went: productive, recomputed, detection, restart, checkpoint, eval, "
+                      "queue (they add up to its wall time).");
+    for (int i = 0; have && i < n; i++) {
+        char id[24];
+        snprintf(id, sizeof id, "%lld", (long long)jobs[i].id);
+        for (int part = 0; have[i] && part < ANVIL_GP_NPARTS; part++) {
+            anvil_prom_label l[] = {{"job_id", id}, {"name", jobs[i].name}, {"part", anvil_gp_part_name(part)}};
+            anvil_prom_sample(p, "anvil_job_goodput_seconds", l, 3, g[i].total.s[part]);
+        }
+    }
+    for (int f = 0; f < 2; f++) {
+        const char *name = f ? "anvil_job_faults" : "anvil_job_ettr";
+        anvil_prom_family(p, name, ANVIL_PROM_GAUGE,
+                          f ? "Faults injected into the job (anvil chaos)."
+                            : "Effective training time ratio: productive seconds over the job's wall time less its queue.");
+        for (int i = 0; have && i < n; i++) {
+            char id[24];
+            snprintf(id, sizeof id, "%lld", (long long)jobs[i].id);
+            anvil_prom_label l[] = {{"job_id", id}, {"name", jobs[i].name}};
+            if (have[i]) anvil_prom_sample(p, name, l, 2, f ? g[i].nfaults : g[i].ettr);
+        }
+    }
+    for (int i = 0; have && i < n; i++)
+        if (have[i]) anvil_goodput_free(&g[i]);
+    free(g);
+    free(have);
+}
+
 static void state_figures(anvil_prom *p, const anvil_store_counts *k) {
     anvil_prom_family(p, "anvil_serve_jobs", ANVIL_PROM_GAUGE, "Jobs in the state, by status.");
     for (int s = 0; s < ANVIL_JOB_NSTATUS; s++) {
@@ -199,6 +235,7 @@ int api_metrics(anvil_api_call *c) {
     if (p) {
         state_figures(p, &k);
         job_figures(p, jobs, n, now);
+        goodput_figures(p, c->env->st, jobs, n, now);
         if (c->env->stats) request_figures(p, c->env->stats);
     }
     anvil_job_list_free(jobs, n);

@@ -84,6 +84,12 @@ typedef struct {
      * then 0 with why saying what it gave up on (else why is ""). The run folder's lock (which the
      * supervisor checks after) stays the fence of what writes the run folder. */
     int (*fence)(anvil_backend *b, const anvil_attempt_ref *a, double ended_at, char *why, size_t cap);
+    /* A fault of anvil chaos (job/chaos.h: kill-rank, stop-rank, kill-attempt, host-lost) on running attempt
+     * a; target: the rank or host index (the caller draws one when the schedule names none); per_host:
+     * the attempt's processes per host. 0 with what was done in done; 1 when there is no such target to
+     * strike now (why in done); -1 after anvil_fail. NULL on a backend that injects none. */
+    int (*inject)(anvil_backend *b, const anvil_attempt_ref *a, int kind, int target, int per_host, char *done,
+                  size_t cap);
     void (*free)(anvil_backend *b);
     /* The one line that says how a failed attempt ended, when the backend knows better than the run's
      * launcher log's last error line (which rank failed first, and where); "" when it does not. NULL on a

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "job/backend.h"
+#include "job/chaos.h"
 
 typedef struct {
     anvil_backend base;
@@ -30,9 +31,9 @@ static pid_t session_of(const anvil_attempt_ref *a) {
     return end != a->handle && !*end && v > 1 && v <= INT_MAX ? (pid_t)v : 0;
 }
 
-/* Signals every live process of session sid (sig 0: only counts them). Zombies do not count: after a
- * daemon restart nobody may be left to reap them. */
-static int session_signal(pid_t sid, int sig) {
+/* Calls fn(pid, ctx) for every live process of session sid, and counts them. Zombies do not count:
+ * after a daemon restart nobody may be left to reap them. */
+static int session_each(pid_t sid, void (*fn)(pid_t pid, void *ctx), void *ctx) {
     DIR *d = opendir("/proc");
     if (!d) return 0;
     int n = 0;
@@ -53,11 +54,16 @@ static int session_signal(pid_t sid, int sig) {
         if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4) continue;
         if (session != sid || state == 'Z' || state == 'X') continue;
         n++;
-        if (sig) kill((pid_t)atoi(e->d_name), sig);
+        if (fn) fn((pid_t)atoi(e->d_name), ctx);
     }
     closedir(d);
     return n;
 }
+
+static void send_signal(pid_t pid, void *ctx) { kill(pid, *(const int *)ctx); }
+
+/* Signals every live process of session sid (sig 0: only counts them). */
+static int session_signal(pid_t sid, int sig) { return session_each(sid, sig ? send_signal : NULL, &sig); }
 
 void anvil_attempt_exit_path(const char *state_dir, const anvil_attempt_ref *a, char *path, size_t cap) {
     snprintf(path, cap, "%s/jobs/%lld/exit_%d", state_dir, (long long)a->job_id, a->attempt);
@@ -223,6 +229,71 @@ static int local_fence(anvil_backend *b, const anvil_attempt_ref *a, double ende
     return left > 0;
 }
 
+/* The rank a process of an attempt is, from the OMPI_COMM_WORLD_RANK that mpirun gave it; -1 for the
+ * wrapper, the launcher and mpirun's own processes. */
+static int rank_of(pid_t pid) {
+    enum { CAP = 1 << 20 }; /* the kernel's limit on an environment is larger, but no rank's is near it */
+    char path[64], *env = malloc(CAP);
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    int fd = env ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    size_t len = 0;
+    for (ssize_t got = 1; fd >= 0 && got > 0 && len < CAP - 1; len += got > 0 ? (size_t)got : 0)
+        got = read(fd, env + len, CAP - 1 - len);
+    if (fd >= 0) close(fd);
+    if (env) env[len] = 0;
+    int rank = -1;
+    static const char key[] = "OMPI_COMM_WORLD_RANK=";
+    for (char *p = env; env && p < env + len && rank < 0; p += strlen(p) + 1)
+        if (!strncmp(p, key, sizeof key - 1)) rank = atoi(p + sizeof key - 1);
+    free(env);
+    return rank;
+}
+
+typedef struct {
+    int first, last, sig, hit;
+} rank_signal;
+
+static void signal_rank(pid_t pid, void *ctx) {
+    rank_signal *r = ctx;
+    int rank = rank_of(pid);
+    if (rank >= r->first && rank <= r->last && !kill(pid, r->sig)) r->hit++;
+}
+
+/* Sends sig to every live rank of session sid in [first, last]; the number signalled. */
+static int signal_ranks(pid_t sid, int first, int last, int sig) {
+    rank_signal r = {first, last, sig, 0};
+    session_each(sid, signal_rank, &r);
+    return r.hit;
+}
+
+/* On this machine every process of the attempt is in its session: a rank is found by its rank number,
+ * and a host is the ranks of its slice of the launch (the local backend has one host). */
+static int local_inject(anvil_backend *b, const anvil_attempt_ref *a, int kind, int target, int per_host, char *done,
+                        size_t cap) {
+    pid_t sid = session_of(a);
+    if (!sid || session_signal(sid, 0) == 0) {
+        snprintf(done, cap, "the attempt has no process left");
+        return 1;
+    }
+    if (kind == ANVIL_FAULT_KILL_ATTEMPT) {
+        local_kill(b, a);
+        snprintf(done, cap, "every process of session %d killed (SIGKILL)", (int)sid);
+        return 0;
+    }
+    bool host = kind == ANVIL_FAULT_HOST_LOST;
+    int first = host ? target * per_host : target, last = host ? first + per_host - 1 : target;
+    int sig = kind == ANVIL_FAULT_STOP_RANK ? SIGSTOP : SIGKILL;
+    int n = signal_ranks(sid, first, last, sig);
+    if (!n) {
+        snprintf(done, cap, "no %s %d is running in session %d", host ? "host" : "rank", target, (int)sid);
+        return 1;
+    }
+    if (host) snprintf(done, cap, "host %d lost: its %d rank(s), %d to %d, killed (SIGKILL)", target, n, first, last);
+    else snprintf(done, cap, "rank %d %s (%s)", target, sig == SIGSTOP ? "frozen" : "killed",
+                  sig == SIGSTOP ? "SIGSTOP" : "SIGKILL");
+    return 0;
+}
+
 static void local_free(anvil_backend *b) {
     local_backend *lb = local_of(b);
     if (!lb) return;
@@ -240,6 +311,7 @@ static const anvil_backend_ops local_ops = {
     .describe = local_describe,
     .attempt_facts = local_attempt_facts,
     .fence = local_fence,
+    .inject = local_inject,
     .free = local_free,
 };
 

@@ -49,6 +49,9 @@ static const char schema[] =
     " handle TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL NOT NULL DEFAULT 0,"
     " exit_code INTEGER NOT NULL DEFAULT -1, outcome TEXT NOT NULL DEFAULT '', facts TEXT NOT NULL DEFAULT '{}',"
     " PRIMARY KEY (job_id, attempt));"
+    "CREATE TABLE IF NOT EXISTS faults ("
+    " job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, at REAL NOT NULL, attempt INTEGER NOT NULL,"
+    " kind TEXT NOT NULL, target TEXT NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (job_id, seq));"
     "CREATE TABLE IF NOT EXISTS hook_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " job_id INTEGER NOT NULL REFERENCES jobs(id), at REAL NOT NULL, status TEXT NOT NULL, secondary TEXT NOT NULL,"
     " message TEXT NOT NULL, kind TEXT NOT NULL, target TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,"
@@ -195,9 +198,8 @@ static int read_job(sqlite3_stmt *s, anvil_job *j) {
     return 0;
 }
 
-/* A history entry; a new primary status also goes to the hooks. */
-static int add_event(anvil_store *st, int64_t id, double at, const char *status, const char *secondary,
-                     const char *message, bool primary) {
+int anvil_store_add_event(anvil_store *st, int64_t id, double at, const char *status, const char *secondary,
+                          const char *message, bool primary) {
     sqlite3_stmt *s = NULL;
     int rc = sqlite3_prepare_v2(st->db,
                                 "INSERT INTO history (job_id, seq, at, status, secondary, message) VALUES (?1,"
@@ -245,7 +247,7 @@ static int insert_job(anvil_store *st, const anvil_job_new *job, const char *def
         sqlite3_free(sql);
         if (rc) return -1;
     }
-    if (add_event(st, *id, now, status_names[ANVIL_JOB_PENDING], "", "submitted", true)) return -1;
+    if (anvil_store_add_event(st, *id, now, status_names[ANVIL_JOB_PENDING], "", "submitted", true)) return -1;
     if (!audit) return 0;
     anvil_audit_entry e = *audit;
     char target[32];
@@ -419,8 +421,8 @@ static int update_job(anvil_store *st, const anvil_job *j, const char *message) 
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) return anvil_store_db_fail(st, "update");
     if (j->handle[0] && anvil_store_attempt_begin(st, j)) return -1;
-    return changed ? add_event(st, j->id, anvil_store_now(), status_names[j->status], j->secondary, message, primary)
-                   : 0;
+    if (!changed) return 0;
+    return anvil_store_add_event(st, j->id, anvil_store_now(), status_names[j->status], j->secondary, message, primary);
 }
 
 int anvil_store_update(anvil_store *st, const anvil_job *job, const char *message) {

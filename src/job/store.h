@@ -144,6 +144,22 @@ int anvil_store_attempt_facts(anvil_store *st, int64_t id, int attempt, const ch
 int anvil_store_attempts(anvil_store *st, int64_t id, anvil_job_attempt **attempts, int *n);
 void anvil_job_attempts_free(anvil_job_attempt *attempts, int n);
 
+/* A fault injected into a job (anvil chaos): when, into which attempt, of which kind ("kill-rank",
+ * "stop-rank", "kill-attempt", "host-lost", "disk-full", "daemon-kill"), at what ("rank 1", "host 0",
+ * "" for the whole attempt or the daemon) and what was done. */
+typedef struct {
+    double at;
+    int attempt;
+    char *kind, *target, *detail;
+} anvil_job_fault;
+
+/* Records fault f of job id, and its history entry (the job's status kept, secondary "Fault"), in one
+ * transaction. */
+int anvil_store_fault_add(anvil_store *st, int64_t id, const anvil_job_fault *f);
+/* The job's faults, the first first. */
+int anvil_store_faults(anvil_store *st, int64_t id, anvil_job_fault **faults, int *n);
+void anvil_job_faults_free(anvil_job_fault *faults, int n);
+
 /* The job as the API lists it: its fields and spec, without history. NULL after anvil_fail. */
 cJSON *anvil_job_json(const anvil_job *job);
 

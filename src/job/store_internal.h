@@ -1,11 +1,13 @@
 /* The state database's insides, shared by the files of src/job that keep tables in it (store.c:
- * jobs and history; store_attempts.c: each job's attempts; auth.c: users, tokens, roles; audit.c:
+ * jobs and history; store_attempts.c: each job's attempts; store_faults.c: the faults injected into
+ * them; auth.c: users, tokens, roles; audit.c:
  * the audit trail; outbox.c: the hooks' deliveries), so that a change, its audit record and its
  * events are one transaction. */
 #ifndef ANVIL_JOB_STORE_INTERNAL_H
 #define ANVIL_JOB_STORE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <sqlite3.h>
 
 #include "job/hooks.h"
@@ -49,6 +51,10 @@ int anvil_store_rows(anvil_store *st, const char *sql, const anvil_store_query *
 int anvil_store_attempt_begin(anvil_store *st, const anvil_job *job);
 /* Records the end of an attempt, inside the caller's transaction. */
 int anvil_store_attempt_end(anvil_store *st, int64_t job_id, const anvil_attempt_end *end);
+
+/* A history entry, inside the caller's transaction; a new primary status also goes to the hooks. */
+int anvil_store_add_event(anvil_store *st, int64_t id, double at, const char *status, const char *secondary,
+                          const char *message, bool primary);
 
 /* Queues the event of a job's new primary status for every hook, inside the caller's transaction. */
 int anvil_outbox_enqueue(anvil_store *st, int64_t job_id, double at, const char *status, const char *secondary,

@@ -111,6 +111,15 @@ static int heartbeat_of(const anvil_job *j, anvil_heartbeat *hb) {
     return rc == 0 && hb->time > j->started_at ? 0 : 1;
 }
 
+/* A job without hang_timeout_s gets one from what its run measured of the phase it is in (the heartbeat's
+ * expect_s): a few times the slowest so far, never below a floor that a loaded machine's stalls stay
+ * under; 0 (no timeout) while the phase has nothing measured (the first checkpoint, loading). */
+static double derived_hang_timeout(const anvil_heartbeat *hb) {
+    if (!(hb->expect_s > 0)) return 0;
+    double t = ANVIL_HANG_FACTOR * hb->expect_s;
+    return t > ANVIL_HANG_FLOOR_S ? t : ANVIL_HANG_FLOOR_S;
+}
+
 /* The secondary status a running attempt's heartbeat phase stands for. */
 static const char *phase_status(const char *phase) {
     static const char *const map[][2] = {{"health", "HealthCheck"},          {"loading", "Preparing"},
@@ -236,6 +245,13 @@ static void build_cmdline(const anvil_supervisor *sup, const anvil_job *j, const
     /* Whose completion record counts (ckpt/completion.h), and where a command without --out writes it. */
     pushf(&c->envp, &c->envc, &c->oom, "ANVIL_ATTEMPT=%s%s", attempt, "");
     pushf(&c->envp, &c->envc, &c->oom, "ANVIL_RUN_DIR=%s%s", j->run_dir, "");
+    /* A retry's --ckpt-every auto plans for the failures the job has seen: its time since its first
+     * start over the attempts that ended before this one (train/ckpt_auto.h). */
+    if (j->attempt > 1 && j->first_started_at > 0) {
+        char mtbf[32];
+        snprintf(mtbf, sizeof mtbf, "%.3f", (anvil_store_now() - j->first_started_at) / (j->attempt - 1));
+        pushf(&c->envp, &c->envc, &c->oom, "ANVIL_MTBF_S=%s%s", mtbf, "");
+    }
 }
 
 
@@ -588,7 +604,7 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
     }
     anvil_heartbeat hb;
     bool beating = heartbeat_of(j, &hb) == 0;
-    char message[128];
+    char message[256];
     /* The limit covers the job, retries included, as SageMaker's MaxRuntimeInSeconds does. */
     double first = j->first_started_at ? j->first_started_at : j->started_at;
     if (max_runtime > 0 && now - first > max_runtime) {
@@ -597,6 +613,14 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
     }
     if (hang > 0 && now - (beating ? hb.time : j->started_at) > hang) {
         snprintf(message, sizeof message, "no progress for %g s: stopping for a retry", hang);
+        return begin_stop(sup, j, ANVIL_STOP_HANG, "HangDetected", message);
+    }
+    double derived = hang > 0 || !beating ? 0 : derived_hang_timeout(&hb);
+    if (derived > 0 && now - hb.time > derived) {
+        snprintf(message, sizeof message,
+                 "no progress for %.1f s (the hang timeout derived from the run: %g x its slowest %s, %.1f s, at least "
+                 "%g s): stopping for a retry",
+                 now - hb.time, ANVIL_HANG_FACTOR, hb.phase, hb.expect_s, ANVIL_HANG_FLOOR_S);
         return begin_stop(sup, j, ANVIL_STOP_HANG, "HangDetected", message);
     }
     return beating ? follow_phase(sup, j, &hb) : 0;

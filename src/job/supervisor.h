@@ -13,7 +13,10 @@
  * its checkpoint-and-stop; the SIGKILL deadline is stored, and past it the backend kills the attempt.
  *
  * Progress is the heartbeat (obs/heartbeat.h) that rank 0 of `anvil train` keeps in RUN: none for
- * hang_timeout_s since the attempt started or since the last one is a hang. Its phase is the
+ * hang_timeout_s since the attempt started or since the last one is a hang. A job that gives no
+ * hang_timeout_s gets one derived from its run: ANVIL_HANG_FACTOR times the longest its current phase
+ * has taken so far (the heartbeat's expect_s), at least ANVIL_HANG_FLOOR_S, once the phase has been
+ * measured. Its phase is the
  * running job's secondary status: HealthCheck, Preparing, Training, Checkpointing, Saving.
  *
  * max_runtime_s counts from the first attempt's start, so retries do not extend it. At most
@@ -38,6 +41,9 @@
 #include "job/backend.h"
 #include "job/objstore.h"
 #include "job/store.h"
+
+#define ANVIL_HANG_FACTOR 3.0
+#define ANVIL_HANG_FLOOR_S 10.0
 
 typedef struct anvil_supervisor anvil_supervisor;
 

@@ -6,24 +6,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "core/json.h"
 
-static const char *const phases[] = {"health", "loading", "training", "checkpointing", "finishing"};
+static const char *const phases[] = {"health", "loading", "training", "evaluating", "checkpointing", "finishing"};
 
-int anvil_heartbeat_write(const char *run_dir, const char *phase, int64_t step) {
+int anvil_heartbeat_write(const char *run_dir, const char *phase, int64_t step, double expect_s) {
     char path[PATH_MAX], tmp[PATH_MAX + 32], text[192];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     if ((size_t)snprintf(path, sizeof path, "%s/heartbeat.json", run_dir) >= sizeof path)
         return anvil_fail("%s: path too long", run_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    int n = snprintf(text, sizeof text, "{\"pid\":%ld,\"step\":%lld,\"phase\":\"%s\",\"time\":%.3f}\n", (long)getpid(),
-                     (long long)step, phase, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
+    int n = snprintf(text, sizeof text, "{\"pid\":%ld,\"step\":%lld,\"phase\":\"%s\",\"time\":%.3f,\"expect_s\":%.3f}\n",
+                     (long)getpid(), (long long)step, phase, anvil_epoch_now(), expect_s);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return anvil_fail("%s: cannot create: %s", tmp, strerror(errno));
     int rc = anvil_write_all(fd, text, (size_t)n, tmp);
@@ -43,10 +41,12 @@ int anvil_heartbeat_parse(const char *text, size_t len, const char *what, anvil_
     }
     const cJSON *pid = cJSON_GetObjectItemCaseSensitive(o, "pid"), *step = cJSON_GetObjectItemCaseSensitive(o, "step"),
                 *phase = cJSON_GetObjectItemCaseSensitive(o, "phase"),
-                *t = cJSON_GetObjectItemCaseSensitive(o, "time");
+                *t = cJSON_GetObjectItemCaseSensitive(o, "time"), *expect = cJSON_GetObjectItemCaseSensitive(o, "expect_s");
     const char *bad = !cJSON_IsNumber(pid) || !(pid->valuedouble >= 1 && pid->valuedouble <= INT_MAX) ? "pid"
                       : !cJSON_IsNumber(step) || !(step->valuedouble >= 0 && step->valuedouble < 9e15) ? "step"
                       : !cJSON_IsNumber(t) || !(t->valuedouble >= 0 && t->valuedouble < 1e11) ? "time"
+                      : expect && (!cJSON_IsNumber(expect) || !(expect->valuedouble >= 0 && expect->valuedouble < 1e9))
+                          ? "expect_s"
                       : !cJSON_IsString(phase) ? "phase" : NULL;
     if (!bad) {
         bad = "phase";
@@ -57,6 +57,7 @@ int anvil_heartbeat_parse(const char *text, size_t len, const char *what, anvil_
         hb->pid = (long)pid->valuedouble;
         hb->step = (int64_t)step->valuedouble;
         hb->time = t->valuedouble;
+        hb->expect_s = expect ? expect->valuedouble : 0;
         snprintf(hb->phase, sizeof hb->phase, "%s", phase->valuestring);
     }
     cJSON_Delete(o);

@@ -1,12 +1,15 @@
 /* The heartbeat: RUN/heartbeat.json, which rank 0 of a training run rewrites as it goes, so that a
  * supervisor (the job service) can tell progress from a hang and show what the run is doing.
  *
- *   {"pid": P, "step": N, "phase": "training", "time": T}
+ *   {"pid": P, "step": N, "phase": "training", "time": T, "expect_s": E}
  *
  * time is seconds since the epoch when the phase began or the step was done. Phases: "health"
  * (the pre-flight check), "loading" (model, data, resume), "training" (rewritten after a step, at
- * most every HEARTBEAT_EVERY_S unless the phase changed), "checkpointing" (a save being taken),
- * "finishing" (the final model being written). Written with rename and without fsync: a crash may
+ * most every HEARTBEAT_EVERY_S unless the phase changed), "evaluating" (validation or a sample),
+ * "checkpointing" (a save being taken), "finishing" (the final model being written). expect_s is
+ * the longest the writer has measured the phase to go without another beat (0: not measured yet,
+ * or a phase it does not measure), from which the job service derives a hang timeout when the job
+ * gives none (an older writer's beat has no expect_s: 0). Written with rename and without fsync: a crash may
  * lose the last beat, which only makes the run look as stalled as it is. */
 #ifndef ANVIL_OBS_HEARTBEAT_H
 #define ANVIL_OBS_HEARTBEAT_H
@@ -21,10 +24,11 @@ typedef struct {
     int64_t step;
     char phase[16];
     double time;
+    double expect_s;
 } anvil_heartbeat;
 
 /* Writes run_dir/heartbeat.json (through a temporary file beside it). -1 after anvil_fail. */
-int anvil_heartbeat_write(const char *run_dir, const char *phase, int64_t step);
+int anvil_heartbeat_write(const char *run_dir, const char *phase, int64_t step, double expect_s);
 /* Reads one: 0, 1 when there is none, -1 after anvil_fail naming the file and field. */
 int anvil_heartbeat_read(const char *run_dir, anvil_heartbeat *hb);
 /* Parses a heartbeat's text (at most len bytes); -1 after anvil_fail naming what (a path) and the field. */

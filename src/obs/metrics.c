@@ -71,6 +71,8 @@ int anvil_metrics_write(anvil_metrics *m, const char *kind, const char *const *k
         double v = values[i];
         if (!isfinite(v)) n += snprintf(line + n, sizeof line - n, ",\"%s\":null", keys[i]);
         else if (v == floor(v) && fabs(v) < 1e15) n += snprintf(line + n, sizeof line - n, ",\"%s\":%.0f", keys[i], v);
+        /* Nine digits would round a Unix time to seconds: large ones keep their milliseconds. */
+        else if (fabs(v) >= 1e8) n += snprintf(line + n, sizeof line - n, ",\"%s\":%.3f", keys[i], v);
         else n += snprintf(line + n, sizeof line - n, ",\"%s\":%.9g", keys[i], v);
     }
     if (n >= (int)sizeof line - 2) return anvil_fail("%s: record too long", m->path);

@@ -14,7 +14,8 @@ anvil_metrics *anvil_metrics_open(const char *path);
 void anvil_metrics_close(anvil_metrics *m);
 
 /* Writes {"kind": kind, key: value, ...} from nfields (key, value) pairs; integral values are
- * printed without a fraction. */
+ * printed without a fraction, values of 1e8 or more with three decimals (a Unix time to the
+ * millisecond), others to nine significant digits. */
 int anvil_metrics_write(anvil_metrics *m, const char *kind, const char *const *keys, const double *values,
                         int nfields);
 

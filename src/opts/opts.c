@@ -62,6 +62,8 @@ static int convert(const anvil_opt *opt, const char *v, anvil_opt_arg *a) {
     switch (opt->kind) {
     case ANVIL_OPT_INT:
     case ANVIL_OPT_I64:
+        if (opt->choices && anvil_opt_is_choice(opt, v, &a->choice)) return 0;
+        a->choice = -1;
         return anvil_opt_i64(opt->name, v, opt->lo, opt->hi, &a->i);
     case ANVIL_OPT_FLOAT: {
         float f = 0;

@@ -41,7 +41,8 @@ typedef struct {
     const char *help;    /* lines separated by '\n'; NULL: none */
     int64_t lo, hi;      /* INT, I64 */
     /* ENUM: the choices, '|'-separated ("strided|contiguous"). The path kinds: values that are
-     * keywords, not paths ("auto" for train --resume, "-" for standard input). */
+     * keywords, not paths ("auto" for train --resume, "-" for standard input). INT and I64: words
+     * taken besides numbers ("auto" for train --ckpt-every). */
     const char *choices;
     const char *invalid; /* ENUM: the message for another value, with one %s for it */
     const char *heading; /* a line the usage prints before the option ("data:") */
@@ -68,7 +69,7 @@ typedef struct {
     const char *text; /* the value, or the operand; NULL for a flag */
     int64_t i;        /* INT, I64 */
     double d;         /* FLOAT, DOUBLE */
-    int choice;       /* ENUM: the index of the value among the choices */
+    int choice;       /* ENUM, and INT or I64 given a word: the index of the value among the choices (-1: a number) */
 } anvil_opt_arg;
 
 /* Parses argv[1..argc) (argv[0] is the command), calling fn with each argument in order; fn returns

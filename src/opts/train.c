@@ -113,11 +113,17 @@ static const anvil_opt train_opts[] = {
                  "their bytes, checkpoint snapshots and writes, data-loader waits"},
     [ANVIL_TRAIN_PROFILE_STEPS] = {.name = "--profile-steps", .kind = ANVIL_OPT_TEXT, .metavar = "A-B",
                                    .help = "the steps profiled (default 5-7, or the last ones of a shorter run)"},
-    [ANVIL_TRAIN_CKPT_EVERY] = {.name = "--ckpt-every", .kind = ANVIL_OPT_INT, .metavar = "N", .lo = 0, .hi = N30,
+    [ANVIL_TRAIN_CKPT_EVERY] = {.name = "--ckpt-every", .kind = ANVIL_OPT_INT, .metavar = "N|auto", .lo = 0,
+                                .hi = N30, .choices = "auto",
                                 .heading = "checkpoints (in DIR/ckpt, one folder per step, written in the background):",
-                                .help = "every N steps"},
+                                .help = "every N steps; auto: every sqrt(2 x cost x MTBF) seconds (Young/Daly), the\n"
+                                        "cost measured on the run's own checkpoints (the first after 10 steps), the\n"
+                                        "interval it chose in the log"},
     [ANVIL_TRAIN_CKPT_MINUTES] = {.name = "--ckpt-minutes", .kind = ANVIL_OPT_DOUBLE, .metavar = "M",
                                   .help = "every M minutes of wall time"},
+    [ANVIL_TRAIN_MTBF] = {.name = "--mtbf", .kind = ANVIL_OPT_DOUBLE, .metavar = "S",
+                          .help = "the mean time between failures that --ckpt-every auto plans for (default: the\n"
+                                  "job service's measure of the job so far, ANVIL_MTBF_S, else a day)"},
     [ANVIL_TRAIN_KEEP_LAST] = {.name = "--keep-last", .kind = ANVIL_OPT_INT, .metavar = "K", .lo = 1, .hi = N30,
                                .help = "keep the newest K (default 3) ..."},
     [ANVIL_TRAIN_KEEP_EVERY] = {.name = "--keep-every", .kind = ANVIL_OPT_I64, .metavar = "J", .lo = 0,

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -62,6 +63,8 @@ struct anvil_checkpointer {
     char path[4096];
     int64_t step;
     double last_save_time, write_ms, writer_cpu_ms;
+    int64_t last_save_step; /* the step of the last save, or where the run started */
+    bool relative;          /* every_steps counts from the last save, not in multiples of the step */
     int done; /* the writer thread has finished */
     int failed;
     /* the true cost of the checkpoint in flight (anvil_checkpointer_report) */
@@ -364,7 +367,9 @@ static int wait_writer(anvil_checkpointer *cp, double since) {
 }
 
 int anvil_checkpointer_due(const anvil_checkpointer *cp, int64_t step) {
-    if (cp->cfg.every_steps > 0 && step % cp->cfg.every_steps == 0) return 1;
+    if (cp->cfg.every_steps > 0 &&
+        (cp->relative ? step - cp->last_save_step >= cp->cfg.every_steps : step % cp->cfg.every_steps == 0))
+        return 1;
     return cp->cfg.every_minutes > 0 && anvil_now() - cp->last_save_time >= cp->cfg.every_minutes * 60.0;
 }
 
@@ -448,6 +453,7 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
     cp->mine = (shard_report){SHARD_PENDING, 0, 0, shard ? shard->g : 0};
     cp->shard_err[0] = '\0';
     cp->last_save_time = called;
+    cp->last_save_step = st->step;
     if (cp->cfg.async && !force_sync) {
         take(cp);
         /* A replicated snapshot that failed fails now; a shard's reaches every rank through the exchange. */
@@ -501,6 +507,13 @@ int anvil_checkpointer_next_report(anvil_checkpointer *cp, anvil_checkpointer_re
     *rep = cp->costs[0];
     memmove(cp->costs, cp->costs + 1, (size_t)--cp->ncosts * sizeof *cp->costs);
     return 1;
+}
+
+void anvil_checkpointer_set_every(anvil_checkpointer *cp, int every_steps, int64_t from_step) {
+    if (!cp) return;
+    cp->cfg.every_steps = every_steps;
+    if (!cp->relative) cp->last_save_step = from_step;
+    cp->relative = true;
 }
 
 int anvil_checkpointer_free(anvil_checkpointer *cp) {

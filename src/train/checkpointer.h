@@ -93,6 +93,9 @@ int anvil_checkpointer_before_update(anvil_checkpointer *cp);
  * in flight, or into the baseline when none is, and finishes a background write that has
  * completed, logging its cost. -1 when that write failed (logged as such). */
 int anvil_checkpointer_step_done(anvil_checkpointer *cp, double step_ms, int base);
+/* Checkpoints every every_steps steps counted from the last save (before the first, from from_step), in
+ * place of the configured policy's multiples: --ckpt-every auto's interval, set anew as costs come in. */
+void anvil_checkpointer_set_every(anvil_checkpointer *cp, int every_steps, int64_t from_step);
 /* The next cost report of a completed checkpoint (rank 0 only; the oldest first): 1 with *rep
  * filled, 0 when there is none. */
 int anvil_checkpointer_next_report(anvil_checkpointer *cp, anvil_checkpointer_report *rep);

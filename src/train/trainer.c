@@ -33,6 +33,7 @@
 #include "train/checkpointer.h"
 #include "train/ckpt_remote.h"
 #include "train/layout.h"
+#include "train/ckpt_auto.h"
 #include "train/profile.h"
 #include "train/resume_check.h"
 #include "train/telemetry.h"
@@ -120,8 +121,9 @@ int anvil_train_check(const anvil_train_config *c) {
         return anvil_fail("train: checkpoints and --resume need a run folder (--out)");
     if (c->ckpt_uri && (!c->out_dir || !anvil_s3_is_uri(c->ckpt_uri)))
         return anvil_fail("train: --ckpt-uri %s: needs --out and an s3://bucket/prefix URI", c->ckpt_uri);
-    if (c->ckpt_every < 0 || c->ckpt_minutes < 0 || c->keep_last < 1 || c->keep_every < 0)
-        return anvil_fail("train: checkpoint intervals must be >= 0 and --keep-last >= 1");
+    if ((c->ckpt_every < 0 && c->ckpt_every != ANVIL_CKPT_EVERY_AUTO) || c->ckpt_minutes < 0 || c->keep_last < 1 ||
+        c->keep_every < 0 || c->mtbf_s < 0)
+        return anvil_fail("train: checkpoint intervals and --mtbf must be >= 0 and --keep-last >= 1");
     if (c->profile_dir && (c->profile_first < 1 || c->profile_last < c->profile_first))
         return anvil_fail("train: --profile-steps must be A-B with 1 <= A <= B, got %d-%d", c->profile_first,
                           c->profile_last);
@@ -265,6 +267,13 @@ typedef struct {
     double beat_at;
     int beat_failed;
     struct sigaction old_term, old_usr1;
+    /* Since the last "train" record, the time that went to checkpoint stalls, and to validation and
+     * sampling: the run's timeline, which the job service's goodput accounting splits (job/goodput.h). */
+    double ckpt_s, eval_s;
+    /* The longest step, validation-and-sample and checkpoint save so far: what the heartbeat says to
+     * expect of each phase, from which the job service derives a hang timeout. */
+    double slowest_step_s, slowest_eval_s, slowest_ckpt_s;
+    int auto_every; /* --ckpt-every auto's interval in use (0: the first, before any was measured) */
     /* the step that just ran */
     step_agreement agreed;
     float loss, lr, norm;
@@ -272,14 +281,20 @@ typedef struct {
 } anvil_run;
 
 /* Rank 0's heartbeat (obs/heartbeat.h). A write that fails is reported once and training goes on:
- * a supervisor will see no progress, which is the truth it can act on. */
+ * a supervisor will see no progress, which is the truth it can act on. Phases are the literals
+ * below, told apart by address. */
 static void beat(anvil_run *r, const char *phase, int64_t step) {
     if (r->rank != 0 || !r->c->out_dir) return;
     double now = anvil_now();
     if (r->beat_phase == phase && now - r->beat_at < ANVIL_HEARTBEAT_EVERY_S) return;
     r->beat_phase = phase;
     r->beat_at = now;
-    if (anvil_heartbeat_write(r->c->out_dir, phase, step) && !r->beat_failed) {
+    /* Between training beats lie up to HEARTBEAT_EVERY_S of steps and one more step. */
+    double expect = !strcmp(phase, "training")        ? (r->slowest_step_s > 0 ? r->slowest_step_s + ANVIL_HEARTBEAT_EVERY_S : 0)
+                    : !strcmp(phase, "evaluating")    ? r->slowest_eval_s
+                    : !strcmp(phase, "checkpointing") ? r->slowest_ckpt_s
+                                                      : 0;
+    if (anvil_heartbeat_write(r->c->out_dir, phase, step, expect) && !r->beat_failed) {
         r->beat_failed = 1;
         fprintf(r->c->log, "warning: heartbeat: %s\n", anvil_errmsg());
     }
@@ -493,7 +508,7 @@ static int open_parallel(anvil_run *r) {
         if (c->ckpt_uri && open_remote(r)) return -1;
         if (r->rank == 0 && anvil_ckpt_remote_clean(c->out_dir)) return -1;
         anvil_checkpointer_config cc = {.run_dir = c->out_dir,
-                                        .every_steps = c->ckpt_every,
+                                        .every_steps = c->ckpt_every > 0 ? c->ckpt_every : 0,
                                         .every_minutes = c->ckpt_minutes,
                                         .keep_last = c->keep_last,
                                         .keep_every = c->keep_every,
@@ -503,6 +518,7 @@ static int open_parallel(anvil_run *r) {
                                         .remote = r->remote,
                                         .host_leader = r->host_leader};
         if (!(r->ckpt = anvil_checkpointer_new(&cc))) return -1;
+        if (c->ckpt_every == ANVIL_CKPT_EVERY_AUTO) anvil_checkpointer_set_every(r->ckpt, ANVIL_CKPT_AUTO_FIRST, r->start);
     }
     r->sched = c->lr;
     if (!r->sched.total) r->sched.total = c->steps;
@@ -547,6 +563,30 @@ static void catch_stop_signals(anvil_run *r) {
     r->signals_set = 1;
 }
 
+/* The "start" record, where this process's part of the run's timeline begins: the step it resumed
+ * from (0: none), and which attempt of which job of the job service it is (ANVIL_ATTEMPT "<job>.<n>";
+ * 0 and 0 outside the service), whose accounting begins the attempt's training here. */
+static int record_start(anvil_run *r) {
+    if (!r->metrics) return 0;
+    long long job = 0;
+    int attempt = 0;
+    const char *a = getenv("ANVIL_ATTEMPT");
+    if (a && sscanf(a, "%lld.%d", &job, &attempt) != 2) job = attempt = 0;
+    const char *keys[] = {"step", "t", "job", "attempt"};
+    double vals[] = {(double)r->start, anvil_epoch_now(), (double)job, attempt};
+    return anvil_metrics_write(r->metrics, "start", keys, vals, 4);
+}
+
+/* The "end" record of a run that finished (or stopped, checkpointed): what the time since the last
+ * "train" record went to, the final model's save included. */
+static int record_end(anvil_run *r, int stopped, double save_s) {
+    if (!r->metrics) return 0;
+    const char *keys[] = {"step", "t", "ckpt_ms", "eval_ms", "save_ms", "stopped"};
+    double step = (double)(r->start > r->res->steps_done ? r->start : r->res->steps_done);
+    double vals[] = {step, anvil_epoch_now(), r->ckpt_s * 1e3, r->eval_s * 1e3, save_s * 1e3, stopped};
+    return anvil_metrics_write(r->metrics, "end", keys, vals, 6);
+}
+
 /* Everything up to the first step; r is safe to close whatever fails. */
 static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_result *res) {
     memset(r, 0, sizeof *r);
@@ -586,7 +626,7 @@ static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_resul
     if (c->resume && resume_from(r)) return bad_input(r);
     if (r->L->ops->start(r->L) || open_parallel(r) || anvil_telemetry_start(r->tel, r->metrics)) return -1;
     r->t_start = anvil_now();
-    return 0;
+    return record_start(r);
 }
 
 /* ---- the step ---- */
@@ -617,7 +657,9 @@ static int run_step(anvil_run *r, int step) {
     if (!isfinite(r->loss))
         return anvil_fail("train: step %d: the loss is %s; stopping (try a lower --lr)", step + 1,
                           isnan(r->loss) ? "NaN" : "infinite");
+    double wait = anvil_now();
     if (anvil_checkpointer_before_update(r->ckpt)) return -1;
+    r->ckpt_s += anvil_now() - wait;
     r->lr = anvil_lr_at(&r->sched, step);
     double opt = anvil_trace_begin();
     /* A device backend's kernels run asynchronously: the step is over, and its failures known, once it
@@ -631,6 +673,23 @@ static int run_step(anvil_run *r, int step) {
 
 /* ---- after the step ---- */
 
+/* --ckpt-every auto: the interval again from the checkpoint just measured (train/ckpt_auto.h), said in
+ * the log when it changes. Rank 0's alone counts: it decides when checkpoints are due. */
+static void auto_interval(anvil_run *r, const anvil_checkpointer_report *rep) {
+    int n = r->timed < 50 ? r->timed : 50;
+    double recent[50];
+    memcpy(recent, r->step_ms + r->timed - n, sizeof *recent * (size_t)n);
+    double mtbf = r->c->mtbf_s > 0 ? r->c->mtbf_s : ANVIL_CKPT_AUTO_MTBF_S;
+    char why[400];
+    int every = anvil_ckpt_auto_every(rep->cost_ms, rep->write_ms, n ? median(recent, n) : 0, mtbf, r->c->steps, why,
+                                      sizeof why);
+    if (every == r->auto_every) return;
+    r->auto_every = every;
+    anvil_checkpointer_set_every(r->ckpt, every, r->start);
+    if (r->c->progress) anvil_progress_end(r->c->log);
+    fprintf(r->c->log, "%s\n", why);
+}
+
 /* The cost reports of completed checkpoints, into metrics.jsonl. */
 static int ckpt_metrics(anvil_run *r) {
     anvil_checkpointer_report rep;
@@ -642,6 +701,7 @@ static int ckpt_metrics(anvil_run *r) {
                          rep.waited_ms, rep.cost_ms, rep.cost_steps, rep.base_ms, rep.sync_ms, (double)rep.sync_step,
                          100.0 * rep.cost_ms / rep.sync_ms};
         if (anvil_metrics_write(r->metrics, "ckpt", keys, vals, 12)) return -1;
+        if (r->c->ckpt_every == ANVIL_CKPT_EVERY_AUTO) auto_interval(r, &rep);
     }
     return 0;
 }
@@ -680,15 +740,19 @@ static int record_step(anvil_run *r, int step) {
     const anvil_train_config *c = r->c;
     double dt = r->dt;
     r->step_ms[r->timed++] = dt * 1e3;
+    if (dt > r->slowest_step_s) r->slowest_step_s = dt;
     r->tokens_seen += (int64_t)r->tokens_per_step;
     r->res->final_loss = r->loss;
     r->res->steps_done = step + 1;
     double tok_s = r->tokens_per_step / dt, gflops = r->flops_per_step / dt / 1e9;
     if (r->metrics) {
-        const char *keys[] = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops"};
-        double vals[] = {step + 1, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops};
-        if (anvil_metrics_write(r->metrics, "train", keys, vals, 7) || s3_metrics(r, step)) return -1;
+        const char *keys[] = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", "t", "ckpt_ms",
+                              "eval_ms"};
+        double vals[] = {step + 1, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops, anvil_epoch_now(),
+                         r->ckpt_s * 1e3, r->eval_s * 1e3};
+        if (anvil_metrics_write(r->metrics, "train", keys, vals, 10) || s3_metrics(r, step)) return -1;
     }
+    r->ckpt_s = r->eval_s = 0;
     if (anvil_checkpointer_step_done(r->ckpt, dt * 1e3, r->timed > c->timing_warmup) || ckpt_metrics(r)) return -1;
     if (c->progress) {
         char detail[160];
@@ -705,10 +769,16 @@ static int record_step(anvil_run *r, int step) {
 /* Validation and a sample, when due. */
 static int validate_and_sample(anvil_run *r, int step, int last) {
     const anvil_train_config *c = r->c;
-    if (r->val && ((c->val_every && (step + 1) % c->val_every == 0) || last)) {
+    bool val = r->val && ((c->val_every && (step + 1) % c->val_every == 0) || last);
+    bool sample = c->sample_every >= 0 && ((c->sample_every && (step + 1) % c->sample_every == 0) || last);
+    if (!val && !sample) return 0;
+    beat(r, "evaluating", step + 1);
+    double eval0 = r->eval_s;
+    if (val) {
         float vl;
-        double span = anvil_trace_begin();
+        double span = anvil_trace_begin(), t0 = anvil_now();
         if (validate(c, r->L, r->val, r->x, r->y, &vl)) return -1;
+        r->eval_s += anvil_now() - t0;
         anvil_trace_end(span, "validation", "validation", -1, -1);
         r->res->val_loss = vl;
         anvil_telemetry_validated(r->tel, step + 1, vl);
@@ -720,15 +790,18 @@ static int validate_and_sample(anvil_run *r, int step, int last) {
             if (anvil_metrics_write(r->metrics, "val", keys, vals, 2)) return -1;
         }
     }
-    if (c->sample_every >= 0 && ((c->sample_every && (step + 1) % c->sample_every == 0) || last)) {
+    if (sample) {
         if (c->progress && !r->val) anvil_progress_end(c->log);
         anvil_model whole;
         float *gathered;
+        double t0 = anvil_now();
         if (r->L->ops->whole(r->L, &whole, &gathered)) return -1;
         int rc = r->rank == 0 ? print_sample(c, &whole, step + 1) : 0;
         r->k->free(gathered);
+        r->eval_s += anvil_now() - t0;
         if (rc) return -1;
     }
+    if (r->eval_s - eval0 > r->slowest_eval_s) r->slowest_eval_s = r->eval_s - eval0;
     return 0;
 }
 
@@ -747,7 +820,11 @@ static int save_or_stop(anvil_run *r, int step, int last) {
     if (save) {
         if (c->progress) anvil_progress_end(c->log);
         beat(r, "checkpointing", step + 1);
+        double t0 = anvil_now();
         if (save_checkpoint(r, step + 1, last || stopping) || ckpt_metrics(r)) return -1;
+        double took = anvil_now() - t0;
+        r->ckpt_s += took;
+        if (took > r->slowest_ckpt_s) r->slowest_ckpt_s = took;
     }
     if (!stopping || last) return 0;
     /* mpirun stops the whole job when one rank exits nonzero, so no rank
@@ -839,7 +916,10 @@ int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
         rc = run_step(&r, step);
         if (!rc) rc = run_after_step(&r, step);
     }
+    double t_finish = anvil_now();
     if (!rc) rc = run_finish(&r);
+    if ((rc == 0 || rc == ANVIL_TRAIN_STOPPED) && record_end(&r, rc == ANVIL_TRAIN_STOPPED, anvil_now() - t_finish))
+        rc = -1;
     rc = run_close(&r, rc);
     /* Last: the run's own word that it finished (ckpt/completion.h), which an exit status is not. */
     if (!rc && r.rank == 0 && c->out_dir)

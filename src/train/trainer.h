@@ -44,7 +44,8 @@ typedef struct {
     const char *tokenizer_file;
     uint64_t seed;
     const char *out_dir; /* run folder: metrics.jsonl, model.safetensors, ckpt/; NULL for none */
-    int ckpt_every;          /* checkpoint every N steps (0: not by steps) */
+    int ckpt_every;          /* checkpoint every N steps (0: not by steps; ANVIL_CKPT_EVERY_AUTO: train/ckpt_auto.h) */
+    double mtbf_s;           /* --ckpt-every auto's mean time between failures (0: ANVIL_CKPT_AUTO_MTBF_S) */
     double ckpt_minutes;     /* checkpoint every M minutes of wall time (0: not by time) */
     int keep_last;           /* retention: the newest K checkpoints ... */
     int64_t keep_every;      /* ... plus every step that is a multiple of J, for good (0: none) */

@@ -1,0 +1,476 @@
+/* anvil chaos: faults on a schedule (job/chaos.h) against a running job of the job service. The
+ * daemon's backend strikes the job's ranks and attempts (POST /v1/jobs/ID/faults); the daemon itself
+ * and the run folder's disk are struck from here, on the daemon's machine, and recorded the same way
+ * after. Each fault lands in the job's history, and the goodput accounting (job goodput) prices it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli/args.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/exit.h"
+#include "core/fsutil.h"
+#include "core/rng.h"
+#include "job/chaos.h"
+#include "obs/heartbeat.h"
+
+static const char *usage =
+    "usage: anvil chaos [--state DIR | --url URL] [--token-file F] ID\n"
+    "                   (--schedule TEXT | --mtbf S [--duration S] [--kinds K,K,...]) [--seed N]\n"
+    "                   [--fill-max BYTES] [--no-wait]\n"
+    "\n"
+    "Strikes job ID of the job service with faults on a schedule, records each in the job's history,\n"
+    "waits for the job to end and prints its goodput (anvil job goodput). Admins only; run it on the\n"
+    "daemon's machine (the daemon and the run folder's disk are struck from here).\n"
+    "\n"
+    "  --schedule TEXT  events 'WHEN KIND[:TARGET]', comma-separated: WHEN is 30s, 2m or step:N;\n"
+    "                   KIND kill-rank, stop-rank (SIGKILL, SIGSTOP of a rank), kill-attempt,\n"
+    "                   host-lost (every rank of a host), disk-full (the run folder's file system\n"
+    "                   filled when the next checkpoint is written, until the attempt ends),\n"
+    "                   daemon-kill (SIGKILL, then started again as it was); TARGET a rank or host\n"
+    "                   e.g. '20s kill-rank:1, step:300 stop-rank, 90s daemon-kill'\n"
+    "  --mtbf S         a random schedule instead: faults at exponential gaps of mean S seconds\n"
+    "  --duration S     ... over S seconds (default 600)\n"
+    "  --kinds LIST     ... of these kinds (default kill-rank,stop-rank,kill-attempt)\n"
+    "  --seed N         draws the random schedule and every target not named (default 1)\n"
+    "  --fill-max B     disk-full refuses a file system with more than B bytes free (default 8 GiB)\n"
+    "  --no-wait        return once the schedule is done, without waiting for the job\n"
+    "\n"
+    "A rank or attempt fault that finds nothing to strike (the job between attempts) is tried again\n"
+    "every 0.2 s. Exit status: 0 the job Completed, 3 it ended otherwise, 1 error, 2 bad usage.\n";
+
+typedef struct {
+    client cl;
+    char path[64]; /* /v1/jobs/ID */
+    int64_t id;
+    int ranks, hosts;
+    char run_dir[PATH_MAX];
+    anvil_rng rng;
+    double fill_max;
+} chaos;
+
+/* The job's status and attempt now; -1 when it cannot be read (its message printed). */
+static int job_state(chaos *c, char *status, size_t cap, int *attempt) {
+    cJSON *j;
+    if (client_call(&c->cl, "GET", c->path, NULL, &j)) return -1;
+    snprintf(status, cap, "%s", client_str(j, "status"));
+    if (attempt) *attempt = (int)client_num(j, "attempt");
+    cJSON_Delete(j);
+    return 0;
+}
+
+static bool ended(const char *status) {
+    return !strcmp(status, "Completed") || !strcmp(status, "Failed") || !strcmp(status, "Stopped");
+}
+
+/* Records a fault the client carried out; 0, or the exit status. */
+static int record(chaos *c, anvil_fault_kind kind, double at, const char *detail) {
+    cJSON *o = cJSON_CreateObject(), *answer;
+    cJSON_AddStringToObject(o, "kind", anvil_fault_kind_name(kind));
+    cJSON_AddNumberToObject(o, "at", at);
+    cJSON_AddStringToObject(o, "detail", detail);
+    char *body = cJSON_PrintUnformatted(o), path[96];
+    cJSON_Delete(o);
+    snprintf(path, sizeof path, "%s/faults", c->path);
+    int rc = body ? client_call(&c->cl, "POST", path, body, &answer) : (anvil_fail("out of memory"), cli_fail("chaos"));
+    free(body);
+    if (!rc) cJSON_Delete(answer);
+    return rc;
+}
+
+static void say(anvil_fault_kind kind, int target, double at, const char *detail) {
+    char t[32];
+    time_t s = (time_t)at;
+    struct tm tm;
+    strftime(t, sizeof t, "%H:%M:%S", localtime_r(&s, &tm));
+    if (target >= 0) printf("chaos: %s %s %d: %s\n", t, anvil_fault_kind_name(kind), target, detail);
+    else printf("chaos: %s %s: %s\n", t, anvil_fault_kind_name(kind), detail);
+    fflush(stdout);
+}
+
+/* A fault the daemon's backend carries out, tried until it strikes or the job ends: 0 when it struck,
+ * 1 when the job ended first, else the exit status. */
+static int strike(chaos *c, anvil_fault_kind kind, int target) {
+    char body[128], path[96];
+    if (target >= 0) snprintf(body, sizeof body, "{\"kind\":\"%s\",\"target\":%d}", anvil_fault_kind_name(kind), target);
+    else snprintf(body, sizeof body, "{\"kind\":\"%s\"}", anvil_fault_kind_name(kind));
+    snprintf(path, sizeof path, "%s/faults", c->path);
+    for (;;) {
+        long code = 0;
+        client_buffer b = {0};
+        if (client_http(&c->cl, "POST", path, body, &code, &b)) {
+            free(b.data);
+            return cli_fail("chaos");
+        }
+        cJSON *o = code == 201 ? cJSON_Parse(b.data) : NULL;
+        if (o) say(kind, target, client_num(o, "at"), client_str(o, "detail"));
+        cJSON_Delete(o);
+        int rc = code == 201 ? 0 : code == 409 ? -1 : client_refused(&c->cl, code, b.data);
+        free(b.data);
+        if (rc >= 0) return rc;
+        char status[32];
+        if (job_state(c, status, sizeof status, NULL)) return ANVIL_EXIT_ERROR;
+        if (ended(status)) return 1;
+        anvil_sleep(0.2);
+    }
+}
+
+/* ---- the daemon killed and started again ---- */
+
+/* What it takes to start the daemon again as it was: its program, arguments, environment, folder
+ * and where its output went. */
+typedef struct {
+    char exe[PATH_MAX], cwd[PATH_MAX], out[PATH_MAX], err[PATH_MAX];
+    char *argv_text, *env_text;
+    size_t argv_len, env_len;
+} daemon_image;
+
+static int read_proc(pid_t pid, const char *what, char **text, size_t *len) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, what);
+    FILE *f = fopen(path, "r");
+    if (!f) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096;
+    *text = malloc(cap);
+    *len = 0;
+    size_t got;
+    while (*text && (got = fread(*text + *len, 1, cap - *len - 1, f)) > 0) {
+        *len += got;
+        if (*len + 1 == cap) *text = realloc(*text, cap *= 2);
+    }
+    fclose(f);
+    if (!*text) return anvil_fail("out of memory");
+    (*text)[*len] = 0;
+    return 0;
+}
+
+/* fd's target when it is a file a new daemon can append to, else /dev/null. */
+static void output_of(pid_t pid, int fd, char *out, size_t cap) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/%d/fd/%d", (int)pid, fd);
+    ssize_t n = readlink(link, out, cap - 1);
+    out[n > 0 ? n : 0] = 0;
+    if (out[0] != '/' || !strncmp(out, "/dev/pts", 8)) snprintf(out, cap, "/dev/null");
+}
+
+static int capture(pid_t pid, daemon_image *d) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(link, d->exe, sizeof d->exe - 1);
+    snprintf(link, sizeof link, "/proc/%d/cwd", (int)pid);
+    ssize_t m = readlink(link, d->cwd, sizeof d->cwd - 1);
+    if (n <= 0 || m <= 0) return anvil_fail("daemon pid %d: cannot read its program or folder (run chaos as its user)", (int)pid);
+    d->exe[n] = d->cwd[m] = 0;
+    /* A binary replaced since the daemon started (a rebuild) is started again from its path. */
+    static const char deleted[] = " (deleted)";
+    if ((size_t)n > sizeof deleted && !strcmp(d->exe + n - (sizeof deleted - 1), deleted))
+        d->exe[n - (sizeof deleted - 1)] = 0;
+    output_of(pid, 1, d->out, sizeof d->out);
+    output_of(pid, 2, d->err, sizeof d->err);
+    return read_proc(pid, "cmdline", &d->argv_text, &d->argv_len) || read_proc(pid, "environ", &d->env_text, &d->env_len)
+               ? -1
+               : 0;
+}
+
+/* NUL-separated strings as a NULL-ended vector (pointing into text). */
+static char **split_nul(char *text, size_t len) {
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) n += text[i] == 0;
+    char **v = calloc(n + 2, sizeof *v);
+    size_t k = 0;
+    for (char *p = text; v && p < text + len; p += strlen(p) + 1) v[k++] = p;
+    return v;
+}
+
+/* Starts the daemon again, detached (a grandchild: nobody here need reap it). */
+static int respawn(const daemon_image *d) {
+    char **argv = split_nul(d->argv_text, d->argv_len), **envp = split_nul(d->env_text, d->env_len);
+    pid_t pid = argv && envp ? fork() : -1;
+    if (pid == 0) {
+        setsid();
+        if (fork() != 0) _exit(0);
+        int in = open("/dev/null", O_RDONLY), out = open(d->out, O_WRONLY | O_APPEND | O_CREAT, 0644),
+            err = open(d->err, O_WRONLY | O_APPEND | O_CREAT, 0644);
+        if (in < 0 || out < 0 || err < 0 || chdir(d->cwd)) _exit(127);
+        dup2(in, 0);
+        dup2(out, 1);
+        dup2(err, 2);
+        execve(d->exe, argv, envp);
+        _exit(127);
+    }
+    free(argv);
+    free(envp);
+    if (pid < 0) return anvil_fail("cannot start the daemon again: %s", strerror(errno));
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    return 0;
+}
+
+/* Whether pid is gone (or only a zombie waiting for its parent). */
+static bool gone(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    return p && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* The daemon's pid from its state folder's serve.pid; 0 after anvil_fail. */
+static pid_t daemon_pid(const chaos *c) {
+    char *dir = cli_state_dir(c->cl.state), path[PATH_MAX], *text = NULL;
+    size_t len;
+    if (!dir) return anvil_fail("out of memory"), 0;
+    snprintf(path, sizeof path, "%s/serve.pid", dir);
+    free(dir);
+    if (anvil_read_file_max(path, 32, &text, &len)) return 0;
+    long pid = atol(text);
+    free(text);
+    if (pid <= 1) return anvil_fail("%s: not a pid", path), 0;
+    return (pid_t)pid;
+}
+
+static int daemon_kill(chaos *c) {
+    pid_t pid = daemon_pid(c), again = 0;
+    daemon_image d = {0};
+    if (!pid || capture(pid, &d)) return cli_fail("chaos");
+    double at = anvil_epoch_now(), t0 = anvil_now();
+    int rc = kill(pid, SIGKILL) ? anvil_fail("cannot kill daemon pid %d: %s", (int)pid, strerror(errno)) : 0;
+    while (!rc && !gone(pid) && anvil_now() - t0 < 30) anvil_sleep(0.02);
+    if (!rc) rc = respawn(&d);
+    /* It is back once it answers, on the port its serve.port names now. */
+    while (!rc && anvil_now() - t0 < 60) {
+        again = daemon_pid(c);
+        long code = 0;
+        client_buffer b = {0};
+        if (again && again != pid && !client_find_daemon(&c->cl) &&
+            !client_http(&c->cl, "GET", "/v1/health", NULL, &code, &b) && code == 200) {
+            free(b.data);
+            break;
+        }
+        free(b.data);
+        anvil_sleep(0.1);
+    }
+    free(d.argv_text);
+    free(d.env_text);
+    if (rc) return cli_fail("chaos");
+    if (anvil_now() - t0 >= 60) {
+        anvil_fail("the daemon (%s) did not answer within 60 s of being started again", d.exe);
+        return cli_fail("chaos");
+    }
+    char detail[200];
+    snprintf(detail, sizeof detail, "daemon pid %d killed (SIGKILL), started again as pid %d, answering after %.1f s",
+             (int)pid, (int)again, anvil_now() - t0);
+    say(ANVIL_FAULT_DAEMON_KILL, -1, at, detail);
+    return record(c, ANVIL_FAULT_DAEMON_KILL, at, detail);
+}
+
+/* ---- the disk filled ---- */
+
+/* Waits (at most 20 s) for the heartbeat to say a checkpoint is being written. */
+static void await_checkpoint(const chaos *c) {
+    double t0 = anvil_now();
+    anvil_heartbeat hb;
+    while (anvil_now() - t0 < 20) {
+        if (!anvil_heartbeat_read(c->run_dir, &hb) && !strcmp(hb.phase, "checkpointing")) return;
+        anvil_sleep(0.005);
+    }
+}
+
+/* Fills the run folder's file system with one file; its size, or -1 after anvil_fail. */
+static double fill(const chaos *c, const char *path) {
+    struct statvfs fs;
+    if (statvfs(c->run_dir, &fs)) return anvil_fail("%s: statvfs: %s", c->run_dir, strerror(errno));
+    double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
+    if (free_bytes > c->fill_max)
+        return anvil_fail("disk-full: %s has %.0f bytes free, more than --fill-max %.0f: give the run folder a file "
+                          "system of its own", c->run_dir, free_bytes, c->fill_max);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return anvil_fail("%s: cannot create: %s", path, strerror(errno));
+    off_t size = (off_t)free_bytes;
+    /* fallocate may refuse the last blocks a file system keeps for its own metadata: then write until full. */
+    if (posix_fallocate(fd, 0, size)) {
+        static char zeros[1 << 16];
+        size = 0;
+        for (ssize_t put; (put = write(fd, zeros, sizeof zeros)) > 0;) size += put;
+    }
+    close(fd);
+    return (double)size;
+}
+
+static int disk_full(chaos *c) {
+    char path[PATH_MAX + 32], status[32], detail[300];
+    int attempt, now_attempt;
+    snprintf(path, sizeof path, "%s/.anvil-chaos-fill", c->run_dir);
+    if (job_state(c, status, sizeof status, &attempt)) return ANVIL_EXIT_ERROR;
+    await_checkpoint(c);
+    double at = anvil_epoch_now(), bytes = fill(c, path);
+    if (bytes < 0) {
+        unlink(path);
+        return cli_fail("chaos");
+    }
+    /* Held until the attempt it hit has ended (the job retries, or ends), at most a minute. */
+    double t0 = anvil_now();
+    while (anvil_now() - t0 < 60 && !job_state(c, status, sizeof status, &now_attempt) && now_attempt == attempt &&
+           !strcmp(status, "Running"))
+        anvil_sleep(0.05);
+    unlink(path);
+    snprintf(detail, sizeof detail, "%.200s filled (%.0f bytes) while a checkpoint was written, for %.1f s", c->run_dir,
+             bytes, anvil_now() - t0);
+    say(ANVIL_FAULT_DISK_FULL, -1, at, detail);
+    return record(c, ANVIL_FAULT_DISK_FULL, at, detail);
+}
+
+/* ---- the schedule ---- */
+
+/* Waits for event e's moment (a time after t0, or the job's step), or for the job's end (1). */
+static int await_event(chaos *c, const anvil_chaos_event *e, double t0) {
+    for (;;) {
+        char status[32];
+        if (job_state(c, status, sizeof status, NULL)) return ANVIL_EXIT_ERROR;
+        if (ended(status)) return 1;
+        anvil_heartbeat hb;
+        if (e->at_s >= 0 ? anvil_now() - t0 >= e->at_s
+                         : !anvil_heartbeat_read(c->run_dir, &hb) && hb.step >= e->at_step)
+            return 0;
+        anvil_sleep(0.05);
+    }
+}
+
+static int run_event(chaos *c, const anvil_chaos_event *e) {
+    int target = e->target;
+    /* Drawn whether used or not, so that one event's target does not depend on the kinds before it. */
+    uint64_t draw = anvil_rng_u64(&c->rng);
+    if (target < 0 && anvil_fault_kind_targeted(e->kind))
+        target = (int)(draw % (uint64_t)(e->kind == ANVIL_FAULT_HOST_LOST ? c->hosts : c->ranks));
+    if (e->kind == ANVIL_FAULT_DAEMON_KILL) return daemon_kill(c);
+    if (e->kind == ANVIL_FAULT_DISK_FULL) return disk_full(c);
+    return strike(c, e->kind, anvil_fault_kind_targeted(e->kind) ? target : -1);
+}
+
+/* The schedule from the options; 0, or the exit status. */
+static int schedule_of(int argc, char **argv, int *i_job, anvil_chaos_schedule *s, chaos *c, bool *wait) {
+    const char *text = NULL, *kinds = "kill-rank,stop-rank,kill-attempt";
+    double mtbf = 0, duration = 600;
+    int64_t seed = 1;
+    *i_job = -1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--no-wait")) {
+            *wait = false;
+            continue;
+        }
+        if (a[0] != '-') {
+            if (*i_job >= 0) return cli_usage_error("chaos", "one job ID, not '%s' too", a);
+            *i_job = i;
+            continue;
+        }
+        if (!(v = arg_value("chaos", argc, argv, &i))) return ANVIL_EXIT_USAGE;
+        int bad = 0;
+        if (!strcmp(a, "--schedule")) text = v;
+        else if (!strcmp(a, "--kinds")) kinds = v;
+        else if (!strcmp(a, "--mtbf")) bad = arg_double("chaos", a, v, &mtbf);
+        else if (!strcmp(a, "--duration")) bad = arg_double("chaos", a, v, &duration);
+        else if (!strcmp(a, "--fill-max")) bad = arg_double("chaos", a, v, &c->fill_max);
+        else if (!strcmp(a, "--seed")) bad = arg_i64("chaos", a, v, 0, INT64_MAX, &seed);
+        else return cli_usage_error("chaos", "unknown option '%s'", a);
+        if (bad) return ANVIL_EXIT_USAGE;
+    }
+    if (*i_job < 0) return cli_usage_error("chaos", "which job? give its ID");
+    if (!text == !(mtbf > 0)) return cli_usage_error("chaos", "give --schedule, or --mtbf (not both)");
+    anvil_rng_seed(&c->rng, (uint64_t)seed);
+    if (text) return anvil_chaos_parse(text, s) ? cli_usage_error("chaos", "%s", anvil_errmsg()) : 0;
+    anvil_fault_kind list[ANVIL_FAULT_NKINDS];
+    int n = 0;
+    char *copy = strdup(kinds), *save = NULL;
+    for (char *k = copy ? strtok_r(copy, ",", &save) : NULL; k; k = strtok_r(NULL, ",", &save)) {
+        int kind = anvil_fault_kind_parse(k);
+        if (kind < 0 || n == ANVIL_FAULT_NKINDS) {
+            int rc = cli_usage_error("chaos", "--kinds: unknown fault '%s' (or one named twice)", k);
+            free(copy);
+            return rc;
+        }
+        list[n++] = (anvil_fault_kind)kind;
+    }
+    free(copy);
+    return anvil_chaos_random((uint64_t)seed, mtbf, duration, list, n, s) ? cli_usage_error("chaos", "%s", anvil_errmsg())
+                                                                         : 0;
+}
+
+/* The job's shape and run folder; 0, or the exit status. */
+static int open_job(chaos *c, const char *id_text) {
+    char *end;
+    c->id = strtoll(id_text, &end, 10);
+    if (c->id <= 0 || *end) return cli_usage_error("chaos", "'%s' is not a job ID", id_text);
+    snprintf(c->path, sizeof c->path, "/v1/jobs/%lld", (long long)c->id);
+    cJSON *j;
+    int rc = client_call(&c->cl, "GET", c->path, NULL, &j);
+    if (rc) return rc;
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "spec"), "resources");
+    c->hosts = client_num(res, "hosts") > 0 ? (int)client_num(res, "hosts") : 1;
+    c->ranks = c->hosts * (client_num(res, "procs_per_host") > 0 ? (int)client_num(res, "procs_per_host") : 1);
+    snprintf(c->run_dir, sizeof c->run_dir, "%s", client_str(j, "run_dir"));
+    cJSON_Delete(j);
+    return 0;
+}
+
+/* After the schedule: the job's end, and its goodput. */
+static int finish(chaos *c) {
+    char status[32], path[96];
+    for (;;) {
+        if (job_state(c, status, sizeof status, NULL)) return ANVIL_EXIT_ERROR;
+        if (ended(status)) break;
+        anvil_sleep(0.3);
+    }
+    snprintf(path, sizeof path, "%s/goodput", c->path);
+    cJSON *g;
+    int rc = client_call(&c->cl, "GET", path, NULL, &g);
+    if (rc) return rc;
+    printf("job %lld: %s\n", (long long)c->id, status);
+    if (c->cl.json) client_print_json(g);
+    else cli_print_goodput(g, (double)c->id);
+    cJSON_Delete(g);
+    return strcmp(status, "Completed") ? ANVIL_EXIT_JOB_FAILED : 0;
+}
+
+int cmd_chaos(int argc, char **argv) {
+    chaos c = {.fill_max = 8.0 * (1 << 30)};
+    int n, rc = client_open(&c.cl, "chaos", usage, argc, argv, &n);
+    if (rc >= 0) return rc;
+    anvil_chaos_schedule s = {0};
+    bool wait = true;
+    int i_job;
+    /* client_open left the other arguments in argv[0..n). */
+    rc = schedule_of(n, argv, &i_job, &s, &c, &wait);
+    if (!rc) rc = open_job(&c, argv[i_job]);
+    double t0 = anvil_now();
+    for (int i = 0; !rc && i < s.n; i++) {
+        rc = await_event(&c, &s.ev[i], t0);
+        if (rc == 1) printf("chaos: the job ended before event %d of %d\n", i + 1, s.n);
+        if (!rc) rc = run_event(&c, &s.ev[i]);
+        if (rc == 1) break;
+    }
+    if (rc <= 1 && wait) rc = finish(&c);
+    else if (rc == 1) rc = 0;
+    anvil_chaos_free(&s);
+    client_close(&c.cl);
+    return rc;
+}

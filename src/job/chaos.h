@@ -1,0 +1,62 @@
+/* Faults on a schedule (anvil chaos): the kinds of fault, and the schedules that say when each
+ * strikes, explicit or drawn from a seed with a mean time between failures.
+ *
+ * A schedule's text is a comma-separated list of events, each "WHEN KIND[:TARGET]":
+ *   WHEN    "30s" (seconds after the chaos run starts; "1.5s", "2m" too) or "step:200" (once the
+ *           job's heartbeat reports step 200 or later)
+ *   KIND    kill-rank, stop-rank (SIGKILL / SIGSTOP of one rank), kill-attempt (every process of
+ *           the attempt), host-lost (every rank of one host), disk-full (the run folder's file
+ *           system filled until the attempt ends), daemon-kill (the daemon killed with SIGKILL,
+ *           then started again as it was)
+ *   TARGET  the rank (kill-rank, stop-rank) or host (host-lost) index; without one, drawn from the
+ *           run's seed among the job's ranks or hosts when the fault strikes
+ * e.g. "20s kill-rank:1, step:300 stop-rank, 90s daemon-kill". Events strike in the order of the
+ * list; a "step:" event waits for its step, a time one for its time, each after the one before. */
+#ifndef ANVIL_JOB_CHAOS_H
+#define ANVIL_JOB_CHAOS_H
+
+#include <stdint.h>
+
+typedef enum {
+    ANVIL_FAULT_KILL_RANK,
+    ANVIL_FAULT_STOP_RANK,
+    ANVIL_FAULT_KILL_ATTEMPT,
+    ANVIL_FAULT_HOST_LOST,
+    ANVIL_FAULT_DISK_FULL,
+    ANVIL_FAULT_DAEMON_KILL,
+    ANVIL_FAULT_NKINDS
+} anvil_fault_kind;
+
+/* "kill-rank", ...; and the kind of a name, or -1. */
+const char *anvil_fault_kind_name(anvil_fault_kind k);
+int anvil_fault_kind_parse(const char *name);
+/* Whether the daemon's backend carries the kind out (the others, the chaos client does itself). */
+int anvil_fault_kind_in_daemon(anvil_fault_kind k);
+/* Whether the kind takes a rank or host index. */
+int anvil_fault_kind_targeted(anvil_fault_kind k);
+
+typedef struct {
+    double at_s;     /* seconds after the start; -1 when by step */
+    int64_t at_step; /* -1 when by time */
+    anvil_fault_kind kind;
+    int target; /* rank or host index; -1: drawn when it strikes */
+} anvil_chaos_event;
+
+typedef struct {
+    anvil_chaos_event *ev;
+    int n;
+} anvil_chaos_schedule;
+
+#define ANVIL_CHAOS_MAX_EVENTS 1000
+
+/* Parses a schedule's text; -1 after anvil_fail naming the event (its number and text) and what
+ * is wrong in it. */
+int anvil_chaos_parse(const char *text, anvil_chaos_schedule *s);
+/* A random schedule over duration_s: faults at exponentially distributed gaps of mean mtbf_s, each
+ * of a kind drawn from kinds, from seed; the same arguments give the same schedule. -1 after
+ * anvil_fail (mtbf_s or duration_s not positive, no kinds, more than ANVIL_CHAOS_MAX_EVENTS). */
+int anvil_chaos_random(uint64_t seed, double mtbf_s, double duration_s, const anvil_fault_kind *kinds, int nkinds,
+                       anvil_chaos_schedule *s);
+void anvil_chaos_free(anvil_chaos_schedule *s);
+
+#endif
