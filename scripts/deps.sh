@@ -4,9 +4,10 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev zlib1g-dev libzstd-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libsodium-dev libcairo2-dev libexpat1-dev bible-kjv bible-kjv-text)
 # radosgw, ceph-mon and ceph-osd: the S3 server of the S3 tests (tests/s3/radosgw.sh); uuid-runtime
-# gives it uuidgen; chromium loads the job service's dashboard in cli_serve.
+# gives it uuidgen; chromium loads the job service's dashboard in cli_serve; sqlite3 runs the README's
+# salvage of a state database in cli_readme.
 # slurm-wlm and munge: the private cluster of cli_slurm (tests/tools/slurm_cluster.sh).
-[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-14-dev libomp-dev zstd qemu-user strace curl prometheus chromium radosgw ceph-mon ceph-osd uuid-runtime)
+[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-14-dev libomp-dev zstd qemu-user strace curl prometheus chromium sqlite3 radosgw ceph-mon ceph-osd uuid-runtime)
 [ "${1:-}" = "--test" ] && pkgs+=(slurm-wlm munge)
 # npm fetches the tiktoken reference; a Node.js from elsewhere (NodeSource's
 # bundles npm and conflicts with Debian's npm package) serves as well.

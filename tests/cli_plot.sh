@@ -8,7 +8,8 @@
 #     swatch in its colour;
 #   - a run of 50000 steps: each curve at most four points per pixel column, its spike and its
 #     first and last steps still drawn;
-#   - a real run of the trainer (validation, a --metric) plotted the same way;
+#   - a real run of the trainer (validation, a --metric) plotted the same way, each y axis naming its
+#     unit (the log metric's "as logged");
 #   - bad input: a missing or empty run, a malformed line (named with its line), bad options; a
 #     failed plot leaves an existing figure as it was;
 #   - deploy/prometheus/anvil.rules.yml: promtool check rules, and promtool test rules on its
@@ -71,6 +72,11 @@ if "$anvil" train --data "$tmp/data" --preset tiny --batch 2 --seq 32 --steps 12
     [ "$(pts "$tmp/real.svg" 'run0 val_loss')" = 2 ] && [ "$(pts "$tmp/real.svg" 'run0 log')" = 12 ] &&
     grep -q '>logged_loss</text>' "$tmp/real.svg"; then ok "a real run: $out"
   else bad "a real run: $out; val_loss $(pts "$tmp/real.svg" 'run0 val_loss') points (2), logged_loss $(pts "$tmp/real.svg" 'run0 log') (12)"; fi
+  # Each y axis names its unit; a log metric's is whatever its regex captured: "as logged".
+  units=$(python3 -c 'import sys, xml.etree.ElementTree as ET
+print([t.text for t in ET.parse(sys.argv[1]).getroot() if t.get("class") == "ylabel"])' "$tmp/real.svg" 2>&1)
+  [ "$units" = "['nats per token', 'nats per token', 'learning rate (no unit)', 'L2 norm (no unit)', 'tokens per second', 'as logged']" ] &&
+    ok "a real run's y axes name their units, the log metric's 'as logged'" || bad "a real run's y-axis units: $units"
 else
   bad "training the real run"
 fi

@@ -25,10 +25,12 @@
 #     primary status change of every job delivered once, in order, retried;
 #   - GET /metrics: promtool accepts it, and it agrees with the jobs;
 #   - the dashboard in headless Chromium: at 1300 px nothing overflows
-#     sideways, a running job's exit code reads "none yet", the facts'
-#     heading, /?token= gets the page and a pointer to #token=; the jobs and their statuses (one
-#     finished, one running), a finished job's history, curves and logs; no
-#     data without a token;
+#     sideways, each rank's log box of a 2-rank job shows its lines or says
+#     nothing was logged yet (rank 1's, never an empty bar), a running job's
+#     exit code reads "none yet", the facts' heading, /?token= gets the page
+#     and a pointer to #token=; the jobs and their statuses (one finished,
+#     one running), a finished job's history, curves and logs; no data
+#     without a token;
 #   - principals: a state without users refused, --init once, 401 for a
 #     missing, malformed, wrong or revoked token, 403 for a user on admin
 #     endpoints, an ungranted role, paths outside the role ('..', a symbolic
@@ -386,12 +388,13 @@ expect 400 "an unknown query parameter" "$alice" GET "/v1/jobs?owner=bob"
 [ "$(njobs)" = "$njobs_before" ] && ok "no refused request stored a job" || bad "refused requests stored jobs"
 
 # Accepted: paths inside the prefixes (/a admits /a/set, named through a '..' that stays inside);
-# the job's environment is the role's.
+# the job's environment is the role's. Two ranks, whose logs the dashboard shows below: rank 1
+# logs nothing while it trains.
 python3 - "$tmp" "${train[@]}" --steps 100000 > "$tmp/alice.json" << 'PY'
 import json, sys
 tmp = sys.argv[1]
 print(json.dumps({"name": "alices", "command": sys.argv[2:], "output": tmp + "/alice/run",
-                  "channels": {"set": tmp + "/inputs/a/set/../set"},
+                  "channels": {"set": tmp + "/inputs/a/set/../set"}, "resources": {"procs_per_host": 2},
                   "env": {"ANVIL_S3_MAX_ATTEMPTS": "5"}}))
 PY
 ANVIL_TOKEN=$alice job submit "$tmp/alice.json" > "$tmp/out" 2> "$tmp/err" || bad "alice's submit: $(cat "$tmp/err")"
@@ -478,19 +481,26 @@ PY
     return JSON.stringify({window: innerWidth, page: document.documentElement.scrollWidth, wide,
       headings: [...document.querySelectorAll("h2")].map(h => h.textContent), exit: facts["exit code"],
       empty_logs: [...document.querySelectorAll("#logs pre")].filter(p => !p.textContent).length,
+      logs: [...document.querySelectorAll("#logs > div")].map(h => ({rank: h.textContent,
+        box: h.nextElementSibling.tagName.toLowerCase() + "." + h.nextElementSibling.className,
+        text: h.nextElementSibling.textContent, height: h.nextElementSibling.getBoundingClientRect().height})),
       hint: document.getElementById("hint").hidden ? "" : document.getElementById("hint").textContent,
       rows: document.querySelectorAll("#jobs tr").length, address: location.href});
   })()'
   cdp=$(head -n 1 "$tmp/chromium/DevToolsActivePort" 2> /dev/null)
   for job in 1 "$mine"; do
     python3 tools/cdp_eval.py "$cdp" "http://127.0.0.1:$port/#token=$admin_token&job=$job" "$layout" > "$tmp/layout.json" 2>&1
-    python3 - "$tmp/layout.json" "$job" "$mine" > "$tmp/out" 2>&1 << 'PY'
+    # Rank 1's log, read after the page was: empty now, it was empty when the page read it.
+    rank1=$(cat "$tmp/alice/run/logs/rank_1.log" 2> /dev/null | wc -c)
+    python3 - "$tmp/layout.json" "$job" "$mine" "$rank1" > "$tmp/out" 2>&1 << 'PY'
 import json, sys
 try:
     l = json.load(open(sys.argv[1]))
 except ValueError:
     sys.exit(open(sys.argv[1]).read())
 running = sys.argv[2] == sys.argv[3]
+shown = lambda b: b["height"] > 0 and (b["box"] == "pre.log" and b["text"] != "" or
+                                       b["box"] == "p.muted log-empty" and b["text"] == "nothing logged yet")
 checks = {
     "a window 1300 px wide": l["window"] == 1300,
     "the page no wider than the window": l["page"] <= l["window"],
@@ -498,12 +508,18 @@ checks = {
     "the facts under 'Run, limits and command', no 'Metrics' heading": "Run, limits and command" in l["headings"]
         and "Metrics" not in l["headings"],
     "no empty log box": l["empty_logs"] == 0,
+    "a log box per rank: " + str([b["rank"] for b in l["logs"]]):
+        [b["rank"] for b in l["logs"]] == (["rank 0", "rank 1"] if running else ["rank 0"]),
+    "each rank's box shows its lines or says nothing was logged yet": all(shown(b) for b in l["logs"]),
+    "rank 1, with nothing logged, says so": not running or sys.argv[4] != "0"
+        or l["logs"][1:] and l["logs"][1]["text"] == "nothing logged yet",
     "the exit code: " + str(l["exit"]): l["exit"] == ("none yet: running" if running else "0"),
 }
 bad = [name for name, good in checks.items() if not good]
 print("BAD " + "; ".join(bad) + ": " + json.dumps(l) if bad else "ok")
 PY
-    [ "$(cat "$tmp/out")" = ok ] && ok "dashboard at 1300 px, job $job: nothing overflows; facts and exit code shown right" ||
+    [ "$(cat "$tmp/out")" = ok ] &&
+      ok "dashboard at 1300 px, job $job: nothing overflows; facts, exit code and each rank's log box shown right" ||
       bad "dashboard at 1300 px, job $job: $(cat "$tmp/out")"
   done
   # A token after '?': the page (not a JSON 401), the token used, and a pointer to '#token='.
