@@ -56,6 +56,7 @@ static const char *usage =
 
 typedef struct {
     client cl;
+    int struck; /* the attempt that the last fault which ends attempts struck (0: none yet) */
     char path[64]; /* /v1/jobs/ID */
     int64_t id;
     int ranks, hosts;
@@ -341,19 +342,62 @@ static int disk_full(chaos *c) {
 
 /* ---- the schedule ---- */
 
-/* Waits for event e's moment (a time after t0, or the job's step), or for the job's end (1). */
-static int await_event(chaos *c, const anvil_chaos_event *e, double t0) {
+/* Follows the run's metrics.jsonl as it grows: which attempt of this job trains (its "start" record)
+ * and the last step it has trained. */
+typedef struct {
+    off_t offset; /* read up to here: whole lines only */
+    int attempt;  /* of the last start record, 0 when it is another job's or none yet */
+    int64_t step; /* the last train record's after it; -1: none */
+} follower;
+
+static void follow(const chaos *c, follower *f) {
+    char path[PATH_MAX + 16], buf[65536];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n;
+    while ((n = pread(fd, buf, sizeof buf - 1, f->offset)) > 0) {
+        buf[n] = 0;
+        char *end = strrchr(buf, '\n');
+        if (!end) break;
+        *end = 0;
+        f->offset += end + 1 - buf;
+        for (char *line = buf, *next; line; line = next) {
+            next = strchr(line, '\n');
+            if (next) *next++ = 0;
+            cJSON *o = cJSON_Parse(line);
+            const char *kind = client_str(o, "kind");
+            if (!strcmp(kind, "start")) {
+                f->attempt = client_num(o, "job") == (double)c->id ? (int)client_num(o, "attempt") : 0;
+                f->step = f->attempt ? (int64_t)client_num(o, "step") : -1;
+            } else if (!strcmp(kind, "train") && f->attempt) {
+                f->step = (int64_t)client_num(o, "step");
+            }
+            cJSON_Delete(o);
+        }
+    }
+    close(fd);
+}
+
+/* Waits for event e's moment (a time after t0, or a step that the job's current attempt has trained: a
+ * step of an attempt before it does not count, however high, nor does the attempt the last fault ended),
+ * or for the job's end (1). */
+static int await_event(chaos *c, follower *f, const anvil_chaos_event *e, double t0) {
     for (;;) {
         char status[32];
-        if (job_state(c, status, sizeof status, NULL)) return ANVIL_EXIT_ERROR;
+        int attempt;
+        if (job_state(c, status, sizeof status, &attempt)) return ANVIL_EXIT_ERROR;
         if (ended(status)) return 1;
-        anvil_heartbeat hb;
+        follow(c, f);
         if (e->at_s >= 0 ? anvil_now() - t0 >= e->at_s
-                         : !anvil_heartbeat_read(c->run_dir, &hb) && hb.step >= e->at_step)
+                         : attempt > c->struck && f->attempt == attempt && f->step >= e->at_step)
             return 0;
-        anvil_sleep(0.05);
+        anvil_sleep(0.02);
     }
 }
+
+/* Whether the kind ends the attempt it strikes (the daemon's restart does not). */
+static bool ends_attempt(anvil_fault_kind k) { return k != ANVIL_FAULT_DAEMON_KILL; }
 
 static int run_event(chaos *c, const anvil_chaos_event *e) {
     int target = e->target;
@@ -362,6 +406,9 @@ static int run_event(chaos *c, const anvil_chaos_event *e) {
     if (target < 0 && anvil_fault_kind_targeted(e->kind))
         target = (int)(draw % (uint64_t)(e->kind == ANVIL_FAULT_HOST_LOST ? c->hosts : c->ranks));
     if (e->kind == ANVIL_FAULT_DAEMON_KILL) return daemon_kill(c);
+    char status[32];
+    int attempt;
+    if (ends_attempt(e->kind) && !job_state(c, status, sizeof status, &attempt)) c->struck = attempt;
     if (e->kind == ANVIL_FAULT_DISK_FULL) return disk_full(c);
     return strike(c, e->kind, anvil_fault_kind_targeted(e->kind) ? target : -1);
 }
@@ -462,8 +509,9 @@ int cmd_chaos(int argc, char **argv) {
     rc = schedule_of(n, argv, &i_job, &s, &c, &wait);
     if (!rc) rc = open_job(&c, argv[i_job]);
     double t0 = anvil_now();
+    follower f = {.step = -1};
     for (int i = 0; !rc && i < s.n; i++) {
-        rc = await_event(&c, &s.ev[i], t0);
+        rc = await_event(&c, &f, &s.ev[i], t0);
         if (rc == 1) printf("chaos: the job ended before event %d of %d\n", i + 1, s.n);
         if (!rc) rc = run_event(&c, &s.ev[i]);
         if (rc == 1) break;

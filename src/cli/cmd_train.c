@@ -266,7 +266,7 @@ static int run(train_args *t, int argc, char **argv, const char *data_meta) {
      * watching it. */
     bool several = anvil_dist_world_size() > 1;
     if (c->out_dir && anvil_dist_rank() == 0 && t->health && several && access(c->out_dir, F_OK) == 0 &&
-        anvil_heartbeat_write(c->out_dir, "health", 0, 0))
+        anvil_heartbeat_write(c->out_dir, "health", 0, anvil_heartbeat_allowance(0)))
         fprintf(stderr, "anvil %s: warning: heartbeat: %s\n", cmd, anvil_errmsg());
     if (t->health && several && cli_health_before_training(cmd)) return 1;
     anvil_tok *tok = NULL;

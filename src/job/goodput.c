@@ -177,9 +177,11 @@ static const anvil_job_fault *fault_in(const walk *w, int i) {
 static void close_attempt(walk *w, int i) {
     double e = ended(w, i);
     bool running = w->in->attempts[i].ended_at == 0;
-    const anvil_job_fault *f = w->start_step[i] >= 0 && !w->clean ? fault_in(w, i) : NULL;
+    const anvil_job_fault *f = !w->clean ? fault_in(w, i) : NULL;
     if (w->start_step[i] < 0) {
-        advance(w, ANVIL_GP_RESTART, e, e, i); /* it never trained */
+        /* It never trained: its start up to the fault that ended it, if one did. */
+        advance(w, ANVIL_GP_RESTART, f ? f->at : e, e, i);
+        advance(w, ANVIL_GP_DETECTION, e, e, i);
     } else if (f) {
         advance(w, ANVIL_GP_RECOMPUTED, f->at, e, i);
         advance(w, ANVIL_GP_DETECTION, e, e, i);

@@ -111,13 +111,17 @@ static int heartbeat_of(const anvil_job *j, anvil_heartbeat *hb) {
     return rc == 0 && hb->time > j->started_at ? 0 : 1;
 }
 
-/* A job without hang_timeout_s gets one from what its run measured of the phase it is in (the heartbeat's
- * expect_s): a few times the slowest so far, never below a floor that a loaded machine's stalls stay
- * under; 0 (no timeout) while the phase has nothing measured (the first checkpoint, loading). */
-static double derived_hang_timeout(const anvil_heartbeat *hb) {
+/* A job without hang_timeout_s gets one from what its run expects of the phase it is in (the heartbeat's
+ * expect_s: the slowest so far, or an allowance before that): a few times that, never below a floor
+ * that a loaded machine's stalls stay under; none for a writer that says nothing. why: how it was
+ * derived. */
+static double derived_hang_timeout(const anvil_heartbeat *hb, char *why, size_t cap) {
     if (!(hb->expect_s > 0)) return 0;
     double t = ANVIL_HANG_FACTOR * hb->expect_s;
-    return t > ANVIL_HANG_FLOOR_S ? t : ANVIL_HANG_FLOOR_S;
+    if (t < ANVIL_HANG_FLOOR_S) t = ANVIL_HANG_FLOOR_S;
+    snprintf(why, cap, "%g x the %.1f s its %s phase may take, at least %g s", ANVIL_HANG_FACTOR, hb->expect_s,
+             hb->phase, ANVIL_HANG_FLOOR_S);
+    return t;
 }
 
 /* The secondary status a running attempt's heartbeat phase stands for. */
@@ -203,7 +207,9 @@ static bool has_arg(const anvil_job_spec *s, const char *arg) {
     return false;
 }
 
-static void build_cmdline(const anvil_supervisor *sup, const anvil_job *j, const anvil_job_spec *s, cmdline *c) {
+/* skip_health: the attempt before passed the pre-flight health check on the same hosts moments ago. */
+static void build_cmdline(const anvil_supervisor *sup, const anvil_job *j, const anvil_job_spec *s, bool skip_health,
+                          cmdline *c) {
     char id[32], attempt[48];
     snprintf(id, sizeof id, "%lld", (long long)j->id);
     attempt_name(j, j->attempt, attempt, sizeof attempt);
@@ -215,6 +221,8 @@ static void build_cmdline(const anvil_supervisor *sup, const anvil_job *j, const
         push(&c->argv, &c->argc, "--resume", &c->oom);
         push(&c->argv, &c->argc, "auto", &c->oom);
     }
+    if (skip_health && !strcmp(s->argv[0], "train") && !has_arg(s, "--no-health"))
+        push(&c->argv, &c->argc, "--no-health", &c->oom);
     for (int i = 0; i < s->nmetrics; i++) {
         push(&c->argv, &c->argc, "--metric", &c->oom);
         pushf(&c->argv, &c->argc, &c->oom, "%s=%s", s->metrics[i].key, s->metrics[i].value);
@@ -334,6 +342,31 @@ static int fence_previous(anvil_supervisor *sup, anvil_job *j, char *note, size_
     return save(sup, j, message) ? -1 : 1;
 }
 
+/* Seconds since the attempt before j's current one ended having passed the pre-flight health check
+ * (its heartbeat reached the training phase, which comes after the check), or -1. */
+static double healthy_before(anvil_supervisor *sup, const anvil_job *j) {
+    anvil_job_attempt *at;
+    anvil_job_event *ev;
+    int na, ne;
+    double ago = -1;
+    if (j->attempt < 2 || anvil_store_attempts(sup->st, j->id, &at, &na)) return -1;
+    const anvil_job_attempt *prev = NULL;
+    for (int i = 0; i < na; i++)
+        if (at[i].attempt == j->attempt - 1) prev = &at[i];
+    if (prev && prev->ended_at > 0 && !anvil_store_history(sup->st, j->id, &ev, &ne)) {
+        for (int i = 0; i < ne && ago < 0; i++)
+            if (!strcmp(ev[i].secondary, "Training") && ev[i].at >= prev->started_at && ev[i].at <= prev->ended_at)
+                ago = anvil_store_now() - prev->ended_at;
+        anvil_job_events_free(ev, ne);
+    }
+    anvil_job_attempts_free(at, na);
+    return ago;
+}
+
+/* A retry on this machine skips the pre-flight health check its attempt before passed this long ago:
+ * a restart repeats only what it must. On Slurm the retry may run on other nodes, which are checked. */
+#define HEALTH_FRESH_S 600.0
+
 static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
     char note[900] = "";
     if (j->attempt > 1) {
@@ -344,8 +377,14 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
     if (anvil_completion_clear(j->run_dir)) return -1;
     anvil_job_spec spec;
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
+    anvil_backend *backend = spec.backend ? anvil_supervisor_backend_named(sup, spec.backend) : sup->backends[0];
+    double healthy = backend && !strcmp(backend->ops->name, "local") ? healthy_before(sup, j) : -1;
+    bool skip_health = healthy >= 0 && healthy < HEALTH_FRESH_S;
+    if (skip_health)
+        snprintf(note + strlen(note), sizeof note - strlen(note), "%sthe pre-flight health check skipped: attempt %d "
+                 "passed it on this machine %.0f s ago", note[0] ? "; " : "", j->attempt - 1, healthy);
     cmdline c = {0};
-    build_cmdline(sup, j, &spec, &c);
+    build_cmdline(sup, j, &spec, skip_health, &c);
     int rc = -1;
     if (c.oom) {
         anvil_fail("out of memory");
@@ -361,8 +400,7 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
                                 .keep_alive_s = spec.keep_alive_s, .owner = j->role[0] ? j->role : j->owner,
                                 .user = j->owner,
                                 .argc = c.argc, .argv = c.argv, .envp = c.envp};
-        started ctx = {sup, spec.backend ? anvil_supervisor_backend_named(sup, spec.backend) : sup->backends[0], j,
-                       note[0] ? note : NULL};
+        started ctx = {sup, backend, j, note[0] ? note : NULL};
         rc = ctx.backend ? ctx.backend->ops->start(ctx.backend, &a, record_start, &ctx)
                          : anvil_fail("spec: backend: this daemon has no %s backend", spec.backend);
     }
@@ -615,12 +653,11 @@ static int advance(anvil_supervisor *sup, anvil_job *j) {
         snprintf(message, sizeof message, "no progress for %g s: stopping for a retry", hang);
         return begin_stop(sup, j, ANVIL_STOP_HANG, "HangDetected", message);
     }
-    double derived = hang > 0 || !beating ? 0 : derived_hang_timeout(&hb);
+    char why[160];
+    double derived = hang > 0 || !beating ? 0 : derived_hang_timeout(&hb, why, sizeof why);
     if (derived > 0 && now - hb.time > derived) {
-        snprintf(message, sizeof message,
-                 "no progress for %.1f s (the hang timeout derived from the run: %g x its slowest %s, %.1f s, at least "
-                 "%g s): stopping for a retry",
-                 now - hb.time, ANVIL_HANG_FACTOR, hb.phase, hb.expect_s, ANVIL_HANG_FLOOR_S);
+        snprintf(message, sizeof message, "no progress for %.1f s (the hang timeout derived from the run: %s): stopping "
+                 "for a retry", now - hb.time, why);
         return begin_stop(sup, j, ANVIL_STOP_HANG, "HangDetected", message);
     }
     return beating ? follow_phase(sup, j, &hb) : 0;

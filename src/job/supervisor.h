@@ -14,9 +14,9 @@
  *
  * Progress is the heartbeat (obs/heartbeat.h) that rank 0 of `anvil train` keeps in RUN: none for
  * hang_timeout_s since the attempt started or since the last one is a hang. A job that gives no
- * hang_timeout_s gets one derived from its run: ANVIL_HANG_FACTOR times the longest its current phase
- * has taken so far (the heartbeat's expect_s), at least ANVIL_HANG_FLOOR_S, once the phase has been
- * measured. Its phase is the
+ * hang_timeout_s gets one derived from its run: ANVIL_HANG_FACTOR times what the heartbeat says its
+ * current phase may take (expect_s: the longest it has measured, or before that an allowance for the
+ * bytes the phase moves), at least ANVIL_HANG_FLOOR_S. Its phase is the
  * running job's secondary status: HealthCheck, Preparing, Training, Checkpointing, Saving.
  *
  * max_runtime_s counts from the first attempt's start, so retries do not extend it. At most

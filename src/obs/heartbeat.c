@@ -15,6 +15,8 @@
 
 static const char *const phases[] = {"health", "loading", "training", "evaluating", "checkpointing", "finishing"};
 
+double anvil_heartbeat_allowance(double bytes) { return 60.0 + bytes / 100e6; }
+
 int anvil_heartbeat_write(const char *run_dir, const char *phase, int64_t step, double expect_s) {
     char path[PATH_MAX], tmp[PATH_MAX + 32], text[192];
     if ((size_t)snprintf(path, sizeof path, "%s/heartbeat.json", run_dir) >= sizeof path)

@@ -7,9 +7,10 @@
  * (the pre-flight check), "loading" (model, data, resume), "training" (rewritten after a step, at
  * most every HEARTBEAT_EVERY_S unless the phase changed), "evaluating" (validation or a sample),
  * "checkpointing" (a save being taken), "finishing" (the final model being written). expect_s is
- * the longest the writer has measured the phase to go without another beat (0: not measured yet,
- * or a phase it does not measure), from which the job service derives a hang timeout when the job
- * gives none (an older writer's beat has no expect_s: 0). Written with rename and without fsync: a crash may
+ * how long the writer expects the phase may go without another beat: the longest it has measured
+ * the phase to take, or before it has, an allowance for the bytes the phase moves
+ * (anvil_heartbeat_allowance). The job service derives a hang timeout from it when the job gives
+ * none (an older writer's beat has no expect_s: 0, no timeout). Written with rename and without fsync: a crash may
  * lose the last beat, which only makes the run look as stalled as it is. */
 #ifndef ANVIL_OBS_HEARTBEAT_H
 #define ANVIL_OBS_HEARTBEAT_H
@@ -26,6 +27,10 @@ typedef struct {
     double time;
     double expect_s;
 } anvil_heartbeat;
+
+/* The allowance for a phase not measured yet that moves `bytes` (a model's weights, a checkpoint):
+ * a minute plus the bytes at 100 MB/s, slow storage's pace. */
+double anvil_heartbeat_allowance(double bytes);
 
 /* Writes run_dir/heartbeat.json (through a temporary file beside it). -1 after anvil_fail. */
 int anvil_heartbeat_write(const char *run_dir, const char *phase, int64_t step, double expect_s);

@@ -289,11 +289,18 @@ static void beat(anvil_run *r, const char *phase, int64_t step) {
     if (r->beat_phase == phase && now - r->beat_at < ANVIL_HEARTBEAT_EVERY_S) return;
     r->beat_phase = phase;
     r->beat_at = now;
-    /* Between training beats lie up to HEARTBEAT_EVERY_S of steps and one more step. */
-    double expect = !strcmp(phase, "training")        ? (r->slowest_step_s > 0 ? r->slowest_step_s + ANVIL_HEARTBEAT_EVERY_S : 0)
-                    : !strcmp(phase, "evaluating")    ? r->slowest_eval_s
-                    : !strcmp(phase, "checkpointing") ? r->slowest_ckpt_s
-                                                      : 0;
+    /* Between training beats lie up to HEARTBEAT_EVERY_S of steps and one more step. Before a phase is
+     * measured, an allowance for the bytes it moves stands in (the weights, and for a checkpoint or a
+     * resume the moments too). */
+    double model = 4.0 * (double)r->res->params, whole = 3 * model;
+    double expect = !strcmp(phase, "training")        ? (r->slowest_step_s > 0 ? r->slowest_step_s + ANVIL_HEARTBEAT_EVERY_S
+                                                                               : anvil_heartbeat_allowance(model))
+                    : !strcmp(phase, "evaluating")    ? (r->slowest_eval_s > 0 ? r->slowest_eval_s
+                                                                               : anvil_heartbeat_allowance(model))
+                    : !strcmp(phase, "checkpointing") ? (r->slowest_ckpt_s > 0 ? r->slowest_ckpt_s
+                                                                               : anvil_heartbeat_allowance(whole))
+                    : !strcmp(phase, "loading")       ? anvil_heartbeat_allowance(whole)
+                                                      : anvil_heartbeat_allowance(model);
     if (anvil_heartbeat_write(r->c->out_dir, phase, step, expect) && !r->beat_failed) {
         r->beat_failed = 1;
         fprintf(r->c->log, "warning: heartbeat: %s\n", anvil_errmsg());
