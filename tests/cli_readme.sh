@@ -24,7 +24,9 @@ steps_cap=8
 
 # ---- the table: each block named by a string only it holds, then run or skip ----
 # `block MARK run PROGRAMS CHECK`: run it when the PROGRAMS it needs are here, then CHECK (a shell
-# condition, in the clone, $log the block's log) must hold. `block MARK skip WHY`: not run, because WHY.
+# condition, in the clone, $log the block's log) must hold; the need "unsanitized" runs it only in a
+# build without sanitizers (a benchmark: what it times means nothing there, and it takes minutes).
+# `block MARK skip WHY`: not run, because WHY.
 marks=() actions=() needs=() checks=() whys=()
 block() {
   marks+=("$1") actions+=("$2")
@@ -49,7 +51,7 @@ block "--zero 3 --out runs/z3" skip "it needs 8 ranks, trains GPT-2 124M on 4, a
 block "build/anvil launch -n 4 -- health" skip \
   "its 4 ranks judge each other's speed, which other work on a shared machine skews (tests/cli_health.sh checks it)"
 block "--tp 2 --pp 2 --total-batch-tokens 16384" skip "it needs 8 ranks, and its options are elided (...)"
-block "build/bench/bench_pp -- 1f1b" run mpirun 'grep -q "\"schedule\":\"1f1b\"" "$log"'
+block "build/bench/bench_pp -- 1f1b" run "mpirun unsanitized" 'grep -q "\"schedule\":\"1f1b\"" "$log"'
 block "--metrics-port 9464" skip \
   "its curl is for a second terminal while the training above it runs (tests/cli_metrics.sh reads the page)"
 block "--metric 'ms=" run "" 'grep -q "\"kind\":\"log\".*\"ms\":[0-9]" runs/logged/metrics.jsonl'
@@ -160,7 +162,11 @@ for f in "$tmp"/blocks/*[0-9].sh; do
     echo "skip: $where ($first): ${whys[$e]}"
     continue
   fi
-  for p in ${needs[$e]}; do command -v "$p" > /dev/null || { missing "$where: $p is not installed"; continue 2; }; done
+  if [[ " ${needs[$e]} " == *" unsanitized "* ]] && ldd "$anvil" | grep -q 'libasan\|libtsan'; then
+    echo "skip: $where ($first): a benchmark, run in the build without sanitizers"
+    continue
+  fi
+  for p in ${needs[$e]/unsanitized/}; do command -v "$p" > /dev/null || { missing "$where: $p is not installed"; continue 2; }; done
   while read -r s; do [ -n "$s" ] && echo "substituted in $where: $s"; done < "$tmp/blocks/$b.subs"
   log=$tmp/blocks/$b.log
   env=()
