@@ -65,6 +65,18 @@ static bool read_request(anvil_api_call *c, const anvil_job *j, const anvil_job_
     return ok;
 }
 
+/* The attempt of job j that was running at time at (a fault the chaos client carried out is recorded
+ * after it, by which time a retry may run): the last one started by then; j's current one if none. */
+static int attempt_at(const anvil_api_env *env, const anvil_job *j, double at) {
+    anvil_job_attempt *a;
+    int n, found = j->attempt;
+    if (anvil_store_attempts(env->st, j->id, &a, &n)) return found;
+    for (int i = 0; i < n; i++)
+        if (a[i].started_at <= at) found = a[i].attempt;
+    anvil_job_attempts_free(a, n);
+    return found;
+}
+
 int api_job_fault(anvil_api_call *c, const anvil_job *j) {
     if (!api_need_admin(c)) return -1;
     anvil_job_spec spec;
@@ -87,7 +99,8 @@ int api_job_fault(anvil_api_call *c, const anvil_job *j) {
         if (rc < 0) return api_internal_error(c, NULL);
         if (rc) return api_reply_error(c, 409, "job %lld: %s", (long long)j->id, f.detail);
     }
-    anvil_job_fault rec = {.at = f.at, .attempt = j->attempt, .kind = (char *)anvil_fault_kind_name(f.kind),
+    int attempt = anvil_fault_kind_in_daemon(f.kind) ? j->attempt : attempt_at(c->env, j, f.at);
+    anvil_job_fault rec = {.at = f.at, .attempt = attempt, .kind = (char *)anvil_fault_kind_name(f.kind),
                            .target = target, .detail = f.detail};
     if (anvil_store_fault_add(c->env->st, j->id, &rec)) return api_internal_error(c, NULL);
     cJSON *o = cJSON_CreateObject();
