@@ -17,6 +17,10 @@
 #     256 specials), prep, a tied llama-mini and export, whose config.json
 #     names <|begin_of_text|> and <|end_of_text|> (1200, 1201) and which keeps
 #     the tokenizer;
+#   - with a GPT-2-style tokenizer (tests/tok/expected, 1200 ids, no
+#     beginning-of-text token), export names its end-of-text (1199) and no
+#     bos; from a checkpoint, which records no tokenizer, both are null, not
+#     ids guessed from the vocabulary's size;
 #   - bad shapes exit 78 with one line before training: n_head not divisible
 #     by n_kv_head, an odd head dimension, a --tp that does not divide the
 #     key/value heads.
@@ -139,6 +143,29 @@ print(got); sys.exit(got != (1200, 1201, 1456, True))") && cmp -s "$ranks" "$tmp
     bad "export of the llama3-tokenized run: $out"
 else
   bad "the llama3-tokenized run: $(tail -1 "$tmp/l3.log" 2> /dev/null)"
+fi
+
+# ---- a GPT-2-style tokenizer: no beginning-of-text token, end-of-text its last id ----
+# From the run folder export takes the ids from the run's tokenizer; a checkpoint records none, and its
+# config.json says null rather than Llama 3's places (1200 - 256, 1200 - 255) in this vocabulary.
+special_ids() { python3 -c "
+import json, sys
+c = json.load(open('$1/config.json'))
+print((c['bos_token_id'], c['eos_token_id'], c['vocab_size']))"; }
+if "$anvil" prep --out "$tmp/g2data" --tokenizer "$here/tok/expected/train_gpt2_1200.tiktoken" --delimiter '\n' \
+  --val-fraction 0.05 "$tmp/gen.txt" > /dev/null 2>&1 &&
+  "$anvil" train --data "$tmp/g2data" --preset llama-tiny --batch 2 --seq 32 --steps 1 --ckpt-every 1 --no-progress \
+    --sample-every -1 --out "$tmp/g2" > /dev/null 2> "$tmp/g2.log" &&
+  "$anvil" export --model "$tmp/g2" --out "$tmp/g2hf" > /dev/null 2>&1 &&
+  "$anvil" export --model "$tmp/g2/ckpt/step_00000001" --out "$tmp/g2ckhf" > /dev/null 2>&1; then
+  got=$(special_ids "$tmp/g2hf")
+  [ "$got" = "(None, 1199, 1200)" ] && ok "export with a GPT-2-style tokenizer: bos, eos, vocabulary $got" ||
+    bad "export with a GPT-2-style tokenizer: bos, eos, vocabulary $got, want (None, 1199, 1200)"
+  got=$(special_ids "$tmp/g2ckhf")
+  [ "$got" = "(None, None, 1200)" ] && ok "export of its checkpoint, no tokenizer known: bos, eos, vocabulary $got" ||
+    bad "export of its checkpoint: bos, eos, vocabulary $got, want (None, None, 1200)"
+else
+  bad "the run with a GPT-2-style tokenizer: $(tail -1 "$tmp/g2.log" 2> /dev/null)"
 fi
 
 # ---- bad shapes: one line, exit 78, before training ----
