@@ -16,11 +16,13 @@
 #     config.json is LlamaForCausalLM's; train --init from the imported file
 #     starts from the run's weights (with a step too small to move them: the
 #     run's validation loss and tensors, bit for bit);
-#     sample writes text from the run;
+#   - sample: the same seed gives the same bytes twice, and from the imported
+#     file too, another seed other bytes, and exactly --tokens tokens;
 #   - with a tokenizer in Llama 3's format (tests/tok/expected, 1200 ranks and
 #     256 specials), prep, a tied llama-mini and export, whose config.json
 #     names <|begin_of_text|> and <|end_of_text|> (1200, 1201) and which keeps
-#     the tokenizer;
+#     the tokenizer; its samples decode with the tokenizer the run kept as with
+#     the rank file given by hand;
 #   - with a GPT-2-style tokenizer (tests/tok/expected, 1200 ids, no
 #     beginning-of-text token), export names its end-of-text (1199) and no
 #     bos; from a checkpoint, which records no tokenizer, both are null, not
@@ -148,9 +150,26 @@ else
   bad "train --init: $(tail -1 "$tmp/init.log")"
 fi
 
-text=$("$anvil" sample --model "$tmp/ref" --prompt "And God" --tokens 40 --seed 3 2> "$tmp/sample.err")
-[ $? -eq 0 ] && [ ${#text} -gt 20 ] && ok "sample: '$(echo "$text" | head -c 60 | tr '\n' ' ')...'" ||
-  bad "sample: $(tail -1 "$tmp/sample.err")"
+# sample, with --ignore-eot so that each sample is --tokens long (standard error counts them). Same seed,
+# same bytes; the imported file samples as the run does.
+smp() { # output name, model, seed
+  "$anvil" sample --model "$2" --prompt "And God" --tokens 40 --seed "$3" --ignore-eot > "$tmp/$1.txt" \
+    2> "$tmp/$1.err" || bad "sample $1: $(tail -1 "$tmp/$1.err")"
+}
+smp s3 "$tmp/ref" 3
+smp s3_again "$tmp/ref" 3
+smp s3_back "$tmp/back.safetensors" 3
+smp s4 "$tmp/ref" 4
+if [ "$(head -c 7 "$tmp/s3.txt")" = "And God" ] && grep -q "stopped after 40 tokens: --tokens 40 reached" "$tmp/s3.err"
+then
+  ok "sample: the prompt and 40 tokens, '$(head -c 47 "$tmp/s3.txt" | tr -c '[:print:]' '.')'"
+else
+  bad "sample: $(od -c "$tmp/s3.txt" | head -3) $(cat "$tmp/s3.err")"
+fi
+cmp -s "$tmp/s3.txt" "$tmp/s3_again.txt" && cmp -s "$tmp/s3.txt" "$tmp/s3_back.txt" &&
+  ok "sample: seed 3 gives the same bytes twice, and from the imported file" ||
+  bad "sample: seed 3's bytes differ between calls or from the imported file"
+cmp -s "$tmp/s3.txt" "$tmp/s4.txt" && bad "sample: seeds 3 and 4 give the same bytes" || ok "sample: seed 4 gives other bytes"
 
 # ---- a tokenizer in Llama 3's format ----
 ranks=$here/tok/expected/train_llama3_1456.tiktoken
@@ -168,6 +187,17 @@ got = (c['bos_token_id'], c['eos_token_id'], c['vocab_size'], c['tie_word_embedd
 print(got); sys.exit(got != (1200, 1201, 1456, True))") && cmp -s "$ranks" "$tmp/l3hf/tokenizer.tiktoken" &&
     ok "export of the llama3-tokenized run: bos, eos, vocabulary, tied $out, and its tokenizer" ||
     bad "export of the llama3-tokenized run: $out"
+  # The tokenizer the run kept decodes its samples: as the rank file given by hand does, not as bytes.
+  for how in kept kept_again by_hand; do
+    extra=()
+    [ $how = by_hand ] && extra=(--tokenizer "$ranks" --pattern llama3)
+    "$anvil" sample --model "$tmp/l3" "${extra[@]}" --prompt "And God" --tokens 24 --seed 5 --ignore-eot \
+      > "$tmp/l3_$how.txt" 2> "$tmp/l3_$how.err" || bad "sample of the llama3-tokenized run: $(tail -1 "$tmp/l3_$how.err")"
+  done
+  [ "$(head -c 7 "$tmp/l3_kept.txt")" = "And God" ] && cmp -s "$tmp/l3_kept.txt" "$tmp/l3_kept_again.txt" &&
+    cmp -s "$tmp/l3_kept.txt" "$tmp/l3_by_hand.txt" &&
+    ok "the llama3-tokenized run samples with its own tokenizer: '$(head -c 60 "$tmp/l3_kept.txt" | tr -c '[:print:]' '.')'" ||
+    bad "the llama3-tokenized run's samples: $(head -c 200 "$tmp/l3_kept.txt" "$tmp/l3_by_hand.txt")"
 else
   bad "the llama3-tokenized run: $(tail -1 "$tmp/l3.log" 2> /dev/null)"
 fi
