@@ -289,7 +289,7 @@ static void add_rope(cJSON *r, const anvil_model_config *c) {
 
 /* Without the tokenizer's ids, bos and eos are null (Hugging Face's "none"): the vocabulary's size does
  * not tell them. Llama 3's encoding puts <|begin_of_text|> 256 ids from the end, but a Llama trained on
- * GPT-2's 50257 ids has no such token at 50001, and a wrong id there would stop generation anywhere. */
+ * GPT-2's 50257 ids has no such token at 50001: generation would stop at whatever token has that id. */
 static char *hf_config_write(const anvil_model_config *c, const anvil_model_special_ids *ids) {
     cJSON *r = cJSON_CreateObject();
     if (!r) return NULL;
