@@ -20,7 +20,7 @@ mounts=()
 # Unmounted at exit, unless the scratch folder is kept (ANVIL_TEST_KEEP) to read a failed case's run.
 at_exit() { [ -n "${ANVIL_TEST_KEEP:-}" ] || for m in "${mounts[@]}"; do umount "$m" 2> /dev/null || umount -l "$m"; done; }
 
-bible -f "gen1:1-gen10:26" > "$tmp/gen.txt"
+bible -f "gen1:1-gen50:26" > "$tmp/gen.txt"
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
 "$anvil" serve --init --state "$state" > "$tmp/token" 2> /dev/null || bad "serve --init"
 export ANVIL_TOKEN=$(cat "$tmp/token")

@@ -5,7 +5,8 @@
 #     body) and bad requests: a 4xx with a one-line reason, no job stored,
 #     `anvil job` exits 4;
 #   - submit, wait: Completed with its history; a usage error is Failed at
-#     once, not retried;
+#     once, not retried; a llama-tiny job Completed, its model file a Llama's
+#     (export writes LlamaForCausalLM);
 #   - Completed only with the command's completion record, verified (its model file's size and CRC-32C
 #     against a bitwise reference); exit 0 without it (a test hook) retried, then Failed, naming it;
 #     describe keeps both attempts (text and JSON); a retry waits (Fencing) while the run lock is held;
@@ -687,6 +688,19 @@ wait "$holder" 2> /dev/null
 job wait "$fenced" > /dev/null
 [ "$(field "$fenced" status)" = Completed ] && [ "$(field "$fenced" attempt)" = 2 ] &&
   ok "... and starts once it is free: Completed" || bad "after the fence: $(history "$fenced")"
+
+# ---- a Llama job: the service runs the family as it runs GPT-2 ----
+submit --name llama --role all --output "$tmp/llama" -- train --data "$tmp/data" --preset llama-tiny --batch 4 --seq 32 \
+  --no-progress --sample-every -1 --seed 9 --threads 1 --steps 20 > "$tmp/out" 2>&1 || bad "submit: $(cat "$tmp/out")"
+llama=$(grep -o 'job [0-9]*' "$tmp/out" | cut -d' ' -f2)
+job wait "$llama" > /dev/null
+rc=$?
+arch=$("$anvil" export --model "$tmp/llama" --out "$tmp/llama_hf" > /dev/null 2>&1 &&
+  python3 -c "import json; print(json.load(open('$tmp/llama_hf/config.json'))['architectures'][0])")
+[ $rc = 0 ] && [ "$(field "$llama" status)" = Completed ] && [ "$arch" = LlamaForCausalLM ] &&
+  history "$llama" | grep -q "^Completed|.*completion record verified: step 20 of 20" &&
+  ok "a llama-tiny job: Completed, its completion record verified, and its model exports as $arch" ||
+  bad "the llama-tiny job: exit $rc, model '$arch': $(history "$llama")"
 
 # ---- hooks: every primary status change of every job, once each, in order, by both hooks ----
 # `hooks_check`: prints what is still wrong (nothing once every delivery is in).

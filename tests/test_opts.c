@@ -148,8 +148,27 @@ static void test_suggest(void) {
     CHECK(anvil_model_preset("quite-unlike-any", &c) == -1 && !strstr(anvil_errmsg(), "did you mean"));
 }
 
+/* train --preset's help names every preset of the registry, a line per family in the registry's order:
+ * the table cannot ask the registry (src/opts/train.c), so a preset added there must be added here. */
+static void test_preset_help(void) {
+    const anvil_opt *o = anvil_opts_find(&anvil_train_cmdline, "--preset");
+    char want[1024] = "the model, by family (default tiny; 'anvil info' shows the shapes):";
+    const char *name;
+    const anvil_model_family *f, *last = NULL;
+    for (int i = 0; anvil_model_preset_at(i, &name, &f); i++) {
+        size_t n = strlen(want);
+        if (f != last) snprintf(want + n, sizeof want - n, "\n%s: %s", anvil_model_family_name(f), name);
+        else snprintf(want + n, sizeof want - n, ", %s", name);
+        last = f;
+    }
+    CHECK(o && o->help && strstr(want, "\nllama: llama-tiny, "));
+    if (o && o->help && strcmp(o->help, want))
+        t_fail(__FILE__, __LINE__, "--preset's help is\n%s\nbut the registry has\n%s", o->help, want);
+}
+
 int main(void) {
     test_parse();
+    test_preset_help();
     test_suggest();
     test_usage();
     test_tables();

@@ -136,7 +136,8 @@ struct cJSON;
 const anvil_model_family *anvil_model_hf_family(const char *model_type);
 const char *anvil_model_hf_architecture(const anvil_model_family *f);
 /* The tokenizer's ids that config.json names (bos_token_id, eos_token_id), -1 where it has none; a NULL
- * anvil_model_special_ids means they are not known and the family writes its default. */
+ * anvil_model_special_ids means they are not known and the family writes its default (GPT-2's files
+ * name the last id, Llama's say null). */
 typedef struct {
     int32_t bos, eos;
 } anvil_model_special_ids;

@@ -287,8 +287,9 @@ static void add_rope(cJSON *r, const anvil_model_config *c) {
     cJSON_AddNumberToObject(s, "original_max_position_embeddings", c->rope_scaling.original_max_position);
 }
 
-/* Without the tokenizer's ids, those of Llama 3's encoding, whose specials follow the ranks:
- * <|begin_of_text|> is the vocabulary's 256th id from the end, <|end_of_text|> the next. */
+/* Without the tokenizer's ids, bos and eos are null (Hugging Face's "none"): the vocabulary's size does
+ * not tell them. Llama 3's encoding puts <|begin_of_text|> 256 ids from the end, but a Llama trained on
+ * GPT-2's 50257 ids has no such token at 50001: generation would stop at whatever token has that id. */
 static char *hf_config_write(const anvil_model_config *c, const anvil_model_special_ids *ids) {
     cJSON *r = cJSON_CreateObject();
     if (!r) return NULL;
@@ -307,9 +308,8 @@ static char *hf_config_write(const anvil_model_config *c, const anvil_model_spec
     cJSON_AddNumberToObject(r, "rms_norm_eps", short_float(c->norm_eps));
     add_rope(r, c);
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied);
-    int llama3 = c->vocab_size > 256;
-    add_id(r, "bos_token_id", ids ? ids->bos : llama3 ? c->vocab_size - 256 : -1);
-    add_id(r, "eos_token_id", ids ? ids->eos : llama3 ? c->vocab_size - 255 : -1);
+    add_id(r, "bos_token_id", ids ? ids->bos : -1);
+    add_id(r, "eos_token_id", ids ? ids->eos : -1);
     cJSON_AddBoolToObject(r, "attention_bias", 0);
     cJSON_AddBoolToObject(r, "mlp_bias", 0);
     cJSON_AddNumberToObject(r, "attention_dropout", 0.0);
