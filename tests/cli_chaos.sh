@@ -98,7 +98,8 @@ assert 0 < g["ettr"] < 1 and abs(g["ettr"] - parts["productive"] / (wall - parts
 ended = [f for f in g["faults"] if f["kind"] != "daemon-kill"]
 assert all(f["detection_s"] > 0 and f["restart_s"] > 0 for f in ended), ended
 span_sum = sum(s["t1"] - s["t0"] for s in g["spans"])
-assert abs(span_sum - wall) < 1e-6 * max(wall, 1), f"spans {span_sum} against wall {wall}"
+# Each stretch's ends are Unix times less the submission's, so each may be off by a float's rounding.
+assert abs(span_sum - wall) < 1e-3 + 1e-4 * wall, f"spans {span_sum} against wall {wall}"
 print(f"parts add up to {sum(parts.values()):.1f} of {wall:.1f} s, ETTR {g['ettr']:.1%}, "
       f"{len(ended)} faults priced, lost {sum(f['lost_s'] for f in ended):.1f} s")
 EOF
