@@ -103,8 +103,9 @@ refused 403 "(--data): s3://bucket/d is outside role nlp's S3" \
   "{\"name\": \"s3\", \"command\": [\"train\", \"--data\", \"s3://bucket/d\"]}"
 
 # ---- the command as its table knows it: a bare '..', operands, what does not parse ----
-refused 403 "command\[2\] (--data): $tmp/runs/nlp/.. (resolved: $tmp/runs) is outside role nlp's" \
+refused 403 "command\[2\] (--data): $tmp/runs/nlp/.. is outside role nlp's" \
   "{\"name\": \"dd\", \"command\": [\"train\", \"--data\", \"..\"], \"output\": \"$tmp/runs/nlp\"}"
+grep -q "resolved" "$tmp/answer" && bad "the refusal says where the path leads: $(cat "$tmp/answer")"
 refused 403 "command\[2\] (--data): ..: '..' would leave the job's run folder" \
   "{\"name\": \"dd\", \"command\": [\"train\", \"--data\", \"..\"]}"
 refused 403 "command\[1\]: /etc/passwd is outside role nlp's" "{\"name\": \"p\", \"command\": [\"prep\", \"/etc/passwd\"]}"

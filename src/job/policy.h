@@ -64,7 +64,12 @@ bool anvil_path_under(const char *path, const char *prefix);
  *     wildcards in its last component only, and what it matches now must lie inside too; a relative
  *     path is taken from the run folder: the output when given, else a new folder of the daemon's,
  *     where it may not hold a '..' component;
- *   - env sets only the variables anvil_job_env_allowed lets through, and none the role sets. */
+ *   - no path, as given or where its links lead, holds a control character (a batch script's
+ *     #SBATCH line could not carry it), nor does a role's prefix;
+ *   - train --metrics-port is 0 or at least 1024: the ports below are the host's services';
+ *   - env sets only the variables anvil_job_env_allowed lets through, and none the role sets.
+ * A refusal names the path as given, never where its links lead: a submitter does not learn the
+ * host's links from it. */
 int anvil_policy_check(const anvil_role *role, anvil_job_spec *spec, char *why, size_t cap);
 
 /* Whether a variable of the daemon's environment (NAME=VALUE) reaches the jobs: PATH, HOME, LANG,
