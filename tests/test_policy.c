@@ -3,6 +3,7 @@
  * component boundaries, a spec checked against a role (what is refused, what is filled in),
  * the environment a job inherits, and tokens (made, checked, wrong, revoked, the last admin's). */
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "job/auth.h"
 #include "job/hooks.h"
 #include "job/policy.h"
+#include "job/slurm_internal.h"
 #include "testutil.h"
 
 static char dir[64];
@@ -334,6 +336,34 @@ static void test_roles(void) {
           strstr(anvil_errmsg(), "env.AWS_ENDPOINT_URL: set by the daemon") && strstr(anvil_errmsg(), "--s3-config"));
 }
 
+/* What Slurm makes of a file name pattern with no replacement in it (slurmstepd's fname.c): with a
+ * backslash, a doubled one is one and a lone one is dropped, '%' as it stands; else "%%" is '%'. */
+static void slurm_expand(const char *pattern, char *out) {
+    bool escaped = strchr(pattern, '\\') != NULL;
+    for (const char *p = pattern; *p; p++) {
+        if (escaped && *p == '\\' && p[1] != '\\') continue;
+        *out++ = *p;
+        if ((escaped && *p == '\\') || (!escaped && *p == '%' && p[1] == '%')) p++;
+    }
+    *out = 0;
+}
+
+/* sbatch --output's pattern for a run folder: Slurm expands it back to the folder's name, whatever
+ * that holds ('%', which once became a replacement; a backslash, which once turned them off). */
+static void test_slurm_patterns(void) {
+    static const char *const dirs[] = {"/runs/plain-1.x", "/runs/a b#c'd\"e$f`g%j%%N", "/runs/x\\y%j", "/runs/\\\\z"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        char pattern[256], back[256], want[256];
+        CHECK(anvil_slurm_file_pattern(dirs[i], "/logs/launcher.log", pattern, sizeof pattern) == 0);
+        slurm_expand(pattern, back);
+        snprintf(want, sizeof want, "%s/logs/launcher.log", dirs[i]);
+        if (strcmp(back, want)) fprintf(stderr, "  %s: the pattern %s expands to %s\n", dirs[i], pattern, back);
+        CHECK(!strcmp(back, want));
+    }
+    char small[8];
+    CHECK(anvil_slurm_file_pattern("/runs/%%%%", "", small, sizeof small) == -1 && strstr(anvil_errmsg(), "too long"));
+}
+
 /* Hook URLs as libcurl's URL parser reads them: loopback hosts only, nothing before the host. */
 static void test_hook_urls(void) {
     static const char *const good[] = {"http://127.0.0.1:9000/x", "http://localhost/", "http://LOCALHOST:1/a?b=c",
@@ -433,6 +463,7 @@ int main(void) {
     test_control_and_ports();
     test_roles();
     test_hook_urls();
+    test_slurm_patterns();
     test_tokens();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
