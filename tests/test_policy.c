@@ -172,6 +172,7 @@ static void test_env(void) {
     char list[512];
     anvil_job_env_allowlist(list, sizeof list);
     CHECK(strstr(list, "OMP_NUM_THREADS, ") == list && strstr(list, "ANVIL_HEALTH_FAULT"));
+    CHECK(!anvil_job_env_inherited("ANVIL_JOB_PREFIXES=/") && anvil_job_env_reserved("ANVIL_JOB_PREFIXES"));
     CHECK(anvil_job_env_reserved("ANVIL_CHANNEL_X") && anvil_job_env_reserved("AWS_ACCESS_KEY_ID") &&
           !anvil_job_env_reserved("LD_PRELOAD") && !anvil_job_env_reserved("OMP_NUM_THREADS"));
 }

@@ -495,7 +495,8 @@ static bool prefixed(const char *var, size_t len, const char *const *prefixes, s
 
 /* What the daemon itself sets for each attempt (or keeps from it): never a spec's or a role's, and never
  * the daemon's own inherited (a daemon run inside a job would pass on its job's). */
-static const char *const daemon_set[] = {"ANVIL_JOB_ID", "ANVIL_TOKEN", "ANVIL_ATTEMPT", "ANVIL_RUN_DIR"};
+static const char *const daemon_set[] = {"ANVIL_JOB_ID", "ANVIL_TOKEN", "ANVIL_ATTEMPT", "ANVIL_RUN_DIR",
+                                         "ANVIL_JOB_PREFIXES"};
 #define NDAEMON_SET (sizeof daemon_set / sizeof *daemon_set)
 
 bool anvil_job_env_inherited(const char *var) {

@@ -75,7 +75,7 @@ int anvil_policy_check(const anvil_role *role, anvil_job_spec *spec, char *why, 
 /* Whether a variable of the daemon's environment (NAME=VALUE) reaches the jobs: PATH, HOME, LANG,
  * LC_*, TZ, TMPDIR, USER, LOGNAME, LD_LIBRARY_PATH, and those named OMP_*, GOMP_*, OPENBLAS_*,
  * OMPI_*, PMIX_*, ANVIL_* (but ANVIL_TOKEN and those the daemon sets for each attempt: ANVIL_JOB_ID,
- * ANVIL_ATTEMPT, ANVIL_RUN_DIR) and the sanitizers' *SAN_OPTIONS: what anvil, Open MPI
+ * ANVIL_ATTEMPT, ANVIL_RUN_DIR, ANVIL_JOB_PREFIXES) and the sanitizers' *SAN_OPTIONS: what anvil, Open MPI
  * and the runtime need. Nothing else does: a job's environment is these, then the role's
  * variables and the spec's. */
 bool anvil_job_env_inherited(const char *var);
@@ -88,7 +88,8 @@ bool anvil_job_env_allowed(const char *name);
 /* Those names, ", "-separated, into buf. */
 void anvil_job_env_allowlist(char *buf, size_t cap);
 /* Whether a role may not set the variable: those the daemon sets for each job (ANVIL_CHANNEL_*,
- * ANVIL_JOB_ID, ANVIL_ATTEMPT, ANVIL_RUN_DIR, ANVIL_TOKEN, and AWS_*, from its S3 configuration). */
+ * ANVIL_JOB_ID, ANVIL_ATTEMPT, ANVIL_RUN_DIR, ANVIL_JOB_PREFIXES (core/confine.h), ANVIL_TOKEN, and
+ * AWS_*, from its S3 configuration). */
 bool anvil_job_env_reserved(const char *name);
 
 #endif
