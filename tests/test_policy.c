@@ -3,6 +3,7 @@
  * component boundaries, a spec checked against a role (what is refused, what is filled in),
  * the environment a job inherits, and tokens (made, checked, wrong, revoked, the last admin's). */
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "job/audit.h"
 #include "job/auth.h"
 #include "job/hooks.h"
 #include "job/policy.h"
@@ -396,6 +398,58 @@ static void test_hook_urls(void) {
     }
 }
 
+/* The number of audit rows after row `after` whose detail starts with prefix (NULL: any). */
+static int audit_rows(anvil_store *st, int after, const char *prefix, long *counted) {
+    cJSON *o = anvil_audit_list(st, NULL, 100000);
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "audit")) {
+        const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "detail"));
+        if (cJSON_GetObjectItemCaseSensitive(e, "id")->valueint <= after || (prefix && !strstr(d, prefix))) continue;
+        n++;
+        if (counted) *counted += strtol(d, NULL, 10);
+    }
+    cJSON_Delete(o);
+    return n;
+}
+
+/* The 401s' rate limit: 10 rows per address per window, the rest counted into one row once the
+ * window ends, each address apart up to the table's size, the others together. */
+static void test_audit_limiter(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/audit.db", dir);
+    anvil_store *st = anvil_store_open(path);
+    anvil_audit_limiter *l = anvil_audit_limiter_new();
+    CHECK(st && l);
+    if (!st || !l) return;
+    int taken = 0;
+    for (int i = 0; i < 1000; i++) taken += anvil_audit_limiter_take(l, "127.0.0.1", "GET /x: bad token", 100.0 + i * 1e-3);
+    CHECK(taken == ANVIL_AUDIT_UNAUTH_ROWS);
+    CHECK(anvil_audit_limiter_take(l, "127.0.0.2", "GET /y", 100.5));
+    CHECK(anvil_audit_limiter_flush(l, st, 109.9) == 0 && audit_rows(st, 0, NULL, NULL) == 0);
+    CHECK(anvil_audit_limiter_flush(l, st, 110.0) == 1);
+    long counted = 0;
+    CHECK(audit_rows(st, 0, "more unauthenticated requests from 127.0.0.1 in 10 s", &counted) == 1 && counted == 990);
+    CHECK(audit_rows(st, 0, "the last: GET /x: bad token", NULL) == 1);
+    /* A window over is a new one: its first rows are recorded again. */
+    CHECK(anvil_audit_limiter_take(l, "127.0.0.1", "GET /x", 111.0));
+    /* Addresses beyond the table share the last window. */
+    taken = 0;
+    for (int i = 0; i < ANVIL_AUDIT_UNAUTH_ADDRS + 20; i++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "127.1.%d.%d", i / 256, i % 256);
+        taken += anvil_audit_limiter_take(l, addr, "GET /z", 112.0) + anvil_audit_limiter_take(l, addr, "GET /z", 112.0);
+    }
+    CHECK(taken == 2 * (ANVIL_AUDIT_UNAUTH_ADDRS - 2) + ANVIL_AUDIT_UNAUTH_ROWS);
+    int before = audit_rows(st, 0, NULL, NULL);
+    counted = 0;
+    CHECK(anvil_audit_limiter_flush(l, st, INFINITY) == 1);
+    CHECK(audit_rows(st, 0, "more unauthenticated requests from other addresses", &counted) == 1 &&
+          counted == 2 * 22 - ANVIL_AUDIT_UNAUTH_ROWS && audit_rows(st, 0, NULL, NULL) == before + 1);
+    anvil_audit_limiter_free(l);
+    anvil_store_close(st);
+}
+
 static void test_tokens(void) {
     char path[128], admin[ANVIL_TOKEN_SIZE], alice[ANVIL_TOKEN_SIZE], again[ANVIL_TOKEN_SIZE], header[128];
     snprintf(path, sizeof path, "%s/state.db", dir);
@@ -465,6 +519,7 @@ int main(void) {
     test_roles();
     test_hook_urls();
     test_slurm_patterns();
+    test_audit_limiter();
     test_tokens();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
