@@ -10,22 +10,40 @@
 #   - s3:// arguments: outside the role's (absent) S3 prefixes, 403, with AWS_ENDPOINT_URL in env or
 #     not; the submitter's listener never contacted;
 #   - a bare '..' (from an output at the prefix itself, and from the daemon's run folder) and an
-#     operand outside the prefixes: 403; a command the table cannot parse: 400;
-#   - 300 slow connections (a header line every 2 s, never a whole head, reopened as soon as the
-#     daemon closes them): an authenticated client answered within 1 s each time (the figure printed);
+#     operand outside the prefixes: 403, naming the path as given, not where it leads; a command the
+#     table cannot parse: 400;
+#   - an output reached through a link to a folder whose name holds a newline: 403; --metrics-port 80:
+#     403;
+#   - a run folder another user's unfinished job writes: 409 without that job's id (the owner's own
+#     409 names it);
+#   - train --data DIR/'*' (a folder named '*' beside a link to shards outside the role): the job
+#     matches DIR/'*''s own shards (none: Failed), not the link's; a checked folder whose train shard
+#     is a link out of the role: Failed, the job naming the shard; the same data inside: Completed;
+#   - 2000 bad tokens as fast as they go: every one 401, an authenticated client answered within
+#     1 s meanwhile, and the audit trail holds 10 of their rows and one counting the other 1990;
+#   - a body trickled a byte a second by a token holder: cut off at the request's 10 s deadline;
+#   - 300 slow bodies (a token holder's, a byte every 2 s, reopened as soon as the daemon closes
+#     them) and then 300 slow connections (a header line every 2 s, never a whole head): an
+#     authenticated client answered within 1 s each time (the figures printed);
 #   - hook URLs whose user part names another host: refused at start, exit 2;
 #   - strict JSON: a NUL in a string (the name, an env key), bytes that are not UTF-8, a key twice
 #     inside resources: 400 naming the field, nothing stored;
 #   - logs?offset=2^63-1: 200 and nothing, no path of the daemon's; 500 query parameters: an HTTP
 #     answer (400) and an audit row; alice's GET /v1/roles names no other user; 1e999 says finite;
 #   - a state.db whose tokens or users page is damaged: refused at start, one line naming the table,
-#     exit 1; `serve --backup` copies a running daemon's state, and the copy restores it.
+#     exit 1, the file as it was found (checked before any write); `serve --backup` copies a running
+#     daemon's state, and the copy restores it.
 . "$(dirname "$0")/tools/cli_common.sh"
 command -v curl > /dev/null || { echo "SKIP: curl is not installed"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 state=$tmp/state
 mkdir -p "$tmp/data/nlp" "$tmp/runs/nlp" "$tmp/outside"
 printf 'In the beginning.\n' > "$tmp/data/nlp/x.txt"
+# A prep folder to train on, and a small training that reads it.
+for i in $(seq 300); do printf 'line %d of a text to train on.\n' "$i"; done > "$tmp/text.txt"
+"$anvil" prep --out "$tmp/prepped" --delimiter '\n' --val-fraction 0.1 "$tmp/text.txt" > /dev/null 2>&1 || bad "prep"
+tiny='"--layers", "1", "--heads", "1", "--embd", "8", "--batch", "1", "--seq", "8", "--steps", "1", "--val-batches", "1",
+      "--sample-every", "-1", "--no-progress", "--threads", "1"'
 
 "$anvil" serve --init --state "$state" > "$tmp/token" 2> /dev/null || { bad "serve --init"; finish; }
 admin_token=$(cat "$tmp/token")
@@ -103,8 +121,9 @@ refused 403 "(--data): s3://bucket/d is outside role nlp's S3" \
   "{\"name\": \"s3\", \"command\": [\"train\", \"--data\", \"s3://bucket/d\"]}"
 
 # ---- the command as its table knows it: a bare '..', operands, what does not parse ----
-refused 403 "command\[2\] (--data): $tmp/runs/nlp/.. (resolved: $tmp/runs) is outside role nlp's" \
+refused 403 "command\[2\] (--data): $tmp/runs/nlp/.. is outside role nlp's" \
   "{\"name\": \"dd\", \"command\": [\"train\", \"--data\", \"..\"], \"output\": \"$tmp/runs/nlp\"}"
+grep -q "resolved" "$tmp/answer" && bad "the refusal says where the path leads: $(cat "$tmp/answer")"
 refused 403 "command\[2\] (--data): ..: '..' would leave the job's run folder" \
   "{\"name\": \"dd\", \"command\": [\"train\", \"--data\", \"..\"]}"
 refused 403 "command\[1\]: /etc/passwd is outside role nlp's" "{\"name\": \"p\", \"command\": [\"prep\", \"/etc/passwd\"]}"
@@ -122,6 +141,13 @@ refused 400 'spec: env.OK\\\\u0000LD_PRELOAD: a string may not hold \\\\u0000 (N
 refused 400 "spec: name: not valid UTF-8" "$(printf '{"name": "caf\xe9", "command": ["train"]}')"
 refused 400 "spec: resources.hosts: given twice" '{"name": "d", "command": ["train"], "resources": {"hosts": 1, "hosts": 2}}'
 refused 400 "spec: max_runtime_s: must be a finite number" '{"name": "x", "command": ["train"], "max_runtime_s": 1e999}'
+# ---- control characters: no path holds one, as given or where its links lead (an #SBATCH line
+# cannot carry a newline); --metrics-port below 1024 ----
+mkdir -p "$tmp/runs/nlp/a"$'\n'"b" && ln -s "$tmp/runs/nlp/a"$'\n'"b" "$tmp/runs/nlp/nl"
+refused 403 "output: $tmp/runs/nlp/nl leads to a path with a control character" \
+  "{\"name\": \"nl\", \"command\": [\"train\", \"--synthetic\"], \"output\": \"$tmp/runs/nlp/nl\"}"
+refused 403 "command\[2\] (--metrics-port): 80 is a privileged port" \
+  '{"name": "m", "command": ["train", "--metrics-port", "80"]}'
 [ "$(njobs)" = "$before" ] && ok "no refused submission stored a job" || bad "refused submissions stored jobs"
 sleep 2
 [ ! -e "$tmp/outside/PWNED" ] && ok "the fork agent never ran" || bad "the fork agent ran: $(cat "$tmp/outside/PWNED")"
@@ -153,6 +179,177 @@ python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['audit'][-1]; sys.ex
 [ "$(call "$admin_token" GET /v1/roles)" = 200 ] && grep -q '"users":\["alice","bob"\]' "$tmp/answer" &&
   ok "the admin's names both" || bad "admin's roles: $(cat "$tmp/answer")"
 grep -q "$state" "$tmp/answer" && bad "an answer names the state folder"
+
+# ---- a run folder another user's unfinished job writes: 409, without naming that job ----
+busy="{\"name\": \"busy\", \"command\": [\"train\", \"--synthetic\", \"--steps\", \"1000000\", \"--sample-every\", \"-1\"],
+      \"output\": \"$tmp/runs/nlp/busy\"}"
+mkdir -p "$tmp/runs/nlp/busy"
+[ "$(call "$bob" POST /v1/jobs "$busy")" = 201 ] || bad "bob's job: $(cat "$tmp/answer")"
+busy_id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['id'])" "$tmp/answer")
+refused 409 "spec: output: $tmp/runs/nlp/busy is the run folder of another user's job, which has not ended" "$busy"
+grep -q "job $busy_id" "$tmp/answer" && bad "alice's 409 names bob's job: $(cat "$tmp/answer")"
+[ "$(call "$bob" POST /v1/jobs "$busy")" = 409 ] && grep -q "is the run folder of job $busy_id, which" "$tmp/answer" &&
+  ok "bob's own 409 names his job: $(cat "$tmp/answer")" || bad "bob's 409: $(cat "$tmp/answer")"
+call "$bob" POST "/v1/jobs/$busy_id/stop" > /dev/null
+
+# ---- a job's data files stay inside its role ----
+# --data with a folder named '*': its own shards (none here), not what a wildcard would match (a link
+# to shards outside the role).
+mkdir -p "$tmp/data/nlp/*" "$tmp/outside/shards" "$tmp/data/nlp/set" "$tmp/data/nlp/good"
+cp "$tmp/prepped/"* "$tmp/data/nlp/good/"
+cp "$tmp/prepped/manifest.json" "$tmp/data/nlp/*/"
+cp "$tmp/prepped/"*.bin "$tmp/outside/shards/"
+ln -s "$tmp/outside/shards" "$tmp/data/nlp/lnk"
+# A checked folder whose train shard is a link out of the role.
+cp "$tmp/prepped/manifest.json" "$tmp/prepped/"val_*.bin "$tmp/data/nlp/set/"
+ln -s "$tmp/outside/shards/train_000000.bin" "$tmp/data/nlp/set/train_000000.bin"
+data_job() { # name, --data folder: the job's id in $jid
+  mkdir -p "$tmp/runs/nlp/$1"
+  jid=
+  [ "$(call "$alice" POST /v1/jobs "{\"name\": \"$1\", \"command\": [\"train\", \"--data\", \"$2\", $tiny],
+        \"output\": \"$tmp/runs/nlp/$1\"}")" = 201 ] || { bad "the $1 job: $(cat "$tmp/answer")"; return; }
+  jid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['id'])" "$tmp/answer")
+}
+data_job star "$tmp/data/nlp/*" && star_id=$jid
+data_job linked "$tmp/data/nlp/set" && linked_id=$jid
+data_job good "$tmp/data/nlp/good" && good_id=$jid
+for j in "star:$star_id:Failed:no files match '$tmp/data/nlp/\\*/train_*.bin'" \
+         "linked:$linked_id:Failed:shard $tmp/data/nlp/set/train_000000.bin: leads outside the job's role" \
+         "good:$good_id:Completed:"; do
+  IFS=: read -r name jid want log <<< "$j"
+  [ -n "$jid" ] || continue
+  ANVIL_TOKEN=$alice timeout 120 "$anvil" job --state "$state" wait "$jid" > /dev/null 2>&1
+  call "$alice" GET "/v1/jobs/$jid" > /dev/null
+  status=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['status'])" "$tmp/answer")
+  if [ "$status" = "$want" ] && { [ -z "$log" ] || grep -qF "$log" "$tmp/runs/nlp/$name/logs/launcher.log"; }; then
+    ok "the $name job: $status${log:+ ($log)}"
+  else bad "the $name job: $status, not $want: $(tail -n 3 "$tmp/runs/nlp/$name/logs/launcher.log")"; fi
+done
+
+# ---- a flood of bad tokens: a few audit rows and a count, and the others still answered ----
+audit_max() { python3 -c "import sqlite3,sys; print(sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True).execute('SELECT COALESCE(MAX(id), 0) FROM audit').fetchone()[0])" "$state/state.db"; }
+first=$(audit_max)
+python3 - "$port" "$tmp/flood" << 'PY' &
+import socket, sys, threading
+port, out, n, answers = int(sys.argv[1]), sys.argv[2], 2000, []
+def worker(k):
+    for _ in range(k):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer anv_not_a_token\r\n\r\n")
+        got = b""
+        while chunk := s.recv(4096):
+            got += chunk
+        answers.append(got.split(b" ", 2)[1] if got.startswith(b"HTTP/1.1 ") else b"none")
+        s.close()
+threads = [threading.Thread(target=worker, args=(n // 8,)) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+open(out, "w").write(f"{len(answers)} {answers.count(b'401')}\n")
+PY
+flood=$!
+worst=0 fails_flood=0
+for _ in $(seq 10); do
+  t=$(curl -s -o /dev/null -m 5 -w '%{http_code} %{time_total}' -H "Authorization: Bearer $alice" "http://127.0.0.1:$port/v1/health")
+  [ "${t%% *}" = 200 ] || fails_flood=$((fails_flood + 1))
+  worst=$(python3 -c "print(max(float('$worst'), float('${t#* }')))")
+  sleep 0.1
+done
+wait $flood
+read -r sent unauthorized < "$tmp/flood"
+python3 -c "import sys; sys.exit(not ($fails_flood == 0 and $worst < 1.0))" &&
+  ok "during $sent bad-token requests ($unauthorized answered 401): 10 of 10 authenticated requests answered, the slowest in $worst s" ||
+  bad "during the flood: $fails_flood of 10 requests unanswered, the slowest $worst s"
+
+# ---- a body trickled a byte a second: cut off by the request's deadline (10 s) ----
+python3 - "$port" "$alice" << 'PY' > "$tmp/trickle"
+import socket, sys, time
+port, token = int(sys.argv[1]), sys.argv[2]
+s = socket.create_connection(("127.0.0.1", port))
+t0 = time.time()
+s.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode() + b"\r\nContent-Length: 100\r\n\r\n")
+s.settimeout(1)
+while time.time() - t0 < 16:
+    try:
+        s.sendall(b" ")
+        if s.recv(4096) == b"":
+            break
+    except socket.timeout:
+        continue
+    except OSError:
+        break
+print(f"{time.time() - t0:.1f}")
+PY
+python3 -c "import sys; sys.exit(not 9.5 <= float(sys.argv[1]) <= 13)" "$(cat "$tmp/trickle")" &&
+  ok "a body trickled a byte a second: closed after $(cat "$tmp/trickle") s" ||
+  bad "a body trickled a byte a second: closed after $(cat "$tmp/trickle") s, not at the 10 s deadline"
+
+# The flood's rows: at most 10 a 10 s window from 127.0.0.1, then one row counting the rest.
+for _ in $(seq 60); do
+  python3 - "$state/state.db" "$first" "$sent" << 'PY' > "$tmp/rows" && break
+import re, sqlite3, sys
+db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
+rows = db.execute("SELECT target, detail FROM audit WHERE id > ? AND action = 'auth'", (int(sys.argv[2]),)).fetchall()
+counted = [int(m.group(1)) for t, d in rows if t == "127.0.0.1" and (m := re.match(r"(\d+) more unauthenticated requests from 127\.0\.0\.1 ", d))]
+single = len(rows) - len(counted)
+print(f"{single} {len(counted)} {sum(counted)}")
+sys.exit(not (counted and single + sum(counted) == int(sys.argv[3])))
+PY
+  sleep 0.25
+done
+read -r single summaries counted < "$tmp/rows"
+[ "$single" -le 20 ] && [ "$summaries" -ge 1 ] && [ $((single + counted)) = "$sent" ] &&
+  ok "$sent bad tokens: $single audit rows of their own and $summaries counting the other $counted" ||
+  bad "the flood's audit rows: $single single, $summaries summaries counting $counted, of $sent"
+
+# ---- 300 slow bodies from a token holder: an authenticated client is still answered within 1 s ----
+python3 - "$port" "$tmp/slowbody" "$alice" << 'PY' &
+import socket, sys, time
+port, out, token = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
+closed, until = 0, time.time() + 16
+def opened():
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=1)
+        s.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token + b"\r\nContent-Length: 1000\r\n\r\n{")
+        s.setblocking(False)
+        return s
+    except OSError:
+        return None
+socks = [opened() for _ in range(300)]
+open(out + ".up", "w").write("300\n")
+while time.time() < until:
+    for i, s in enumerate(socks):
+        try:
+            if s is None:
+                raise ConnectionError
+            s.sendall(b" ")
+            if s.recv(1, socket.MSG_PEEK) == b"":
+                raise ConnectionError
+        except BlockingIOError:
+            continue
+        except OSError:
+            if s is not None:
+                closed += 1
+                s.close()
+            socks[i] = opened()
+    time.sleep(2)
+open(out, "w").write(f"{closed}\n")
+PY
+slow=$!
+for _ in $(seq 200); do [ -s "$tmp/slowbody.up" ] && break; sleep 0.05; done
+sleep 1
+worst=0 fails_slow=0
+for _ in $(seq 20); do
+  t=$(curl -s -o /dev/null -m 5 -w '%{http_code} %{time_total}' -H "Authorization: Bearer $alice" \
+        "http://127.0.0.1:$port/v1/health")
+  [ "${t%% *}" = 200 ] || fails_slow=$((fails_slow + 1))
+  worst=$(python3 -c "print(max(float('$worst'), float('${t#* }')))")
+  sleep 0.5
+done
+wait $slow
+closed=$(cat "$tmp/slowbody" 2> /dev/null || echo 0)
+python3 -c "import sys; sys.exit(not ($fails_slow == 0 and $worst < 1.0))" &&
+  ok "300 slow bodies: 20 of 20 authenticated requests answered, the slowest in $worst s; the daemon closed $closed slow ones" ||
+  bad "300 slow bodies: $fails_slow of 20 requests unanswered, the slowest $worst s (closed $closed)"
 
 # ---- 300 slow connections: an authenticated client is still answered within 1 s ----
 python3 - "$port" "$tmp/slow" << 'PY' &
@@ -234,8 +431,12 @@ with open(path, "r+b") as f:  # the first cell's offset in the table's root page
     f.seek((root - 1) * size + 8)
     f.write(b"\xff\x7f\xff\x7f")
 PY
+  cp "$tmp/damaged_$table/state.db" "$tmp/damaged_$table/as_found.db"
   "$anvil" serve --state "$tmp/damaged_$table" --port 0 > /dev/null 2> "$tmp/err"
   rc=$?
+  cmp -s "$tmp/damaged_$table/state.db" "$tmp/damaged_$table/as_found.db" && [ ! -e "$tmp/damaged_$table/state.db-wal" ] &&
+    ok "damaged $table: the refused start wrote nothing to state.db" ||
+    bad "damaged $table: the refused start changed state.db (the check must come before any write)"
   [ $rc = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "is damaged: .*(in table $table)" "$tmp/err" &&
     grep -q "restore it from a backup" "$tmp/err" && ok "damaged $table: exit 1, $(cat "$tmp/err")" ||
     bad "damaged $table page: exit $rc: $(cat "$tmp/err")"

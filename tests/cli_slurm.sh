@@ -2,7 +2,9 @@
 # The job service's Slurm backend against a real Slurm: a private munged, slurmctld and three slurmd
 # "nodes" n1-n3 on this machine (tests/tools/slurm_cluster.sh), brought up once and stopped by PID
 # at the end; one `anvil serve --backend slurm --partition test`, tiny models:
-#   - a 2-node x 1-process training job: Completed, its batch script carrying the sbatch options, its
+#   - a 2-node x 1-process training job in a run folder whose name holds a blank, '#', quotes, '%j' and
+#     a backslash (on sbatch's command line, not in an #SBATCH line): Completed, its log where the
+#     daemon reads it, its batch script carrying the sbatch options, its
 #     final weights bit-identical to a local `anvil launch -n 2` run of the same command;
 #   - a job needing more nodes than the cluster has: Failed at once with sbatch's reason;
 #   - a spec with "backend": "local": run on this machine by the same daemon;
@@ -107,25 +109,28 @@ EOF
 submit() { spec "$@" > "$tmp/$1.json" && job submit "$tmp/$1.json" | grep -o 'job [0-9]*' | cut -d' ' -f2; }
 
 # ---- 2 nodes x 1 process: Completed, as a local 2-process run ----
-id=$(submit two "$tmp/two" 2 1 '{}' "$steps")
+# Its run folder's name holds what no #SBATCH line carries (a blank, '#', quotes) and what a file name
+# pattern would replace ('%j', a backslash): the log is where the daemon reads it.
+two="$tmp/two b#c'd\"e\$f%j\\x"
+id=$(submit two "$two" 2 1 '{}' "$steps")
 job wait "$id" > "$tmp/out"
 rc=$?
 script=$state/jobs/$id/slurm_1.sh
 if [ $rc = 0 ] && [ "$(field "$id" status)" = Completed ] && [ "$(field "$id" backend name)" = slurm ]; then
-  ok "2 nodes x 1 process on Slurm: Completed ($(grep -o 'Slurm job [0-9]* on .*' "$tmp/two/logs/launcher.log"))"
-else bad "2x1 job: exit $rc: $(history "$id"; tail -n 5 "$tmp/two/logs/launcher.log")"; fi
+  ok "2 nodes x 1 process on Slurm, run folder $two: Completed ($(grep -o 'Slurm job [0-9]* on .*' "$two/logs/launcher.log"))"
+else bad "2x1 job: exit $rc: $(history "$id"; tail -n 5 "$two/logs/launcher.log")"; fi
 for opt in "--partition=test" "--nodes=2" "--ntasks-per-node=1" "--signal=B:USR1@20" "--open-mode=append" "--requeue"; do
   grep -qx "#SBATCH $opt" "$script" || bad "the batch script lacks $opt: $(cat "$script")"
 done
 grep -q "^srun --mpi=pmix .*--nodes=2 --ntasks-per-node=1 " "$script" && ok "sbatch options and srun --mpi=pmix in $script" ||
   bad "srun line: $(grep srun "$script")"
-grep -q "memory (ZeRO-0, shard group 1, 2 replicas)" "$tmp/two/logs/launcher.log" &&
-  ok "the two ranks trained as one MPI job (2 replicas)" || bad "not one 2-rank job: $(tail -n 5 "$tmp/two/logs/launcher.log")"
+grep -q "memory (ZeRO-0, shard group 1, 2 replicas)" "$two/logs/launcher.log" &&
+  ok "the two ranks trained as one MPI job (2 replicas)" || bad "not one 2-rank job: $(tail -n 5 "$two/logs/launcher.log")"
 ASAN_OPTIONS=$asan_off timeout 300 "$anvil" launch -n 2 -- "${train[@]}" --steps "$steps" --out "$tmp/local" > "$tmp/local.log" 2>&1 ||
   bad "the local reference run: $(tail -n 3 "$tmp/local.log")"
-slurm_loss=$(grep -o 'final loss [0-9.]*' "$tmp/two/logs/launcher.log")
+slurm_loss=$(grep -o 'final loss [0-9.]*' "$two/logs/launcher.log")
 local_loss=$(grep -o 'final loss [0-9.]*' "$tmp/local.log")
-[ -n "$slurm_loss" ] && [ "$slurm_loss" = "$local_loss" ] && cmp -s "$tmp/two/model.safetensors" "$tmp/local/model.safetensors" &&
+[ -n "$slurm_loss" ] && [ "$slurm_loss" = "$local_loss" ] && cmp -s "$two/model.safetensors" "$tmp/local/model.safetensors" &&
   ok "the same $slurm_loss and bit-identical weights as anvil launch -n 2 here" ||
   bad "Slurm run '$slurm_loss' vs local '$local_loss'"
 
@@ -188,7 +193,7 @@ grep -qx "#SBATCH --exclude=n2" "$state/jobs/$id/slurm_2.sh" && [ "$(cat "$state
   bad "retry: $(grep exclude "$state/jobs/$id/slurm_2.sh") on $(cat "$state/jobs/$id/nodes_2")"
 grep -q "resumed from .*step_" "$tmp/killed/logs/launcher.log" && ok "the retry resumed from the checkpoint" ||
   bad "the retry did not resume"
-cmp -s "$tmp/two/model.safetensors" "$tmp/killed/model.safetensors" &&
+cmp -s "$two/model.safetensors" "$tmp/killed/model.safetensors" &&
   ok "final weights bit-identical to the uninterrupted job's" || bad "final weights differ from the uninterrupted job's"
 
 # ---- max_runtime_s: checkpoint, Stopped ----

@@ -1,5 +1,6 @@
 /* The data module: shard format, loader order, byte tokenizer, prep. */
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <zstd.h>
 
 #include "core/error.h"
+#include "core/fsutil.h"
 #include "data/bytetok.h"
 #include "data/loader.h"
 #include "data/prep.h"
@@ -294,6 +296,61 @@ static void notes(void *ctx, const char *msg) {
     (*(int *)ctx)++;
 }
 
+
+/* The tokenizer a manifest names is a file of its own folder, whatever the manifest says: an old
+ * manifest's absolute "file" (a real rank file elsewhere, which loaded before) and names that climb
+ * are refused, naming the field; a plain name loads from the folder. */
+static void test_manifest_tokenizer_file(const char *mdir) {
+    char real[PATH_MAX], text[PATH_MAX + 128], copy[PATH_MAX + 64];
+    CHECK(realpath("tok/expected/train_llama3_1456.tiktoken", real) != NULL);
+    struct anvil_tok *tk = NULL;
+    snprintf(text, sizeof text, "{\"tokenizer\": {\"file\": \"%s\", \"pattern\": \"llama3\"}}", real);
+    write_text(tpath("prep/manifest.json"), text);
+    CHECK(anvil_data_manifest_tokenizer(mdir, &tk, NULL, 0) == -1 && tk == NULL &&
+          contains(anvil_errmsg(), "manifest.json: field \"tokenizer.file\" must name a file in the manifest's own"));
+    const char *const bad[] = {"{\"copy\": \"..\"", "{\"copy\": \".\"", "{\"copy\": \"\"", "{\"file\": \"../x\"",
+                               "{\"copy\": \"/tmp/x.tiktoken\"", "{\"copy\": \"a/b\""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(text, sizeof text, "{\"tokenizer\": %s, \"pattern\": \"llama3\"}}", bad[i]);
+        write_text(tpath("prep/manifest.json"), text);
+        CHECK(anvil_data_manifest_tokenizer(mdir, &tk, NULL, 0) == -1 && tk == NULL &&
+              contains(anvil_errmsg(), bad[i][2] == 'c' ? "\"tokenizer.copy\"" : "\"tokenizer.file\""));
+    }
+    snprintf(copy, sizeof copy, "%s/old.tiktoken", mdir);
+    char *data;
+    size_t len;
+    CHECK(anvil_read_file(real, &data, &len) == 0 && anvil_write_file_atomic(copy, data, len) == 0);
+    free(data);
+    write_text(tpath("prep/manifest.json"), "{\"tokenizer\": {\"file\": \"old.tiktoken\", \"pattern\": \"llama3\"}}");
+    char file[PATH_MAX + 64];
+    CHECK(anvil_data_manifest_tokenizer(mdir, &tk, file, sizeof file) == 0 && tk != NULL && !strcmp(file, copy));
+    anvil_tok_free(tk);
+}
+
+/* Manifest errors name the file and the field. */
+static void test_manifest_errors(void) {
+    char mdir[512];
+    int vocab = 0, eot = 0;
+    int64_t ntok = 0, nbytes = 0;
+    snprintf(mdir, sizeof mdir, "%s/prep", tmp);
+    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "manifest.json"));
+    write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257, \"eot\": ");
+    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "not valid JSON"));
+    write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257.5, \"eot\": 1}");
+    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "vocab_size"));
+    write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257, \"eot\": 257}");
+    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "\"eot\""));
+    struct anvil_tok *tk = (struct anvil_tok *)&vocab; /* not NULL, so the calls must clear it */
+    write_text(tpath("prep/manifest.json"), "{\"tokenizer\": \"bytes\"}");
+    char file[64] = "stale";
+    CHECK(anvil_data_manifest_tokenizer(mdir, &tk, file, sizeof file) == 0 && tk == NULL && file[0] == 0);
+    write_text(tpath("prep/manifest.json"), "{\"tokenizer\": {\"copy\": \"../x.tiktoken\", \"pattern\": \"gpt2\"}}");
+    CHECK(anvil_data_manifest_tokenizer(mdir, &tk, NULL, 0) == -1 && contains(anvil_errmsg(), "\"tokenizer.copy\"") &&
+          tk == NULL);
+    test_manifest_tokenizer_file(mdir);
+    CHECK(anvil_data_manifest_split(mdir, "val", &ntok, &nbytes) == -1 && contains(anvil_errmsg(), "splits.val"));
+}
+
 static void test_prep(void) {
     /* FNV-1a 64 reference values. */
     CHECK(anvil_fnv1a64("", 0) == 0xcbf29ce484222325ull);
@@ -390,23 +447,7 @@ static void test_prep(void) {
     o2.ninputs = 1;
     CHECK(anvil_prep_run(&o2, &st) == -1 && contains(anvil_errmsg(), "no documents"));
 
-    /* Manifest errors name the file and the field. */
-    char mdir[512];
-    snprintf(mdir, sizeof mdir, "%s/prep", tmp);
-    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "manifest.json"));
-    write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257, \"eot\": ");
-    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "not valid JSON"));
-    write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257.5, \"eot\": 1}");
-    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "vocab_size"));
-    write_text(tpath("prep/manifest.json"), "{\"vocab_size\": 257, \"eot\": 257}");
-    CHECK(anvil_data_manifest_vocab(mdir, &vocab, &eot) == -1 && contains(anvil_errmsg(), "\"eot\""));
-    struct anvil_tok *tk = (struct anvil_tok *)&vocab; /* not NULL, so the calls must clear it */
-    write_text(tpath("prep/manifest.json"), "{\"tokenizer\": \"bytes\"}");
-    char file[64] = "stale";
-    CHECK(anvil_data_manifest_tokenizer(mdir, &tk, file, sizeof file) == 0 && tk == NULL && file[0] == 0);
-    write_text(tpath("prep/manifest.json"), "{\"tokenizer\": {\"copy\": \"../x.tiktoken\", \"pattern\": \"gpt2\"}}");
-    CHECK(anvil_data_manifest_tokenizer(mdir, &tk, NULL, 0) == -1 && contains(anvil_errmsg(), "\"tokenizer\"") && tk == NULL);
-    CHECK(anvil_data_manifest_split(mdir, "val", &ntok, &nbytes) == -1 && contains(anvil_errmsg(), "splits.val"));
+    test_manifest_errors();
 }
 
 

@@ -2,7 +2,10 @@
  * one, written past the page cache where the file system allows it (and
  * through it where it does not), durable renames, bounded whole-file reads, folders created level by
  * level (existing ones accepted, a file in the way named), trees
- * removed without following symbolic links out of them, and the probe of a folder's lock. */
+ * removed without following symbolic links out of them, the probe of a folder's lock, a folder's
+ * name escaped for a pattern, and a job's data files kept inside its role (core/confine.h). */
+#include <fnmatch.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/confine.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "testutil.h"
@@ -169,6 +173,56 @@ static void test_lock_probe(void) {
     }
 }
 
+/* A folder named with wildcards is matched as itself, by glob(3) and fnmatch(3) alike, and never
+ * reaches its siblings. */
+static void test_glob_escape(void) {
+    char out[64], pattern[256];
+    CHECK(anvil_glob_escape("runs/[a]*?\\x", out, sizeof out) == 0 && !strcmp(out, "runs/\\[a\\]\\*\\?\\\\x"));
+    CHECK(anvil_glob_escape("abc", out, 4) == 0 && anvil_glob_escape("a*", out, 3) == -1 &&
+          strstr(anvil_errmsg(), "too long for a pattern"));
+    CHECK(mkdir(in("*"), 0755) == 0 && mkdir(in("other"), 0755) == 0);
+    FILE *f = fopen(in("other/train_1.bin"), "w");
+    CHECK(f && fclose(f) == 0);
+    f = fopen(in("*/train_2.bin"), "w");
+    CHECK(f && fclose(f) == 0);
+    char escaped[128];
+    CHECK(anvil_glob_escape(in("*"), escaped, sizeof escaped) == 0);
+    snprintf(pattern, sizeof pattern, "%s/train_*.bin", escaped);
+    glob_t g;
+    CHECK(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1 && !strcmp(g.gl_pathv[0], in("*/train_2.bin")));
+    globfree(&g);
+    CHECK(fnmatch(pattern, in("*/train_2.bin"), FNM_PATHNAME) == 0 &&
+          fnmatch(pattern, in("other/train_1.bin"), FNM_PATHNAME) == FNM_NOMATCH);
+}
+
+/* Inside a job (ANVIL_JOB_PREFIXES), a file that resolves outside the prefixes, the run folder and
+ * the admitted folders is refused, naming it as given; outside a job everything passes. */
+static void test_confine(void) {
+    CHECK(mkdir(in("role"), 0755) == 0 && mkdir(in("role/data"), 0755) == 0 && mkdir(in("elsewhere"), 0755) == 0 &&
+          mkdir(in("jobrun"), 0755) == 0 && mkdir(in("staged"), 0755) == 0);
+    static const char *const files[] = {"role/data/a.bin", "elsewhere/secret", "jobrun/ck", "staged/m.json"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        FILE *f = fopen(in(files[i]), "w");
+        CHECK(f && fclose(f) == 0);
+    }
+    CHECK(symlink(in("elsewhere/secret"), in("role/data/b.bin")) == 0 && symlink(in("elsewhere"), in("role/out")) == 0);
+    CHECK(anvil_confined(in("role/data/b.bin"), "shard") == 0);
+    char prefixes[300];
+    snprintf(prefixes, sizeof prefixes, "/nonexistent\n%s/role/data\n%s/role/\n", dir, dir);
+    CHECK(setenv("ANVIL_JOB_PREFIXES", prefixes, 1) == 0 && setenv("ANVIL_RUN_DIR", in("jobrun"), 1) == 0);
+    CHECK(anvil_confined(in("role/data/a.bin"), "shard") == 0 && anvil_confined(in("jobrun/ck"), "checkpoint") == 0);
+    CHECK(anvil_confined(in("role/data/missing"), "shard") == 0);
+    CHECK(anvil_confined(in("role/data/b.bin"), "shard") == -1 &&
+          strstr(anvil_errmsg(), "shard ") && strstr(anvil_errmsg(), "/role/data/b.bin: leads outside the job's role") &&
+          !strstr(anvil_errmsg(), "elsewhere"));
+    CHECK(anvil_confined(in("role/out/secret"), "manifest") == -1);
+    CHECK(anvil_confined(in("staged/m.json"), "manifest") == -1);
+    CHECK(anvil_confine_allow(in("staged")) == 0 && anvil_confined(in("staged/m.json"), "manifest") == 0);
+    CHECK(setenv("ANVIL_JOB_PREFIXES", "", 1) == 0 && anvil_confined(in("role/data/a.bin"), "shard") == -1);
+    unsetenv("ANVIL_JOB_PREFIXES");
+    unsetenv("ANVIL_RUN_DIR");
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/anvil_fsutil_test_XXXXXX");
     if (!mkdtemp(dir)) {
@@ -180,6 +234,8 @@ int main(void) {
     test_mkdir();
     test_remove_tree();
     test_lock_probe();
+    test_glob_escape();
+    test_confine();
     CHECK(anvil_remove_tree(dir) == 0);
     return t_done("test_fsutil");
 }

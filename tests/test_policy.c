@@ -3,6 +3,8 @@
  * component boundaries, a spec checked against a role (what is refused, what is filled in),
  * the environment a job inherits, and tokens (made, checked, wrong, revoked, the last admin's). */
 #include <limits.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,9 +12,11 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "job/audit.h"
 #include "job/auth.h"
 #include "job/hooks.h"
 #include "job/policy.h"
+#include "job/slurm_internal.h"
 #include "testutil.h"
 
 static char dir[64];
@@ -50,12 +54,18 @@ static void test_resolve(void) {
     CHECK(anvil_path_resolve(in("/data/a/dangling/x"), out, sizeof out) == -1 &&
           strstr(anvil_errmsg(), "cannot be resolved"));
     CHECK(anvil_path_resolve(in("/data/a/loop"), out, sizeof out) == -1);
+    /* The link that cannot be followed is named as given, not where the links before it lead. */
+    CHECK(anvil_path_resolve(in("/data/a/out/gone/x"), out, sizeof out) == -1 &&
+          strstr(anvil_errmsg(), "/data/a/out/gone cannot be resolved") && !strstr(anvil_errmsg(), "/secret"));
     CHECK(anvil_path_under("/data/a", "/data/a") && anvil_path_under("/data/a/x", "/data/a"));
     CHECK(!anvil_path_under("/data/ab", "/data/a") && !anvil_path_under("/data", "/data/a"));
     CHECK(anvil_path_under("/anything", "/"));
 }
 
 static int role_of(const char *json, anvil_role *r) { return anvil_role_parse(json, strlen(json), r); }
+
+/* The last refusal's message. */
+static char last_why[2048];
 
 /* 1 when spec (JSON) is refused under role r with a message holding want, 0 when allowed; the
  * checked spec is left in *s when s is not NULL. */
@@ -68,6 +78,7 @@ static int refused(const anvil_role *r, const char *json, const char *want, anvi
     }
     char why[2048] = "";
     int rc = anvil_policy_check(r, sp, why, sizeof why);
+    snprintf(last_why, sizeof last_why, "%s", why);
     if (rc == 1 && want && !strstr(why, want)) fprintf(stderr, "  refused, but: %s\n", why);
     int out = rc == 1 && (!want || strstr(why, want)) ? 1 : rc == 0 ? 0 : -1;
     if (!s) anvil_job_spec_free(&local);
@@ -104,8 +115,10 @@ static void test_policy(void) {
     CHECK(refused(&r, spec_of("", ""), NULL, NULL) == 0);
     snprintf(fields, sizeof fields, ", \"channels\": {\"c\": \"%s\"}", in("/data/ab"));
     CHECK(refused(&r, spec_of("", fields), "channels.c", NULL) == 1);
+    /* Where a link leads is not said: the host's links are not the submitter's to map. */
     snprintf(fields, sizeof fields, ", \"channels\": {\"c\": \"%s\"}", in("/data/a/out/x"));
-    CHECK(refused(&r, spec_of("", fields), "(resolved: ", NULL) == 1);
+    CHECK(refused(&r, spec_of("", fields), "/data/a/out/x is outside role t's input prefixes", NULL) == 1 &&
+          !strstr(last_why, "/secret") && !strstr(last_why, "resolved"));
     snprintf(fields, sizeof fields, ", \"output\": \"%s\"", in("/data/a/new"));
     CHECK(refused(&r, spec_of("", fields), "output prefixes", NULL) == 1);
     CHECK(refused(&r, spec_of(", \"--init\", \"/etc/passwd\"", ""), "command[2] (--init): /etc/passwd", NULL) == 1);
@@ -161,6 +174,7 @@ static void test_env(void) {
     char list[512];
     anvil_job_env_allowlist(list, sizeof list);
     CHECK(strstr(list, "OMP_NUM_THREADS, ") == list && strstr(list, "ANVIL_HEALTH_FAULT"));
+    CHECK(!anvil_job_env_inherited("ANVIL_JOB_PREFIXES=/") && anvil_job_env_reserved("ANVIL_JOB_PREFIXES"));
     CHECK(anvil_job_env_reserved("ANVIL_CHANNEL_X") && anvil_job_env_reserved("AWS_ACCESS_KEY_ID") &&
           !anvil_job_env_reserved("LD_PRELOAD") && !anvil_job_env_reserved("OMP_NUM_THREADS"));
 }
@@ -178,7 +192,8 @@ static void test_command(void) {
     snprintf(fields, sizeof fields, ", \"output\": \"%s\"", in("/runs"));
     /* A bare '..' is a path when the table says so: from the output /runs it is the folder above. */
     CHECK(refused(&r, spec_of(", \"--data\", \"..\"", fields), "command[2] (--data): ", NULL) == 1);
-    CHECK(refused(&r, spec_of(", \"--data\", \"..\"", fields), "/runs/.. (resolved: ", NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--data\", \"..\"", fields), "/runs/.. is outside role c's", NULL) == 1 &&
+          !strstr(last_why, "resolved"));
     CHECK(refused(&r, spec_of(", \"--data\", \"..\"", ""), "'..' would leave the job's run folder", NULL) == 1);
     CHECK(refused(&r, spec_of(", \"--resume\", \"auto\"", fields), NULL, NULL) == 0);
     CHECK(refused(&r, spec_of(", \"--resume\", \"..\"", fields), "command[2] (--resume)", NULL) == 1);
@@ -208,7 +223,8 @@ static void test_command(void) {
     CHECK(s.argc == 3 && !strcmp(s.argv[2], in("/data/a/train_*.bin")));
     anvil_job_spec_free(&s);
     snprintf(json, sizeof json, ", \"--train\", \"%s\"", in("/data/a/evil_*.bin"));
-    CHECK(refused(&r, spec_of(json, fields), "(resolved: ", NULL) == 1);
+    CHECK(refused(&r, spec_of(json, fields), "/data/a/evil_1.bin is outside role c's", NULL) == 1 &&
+          !strstr(last_why, "/secret"));
     snprintf(json, sizeof json, ", \"--val\", \"%s\"", in("/data/*/x.bin"));
     CHECK(refused(&r, spec_of(json, fields), "wildcards in a folder's name", NULL) == 1);
     anvil_role_free(&r);
@@ -255,6 +271,47 @@ static void test_command(void) {
     }
 }
 
+/* Control characters, in any path of a spec or a role and wherever a link leads (a batch script's
+ * #SBATCH line cannot hold a newline), and the ports below 1024 for --metrics-port. */
+static void test_control_and_ports(void) {
+    char json[2048], fields[2048];
+    anvil_role r;
+    snprintf(json, sizeof json,
+             "{\"name\": \"k\", \"input_prefixes\": [\"%s\", \"s3://corpora/nlp\"], \"output_prefixes\": [\"%s\"],"
+             " \"max_procs\": 1, \"max_runtime_s\": 0}",
+             in("/data/a"), in("/runs"));
+    CHECK(role_of(json, &r) == 0);
+    /* The spec's own strings hold none below 0x20 (job/spec.h); DEL, and where a link leads, are
+     * the policy's to refuse. */
+    static const char *const leaves[] = {"/runs/nl", "/runs/nl/x", "/runs/d\\u007fx"};
+    for (size_t i = 0; i < sizeof leaves / sizeof *leaves; i++) {
+        snprintf(fields, sizeof fields, ", \"output\": \"%s\"", in(leaves[i]));
+        CHECK(refused(&r, spec_of("", fields), "output: ", NULL) == 1 && strstr(last_why, "control character") &&
+              !strchr(last_why, '\n'));
+    }
+    snprintf(fields, sizeof fields, ", \"output\": \"%s\"", in("/runs"));
+    CHECK(refused(&r, spec_of(", \"--init\", \"nl/x\"", fields), "command[2] (--init): ", NULL) == 1 &&
+          strstr(last_why, "nl/x leads to a path with a control character"));
+    CHECK(refused(&r, spec_of(", \"--init\", \"a\\u007fb\"", ""), "command[2] (--init): a path may not hold a control",
+                  NULL) == 1);
+    CHECK(refused(&r, spec_of(", \"--data\", \"s3://corpora/nlp/a\\u007fb\"", ""),
+                  "command[2] (--data): a path may not", NULL) == 1);
+    snprintf(json, sizeof json, ", \"--data\", \"%s\"", in("/data/a/../../runs/nl"));
+    CHECK(refused(&r, spec_of(json, fields), "control character", NULL) == 1);
+    static const char *const ports[][2] = {{"80", "80 is a privileged port"}, {"1", "1 is a privileged port"},
+                                           {"1023", "1023 is a privileged port"}, {"0", NULL}, {"1024", NULL},
+                                           {"65535", NULL}};
+    for (size_t i = 0; i < sizeof ports / sizeof *ports; i++) {
+        snprintf(json, sizeof json, ", \"--metrics-port\", \"%s\"", ports[i][0]);
+        CHECK(refused(&r, spec_of(json, ""), ports[i][1], NULL) == (ports[i][1] ? 1 : 0));
+    }
+    anvil_role_free(&r);
+    CHECK(role_of("{\"name\": \"k\", \"input_prefixes\": [\"/data\\u007f\"], \"output_prefixes\": [\"/\"],"
+                  " \"max_procs\": 1, \"max_runtime_s\": 0}",
+                  &r) == -1 &&
+          strstr(anvil_errmsg(), "role: input_prefixes[0]: may not hold a control character"));
+}
+
 /* Roles: s3:// prefixes, and no AWS variable of their own (the daemon's --s3-config holds those). */
 static void test_roles(void) {
     anvil_role r;
@@ -280,6 +337,34 @@ static void test_roles(void) {
                   " \"max_runtime_s\": 0, \"env\": {\"AWS_ENDPOINT_URL\": \"http://x\"}}",
                   &r) == -1 &&
           strstr(anvil_errmsg(), "env.AWS_ENDPOINT_URL: set by the daemon") && strstr(anvil_errmsg(), "--s3-config"));
+}
+
+/* What Slurm makes of a file name pattern with no replacement in it (slurmstepd's fname.c): with a
+ * backslash, a doubled one is one and a lone one is dropped, '%' as it stands; else "%%" is '%'. */
+static void slurm_expand(const char *pattern, char *out) {
+    bool escaped = strchr(pattern, '\\') != NULL;
+    for (const char *p = pattern; *p; p++) {
+        if (escaped && *p == '\\' && p[1] != '\\') continue;
+        *out++ = *p;
+        if ((escaped && *p == '\\') || (!escaped && *p == '%' && p[1] == '%')) p++;
+    }
+    *out = 0;
+}
+
+/* sbatch --output's pattern for a run folder: Slurm expands it back to the folder's name, whatever
+ * that holds ('%', which once became a replacement; a backslash, which once turned them off). */
+static void test_slurm_patterns(void) {
+    static const char *const dirs[] = {"/runs/plain-1.x", "/runs/a b#c'd\"e$f`g%j%%N", "/runs/x\\y%j", "/runs/\\\\z"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        char pattern[256], back[256], want[256];
+        CHECK(anvil_slurm_file_pattern(dirs[i], "/logs/launcher.log", pattern, sizeof pattern) == 0);
+        slurm_expand(pattern, back);
+        snprintf(want, sizeof want, "%s/logs/launcher.log", dirs[i]);
+        if (strcmp(back, want)) fprintf(stderr, "  %s: the pattern %s expands to %s\n", dirs[i], pattern, back);
+        CHECK(!strcmp(back, want));
+    }
+    char small[8];
+    CHECK(anvil_slurm_file_pattern("/runs/%%%%", "", small, sizeof small) == -1 && strstr(anvil_errmsg(), "too long"));
 }
 
 /* Hook URLs as libcurl's URL parser reads them: loopback hosts only, nothing before the host. */
@@ -311,6 +396,58 @@ static void test_hook_urls(void) {
         if (!rc || !strstr(anvil_errmsg(), bad[i][1])) fprintf(stderr, "  %s: %s\n", bad[i][0], rc ? anvil_errmsg() : "accepted");
         CHECK(rc == -1 && strstr(anvil_errmsg(), bad[i][1]));
     }
+}
+
+/* The number of audit rows after row `after` whose detail starts with prefix (NULL: any). */
+static int audit_rows(anvil_store *st, int after, const char *prefix, long *counted) {
+    cJSON *o = anvil_audit_list(st, NULL, 100000);
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "audit")) {
+        const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "detail"));
+        if (cJSON_GetObjectItemCaseSensitive(e, "id")->valueint <= after || (prefix && !strstr(d, prefix))) continue;
+        n++;
+        if (counted) *counted += strtol(d, NULL, 10);
+    }
+    cJSON_Delete(o);
+    return n;
+}
+
+/* The 401s' rate limit: 10 rows per address per window, the rest counted into one row once the
+ * window ends, each address apart up to the table's size, the others together. */
+static void test_audit_limiter(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/audit.db", dir);
+    anvil_store *st = anvil_store_open(path);
+    anvil_audit_limiter *l = anvil_audit_limiter_new();
+    CHECK(st && l);
+    if (!st || !l) return;
+    int taken = 0;
+    for (int i = 0; i < 1000; i++) taken += anvil_audit_limiter_take(l, "127.0.0.1", "GET /x: bad token", 100.0 + i * 1e-3);
+    CHECK(taken == ANVIL_AUDIT_UNAUTH_ROWS);
+    CHECK(anvil_audit_limiter_take(l, "127.0.0.2", "GET /y", 100.5));
+    CHECK(anvil_audit_limiter_flush(l, st, 109.9) == 0 && audit_rows(st, 0, NULL, NULL) == 0);
+    CHECK(anvil_audit_limiter_flush(l, st, 110.0) == 1);
+    long counted = 0;
+    CHECK(audit_rows(st, 0, "more unauthenticated requests from 127.0.0.1 in 10 s", &counted) == 1 && counted == 990);
+    CHECK(audit_rows(st, 0, "the last: GET /x: bad token", NULL) == 1);
+    /* A window over is a new one: its first rows are recorded again. */
+    CHECK(anvil_audit_limiter_take(l, "127.0.0.1", "GET /x", 111.0));
+    /* Addresses beyond the table share the last window. */
+    taken = 0;
+    for (int i = 0; i < ANVIL_AUDIT_UNAUTH_ADDRS + 20; i++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "127.1.%d.%d", i / 256, i % 256);
+        taken += anvil_audit_limiter_take(l, addr, "GET /z", 112.0) + anvil_audit_limiter_take(l, addr, "GET /z", 112.0);
+    }
+    CHECK(taken == 2 * (ANVIL_AUDIT_UNAUTH_ADDRS - 2) + ANVIL_AUDIT_UNAUTH_ROWS);
+    int before = audit_rows(st, 0, NULL, NULL);
+    counted = 0;
+    CHECK(anvil_audit_limiter_flush(l, st, INFINITY) == 1);
+    CHECK(audit_rows(st, 0, "more unauthenticated requests from other addresses", &counted) == 1 &&
+          counted == 2 * 22 - ANVIL_AUDIT_UNAUTH_ROWS && audit_rows(st, 0, NULL, NULL) == before + 1);
+    anvil_audit_limiter_free(l);
+    anvil_store_close(st);
 }
 
 static void test_tokens(void) {
@@ -372,12 +509,17 @@ int main(void) {
     f = fopen(in("/secret/shard"), "w");
     CHECK(f && fclose(f) == 0);
     CHECK(symlink(in("/secret/shard"), in("/data/a/evil_1.bin")) == 0);
+    CHECK(symlink(in("/nowhere"), in("/secret/gone")) == 0);
+    CHECK(mkdir(in("/runs/a\nb"), 0755) == 0 && symlink(in("/runs/a\nb"), in("/runs/nl")) == 0);
     test_resolve();
     test_policy();
     test_env();
     test_command();
+    test_control_and_ports();
     test_roles();
     test_hook_urls();
+    test_slurm_patterns();
+    test_audit_limiter();
     test_tokens();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "ckpt/checkpoint_internal.h"
+#include "core/confine.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
@@ -417,7 +418,8 @@ int anvil_ckpt_read_manifest(const char *ckpt_dir, anvil_ckpt_manifest *out) {
     if (ckpt_join(path, sizeof path, ckpt_dir, "manifest.json")) return -1;
     size_t len;
     char *text;
-    if (anvil_read_file_max(path, MANIFEST_MAX_BYTES, &text, &len)) return -1;
+    if (anvil_confined(path, "checkpoint manifest") || anvil_read_file_max(path, MANIFEST_MAX_BYTES, &text, &len))
+        return -1;
     int rc = anvil_ckpt_manifest_parse(text, len, path, out);
     free(text);
     return rc;

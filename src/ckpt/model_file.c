@@ -10,6 +10,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_internal.h"
 #include "ckpt/safetensors.h"
+#include "core/confine.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
@@ -223,7 +224,7 @@ int anvil_model_tokenizer_keep(const char *rank_file, const char *dir) {
     char dest[PATH_MAX], *data;
     size_t len;
     snprintf(dest, sizeof dest, "%s/%s", dir, ANVIL_MODEL_TOKENIZER_FILE);
-    if (anvil_read_file(rank_file, &data, &len)) return -1;
+    if (anvil_confined(rank_file, "tokenizer") || anvil_read_file(rank_file, &data, &len)) return -1;
     int rc = anvil_write_file_atomic(dest, data, len);
     free(data);
     return rc;

@@ -1,5 +1,6 @@
 #include "ckpt/safetensors.h"
 
+#include "core/confine.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "core/json.h"
@@ -415,6 +416,7 @@ static int read_full(int fd, void *buf, uint64_t n, uint64_t off) {
 /* The file at path, read whole, or as an index: the header only, the file kept open for
  * anvil_st_read. */
 static anvil_st_file *open_file(const char *path, int indexed) {
+    if (anvil_confined(path, "safetensors file")) return NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         anvil_fail("%s: cannot open: %s", path, strerror(errno));

@@ -14,6 +14,7 @@
 #include "cli/s3path.h"
 #include "core/error.h"
 #include "core/exit.h"
+#include "core/fsutil.h"
 #include "data/loader.h"
 #include "data/prep.h"
 #include "dist/comm.h"
@@ -193,8 +194,12 @@ static int configure(train_args *t, s3path_stage *meta, char (*globs)[4096]) {
         int eot;
         if (s3path_in_meta(meta, t->data)) return cli_config_fail(cmd);
         if (anvil_data_manifest_vocab(meta->local, &c->model.vocab_size, &eot)) return cli_config_fail(cmd);
-        snprintf(globs[0], sizeof globs[0], "%s/train_*.bin", t->data);
-        snprintf(globs[1], sizeof globs[1], "%s/val_*.bin", t->data);
+        /* DIR's own shards: a wildcard in its name is a character of the name, not one that reaches
+         * other folders (which nobody checked: the job service checks the folder named). */
+        char dir[sizeof globs[0] - 16];
+        if (anvil_glob_escape(t->data, dir, sizeof dir)) return cli_usage_error(cmd, "--data: %s", anvil_errmsg());
+        snprintf(globs[0], sizeof globs[0], "%s/train_*.bin", dir);
+        snprintf(globs[1], sizeof globs[1], "%s/val_*.bin", dir);
         c->train_pattern = globs[0];
         c->val_pattern = globs[1];
     } else if (c->train_pattern && !t->vocab && !anvil_s3_is_uri(c->train_pattern)) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +202,18 @@ int anvil_read_fd(int fd, const char *name, char **data, size_t *len) {
     }
     *data = buf;
     *len = n;
+    return 0;
+}
+
+int anvil_glob_escape(const char *text, char *out, size_t cap) {
+    size_t n = 0;
+    for (const char *p = text; *p; p++) {
+        bool special = strchr("*?[]\\", *p) != NULL;
+        if (n + 2 + special > cap) return anvil_fail("%.200s: too long for a pattern", text);
+        if (special) out[n++] = '\\';
+        out[n++] = *p;
+    }
+    out[n] = 0;
     return 0;
 }
 

@@ -64,6 +64,11 @@ int anvil_mkdir_parent(const char *path);
  * followed. A missing path is not an error. */
 int anvil_remove_tree(const char *path);
 
+/* text with each character that glob(3) and fnmatch(3) read as a wildcard or an escape (* ? [ ] \)
+ * behind a backslash, into out: a folder's name as the literal part of a pattern ("runs/[a]" ->
+ * "runs/\[a\]"). -1 after anvil_fail naming text when it does not fit in cap. */
+int anvil_glob_escape(const char *text, char *out, size_t cap);
+
 /* Claims the folder dir for one process: an exclusive flock on dir/lock, which holds the holder's
  * pid and host for the message a second claimant gets (naming what, e.g. "run folder"). The
  * kernel drops the lock when its process dies, however it dies, so a stale file is simply taken

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/confine.h"
 #include "core/error.h"
 #include "data/shard.h"
 
@@ -144,6 +145,10 @@ static int expand_local(anvil_loader *L, const char *pattern) {
         return anvil_fail("loader %s: out of memory", pattern);
     }
     for (size_t i = 0; i < g.gl_pathc; i++) {
+        if (anvil_confined(g.gl_pathv[i], "shard")) {
+            globfree(&g);
+            return -1;
+        }
         L->paths[i] = strdup(g.gl_pathv[i]);
         if (!L->paths[i]) break;
         L->nshards++;

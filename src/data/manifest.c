@@ -5,11 +5,13 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/confine.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fsutil.h"
@@ -312,6 +314,7 @@ static int is_int_in(const cJSON *x, double lo, double hi) {
 
 static cJSON *load_manifest(const char *dir, char *path, size_t cap) {
     snprintf(path, cap, "%s/manifest.json", dir);
+    if (anvil_confined(path, "manifest")) return NULL;
     char *text;
     size_t len;
     if (anvil_read_file(path, &text, &len)) {
@@ -346,6 +349,13 @@ int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot) {
     return rc;
 }
 
+/* Whether name is a file of the manifest's own folder: not empty, no '/', not '.' or '..'. A
+ * manifest may come from anyone who can write where the data lies (an S3 prefix, a shared folder);
+ * one that named any path would have the reader open it, as whoever runs the reader. */
+static bool plain_name(const char *name) {
+    return name[0] && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
+}
+
 int anvil_data_manifest_tokenizer(const char *dir, anvil_tok **tok, char *file, size_t cap) {
     char path[4096];
     *tok = NULL;
@@ -356,19 +366,26 @@ int anvil_data_manifest_tokenizer(const char *dir, anvil_tok **tok, char *file, 
     const char *copy = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "copy"));
     const char *orig = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "file"));
     const char *pattern = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "pattern"));
+    /* Folders from before the copy existed name only the tokenizer's file, which must then lie
+     * beside the manifest too. */
+    const char *name = copy ? copy : orig, *field = copy ? "tokenizer.copy" : "tokenizer.file";
     int rc = 0;
     if (cJSON_IsString(t) && !strcmp(t->valuestring, "bytes")) {
         rc = 0;
-    } else if ((copy && strchr(copy, '/')) || (!copy && !orig) || !pattern) {
+    } else if (!name || !pattern) {
         rc = anvil_fail("manifest %s: field \"tokenizer\" is neither \"bytes\" nor an object with \"copy\" (a file "
                         "name) or \"file\", and \"pattern\"",
                         path);
+    } else if (!plain_name(name)) {
+        rc = anvil_fail("manifest %s: field \"%s\" must name a file in the manifest's own folder (no '/', not '.' or "
+                        "'..')%s",
+                        path, field,
+                        copy ? "" : "; a manifest from before prep kept a copy: put the tokenizer beside it and name "
+                                    "it in \"tokenizer.copy\"");
     } else {
-        /* Folders from before the copy existed name only the original file. */
-        char rank_file[4096];
-        if (copy) snprintf(rank_file, sizeof rank_file, "%s/%s", dir, copy);
-        else snprintf(rank_file, sizeof rank_file, "%s", orig);
-        *tok = anvil_tok_load(rank_file, pattern);
+        char rank_file[4096 + 256];
+        snprintf(rank_file, sizeof rank_file, "%s/%s", dir, name);
+        *tok = anvil_confined(rank_file, "tokenizer") ? NULL : anvil_tok_load(rank_file, pattern);
         if (!*tok) rc = -1;
         else if (file && cap) snprintf(file, cap, "%s", rank_file);
     }

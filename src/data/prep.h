@@ -140,7 +140,10 @@ int32_t anvil_data_doc_start(const struct anvil_tok *tk);
 int anvil_data_manifest_vocab(const char *dir, int *vocab_size, int *eot);
 /* The tokenizer dir/manifest.json names: 0 with *tok NULL for bytes, 0 with
  * *tok loaded (from dir/tokenizer.tiktoken) for BPE, or -1. file (may be
- * NULL) receives the rank file's path, or "" for bytes. */
+ * NULL) receives the rank file's path, or "" for bytes. The file is always
+ * one of dir's own ("tokenizer.copy", or "tokenizer.file" in manifests from
+ * before prep kept a copy): a name with a '/', '.' or '..' is refused,
+ * naming the manifest and the field. */
 struct anvil_tok;
 int anvil_data_manifest_tokenizer(const char *dir, struct anvil_tok **tok, char *file, size_t cap);
 /* A split's token count and the bytes of text they encode (end-of-text

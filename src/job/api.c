@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/json.h"
 #include "job/api_internal.h"
 #include "job/hooks.h"
@@ -107,8 +108,13 @@ static int spec_conflicts(anvil_api_call *c, const anvil_job_spec *s) {
     int rc = 0;
     for (int i = 0; i < nactive && !rc; i++)
         if (!strcmp(active[i].run_dir, s->output)) {
-            api_reply_error(c, 409, "spec: output: %s is the run folder of job %lld, which has not ended", s->output,
-                            (long long)active[i].id);
+            /* Another user's job is not named: a user sees only their own (as GET answers 404). */
+            if (visible(c, &active[i]))
+                api_reply_error(c, 409, "spec: output: %s is the run folder of job %lld, which has not ended",
+                                s->output, (long long)active[i].id);
+            else
+                api_reply_error(c, 409, "spec: output: %s is the run folder of another user's job, which has not "
+                                        "ended", s->output);
             rc = -1;
         }
     anvil_job_list_free(active, nactive);
@@ -387,6 +393,9 @@ void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anv
         else api_internal_error(&c, NULL);
         snprintf(c.error, sizeof c.error, "%.20s %.150s: %s", rq->method, rq->path, rc > 0 ? why : anvil_errmsg());
         anvil_utf8_sanitize(c.error);
+        /* A flood of bad tokens is recorded as a count past the first few rows (job/audit.h). */
+        if (rc > 0 && env->limiter && !anvil_audit_limiter_take(env->limiter, rq->peer, c.error, anvil_now()))
+            c.audited = true;
     } else if (rq->query_args) {
         api_reply_error(&c, 400, "query: %d parameters, more than any endpoint takes", rq->query_args);
     } else {

@@ -48,6 +48,7 @@
 #include <stddef.h>
 
 #include "core/error.h"
+#include "job/audit.h"
 #include "job/store.h"
 #include "job/supervisor.h"
 
@@ -65,6 +66,7 @@ typedef struct {
     const char *body;
     size_t body_len;
     bool body_too_big; /* the body passed ANVIL_JOB_SPEC_MAX_BYTES and was dropped */
+    const char *peer;  /* the client's address ("127.0.0.1"); NULL when unknown */
 } anvil_api_request;
 
 typedef struct {
@@ -87,6 +89,9 @@ typedef struct {
     anvil_supervisor *sup;
     const char *runs_dir;   /* where jobs without an output get their run folder */
     anvil_api_stats *stats; /* NULL: /metrics has no request figures */
+    /* The rate limit of the audit rows of 401s, per client address (job/audit.h); NULL: every 401
+     * is recorded. */
+    anvil_audit_limiter *limiter;
     /* What went wrong beside the answers (a 500's detail, an audit row not written), one line
      * each; NULL: not told. Called from the API's thread. */
     anvil_report_fn report;
@@ -99,10 +104,11 @@ void anvil_api_handle(const anvil_api_env *env, const anvil_api_request *rq, anv
 typedef struct anvil_api anvil_api;
 
 /* Listens on 127.0.0.1:port (0: a free port, see anvil_api_port) and answers through
- * anvil_api_handle with env (copied; its stats are the API's own). At most 256 connections, 128 per
- * address, 64 of them without a valid token (a new one evicts the oldest of those); a request head
- * must arrive within 10 s of the connection or of the last answer, and an idle connection closes
- * after 30 s. NULL after anvil_fail. */
+ * anvil_api_handle with env (copied; its stats and its audit limiter are the API's own). At most 256
+ * connections, 128 per address, 64 of them without a valid token (a new one evicts the oldest of
+ * those), 64 waiting on their clients (a new one evicts the oldest of those); a
+ * whole request, head and body, must arrive within 10 s of the connection or of the last answer, and
+ * an idle connection closes after 30 s. NULL after anvil_fail. */
 anvil_api *anvil_api_start(const anvil_api_env *env, int port);
 int anvil_api_port(const anvil_api *api);
 void anvil_api_stop(anvil_api *api);

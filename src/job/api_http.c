@@ -1,17 +1,27 @@
 /* The API's HTTP side: libmicrohttpd gathers each request (its body up to the cap, its query and
  * Authorization header) and sends what anvil_api_handle answers.
  *
- * Connections a stranger cannot exhaust: libmicrohttpd caps them all (CONNECTION_LIMIT), per
- * address below that (PER_IP_CONNECTION_LIMIT), and closes one idle for CONNECTION_TIMEOUT. It has
- * no deadline for a whole request head (its timeout restarts with every byte, so a header line every
- * few seconds holds a connection for ever) and no notion of who is authenticated; both are kept
- * here, in a list of the open connections: a request head must arrive within HEAD_DEADLINE_S of the
- * connection's start or of the last answer (a reaper thread shuts down the late ones), and the
- * connections without a valid token are at most UNAUTH_POOL: a new one beyond it evicts the oldest
- * of them. An authenticated client's connection is never evicted, and a new one is the youngest, so
- * it is answered while any number of slow strangers come and go. */
+ * Connections that neither a stranger nor a token holder can exhaust: libmicrohttpd caps them all
+ * (CONNECTION_LIMIT), per address below that (PER_IP_CONNECTION_LIMIT), and closes one idle for
+ * CONNECTION_TIMEOUT. It has no deadline for a whole request (its timeout restarts with every byte,
+ * so a header line or a byte of body every few seconds holds a connection for ever) and no notion
+ * of who is authenticated; both are kept here, in a list of the open connections:
+ *   - a whole request, head and body, must arrive within REQUEST_DEADLINE_S of the connection's
+ *     start or of the last answer (a reaper thread shuts down the late ones);
+ *   - the connections without a valid token are at most UNAUTH_POOL: a new one beyond it evicts the
+ *     oldest of them;
+ *   - the connections that wait on their client (for a request, or the rest of one) are at most
+ *     LIVE_POOL, below the per-address cap (every client of a daemon on 127.0.0.1 shares one
+ *     address): a new one beyond it evicts the oldest of those. One being answered is never
+ *     evicted.
+ * A new connection is the youngest, and a client that sends its request at once is answered while
+ * any number of slow ones, with a token or without, come and go.
+ *
+ * Every 401 is recorded in the audit trail through a rate limit per client address
+ * (job/audit.h's limiter), whose summaries the reaper writes. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -22,16 +32,19 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
-#include "job/api.h"
+#include "job/api_internal.h"
+#include "job/audit.h"
 #include "job/auth.h"
 #include "job/spec.h"
 
 #define CONNECTION_LIMIT 256u
 #define PER_IP_CONNECTION_LIMIT 128u
 #define UNAUTH_POOL 64
+#define LIVE_POOL 64
 #define IDLE_TIMEOUT_S 30u
-#define HEAD_DEADLINE_S 10.0
+#define REQUEST_DEADLINE_S 10.0
 /* More query parameters than any route takes; libmicrohttpd, whose memory for a connection they
  * would exhaust, could then not even answer. */
 #define MAX_QUERY_ARGS 64
@@ -40,10 +53,10 @@
 typedef struct conn {
     struct conn *prev, *next;
     MHD_socket fd;
-    double since; /* its start, or the end of its last answer */
-    bool in_head; /* a request head is awaited: the deadline runs */
-    bool authed;  /* its last request carried a valid token */
-    bool shut;    /* shut down already (evicted or late) */
+    double since;   /* its start, or the end of its last answer */
+    bool answering; /* its request is in and being answered: the deadline stops, and it is not evicted */
+    bool authed;    /* its last request carried a valid token */
+    bool shut;      /* shut down already (evicted or late) */
 } conn;
 
 struct anvil_api {
@@ -53,24 +66,43 @@ struct anvil_api {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     conn *oldest, *newest;
-    int unauth;
+    int unauth, live; /* connections without a valid token; those not shut */
+    anvil_audit_limiter *limiter;
     bool quit;
     pthread_t reaper;
     bool reaper_started;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* libmicrohttpd then sees the connection end and closes it; the descriptor stays its own until
  * then, and it tells us (MHD_CONNECTION_NOTIFY_CLOSED, under mu) before it closes it. */
-static void shut(conn *c) {
+static void shut(anvil_api *api, conn *c) {
     if (c->shut) return;
     shutdown(c->fd, SHUT_RDWR);
     c->shut = true;
+    api->live--;
+}
+
+/* The oldest connection other than c that waits on its client; NULL: none. By age alone: a new
+ * connection is nobody's yet (its head, with its token, has not come), and it must outlive the slow
+ * ones that came before it, with a token or without. */
+static conn *evictable(anvil_api *api, const conn *c) {
+    for (conn *o = api->oldest; o; o = o->next)
+        if (o != c && !o->shut && !o->answering) return o;
+    return NULL;
+}
+
+/* Room for c: a stranger beyond UNAUTH_POOL evicts the oldest stranger, a connection beyond LIVE_POOL
+ * the oldest that waits on its client. */
+static void make_room(anvil_api *api, conn *c) {
+    if (api->unauth > UNAUTH_POOL)
+        for (conn *o = api->oldest; o != c; o = o->next)
+            if (!o->authed && !o->shut) {
+                shut(api, o);
+                break;
+            }
+    conn *o = api->live > LIVE_POOL ? evictable(api, c) : NULL;
+    if (o) shut(api, o);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
@@ -81,16 +113,13 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
         conn *c = fd ? calloc(1, sizeof *c) : NULL;
         if (c) {
-            *c = (conn){.prev = api->newest, .fd = fd->connect_fd, .since = now_s(), .in_head = true};
+            *c = (conn){.prev = api->newest, .fd = fd->connect_fd, .since = anvil_now()};
             if (api->newest) api->newest->next = c;
             else api->oldest = c;
             api->newest = c;
-            if (++api->unauth > UNAUTH_POOL)
-                for (conn *o = api->oldest; o != c; o = o->next)
-                    if (!o->authed && !o->shut) {
-                        shut(o);
-                        break;
-                    }
+            api->unauth++;
+            api->live++;
+            make_room(api, c);
         }
         *socket_context = c;
     } else if (*socket_context) {
@@ -100,6 +129,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         if (c->next) c->next->prev = c->prev;
         else api->newest = c->prev;
         if (!c->authed) api->unauth--;
+        if (!c->shut) api->live--;
         free(c);
         *socket_context = NULL;
     }
@@ -111,26 +141,31 @@ static conn *conn_of(struct MHD_Connection *mc) {
     return i ? i->socket_context : NULL;
 }
 
-/* The request head is in: its deadline stops, and the connection counts as authenticated while its
- * requests carry a valid token. */
+/* The request head is in: the connection counts as authenticated while its requests carry a valid
+ * token. Its deadline runs on until the whole request is in. */
 static void head_done(anvil_api *api, struct MHD_Connection *mc, bool authed) {
     pthread_mutex_lock(&api->mu);
     conn *c = conn_of(mc);
     if (c) {
-        c->in_head = false;
         if (authed != c->authed) api->unauth += authed ? -1 : 1;
         c->authed = authed;
     }
     pthread_mutex_unlock(&api->mu);
 }
 
+/* Shuts down the connections whose request is late and writes the audit trail's summaries of the
+ * 401s it did not record one by one, four times a second. */
 static void *reap(void *arg) {
     anvil_api *api = arg;
     pthread_mutex_lock(&api->mu);
     while (!api->quit) {
-        double now = now_s();
+        double now = anvil_now();
         for (conn *c = api->oldest; c; c = c->next)
-            if (c->in_head && now - c->since > HEAD_DEADLINE_S) shut(c);
+            if (!c->answering && now - c->since > REQUEST_DEADLINE_S) shut(api, c);
+        pthread_mutex_unlock(&api->mu);
+        if (anvil_audit_limiter_flush(api->limiter, api->env.st, now) < 0)
+            api_report(&api->env, "warning: audit: %s", anvil_errmsg());
+        pthread_mutex_lock(&api->mu);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 250 * 1000 * 1000;
@@ -203,8 +238,25 @@ static enum MHD_Result send_answer(struct MHD_Connection *c, anvil_api_response 
     return rc;
 }
 
+/* The client's address as text ("" when unknown). */
+static void peer_of(struct MHD_Connection *c, char *out, size_t cap) {
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = i ? i->client_addr : NULL;
+    out[0] = 0;
+    if (sa && sa->sa_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)cap);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)cap);
+}
+
+/* The request is in: it is answered, out of the deadline's and the evictions' reach. */
 static enum MHD_Result answer(struct MHD_Connection *c, anvil_api *api, const char *url, const char *method,
                               const body *b, bool authed) {
+    pthread_mutex_lock(&api->mu);
+    conn *k = conn_of(c);
+    if (k) k->answering = true;
+    pthread_mutex_unlock(&api->mu);
+    char peer[INET6_ADDRSTRLEN];
+    peer_of(c, peer, sizeof peer);
     arg_list args = {0};
     int n = MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, NULL, NULL);
     if (n > 0 && (args.args = calloc((size_t)n, sizeof *args.args))) args.cap = n;
@@ -219,15 +271,16 @@ static enum MHD_Result answer(struct MHD_Connection *c, anvil_api *api, const ch
         .body = b->data,
         .body_len = b->len,
         .body_too_big = b->too_big,
+        .peer = peer,
     };
     anvil_api_response rs;
-    double t0 = now_s();
+    double t0 = anvil_now();
     if (n > 0 && !args.cap) {
         rs = (anvil_api_response){.status = 500, .action = "request"};
     } else {
         anvil_api_handle(&api->env, &rq, &rs);
     }
-    anvil_api_stats_observe(api->env.stats, rs.action, rs.status, now_s() - t0);
+    anvil_api_stats_observe(api->env.stats, rs.action, rs.status, anvil_now() - t0);
     free(args.args);
     return send_answer(c, &rs, !authed);
 }
@@ -274,7 +327,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return answer(c, api, url, method, b, authed);
 }
 
-/* The answer is out: the connection waits for its next request head, within the deadline. */
+/* The answer is out: the connection waits for its next request, within the deadline. */
 static void completed(void *cls, struct MHD_Connection *c, void **state, enum MHD_RequestTerminationCode why) {
     anvil_api *api = cls;
     (void)why;
@@ -285,8 +338,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **state, enum MH
     pthread_mutex_lock(&api->mu);
     conn *k = conn_of(c);
     if (k) {
-        k->in_head = true;
-        k->since = now_s();
+        k->answering = false;
+        k->since = anvil_now();
     }
     pthread_mutex_unlock(&api->mu);
 }
@@ -299,6 +352,10 @@ static void api_free(anvil_api *api) {
         pthread_mutex_unlock(&api->mu);
         pthread_join(api->reaper, NULL);
     }
+    /* What the limiter held back is recorded before the daemon goes. */
+    if (anvil_audit_limiter_flush(api->limiter, api->env.st, INFINITY) < 0)
+        api_report(&api->env, "warning: audit: %s", anvil_errmsg());
+    anvil_audit_limiter_free(api->limiter);
     pthread_mutex_destroy(&api->mu);
     pthread_cond_destroy(&api->cv);
     anvil_api_stats_free(api->env.stats);
@@ -309,15 +366,18 @@ static void api_free(anvil_api *api) {
 anvil_api *anvil_api_start(const anvil_api_env *env, int port) {
     anvil_api *api = calloc(1, sizeof *api);
     anvil_api_stats *stats = anvil_api_stats_new();
-    if (!api || !stats || !(api->runs_dir = strdup(env->runs_dir))) {
+    anvil_audit_limiter *limiter = anvil_audit_limiter_new();
+    if (!api || !stats || !limiter || !(api->runs_dir = strdup(env->runs_dir))) {
         free(api);
         anvil_api_stats_free(stats);
+        anvil_audit_limiter_free(limiter);
         anvil_fail("out of memory");
         return NULL;
     }
     api->env = *env;
     api->env.runs_dir = api->runs_dir;
     api->env.stats = stats;
+    api->env.limiter = api->limiter = limiter;
     pthread_mutex_init(&api->mu, NULL);
     pthread_cond_init(&api->cv, NULL);
     int e = pthread_create(&api->reaper, NULL, reap, api);

@@ -109,7 +109,7 @@ static void put_exclude(anvil_strbuf *t, const slurm_backend *sb, const anvil_at
 }
 
 /* The batch script of an attempt: the sbatch options as #SBATCH lines, so that the file alone shows
- * what was asked of Slurm. */
+ * what was asked of Slurm, but for the run folder's (submit_held). */
 static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) {
     char dir[PATH_MAX], base[PATH_MAX + 32];
     anvil_slurm_job_dir(sb, a->ref.job_id, dir, sizeof dir);
@@ -127,7 +127,10 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
         anvil_strbuf_printf(&t, "#SBATCH --time=%ld\n",
                             (long)ceil((a->time_left_s + a->keep_alive_s + (double)grace) / 60));
     anvil_strbuf_printf(&t, "#SBATCH --signal=B:USR1@%ld\n#SBATCH --open-mode=append\n#SBATCH --requeue\n", grace);
-    anvil_strbuf_printf(&t, "#SBATCH --chdir=%s\n#SBATCH --output=%s/logs/launcher.log\n", a->run_dir, a->run_dir);
+    /* A folder's name can hold what an #SBATCH line cannot carry (sbatch ends it at a blank, a '#' or a
+     * newline, and 22.05 honours no escape of a blank): the run folder goes on sbatch's command line. */
+    anvil_strbuf_puts(&t, "# --chdir and --output (the run folder, and logs/launcher.log in it): on sbatch's command "
+                          "line\n");
     put_exclude(&t, sb, a);
     /* The first line of the attempt in the log (anvil_slurm_scan_log reads from it on). */
     anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n",
@@ -152,16 +155,21 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
 
 /* sbatch --test-only, then sbatch --hold: the new job's ID into handle. */
 static int submit_held(const anvil_attempt_spec *a, const char *path, char *handle, size_t cap) {
+    char chdir_arg[PATH_MAX + 16], output_arg[2 * PATH_MAX + 64] = "--output=";
+    snprintf(chdir_arg, sizeof chdir_arg, "--chdir=%s", a->run_dir);
+    size_t k = strlen(output_arg);
+    if (anvil_slurm_file_pattern(a->run_dir, "/logs/launcher.log", output_arg + k, sizeof output_arg - k)) return -1;
     char **env = anvil_slurm_submit_env(a), *out = NULL;
     if (!env) return anvil_fail("out of memory");
     /* Slurm queues a job that no configuration of the cluster can ever run (more nodes than the
      * partition has, or than its bad nodes leave); asked first, it says so, and the job fails now. */
-    int rc = anvil_slurm_run((char *[]){"sbatch", "--test-only", (char *)path, NULL}, env, &out);
+    int rc = anvil_slurm_run((char *[]){"sbatch", "--test-only", chdir_arg, output_arg, (char *)path, NULL}, env, &out);
     if (rc > 0) {
         anvil_fail("sbatch --test-only %s: %s", path, anvil_slurm_first_line(out));
     } else if (!rc) {
         free(out);
-        rc = anvil_slurm_run((char *[]){"sbatch", "--parsable", "--hold", (char *)path, NULL}, env, &out);
+        rc = anvil_slurm_run((char *[]){"sbatch", "--parsable", "--hold", chdir_arg, output_arg, (char *)path, NULL},
+                             env, &out);
         if (rc > 0) anvil_fail("sbatch %s: %s", path, anvil_slurm_first_line(out));
     }
     free(env);

@@ -78,17 +78,11 @@ int anvil_daemon_init(const char *state_dir, char token[ANVIL_TOKEN_SIZE]) {
     return rc;
 }
 
-/* The state: opened, checked page by page, and with users. */
+/* The state: opened (checked page by page first), and with users. */
 static int open_state(daemon_parts *d) {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/state.db", d->dir);
     if (!(d->st = anvil_store_open(path))) return -1;
-    if (anvil_store_check(d->st)) {
-        char why[700];
-        snprintf(why, sizeof why, "%s", anvil_errmsg());
-        return anvil_fail("state database %s is %s; restore it from a backup (README: 'Restoring the state')", path,
-                          why);
-    }
     int users = 0;
     if (anvil_auth_user_count(d->st, &users)) return -1;
     if (!users)

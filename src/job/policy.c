@@ -53,6 +53,15 @@ static bool s3_uri_valid(const char *text) {
     return !b[n] || !s3_key_odd(b + n + 1);
 }
 
+/* Whether s holds a control character (a newline, a tab, DEL...): such a path could not be written
+ * into a batch script's #SBATCH line, whose line ends at a newline whatever the quoting, nor shown on
+ * one line. */
+static bool has_control(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return true;
+    return false;
+}
+
 static int take_prefixes(const cJSON *v, const char *field, char ***out, int *n) {
     int count = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
     if (count < 1 || count > MAX_PREFIXES)
@@ -65,6 +74,7 @@ static int take_prefixes(const cJSON *v, const char *field, char ***out, int *n)
         snprintf(label, sizeof label, "%s[%d]", field, *n);
         if (anvil_json_string(e, "role", label, MAX_PATH_TEXT, &(*out)[*n])) return -1;
         const char *p = (*out)[(*n)++];
+        if (has_control(p)) return anvil_fail("role: %s: may not hold a control character", label);
         if (!strncmp(p, "s3://", 5) && !s3_uri_valid(p))
             return anvil_fail("role: %s: must be s3://BUCKET or s3://BUCKET/PREFIX (a bucket of 3 to 63 lowercase "
                               "letters, digits, '.' and '-'; no empty, '.' or '..' component)", label);
@@ -189,10 +199,11 @@ int anvil_path_resolve(const char *path, char *out, size_t cap) {
             struct stat sb;
             char probe[PATH_MAX + NAME_MAX + 2];
             snprintf(probe, sizeof probe, "%s/%s", strcmp(out, "/") ? out : "", comp);
+            /* Named as given: the resolved probe would show where the links before it lead. */
             if (!lstat(probe, &sb))
-                return anvil_fail("%.200s: %s cannot be resolved (a dangling or looping symbolic link, or a folder "
-                                  "that cannot be searched)",
-                                  path, probe);
+                return anvil_fail("%.200s: %.*s cannot be resolved (a dangling or looping symbolic link, or a "
+                                  "folder that cannot be searched)",
+                                  path, (int)(p - buf), buf);
             first = false;
         }
         if (!strcmp(comp, "..")) {
@@ -274,16 +285,19 @@ static const char *which(bool input, bool output) {
 static int check_path(const anvil_role *r, const char *field, const char *path, bool input, bool output,
                       char **resolved, char *why, size_t cap) {
     char real[PATH_MAX], list[1024];
+    if (has_control(path)) return refuse(why, cap, "%s: a path may not hold a control character", field);
     if (anvil_path_resolve(path, real, sizeof real))
         return refuse(why, cap, "%s: %s", field, anvil_errmsg());
+    /* Through a symbolic link: the path as given names no control character, where it leads does. */
+    if (has_control(real))
+        return refuse(why, cap, "%s: %.1000s leads to a path with a control character", field, path);
     if ((input && under_any(real, r->input, r->ninput)) || (output && under_any(real, r->output, r->noutput))) {
         if (resolved && !(*resolved = strdup(real))) return anvil_fail("out of memory");
         return 0;
     }
+    /* Where the path leads is not said: that would show a submitter where the host's links point. */
     list_prefixes(r, input, output, false, list, sizeof list);
-    char shown[PATH_MAX + 32] = "";
-    if (strcmp(real, path)) snprintf(shown, sizeof shown, " (resolved: %s)", real);
-    return refuse(why, cap, "%s: %.1000s%s is outside role %s's %s prefixes (%s)", field, path, shown, r->name,
+    return refuse(why, cap, "%s: %.1000s is outside role %s's %s prefixes (%s)", field, path, r->name,
                   which(input, output), list);
 }
 
@@ -376,6 +390,7 @@ static int check_arg(const anvil_role *r, anvil_job_spec *s, const anvil_opt *o,
     else snprintf(field, sizeof field, "command[%d]", argi);
     if (anvil_opt_is_choice(o, arg, NULL)) return 0;
     if (!arg[0]) return refuse(why, cap, "%s: an empty path", field);
+    if (has_control(arg)) return refuse(why, cap, "%s: a path may not hold a control character", field);
     bool uri = o->kind == ANVIL_OPT_URI_IN || o->kind == ANVIL_OPT_URI_OUT || o->kind == ANVIL_OPT_GLOB_IN;
     if (uri && !strncmp(arg, "s3://", 5)) return check_s3_arg(r, field, o->kind, arg, why, cap);
     int rc = check_local(r, s, field, o->kind, arg, &canon, why, cap);
@@ -399,6 +414,11 @@ static int check_command(const anvil_role *r, anvil_job_spec *s, char *why, size
     for (int i = 0; i < n && !rc; i++) {
         const anvil_opt *o = args[i].id < 0 ? set->operand : &set->opts[args[i].id];
         if (o->kind >= ANVIL_OPT_PATH_IN) rc = check_arg(r, s, o, args[i].argi, why, cap);
+        /* The ports below 1024 are the host's services': a job of a daemon run as root could bind one
+         * before its service does. */
+        else if (!strcmp(o->name, "--metrics-port") && args[i].i > 0 && args[i].i < 1024)
+            rc = refuse(why, cap, "command[%d] (--metrics-port): %lld is a privileged port (1 to 1023); a job may "
+                        "use 0 (a free port) or 1024 to 65535", args[i].argi, (long long)args[i].i);
     }
     free(args);
     return rc;
@@ -475,7 +495,8 @@ static bool prefixed(const char *var, size_t len, const char *const *prefixes, s
 
 /* What the daemon itself sets for each attempt (or keeps from it): never a spec's or a role's, and never
  * the daemon's own inherited (a daemon run inside a job would pass on its job's). */
-static const char *const daemon_set[] = {"ANVIL_JOB_ID", "ANVIL_TOKEN", "ANVIL_ATTEMPT", "ANVIL_RUN_DIR"};
+static const char *const daemon_set[] = {"ANVIL_JOB_ID", "ANVIL_TOKEN", "ANVIL_ATTEMPT", "ANVIL_RUN_DIR",
+                                         "ANVIL_JOB_PREFIXES"};
 #define NDAEMON_SET (sizeof daemon_set / sizeof *daemon_set)
 
 bool anvil_job_env_inherited(const char *var) {

@@ -64,13 +64,18 @@ bool anvil_path_under(const char *path, const char *prefix);
  *     wildcards in its last component only, and what it matches now must lie inside too; a relative
  *     path is taken from the run folder: the output when given, else a new folder of the daemon's,
  *     where it may not hold a '..' component;
- *   - env sets only the variables anvil_job_env_allowed lets through, and none the role sets. */
+ *   - no path, as given or where its links lead, holds a control character (a batch script's
+ *     #SBATCH line could not carry it), nor does a role's prefix;
+ *   - train --metrics-port is 0 or at least 1024: the ports below are the host's services';
+ *   - env sets only the variables anvil_job_env_allowed lets through, and none the role sets.
+ * A refusal names the path as given, never where its links lead: a submitter does not learn the
+ * host's links from it. */
 int anvil_policy_check(const anvil_role *role, anvil_job_spec *spec, char *why, size_t cap);
 
 /* Whether a variable of the daemon's environment (NAME=VALUE) reaches the jobs: PATH, HOME, LANG,
  * LC_*, TZ, TMPDIR, USER, LOGNAME, LD_LIBRARY_PATH, and those named OMP_*, GOMP_*, OPENBLAS_*,
  * OMPI_*, PMIX_*, ANVIL_* (but ANVIL_TOKEN and those the daemon sets for each attempt: ANVIL_JOB_ID,
- * ANVIL_ATTEMPT, ANVIL_RUN_DIR) and the sanitizers' *SAN_OPTIONS: what anvil, Open MPI
+ * ANVIL_ATTEMPT, ANVIL_RUN_DIR, ANVIL_JOB_PREFIXES) and the sanitizers' *SAN_OPTIONS: what anvil, Open MPI
  * and the runtime need. Nothing else does: a job's environment is these, then the role's
  * variables and the spec's. */
 bool anvil_job_env_inherited(const char *var);
@@ -83,7 +88,8 @@ bool anvil_job_env_allowed(const char *name);
 /* Those names, ", "-separated, into buf. */
 void anvil_job_env_allowlist(char *buf, size_t cap);
 /* Whether a role may not set the variable: those the daemon sets for each job (ANVIL_CHANNEL_*,
- * ANVIL_JOB_ID, ANVIL_ATTEMPT, ANVIL_RUN_DIR, ANVIL_TOKEN, and AWS_*, from its S3 configuration). */
+ * ANVIL_JOB_ID, ANVIL_ATTEMPT, ANVIL_RUN_DIR, ANVIL_JOB_PREFIXES (core/confine.h), ANVIL_TOKEN, and
+ * AWS_*, from its S3 configuration). */
 bool anvil_job_env_reserved(const char *name);
 
 #endif

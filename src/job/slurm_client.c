@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,22 @@ void anvil_slurm_put_quoted(anvil_strbuf *t, const char *s) {
     }
     anvil_strbuf_puts(t, s);
     anvil_strbuf_puts(t, "'");
+}
+
+int anvil_slurm_file_pattern(const char *path, const char *suffix, char *out, size_t cap) {
+    char text[8192];
+    if ((size_t)snprintf(text, sizeof text, "%s%s", path, suffix) >= sizeof text)
+        return anvil_fail("%s: too long for a file name pattern", path);
+    bool escaped = strchr(text, '\\') != NULL;
+    size_t n = 0;
+    for (const char *p = text; *p; p++) {
+        bool twice = escaped ? *p == '\\' : *p == '%';
+        if (n + 2 + twice > cap) return anvil_fail("%s: too long for a file name pattern", path);
+        if (twice) out[n++] = *p;
+        out[n++] = *p;
+    }
+    out[n] = 0;
+    return 0;
 }
 
 void anvil_slurm_put_atomic_write(anvil_strbuf *t, const char *command, const char *path) {

@@ -58,6 +58,12 @@ void anvil_slurm_attempt_file(const slurm_backend *sb, const anvil_attempt_ref *
                               size_t cap);
 /* s in single quotes for the shell. */
 void anvil_slurm_put_quoted(anvil_strbuf *t, const char *s);
+/* The file name pattern (sbatch --output) that Slurm expands to path then suffix, into out: '%'
+ * starts a replacement ("%j") unless doubled, and a backslash turns replacements off and is dropped
+ * unless doubled (slurmstepd's fname.c; seen in Slurm 22.05 and its later source alike). So a name
+ * with a backslash has each backslash doubled and its '%' left alone, any other its '%' doubled. -1
+ * after anvil_fail when it does not fit in cap. */
+int anvil_slurm_file_pattern(const char *path, const char *suffix, char *out, size_t cap);
 /* A shell line that writes what command prints to path atomically: a temporary file, fsync'd, renamed. */
 void anvil_slurm_put_atomic_write(anvil_strbuf *t, const char *command, const char *path);
 /* sbatch's and the warm script's environment: the attempt's, and the daemon's SLURM_CONF. NULL-ended;

@@ -134,8 +134,17 @@ anvil_store *anvil_store_open(const char *path) {
         anvil_store_close(st);
         return NULL;
     }
-    /* FULL: a transaction is on disk when its commit returns, also in WAL mode. */
     sqlite3_busy_timeout(st->db, 5000);
+    /* Checked before the first write: the journal mode and the schema below would otherwise write to
+     * a damaged file before the check could refuse it. */
+    if (anvil_store_quick_check(st->db)) {
+        char why[700];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        anvil_fail("state database %s is %s; restore it from a backup (README: 'Restoring the state')", path, why);
+        anvil_store_close(st);
+        return NULL;
+    }
+    /* FULL: a transaction is on disk when its commit returns, also in WAL mode. */
     if (anvil_store_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;") ||
         anvil_store_exec(st, "BEGIN IMMEDIATE") || anvil_store_exec(st, schema) || add_new_columns(st) ||
         anvil_store_exec(st, "COMMIT")) {

@@ -86,14 +86,14 @@ typedef struct anvil_store anvil_store;
 /* job/audit.h: what a change records in the audit trail, in the change's transaction. */
 typedef struct anvil_audit_entry anvil_audit_entry;
 
-/* Opens (creating) the database at path; NULL after anvil_fail. */
+/* Opens (creating) the database at path; NULL after anvil_fail. Before anything is written to it (the
+ * journal mode, the schema, the columns added since), PRAGMA quick_check reads the whole database
+ * (every page of every table and index): a damaged one is refused with "state database PATH is
+ * damaged: <its first problem> (in table T); N more problems; restore it from a backup ...", and
+ * left as it was, so that a damaged state is one error at start, not a 500 on every request that
+ * happens to read the damaged page, nor a file that the open made worse. */
 anvil_store *anvil_store_open(const char *path);
 void anvil_store_close(anvil_store *st);
-/* PRAGMA quick_check of the whole database (every page of every table and index): 0 when sound;
- * else -1 after anvil_fail("damaged: <its first problem> (in table T); N more problems"). The
- * daemon runs it before it listens, so that a damaged state is one error at start, not a 500 on
- * every request that happens to read the damaged page. */
-int anvil_store_check(anvil_store *st);
 /* A consistent copy of the state database at path (which a running daemon may be writing: SQLite's
  * online backup API) into dest: checked first (a damaged one is not copied), written beside dest
  * under a temporary name, synced, renamed into place. -1 after anvil_fail. */

@@ -23,9 +23,7 @@ static void table_of_page(sqlite3 *db, long page, char *name, size_t cap) {
     sqlite3_finalize(s);
 }
 
-/* PRAGMA quick_check of db: 0 when it says "ok", else -1 after anvil_fail with its first problem,
- * the table that problem lies in when it names a page, and how many more it found. */
-static int quick_check(sqlite3 *db) {
+int anvil_store_quick_check(sqlite3 *db) {
     sqlite3_stmt *s = NULL;
     if (sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &s, NULL) != SQLITE_OK)
         return anvil_fail("damaged: %s", sqlite3_errmsg(db));
@@ -53,13 +51,6 @@ static int quick_check(sqlite3 *db) {
     if (table[0]) snprintf(where, sizeof where, " (in table %s)", table);
     if (problems > 1) snprintf(more, sizeof more, "; %d more problem%s", problems - 1, problems > 2 ? "s" : "");
     return anvil_fail("damaged: %s%s%s", first, where, more);
-}
-
-int anvil_store_check(anvil_store *st) {
-    pthread_mutex_lock(&st->lock);
-    int rc = quick_check(st->db);
-    pthread_mutex_unlock(&st->lock);
-    return rc;
 }
 
 /* Copies every page of src into dst, waiting out a writer that holds the database. */
@@ -99,7 +90,7 @@ int anvil_store_backup(const char *path, const char *dest) {
                  : anvil_fail("%s: %s", path, src ? sqlite3_errmsg(src) : "out of memory");
     if (!rc) sqlite3_busy_timeout(src, 10000);
     /* A copy of a damaged state would pass for a good one. */
-    if (!rc && quick_check(src)) {
+    if (!rc && anvil_store_quick_check(src)) {
         char why[600];
         snprintf(why, sizeof why, "%s", anvil_errmsg());
         rc = anvil_fail("%s: %s: not backed up", path, why);

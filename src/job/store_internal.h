@@ -26,6 +26,10 @@ int anvil_store_exec(anvil_store *st, const char *sql);
 int anvil_store_db_fail(anvil_store *st, const char *what);
 /* A malloc'd copy of a text column ("" for NULL). */
 char *anvil_store_column_text(sqlite3_stmt *s, int col);
+/* PRAGMA quick_check of db (store_check.c): 0 when it says "ok", else -1 after anvil_fail("damaged:
+ * <its first problem> (in table T); N more problems"), the table named when the problem names a
+ * page. */
+int anvil_store_quick_check(sqlite3 *db);
 
 /* A query whose rows become an array: bind sets its parameters from ctx; read fills the zeroed
  * element elem from the current row and returns 0, 1 to leave the row out, or -1 after anvil_fail;

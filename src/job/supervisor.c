@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "core/strbuf.h"
 #include "job/audit.h"
+#include "job/auth.h"
 #include "job/policy.h"
 #include "job/spec.h"
 #include "obs/heartbeat.h"
@@ -262,6 +263,27 @@ static void build_cmdline(const anvil_supervisor *sup, const anvil_job *j, const
     }
 }
 
+/* ANVIL_JOB_PREFIXES: the role's local prefixes, one a line, with which the job checks the files it
+ * reads inside them (core/confine.h); none when the role is gone (the run folder alone then). A job
+ * from before roles is not confined. 0, or -1 after anvil_fail. */
+static int push_prefixes(const anvil_supervisor *sup, const anvil_job *j, cmdline *c) {
+    if (!j->role[0]) return 0;
+    anvil_role r;
+    int rc = anvil_auth_get_role(sup->st, j->role, NULL, &r);
+    if (rc < 0) return -1;
+    anvil_strbuf t = {0};
+    anvil_strbuf_puts(&t, "ANVIL_JOB_PREFIXES=");
+    const char *sep = "";
+    for (int k = 0; !rc && k < r.ninput + r.noutput; k++) {
+        const char *p = k < r.ninput ? r.input[k] : r.output[k - r.ninput];
+        if (strncmp(p, "s3://", 5)) anvil_strbuf_printf(&t, "%s%s", sep, p), sep = "\n";
+    }
+    if (!rc) anvil_role_free(&r);
+    if (!t.oom) push(&c->envp, &c->envc, t.s, &c->oom);
+    bool oom = t.oom || c->oom;
+    anvil_strbuf_free(&t);
+    return oom ? anvil_fail("out of memory") : 0;
+}
 
 typedef struct {
     anvil_supervisor *sup;
@@ -385,10 +407,8 @@ static int start_attempt(anvil_supervisor *sup, anvil_job *j) {
                  "passed it on this machine %.0f s ago", note[0] ? "; " : "", j->attempt - 1, healthy);
     cmdline c = {0};
     build_cmdline(sup, j, &spec, skip_health, &c);
-    int rc = -1;
-    if (c.oom) {
-        anvil_fail("out of memory");
-    } else {
+    int rc = c.oom ? anvil_fail("out of memory") : push_prefixes(sup, j, &c);
+    if (!rc) {
         /* Retries share max_runtime_s, counted from the first attempt's start (see advance). */
         double left = 0;
         if (spec.max_runtime_s > 0) {
