@@ -12,6 +12,13 @@
 #     unit (the log metric's "as logged");
 #   - bad input: a missing or empty run, a malformed line (named with its line), bad options; a
 #     failed plot leaves an existing figure as it was;
+#   - the goodput timeline (--goodput) of tests/fixtures/goodput_fault.json, made by hand (the
+#     queue, two attempts, a rank killed in the first, a loss curve): a band per attempt and one
+#     for the queue, each span two pixels wide or more in its row and its part's colour, the
+#     fault's line and label, the legend's parts with their seconds and shares, the ETTR in the
+#     title, the loss polylines' points and the attempts' boundaries, all mapped back through the
+#     tick labels (plot_check.py timeline); its PNG; a real job's goodput (the fuzz seed); --job
+#     from a stand-in for the daemon; bad files refused in one line naming the file and field;
 #   - deploy/prometheus/anvil.rules.yml: promtool check rules, and promtool test rules on its
 #     synthetic series (anvil.rules.test.yml).
 . "$(dirname "$0")/tools/cli_common.sh"
@@ -81,6 +88,62 @@ else
   bad "training the real run"
 fi
 
+# The goodput timeline, counted by hand too: bands for the queue and attempts 1 and 2, the fault's
+# label, the legend's parts, two loss polylines (one per attempt) of 15 and 17 points.
+fixture=$(cd "$(dirname "$0")" && pwd)/fixtures/goodput_fault.json
+if err=$("$anvil" plot --goodput "$fixture" --out "$tmp/tl.svg" 2>&1) &&
+  out=$(python3 "$check" timeline "$tmp/tl.svg" "$fixture" 2>&1); then ok "goodput timeline: $out"
+else bad "goodput timeline: $err $out"; fi
+n=$(grep -c 'class="band row' "$tmp/tl.svg")
+loss_points=$(grep '<polyline class="curve"' "$tmp/tl.svg" | sed 's/.*points="\([^"]*\)".*/\1/' | wc -w)
+grep -q '>kill-rank rank 1</text>' "$tmp/tl.svg" && [ "$n" = 3 ] &&
+  grep -q '>productive 67.0 s (67.0%)</text>' "$tmp/tl.svg" && grep -q '>recomputed 9.0 s (9.0%)</text>' "$tmp/tl.svg" &&
+  grep -q '>queue 2.0 s (2.0%)</text>' "$tmp/tl.svg" && grep -q 'ETTR 68.4%' "$tmp/tl.svg" &&
+  [ "$loss_points" = 32 ] && [ "$(grep -c '<polyline class="curve"' "$tmp/tl.svg")" = 2 ] &&
+  ok "goodput timeline: 3 bands, the fault's label, the parts' seconds, 2 loss polylines of 32 points" ||
+  bad "goodput timeline: $n bands, $loss_points loss points: $(grep -E 'mark-label|legend|curve' "$tmp/tl.svg")"
+out=
+if err=$("$anvil" plot --goodput "$fixture" --out "$tmp/tl.png" 2>&1) &&
+  out=$(python3 "$check" timeline-png "$tmp/tl.png" "$tmp/tl.svg" 2>&1); then ok "goodput png: $out"
+else bad "goodput png: $err $out"; fi
+real=$(cd "$(dirname "$0")" && pwd)/fuzz/corpus/goodput/kill_rank.json
+if err=$("$anvil" plot --goodput "$real" --out "$tmp/real_tl.svg" 2>&1) &&
+  out=$(python3 "$check" timeline "$tmp/real_tl.svg" "$real" 2>&1); then ok "a real job's goodput: $out"
+else bad "a real job's goodput: $err $out"; fi
+
+# --job: the goodput from the job service, here a stand-in that answers job 7 to its token only.
+python3 - "$fixture" "$tmp/port" << 'EOF' &
+import http.server, os, sys
+body = open(sys.argv[1], "rb").read()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        known = self.path == "/v1/jobs/7/goodput" and self.headers.get("Authorization") == "Bearer anv_stand_in"
+        data = body if known else b'{"error":"job not found"}'
+        self.send_response(200 if known else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+open(sys.argv[2] + ".tmp", "w").write(str(server.server_address[1]))
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+server.serve_forever()
+EOF
+stand_in=$!
+for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+url=http://127.0.0.1:$(cat "$tmp/port")
+if err=$(ANVIL_TOKEN=anv_stand_in "$anvil" plot --job 7 --url "$url" --out "$tmp/job.svg" 2>&1) &&
+  out=$(python3 "$check" timeline "$tmp/job.svg" "$fixture" 2>&1) && grep -q '>job 7: ETTR 68.4%' "$tmp/job.svg"
+then ok "--job 7 --url: $out"
+else bad "--job 7 --url: $err $out"; fi
+err=$(ANVIL_TOKEN=anv_stand_in "$anvil" plot --job 8 --url "$url" --out "$tmp/job8.svg" 2>&1)
+rc=$?
+[ $rc = 4 ] && [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && grep -q 'job not found (HTTP 404)' <<< "$err" &&
+  [ ! -e "$tmp/job8.svg" ] && ok "--job of an unknown job: exit 4, $err" || bad "--job 8: exit $rc: $err"
+kill "$stand_in"
+
 # Each fails with one line naming the file (and line), exit status $2, and leaves fig.svg as it was.
 cp "$tmp/fig.svg" "$tmp/before.svg"
 fails_with() {
@@ -114,7 +177,67 @@ fails_with "no --out" 2 "needs --out" "$tmp/alpha"
 fails_with "no run" 2 "needs at least one RUN_DIR" --out "$tmp/fig.svg"
 fails_with "a figure of another kind" 2 "must end in .svg or .png" "$tmp/alpha" --out "$tmp/fig.pdf"
 fails_with "an unknown option" 2 "unexpected argument '--frobnicate'" "$tmp/alpha" --frobnicate --out "$tmp/fig.svg"
-"$anvil" plot --help | grep -q 'usage: anvil plot RUN_DIR' && ok "--help" || bad "--help"
+# A goodput file that is not one: one line naming the file and the field.
+gp=$tmp/gp
+mkdir -p "$gp"
+mutate() { # name, a Python statement on g (the fixture's JSON)
+  python3 -c "import json, sys; g = json.load(open(sys.argv[1])); $2; json.dump(g, open(sys.argv[2], 'w'))" \
+    "$fixture" "$gp/$1.json"
+}
+printf '{"submitted_at": 1700000000, "wall_s":' > "$gp/cut.json"
+fails_with "goodput: not JSON" 1 "$gp/cut.json: not JSON: malformed JSON near byte" --goodput "$gp/cut.json" \
+  --out "$tmp/fig.svg"
+printf '[1, 2]' > "$gp/array.json"
+fails_with "goodput: not an object" 1 "$gp/array.json: not a goodput object" --goodput "$gp/array.json" \
+  --out "$tmp/fig.svg"
+printf '{}\n{}\n' > "$gp/two.json"
+fails_with "goodput: two values" 1 "$gp/two.json: text after the JSON value" --goodput "$gp/two.json" --out "$tmp/fig.svg"
+mutate no_submitted 'del g["submitted_at"]'
+fails_with "goodput: no submitted_at" 1 "$gp/no_submitted.json: submitted_at: missing" \
+  --goodput "$gp/no_submitted.json" --out "$tmp/fig.svg"
+mutate wall_string 'g["wall_s"] = "100"'
+fails_with "goodput: a string for a number" 1 "$gp/wall_string.json: wall_s: not a number" \
+  --goodput "$gp/wall_string.json" --out "$tmp/fig.svg"
+mutate part_missing 'del g["parts"]["eval"]'
+fails_with "goodput: a part missing" 1 "$gp/part_missing.json: parts.eval: missing" \
+  --goodput "$gp/part_missing.json" --out "$tmp/fig.svg"
+mutate span_string 'g["spans"][3]["t0"] = "25"'
+fails_with "goodput: a span's time a string" 1 "$gp/span_string.json: spans[3].t0: not a number" \
+  --goodput "$gp/span_string.json" --out "$tmp/fig.svg"
+mutate span_back 'g["spans"][3]["t1"] = 1'
+fails_with "goodput: a span that ends before it starts" 1 "$gp/span_back.json: spans[3].t1: 1 is not a number in [25," \
+  --goodput "$gp/span_back.json" --out "$tmp/fig.svg"
+mutate spans_object 'g["spans"] = {}'
+fails_with "goodput: spans not an array" 1 "$gp/spans_object.json: spans: not an array" \
+  --goodput "$gp/spans_object.json" --out "$tmp/fig.svg"
+mutate span_part 'g["spans"][0]["part"] = "lunch"'
+fails_with "goodput: an unknown part" 1 "$gp/span_part.json: spans[0]: part: missing, or not one of productive" \
+  --goodput "$gp/span_part.json" --out "$tmp/fig.svg"
+mutate span_attempt 'g["spans"][1]["attempt"] = 9'
+fails_with "goodput: a span of no attempt listed" 1 "$gp/span_attempt.json: spans[1]: attempt 9 is not in attempts" \
+  --goodput "$gp/span_attempt.json" --out "$tmp/fig.svg"
+mutate attempt_twice 'g["attempts"][1]["attempt"] = 1'
+fails_with "goodput: an attempt twice" 1 "$gp/attempt_twice.json: attempts: attempt 1 given twice" \
+  --goodput "$gp/attempt_twice.json" --out "$tmp/fig.svg"
+mutate fault_kind 'g["faults"][0]["kind"] = 3'
+fails_with "goodput: a fault's kind a number" 1 "$gp/fault_kind.json: faults[0]: kind: not a string" \
+  --goodput "$gp/fault_kind.json" --out "$tmp/fig.svg"
+mutate loss_pair 'g["loss"][2] = [1, 2, 3]'
+fails_with "goodput: a loss point of three" 1 "$gp/loss_pair.json: loss[2]: not a [seconds, loss] pair of numbers" \
+  --goodput "$gp/loss_pair.json" --out "$tmp/fig.svg"
+mutate loss_huge 'g["loss"] = [[1, 2]] * 200001'
+fails_with "goodput: a loss curve too long" 1 "$gp/loss_huge.json: loss: more than 200000 entries" \
+  --goodput "$gp/loss_huge.json" --out "$tmp/fig.svg"
+fails_with "goodput: a missing file" 1 "$gp/none.json: cannot open" --goodput "$gp/none.json" --out "$tmp/fig.svg"
+fails_with "goodput and a run" 2 "draws RUN_DIRs, --goodput FILE or --job ID: give one" "$tmp/alpha" \
+  --goodput "$fixture" --out "$tmp/fig.svg"
+fails_with "--state without --job" 2 "--state goes with --job" --goodput "$fixture" --state "$tmp" --out "$tmp/fig.svg"
+fails_with "--job of no number" 2 "--job takes a job ID, not 'seven'" --job seven --out "$tmp/fig.svg"
+fails_with "goodput: no --out" 2 "needs --out" --goodput "$fixture"
+ANVIL_TOKEN=anv_x fails_with "--job: no daemon" 1 "(is anvil serve running?)" --job 7 --url http://127.0.0.1:9 \
+  --out "$tmp/fig.svg"
+"$anvil" plot --help | grep -q 'usage: anvil plot RUN_DIR' && "$anvil" plot --help | grep -q -- '--goodput FILE.json' &&
+  ok "--help" || bad "--help"
 
 # The alert rules on the trainer's metrics: valid, and each fires on its synthetic series.
 rules=$(dirname "$0")/../deploy/prometheus

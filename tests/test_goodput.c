@@ -101,6 +101,21 @@ static void test_fault(void) {
     CHECK(g.attempts[0].kept_through == 5 && g.attempts[0].last_step == 10 && g.attempts[1].resumed_from == 5);
     CHECK(g.nfaults == 1 && near(g.faults[0].detection, 15) && near(g.faults[0].recomputed, 7) &&
           near(g.faults[0].restart, 4));
+    /* The JSON carries the submission's Unix time, which places the faults (Unix times too) on the
+     * spans' axis (seconds since it): the fault at 15 s falls in attempt 1's recomputed span. */
+    cJSON *o = anvil_goodput_json(&g, true);
+    const cJSON *spans = cJSON_GetObjectItemCaseSensitive(o, "spans"), *s;
+    double sub = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "submitted_at"));
+    double fault_at = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "faults"), 0), "at"));
+    CHECK(near(sub, 100) && near(fault_at - sub, 15));
+    bool placed = false;
+    cJSON_ArrayForEach(s, spans) placed = placed ||
+        (cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "t0")) <= fault_at - sub &&
+         cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "t1")) >= fault_at - sub &&
+         !strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "part")), "recomputed"));
+    CHECK(placed);
+    cJSON_Delete(o);
     anvil_goodput_free(&g);
 
     /* The same job failing at its second attempt's end: its steps past the last checkpoint (5) are lost. */

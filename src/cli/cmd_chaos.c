@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/exit.h"
 #include "core/fsutil.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "job/chaos.h"
 #include "obs/heartbeat.h"
@@ -118,7 +119,7 @@ static int strike(chaos *c, anvil_fault_kind kind, int target) {
             free(b.data);
             return cli_fail("chaos");
         }
-        cJSON *o = code == 201 ? cJSON_Parse(b.data) : NULL;
+        cJSON *o = code == 201 ? anvil_json_parse_str(b.data) : NULL;
         if (o) say(kind, target, client_num(o, "at"), client_str(o, "detail"));
         cJSON_Delete(o);
         int rc = code == 201 ? 0 : code == 409 ? -1 : client_refused(&c->cl, code, b.data);
@@ -365,7 +366,7 @@ static void follow(const chaos *c, follower *f) {
         for (char *line = buf, *next; line; line = next) {
             next = strchr(line, '\n');
             if (next) *next++ = 0;
-            cJSON *o = cJSON_Parse(line);
+            cJSON *o = anvil_json_parse_str(line);
             const char *kind = client_str(o, "kind");
             if (!strcmp(kind, "start")) {
                 f->attempt = client_num(o, "job") == (double)c->id ? (int)client_num(o, "attempt") : 0;

@@ -30,7 +30,7 @@ static const struct {
     {"info", cmd_info, "show model presets, sizes and the kernels in use", true},
     {"launch", cmd_launch, "run N ranks of a command through mpirun, output merged", false},
     {"profile", cmd_profile, "summarize a trace that train --profile wrote: where the time goes", false},
-    {"plot", cmd_plot, "draw runs' loss, learning rate, throughput and log metrics into an SVG or PNG", false},
+    {"plot", cmd_plot, "draw runs' metrics, or a job's goodput timeline, into an SVG or PNG", false},
     {"health", cmd_health, "check each rank's GEMM and memory and the all-reduce between them", true},
     {"serve", cmd_serve, "run the job service: HTTP API, job statuses, retries, limits", false},
     {"job", cmd_job, "submit, list, describe, follow, stop and wait for service jobs; the audit trail", false},

@@ -320,6 +320,7 @@ int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g) {
         if (w.cur >= 0) close_attempt(&w, w.cur);
         advance(&w, ANVIL_GP_DETECTION, in->end, in->end, -1);
         cost_faults(&w);
+        g->submitted_at = in->submitted_at;
         g->wall = in->end - in->submitted_at;
         double base = g->wall - g->total.s[ANVIL_GP_QUEUE];
         g->ettr = base > 0 ? g->total.s[ANVIL_GP_PRODUCTIVE] / base : 0;
@@ -437,7 +438,8 @@ static bool add_timeline(cJSON *o, const anvil_goodput *g) {
 cJSON *anvil_goodput_json(const anvil_goodput *g, bool timeline) {
     cJSON *o = cJSON_CreateObject(), *parts = parts_json(&g->total);
     cJSON *attempts = cJSON_CreateArray(), *faults = cJSON_CreateArray();
-    bool ok = o && parts && attempts && faults && cJSON_AddNumberToObject(o, "wall_s", g->wall) &&
+    bool ok = o && parts && attempts && faults && cJSON_AddNumberToObject(o, "submitted_at", g->submitted_at) &&
+              cJSON_AddNumberToObject(o, "wall_s", g->wall) &&
               cJSON_AddNumberToObject(o, "ettr", g->ettr);
     for (int i = 0; ok && i < g->nattempts; i++) {
         cJSON *a = attempt_json(&g->attempts[i]);

@@ -77,7 +77,8 @@ typedef struct {
 } anvil_gp_span;
 
 typedef struct {
-    double wall; /* submission to end (or now) */
+    double submitted_at; /* Unix time: where the spans' and the loss curve's times count from */
+    double wall;         /* submission to end (or now) */
     anvil_gp_sums total;
     double ettr; /* productive / (wall - queue); 0 when nothing but queue has passed */
     anvil_gp_attempt *attempts;
@@ -108,7 +109,8 @@ int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g);
 int anvil_goodput_of(anvil_store *st, const anvil_job *j, double now, anvil_goodput *g);
 void anvil_goodput_free(anvil_goodput *g);
 
-/* {"wall_s", "ettr", "parts": {name: seconds}, "attempts": [...], "faults": [...]}, and with timeline,
+/* {"submitted_at", "wall_s", "ettr", "parts": {name: seconds}, "attempts": [...], "faults": [...]}
+ * (submitted_at, the attempts' and the faults' times: Unix times), and with timeline,
  * "spans": [{"t0", "t1", "attempt", "part"}] and "loss": [[t, loss], ...] (at most ANVIL_GP_LOSS_POINTS
  * pairs, evenly thinned), what `anvil plot --goodput` draws; NULL after anvil_fail. */
 #define ANVIL_GP_LOSS_POINTS 2000

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "core/json.h"
+#include "obs/plot_internal.h"
 
 /* More distinct log metrics in one file than a run can define (ANVIL_LOGMETRIC_MAX) is a file that
  * is not a run's; the limit keeps a hostile one from making thousands of panels. */
@@ -156,34 +157,11 @@ void anvil_plot_run_free(anvil_plot_run *r) {
 
 long anvil_plot_run_skipped(const anvil_plot_run *r) { return r->skipped; }
 
-/* The name as a label: valid UTF-8 without control characters (SVG and cairo take nothing else),
- * anything else shown as '?'. */
+/* The run's name as its legend's label. */
 static char *label_of(const char *name) {
     size_t n = strlen(name);
     char *out = malloc(n + 1);
-    if (!out) return NULL;
-    const unsigned char *s = (const unsigned char *)name;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        int len = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3 : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
-        int valid = len > 0 && i + (size_t)len <= n && !(len == 1 && (s[i] < 0x20 || s[i] == 0x7F));
-        for (int k = 1; valid && k < len; k++) valid = (s[i + k] & 0xC0) == 0x80;
-        if (valid && len > 1) {
-            unsigned cp = s[i] & (0x7F >> len);
-            for (int k = 1; k < len; k++) cp = cp << 6 | (s[i + k] & 0x3F);
-            static const unsigned least[] = {0, 0, 0x80, 0x800, 0x10000};
-            valid = cp >= least[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-        }
-        if (valid) {
-            memcpy(out + o, s + i, (size_t)len);
-            o += (size_t)len;
-            i += (size_t)len;
-        } else {
-            out[o++] = '?';
-            i++;
-        }
-    }
-    out[o] = 0;
+    if (out) anvil_plot_sanitize(out, name, n);
     return out;
 }
 
@@ -248,8 +226,7 @@ static const char *const panel_units[P_FIXED] = {"nats per token", "nats per tok
 
 /* Colour-blind-safe (Okabe-Ito), then repeated. */
 static const uint32_t palette[] = {0x0072B2, 0xD55E00, 0x009E73, 0xCC79A7, 0xE69F00, 0x56B4E9, 0x000000, 0xF0E442};
-#define INK 0x222222
-#define GRID 0xDDDDDD
+#define INK ANVIL_PLOT_INK
 
 /* The log metrics' names over all runs, in order of first appearance. */
 static int log_names(const anvil_plot_run *const *runs, int nruns, const char **names) {
@@ -280,122 +257,12 @@ typedef struct {
     const char *what;
 } curve;
 
-typedef struct {
-    double lo, hi, step;
-} axis;
-
-/* Ticks at multiples of 1, 2 or 5 times a power of ten, about `want` of them over [lo, hi]; with
- * pad, the range widens to whole ticks. A range of one value is widened around it. */
-static axis nice_axis(double lo, double hi, int want, int pad) {
-    double mag = fmax(fabs(lo), fabs(hi));
-    if (!(hi - lo > mag * 1e-9)) {
-        double d = mag > 1e-200 ? mag * 0.05 : 1;
-        lo -= d;
-        hi += d;
-    }
-    double raw = (hi - lo) / want, p = pow(10, floor(log10(raw))), f = raw / p;
-    double step = (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * p;
-    if (pad) {
-        lo = floor(lo / step) * step;
-        hi = ceil(hi / step) * step;
-    }
-    return (axis){lo, hi, step};
-}
-
-/* A tick's label: SI suffixes from ten thousand up, exponents below a thousandth, else as many
- * decimals as the tick spacing needs. */
-static void tick_label(char *out, size_t cap, double v, const axis *a) {
-    if (fabs(v) < a->step * 1e-6) v = 0;
-    double top = fmax(fabs(a->lo), fabs(a->hi));
-    static const char *const si[] = {"k", "M", "G", "T"};
-    if (top >= 1e4 && top < 1e15) {
-        int u = (int)floor(log10(top) / 3) - 1;
-        double unit = pow(1e3, u + 1);
-        int dec = (int)fmax(0, ceil(-log10(a->step / unit) - 1e-9));
-        snprintf(out, cap, "%.*f%s", dec, v / unit, si[u]);
-    } else if (top < 1e-3 || top >= 1e15) {
-        int dec = v == 0 ? 0 : (int)fmax(0, floor(log10(fabs(v))) - floor(log10(a->step)));
-        snprintf(out, cap, "%.*e", dec > 15 ? 15 : dec, v);
-    } else {
-        int dec = (int)fmax(0, ceil(-log10(a->step) - 1e-9));
-        snprintf(out, cap, "%.*f", dec, v);
-    }
-}
-
-typedef struct {
-    double x, y, w, h; /* the plot area */
-    axis ax, ay;
-} frame;
-
-static double px(const frame *f, double x) { return f->x + (x - f->ax.lo) / (f->ax.hi - f->ax.lo) * f->w; }
-static double py(const frame *f, double y) { return f->y + f->h - (y - f->ay.lo) / (f->ay.hi - f->ay.lo) * f->h; }
-
-/* The pixel column of x, in [0, cols). */
-static int column(const frame *f, double x, int cols) { return (int)fmin(cols - 1, fmax(0, floor(px(f, x) - f->x))); }
-
-static void draw_axes(const anvil_canvas *c, const frame *f) {
-    char label[64];
-    for (int vertical = 0; vertical < 2; vertical++) {
-        const axis *a = vertical ? &f->ay : &f->ax;
-        double k0 = ceil(a->lo / a->step - 1e-9), k1 = floor(a->hi / a->step + 1e-9);
-        for (int i = 0; i < 50 && k0 + i <= k1; i++) {
-            double v = (k0 + i) * a->step;
-            tick_label(label, sizeof label, v, a);
-            if (vertical) {
-                double y = py(f, v);
-                c->line(c->ctx, f->x, y, f->x + f->w, y, GRID, "grid");
-                c->line(c->ctx, f->x - 5, y, f->x, y, INK, "tick");
-                c->text(c->ctx, f->x - 8, y, label, 11, 1, INK, "ytick");
-            } else {
-                double x = px(f, v);
-                c->line(c->ctx, x, f->y, x, f->y + f->h, GRID, "grid");
-                c->line(c->ctx, x, f->y + f->h, x, f->y + f->h + 5, INK, "tick");
-                c->text(c->ctx, x, f->y + f->h + 15, label, 11, 0, INK, "xtick");
-            }
-        }
-    }
-    c->rect(c->ctx, f->x, f->y, f->w, f->h, ANVIL_PLOT_NO_FILL, INK, "frame");
-}
-
-/* A curve's points in pixels. A curve of more than four points per pixel column of the plot area
- * keeps, per column, its first and last points and those of its least and greatest value (in step
- * order): the line still spans its steps, spikes stay visible, and a million steps draw as fast as
- * a few thousand. */
-static size_t curve_points(const frame *f, const curve *cv, double *xy) {
-    const series *s = cv->s;
-    int cols = (int)f->w;
-    size_t n = 0;
-    if (s->n <= 4 * (size_t)cols) {
-        for (size_t i = 0; i < s->n; i++) {
-            xy[n++] = px(f, s->x[i] * cv->xscale);
-            xy[n++] = py(f, s->y[i]);
-        }
-        return n / 2;
-    }
-    for (size_t i = 0; i < s->n;) {
-        int col = column(f, s->x[i] * cv->xscale, cols);
-        size_t lo = i, hi = i, j = i + 1;
-        for (; j < s->n && column(f, s->x[j] * cv->xscale, cols) == col; j++) {
-            if (s->y[j] < s->y[lo]) lo = j;
-            if (s->y[j] > s->y[hi]) hi = j;
-        }
-        size_t keep[4] = {i, lo < hi ? lo : hi, lo < hi ? hi : lo, j - 1};
-        for (int k = 0; k < 4; k++) {
-            if (k && keep[k] == keep[k - 1]) continue;
-            xy[n++] = px(f, s->x[keep[k]] * cv->xscale);
-            xy[n++] = py(f, s->y[keep[k]]);
-        }
-        i = j;
-    }
-    return n / 2;
-}
-
 static int draw_panel(const anvil_canvas *c, double x0, double y0, const char *title, const char *xlabel,
                       const char *ylabel, const curve *cv, int ncv) {
-    frame f = {.x = x0 + ANVIL_PLOT_MARGIN_L,
-               .y = y0 + ANVIL_PLOT_MARGIN_T,
-               .w = ANVIL_PLOT_WIDTH / 2 - ANVIL_PLOT_MARGIN_L - ANVIL_PLOT_MARGIN_R,
-               .h = ANVIL_PLOT_PANEL_H - ANVIL_PLOT_MARGIN_T - ANVIL_PLOT_MARGIN_B};
+    anvil_plot_frame f = {.x = x0 + ANVIL_PLOT_MARGIN_L,
+                          .y = y0 + ANVIL_PLOT_MARGIN_T,
+                          .w = ANVIL_PLOT_WIDTH / 2 - ANVIL_PLOT_MARGIN_L - ANVIL_PLOT_MARGIN_R,
+                          .h = ANVIL_PLOT_PANEL_H - ANVIL_PLOT_MARGIN_T - ANVIL_PLOT_MARGIN_B};
     c->text(c->ctx, x0 + ANVIL_PLOT_WIDTH / 4, y0 + 14, title, 14, 0, INK, "title");
     c->text(c->ctx, f.x + f.w, f.y + f.h + 30, xlabel, 11, 1, INK, "xlabel");
     c->text(c->ctx, f.x, f.y - 8, ylabel, 11, -1, INK, "ylabel");
@@ -410,16 +277,16 @@ static int draw_panel(const anvil_canvas *c, double x0, double y0, const char *t
         c->text(c->ctx, f.x + f.w / 2, f.y + f.h / 2, "no data", 12, 0, INK, "nodata");
         return 0;
     }
-    f.ax = nice_axis(xlo, xhi, 6, 0);
-    f.ay = nice_axis(ylo, yhi, 5, 1);
-    draw_axes(c, &f);
+    f.ax = anvil_plot_nice_axis(xlo, xhi, 6, 0);
+    f.ay = anvil_plot_nice_axis(ylo, yhi, 5, 1);
+    anvil_plot_draw_axes(c, &f);
     size_t most = 0;
     for (int i = 0; i < ncv; i++) most = cv[i].s->n > most ? cv[i].s->n : most;
     double *xy = malloc(2 * sizeof(double) * (most < 4 * (size_t)f.w ? most : 4 * (size_t)f.w) + 1);
     if (!xy) return anvil_fail("plot: out of memory");
     for (int i = 0; i < ncv; i++) {
         if (!cv[i].s->n) continue;
-        size_t n = curve_points(&f, &cv[i], xy);
+        size_t n = anvil_plot_curve_points(&f, cv[i].s->x, cv[i].s->y, cv[i].s->n, cv[i].xscale, xy);
         char cls[96];
         snprintf(cls, sizeof cls, "curve run%d %s", cv[i].run, cv[i].what);
         uint32_t color = palette[cv[i].run % (int)(sizeof palette / sizeof palette[0])];
@@ -483,4 +350,26 @@ int anvil_plot_draw(const anvil_plot_run *const *runs, int nruns, const anvil_ca
     }
     free(cv);
     return rc;
+}
+
+typedef struct {
+    const anvil_plot_run *const *runs;
+    int nruns;
+} runs_arg;
+
+static int draw_runs(const void *arg, const anvil_canvas *c) {
+    const runs_arg *r = arg;
+    return anvil_plot_draw(r->runs, r->nruns, c);
+}
+
+int anvil_plot_svg(const anvil_plot_run *const *runs, int nruns, char **svg, size_t *len) {
+    runs_arg r = {runs, nruns};
+    anvil_figure fig = {ANVIL_PLOT_WIDTH, anvil_plot_height(runs, nruns), draw_runs, &r};
+    return anvil_figure_svg(&fig, svg, len);
+}
+
+int anvil_plot_write(const char *path, const anvil_plot_run *const *runs, int nruns) {
+    runs_arg r = {runs, nruns};
+    anvil_figure fig = {ANVIL_PLOT_WIDTH, anvil_plot_height(runs, nruns), draw_runs, &r};
+    return anvil_figure_write(path, &fig);
 }

@@ -2,7 +2,8 @@
  * against steps and tokens, learning rate, gradient norm, throughput and each log metric, one
  * panel each, every run overlaid in its own colour. One drawing routine paints the figure onto a
  * canvas of four operations; the SVG backend writes them as text, the PNG one through cairo, so
- * both files show the same figure. */
+ * both files show the same figure. Any figure, a size and a routine that paints it (anvil_figure),
+ * is written through the same two backends: obs/plot_timeline.h's is the other. */
 #ifndef ANVIL_OBS_PLOT_H
 #define ANVIL_OBS_PLOT_H
 
@@ -51,13 +52,25 @@ typedef struct {
                  const char *cls);
 } anvil_canvas;
 
+/* A figure: its size in pixels and what paints it. draw gets arg and a canvas of width by height; it
+ * returns -1 after anvil_fail. */
+typedef struct {
+    int width, height;
+    int (*draw)(const void *arg, const anvil_canvas *c);
+    const void *arg;
+} anvil_figure;
+
+/* The figure as SVG text, malloc'd into *svg (*len bytes, NUL-terminated). */
+int anvil_figure_svg(const anvil_figure *fig, char **svg, size_t *len);
+/* Draws the figure into path, as SVG or PNG by its ending (.svg, .png), written atomically. */
+int anvil_figure_write(const char *path, const anvil_figure *fig);
+
 /* The figure's height for these runs. */
 int anvil_plot_height(const anvil_plot_run *const *runs, int nruns);
 /* Paints the figure of nruns runs, ANVIL_PLOT_WIDTH by anvil_plot_height, onto c. */
 int anvil_plot_draw(const anvil_plot_run *const *runs, int nruns, const anvil_canvas *c);
-/* The figure as SVG text, malloc'd into *svg (*len bytes, NUL-terminated). */
+/* The runs' figure through anvil_figure_svg and anvil_figure_write. */
 int anvil_plot_svg(const anvil_plot_run *const *runs, int nruns, char **svg, size_t *len);
-/* Draws the figure into path, as SVG or PNG by its ending (.svg, .png), written atomically. */
 int anvil_plot_write(const char *path, const anvil_plot_run *const *runs, int nruns);
 
 #endif

@@ -1,4 +1,4 @@
-/* The figure's two canvases: SVG text, and cairo's image surface for PNG. */
+/* The two canvases any figure (obs/plot.h) is written through: SVG text, and cairo's image surface for PNG. */
 #include <cairo.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,18 +59,17 @@ static void svg_text(void *ctx, double x, double y, const char *s, double size, 
     fputs("</text>\n", f);
 }
 
-int anvil_plot_svg(const anvil_plot_run *const *runs, int nruns, char **svg, size_t *len) {
+int anvil_figure_svg(const anvil_figure *fig, char **svg, size_t *len) {
     *svg = NULL;
     FILE *f = open_memstream(svg, len);
     if (!f) return anvil_fail("plot: out of memory");
-    int height = anvil_plot_height(runs, nruns);
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
             "font-family=\"sans-serif\">\n",
-            ANVIL_PLOT_WIDTH, height, ANVIL_PLOT_WIDTH, height);
+            fig->width, fig->height, fig->width, fig->height);
     anvil_canvas c = {f, svg_rect, svg_line, svg_polyline, svg_text};
-    int rc = anvil_plot_draw(runs, nruns, &c);
+    int rc = fig->draw(fig->arg, &c);
     fputs("</svg>\n", f);
     if (fclose(f) && !rc) rc = anvil_fail("plot: out of memory");
     if (rc) {
@@ -80,10 +79,10 @@ int anvil_plot_svg(const anvil_plot_run *const *runs, int nruns, char **svg, siz
     return rc;
 }
 
-static int write_svg(const char *path, const anvil_plot_run *const *runs, int nruns) {
+static int write_svg(const char *path, const anvil_figure *fig) {
     char *buf;
     size_t len;
-    if (anvil_plot_svg(runs, nruns, &buf, &len)) return -1;
+    if (anvil_figure_svg(fig, &buf, &len)) return -1;
     int rc = anvil_write_file_atomic(path, buf, len);
     free(buf);
     return rc;
@@ -167,12 +166,11 @@ static cairo_status_t png_append(void *closure, const unsigned char *data, unsig
     return CAIRO_STATUS_SUCCESS;
 }
 
-static int write_png(const char *path, const anvil_plot_run *const *runs, int nruns) {
-    cairo_surface_t *surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, ANVIL_PLOT_WIDTH,
-                                                          anvil_plot_height(runs, nruns));
+static int write_png(const char *path, const anvil_figure *fig) {
+    cairo_surface_t *surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, fig->width, fig->height);
     cairo_t *cr = cairo_create(surface);
     anvil_canvas c = {cr, cr_rect, cr_line, cr_polyline, cr_text};
-    int rc = anvil_plot_draw(runs, nruns, &c);
+    int rc = fig->draw(fig->arg, &c);
     if (!rc && cairo_status(cr) != CAIRO_STATUS_SUCCESS)
         rc = anvil_fail("%s: cairo: %s", path, cairo_status_to_string(cairo_status(cr)));
     cairo_destroy(cr);
@@ -187,9 +185,9 @@ static int write_png(const char *path, const anvil_plot_run *const *runs, int nr
     return rc;
 }
 
-int anvil_plot_write(const char *path, const anvil_plot_run *const *runs, int nruns) {
+int anvil_figure_write(const char *path, const anvil_figure *fig) {
     size_t n = strlen(path);
-    if (n > 4 && !strcmp(path + n - 4, ".svg")) return write_svg(path, runs, nruns);
-    if (n > 4 && !strcmp(path + n - 4, ".png")) return write_png(path, runs, nruns);
+    if (n > 4 && !strcmp(path + n - 4, ".svg")) return write_svg(path, fig);
+    if (n > 4 && !strcmp(path + n - 4, ".png")) return write_png(path, fig);
     return anvil_fail("%s: the figure's file must end in .svg or .png", path);
 }

@@ -8,6 +8,10 @@
                                     checks the SVG against them; thinned: for curves of more
                                     than four points per pixel column
   plot_check.py png FILE W H RUNS   checks the PNG: its size, and each run's legend swatch colour
+  plot_check.py timeline SVG GOODPUT
+                                    checks `anvil plot --goodput`'s SVG against the goodput JSON
+  plot_check.py timeline-png PNG SVG
+                                    checks its PNG: the SVG's size, each part's swatch colour
 
 The SVG is read as the figure's structure: a panel starts at its title, then its frame (the plot
 area), tick labels and one polyline per curve (class "curve runI WHAT"). Tick labels are values
@@ -235,7 +239,8 @@ def check_svg(path, expected_path, exact=True):
     print(f"{path}: {len(panels)} panels, {npoly} polylines as expected")
 
 
-def check_png(path, width, height, runs):
+def read_png(path):
+    """(width, height, pixel(x, y) -> (r, g, b)) of an 8-bit RGB(A) PNG."""
     data = open(path, "rb").read()
     if data[:8] != b"\x89PNG\r\n\x1a\n":
         raise AssertionError("not a PNG")
@@ -251,8 +256,8 @@ def check_png(path, width, height, runs):
             idat += body
         at += 12 + n
     w, h, depth, ctype = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    if (w, h) != (width, height) or depth != 8 or ctype not in (2, 6):
-        raise AssertionError(f"IHDR {w}x{h} depth {depth} type {ctype}, expected {width}x{height} RGB(A)")
+    if depth != 8 or ctype not in (2, 6):
+        raise AssertionError(f"IHDR {w}x{h} depth {depth} type {ctype}, expected RGB(A)")
     bpp = 3 if ctype == 2 else 4
     raw = zlib.decompress(idat)
     stride = w * bpp
@@ -273,7 +278,13 @@ def check_png(path, width, height, runs):
                 line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
         rows.append(line)
         prev = line
-    pixel = lambda x, y: tuple(rows[y][x * bpp:x * bpp + 3])
+    return w, h, lambda x, y: tuple(rows[y][x * bpp:x * bpp + 3])
+
+
+def check_png(path, width, height, runs):
+    w, h, pixel = read_png(path)
+    if (w, h) != (width, height):
+        raise AssertionError(f"{w}x{h}, expected {width}x{height}")
     colours = {pixel(x, y) for y in range(0, h, 3) for x in range(0, w, 3)}
     if len(colours) < 16:
         raise AssertionError(f"{len(colours)} colours: nothing much is drawn")
@@ -284,6 +295,91 @@ def check_png(path, width, height, runs):
         if pixel(x, y) != (c >> 16, c >> 8 & 255, c & 255):
             raise AssertionError(f"run {r}'s swatch at ({x}, {y}) is {pixel(x, y)}, not #{c:06X}")
     print(f"{path}: {w}x{h} PNG, {len(colours)} colours, the runs' swatches in their colours")
+
+
+PARTS = ["productive", "recomputed", "detection", "restart", "checkpoint", "eval", "queue"]
+PART_COLORS = [0x009E73, 0xD55E00, 0xE69F00, 0xCC79A7, 0x0072B2, 0x56B4E9, 0xBBBBBB]
+
+
+def points_of(el):
+    return [tuple(map(float, p.split(","))) for p in el.get("points").split()]
+
+
+def check_timeline(path, goodput_path):
+    """The timeline of `anvil plot --goodput`: title, bands, legend, spans, faults, loss, boundaries,
+    each mapped back through the tick labels to the goodput's numbers."""
+    g = json.load(open(goodput_path))
+    root = ET.parse(path).getroot()
+    els = list(root)
+    of = lambda cls: [e for e in els if e.get("class", "") == cls]
+    sub, wall = g["submitted_at"], g["wall_s"]
+    if int(root.get("width")) != 1200:
+        raise AssertionError(f"width {root.get('width')}")
+    title = of("title")[0].text
+    if f"ETTR {100 * g['ettr']:.1f}%" not in title:
+        raise AssertionError(f"title {title!r} without ETTR {100 * g['ettr']:.1f}%")
+    # a band per attempt, after one for the time outside every attempt when a span has attempt 0
+    outside = any(s["attempt"] == 0 for s in g["spans"])
+    labels = (["no attempt"] if outside else []) + [f"attempt {a['attempt']}" for a in g["attempts"]]
+    row_of = {a["attempt"]: i + outside for i, a in enumerate(g["attempts"])}
+    row_of[0] = 0
+    bands = [e for e in els if e.get("class", "").startswith("band ")]
+    if [e.text for e in of("row")] != labels or len(bands) != len(labels):
+        raise AssertionError(f"{len(bands)} bands labelled {[e.text for e in of('row')]}, expected {labels}")
+    legend = [e.text for e in of("legend")]
+    want = [f"{p} {g['parts'][p]:.1f} s ({100 * g['parts'][p] / wall:.1f}%)" for p in PARTS]
+    if legend != want:
+        raise AssertionError(f"legend {legend}, expected {want}")
+    xt = of("xtick")
+    top = min(float(e.get("y")) for e in xt)
+    xmap, xs = axis_map(sorted((float(e.get("x")), number(e.text)) for e in xt if float(e.get("y")) == top), "time")
+    # every span two pixels wide or more has its middle in a rectangle of its row and part
+    rects = [(e.get("class").split()[1:], float(e.get("x")), float(e.get("width")))
+             for e in els if e.get("class", "").startswith("span ")]
+    for s in g["spans"]:
+        if (s["t1"] - s["t0"]) / xs < 2:
+            continue
+        mid = (s["t0"] + s["t1"]) / 2
+        hit = [c for c, x, w in rects if c[0] == f"row{row_of[s['attempt']]}" and xmap(x) <= mid <= xmap(x + w)]
+        if hit != [[f"row{row_of[s['attempt']]}", f"cat{PARTS.index(s['part'])}"]]:
+            raise AssertionError(f"span {s}: drawn as {hit}")
+    faults = [f"{f['kind']} {f['target']}".strip() for f in g["faults"]]
+    lines = [e for e in els if e.tag.endswith("}line") and e.get("class") == "mark"]
+    if [e.text for e in of("mark-label")] != faults or len(lines) != len(faults):
+        raise AssertionError(f"fault labels {[e.text for e in of('mark-label')]}, {len(lines)} lines, expected {faults}")
+    for f, l in zip(g["faults"], lines):
+        if abs(xmap(float(l.get("x1"))) - (f["at"] - sub)) > 0.03 * xs:
+            raise AssertionError(f"fault at {f['at'] - sub} s drawn at {xmap(float(l.get('x1')))} s")
+    yt = of("ytick")
+    ymap, ys = axis_map(sorted((float(e.get("y")), number(e.text)) for e in yt), "loss")
+    pts = [p for e in of("curve") for p in points_of(e)]
+    if len(pts) != len(g["loss"]):
+        raise AssertionError(f"{len(pts)} loss points, expected {len(g['loss'])}")
+    for (x, y), (t, v) in zip(pts, g["loss"]):
+        if abs(xmap(x) - t) > 0.03 * xs or abs(ymap(y) - v) > 0.03 * ys:
+            raise AssertionError(f"loss point ({xmap(x)}, {ymap(y)}) for ({t}, {v})")
+    got = sorted(xmap(points_of(e)[0][0]) for e in of("boundary"))
+    # held to the axis: an attempt's end the service saw a few ms after the job's is drawn at its end
+    want = sorted(min(max(t - sub, 0), wall) for a in g["attempts"] for t in (a["started_at"], a["ended_at"]))
+    if len(got) != len(want) or any(abs(a - b) > 0.03 * xs for a, b in zip(got, want)):
+        raise AssertionError(f"attempt boundaries at {got}, expected {want}")
+    print(f"{path}: {len(bands)} bands, {len(rects)} span rectangles, {len(faults)} faults, "
+          f"{len(of('curve'))} loss polylines of {len(pts)} points, {len(got)} boundaries as expected")
+
+
+def check_timeline_png(path, svg):
+    root = ET.parse(svg).getroot()
+    w, h, pixel = read_png(path)
+    if (w, h) != (int(root.get("width")), int(root.get("height"))):
+        raise AssertionError(f"{w}x{h}, the SVG {root.get('width')}x{root.get('height')}")
+    for el in root:
+        cls = el.get("class", "")
+        if cls.startswith("swatch cat"):
+            c = PART_COLORS[int(cls[len("swatch cat"):])]
+            x, y = int(float(el.get("x")) + 9), int(float(el.get("y")) + 6)
+            if pixel(x, y) != (c >> 16, c >> 8 & 255, c & 255):
+                raise AssertionError(f"{cls} at ({x}, {y}) is {pixel(x, y)}, not #{c:06X}")
+    print(f"{path}: {w}x{h} PNG, each part's swatch in its colour")
 
 
 def main():
@@ -302,6 +398,10 @@ def main():
             check_svg(sys.argv[2], sys.argv[3], exact=len(sys.argv) < 5 or sys.argv[4] != "thinned")
         elif cmd == "png":
             check_png(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        elif cmd == "timeline":
+            check_timeline(sys.argv[2], sys.argv[3])
+        elif cmd == "timeline-png":
+            check_timeline_png(sys.argv[2], sys.argv[3])
     except (AssertionError, ET.ParseError, OSError, ValueError, KeyError) as e:
         print(f"plot_check {cmd}: {e}", file=sys.stderr)
         sys.exit(1)
