@@ -479,7 +479,8 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
 }
 
 int anvil_checkpointer_before_update(anvil_checkpointer *cp) {
-    return cp && cp->open && exchange(cp, 0) < 0 ? -1 : 0;
+    if (!cp || !cp->open) return 0;
+    return exchange(cp, 0) < 0 ? -1 : 1;
 }
 
 int anvil_checkpointer_step_done(anvil_checkpointer *cp, double step_ms, int base) {

@@ -86,7 +86,8 @@ int anvil_checkpointer_save(anvil_checkpointer *cp, const anvil_ckpt_state *st, 
                             int force_sync);
 /* Must be called on every rank, at the same point of every step (before the update): while a
  * sharded checkpoint is open, exchanges the ranks' shard states (collective) and has rank 0 commit
- * it once every shard is written. -1 on every rank when a shard failed. */
+ * it once every shard is written. 1 when it did, 0 when no checkpoint was open, -1 on every rank
+ * when a shard failed. */
 int anvil_checkpointer_before_update(anvil_checkpointer *cp);
 /* Must be called on every rank after every step, with the step's time (base: 1 when the step may
  * serve as an undisturbed baseline, 0 for warmup steps): counts the step against the checkpoint

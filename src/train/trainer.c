@@ -665,8 +665,10 @@ static int run_step(anvil_run *r, int step) {
         return anvil_fail("train: step %d: the loss is %s; stopping (try a lower --lr)", step + 1,
                           isnan(r->loss) ? "NaN" : "infinite");
     double wait = anvil_now();
-    if (anvil_checkpointer_before_update(r->ckpt)) return -1;
-    r->ckpt_s += anvil_now() - wait;
+    int exchanged = anvil_checkpointer_before_update(r->ckpt);
+    if (exchanged < 0) return -1;
+    /* A step with no checkpoint open waited on none (the call's microsecond is no stall). */
+    if (exchanged) r->ckpt_s += anvil_now() - wait;
     r->lr = anvil_lr_at(&r->sched, step);
     double opt = anvil_trace_begin();
     /* A device backend's kernels run asynchronously: the step is over, and its failures known, once it
