@@ -134,6 +134,19 @@ one_line "steps past the run" 78 "--profile-steps 12-14: the run ends at step 9"
   "$anvil" train "${common[@]}" --profile "$tmp/p3" --profile-steps 12-14
 one_line "steps not A-B" 2 "--profile-steps must be A-B" "$anvil" train "${common[@]}" --profile "$tmp/p3" --profile-steps 5
 one_line "steps backwards" 78 "1 <= A <= B" "$anvil" train "${common[@]}" --profile "$tmp/p3" --profile-steps 7-5
+# A Llama's linear layers are named by its family (model/model.h's anvil_model_linear_role), not by
+# GPT-2's shapes: its fused q/k/v and gate/up matmuls, its o and down projections.
+"$anvil" train --synthetic --preset llama-tiny --batch 2 --seq 32 --steps 3 --no-progress --sample-every -1 \
+  --profile "$tmp/lprof" --profile-steps 2-3 > /dev/null 2>&1 || bad "llama-tiny with --profile"
+python3 - "$tmp/lprof/trace_rank0.json" << 'EOF2' > "$tmp/lnames" 2>&1 && ok "llama's linear layers: $(cat "$tmp/lnames")" ||
+import json, sys
+names = {e["name"] for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("cat") == "op"}
+want = {f"matmul_{p} {r}" for p in ("forward", "backward") for r in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")}
+assert want <= names, f"missing {sorted(want - names)}"
+assert not {"matmul_forward fc", "matmul_forward attn_proj"} & names, "a GPT-2 name on a Llama"
+print(", ".join(sorted(n for n in names if n.startswith("matmul_forward "))))
+EOF2
+  bad "llama's linear layers: $(cat "$tmp/lnames")"
 printf '{"traceEvents": [' > "$tmp/cut.json"
 one_line "a cut file" 1 "cut.json: not JSON" "$anvil" profile summary "$tmp/cut.json"
 printf '{"events": []}' > "$tmp/other.json"
