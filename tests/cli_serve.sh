@@ -648,7 +648,7 @@ sys.exit(not (len(a) == 2 and [x['exit_code'] for x in a] == [0, 0] and all(x['b
   ok "describe --json keeps both attempts: exit 0 each, the outcome naming the missing record" ||
   bad "attempts: $(job --json describe "$noword" | python3 -c "import json,sys; print(json.load(sys.stdin)['attempts'])")"
 job describe "$noword" > "$tmp/out"
-[ "$(grep -c "^  [12]  local  session [0-9]*, started .*, ended .*, exit 0$" "$tmp/out")" = 2 ] &&
+[ "$(grep -c "^  [12]  local  session [0-9]* ([0-9]* live processes), started .*, ended .*, exit 0$" "$tmp/out")" = 2 ] &&
   ok "describe (text): both attempts, their sessions and exits" || bad "describe text: $(cat "$tmp/out")"
 
 # A retry waits while the run folder's lock is held (here by flock(1), standing in for a process of an
