@@ -113,6 +113,7 @@ submit() { spec "$@" > "$tmp/$1.json" && job submit "$tmp/$1.json" | grep -o 'jo
 
 # ---- 2 nodes x 1 process: Completed, as a local 2-process run ----
 id=$(submit two "$tmp/two" 2 1 '{}' "$steps")
+first=$id
 job wait "$id" > "$tmp/out"
 rc=$?
 script=$state/jobs/$id/slurm_1.sh
@@ -263,6 +264,18 @@ timeout 60 "$anvil" pool --state "$state" list > "$tmp/pools"
 grep -q "^$sid  *Available  *admin  *all  *2  *1  *n\[1-2\]  *$id " "$tmp/pools" && ok "pool list: $(grep "^$sid " "$tmp/pools")" ||
   bad "pool list: $(cat "$tmp/pools")"
 holder_job=$id
+# A step that exits 0 with a completion record that is not its own keeps no pool: job $first's record, copied
+# in while it trains (the test hook keeps the trainer from writing its own). The supervisor fails it too.
+id=$(submit foreign "$tmp/foreign" 1 1 '{"keep_alive_s": 600, "env": {"ANVIL_TEST_NO_COMPLETION": "1"}}' 300)
+for _ in $(seq 600); do grep -q '"kind":"train"' "$tmp/foreign/metrics.jsonl" 2> /dev/null && break; sleep 0.1; done
+cp "$tmp/two/completion.json" "$tmp/foreign/completion.json"
+job wait "$id" > /dev/null
+fsid=$(slurm_id_of "$id" "$tmp/foreign")
+if [ "$(field "$id" status)" = Failed ] && [ -n "$fsid" ] && [ ! -e "$state/pools/$fsid" ] &&
+   grep -q "anvil job-run: error: .*completion.json is attempt '$first.1''s" "$tmp/foreign/logs/launcher.log" &&
+   [ -z "$(squeue -h -j "$fsid" -t PD,R 2> /dev/null)" ]; then
+  ok "exit 0 with another job's completion record: no warm pool (Slurm job $fsid ended), Failed"
+else bad "foreign record: $(history "$id"; ls "$state/pools"; tail -n 3 "$tmp/foreign/logs/launcher.log")"; fi
 # A job in the pool stopped: the trainer's checkpoint, Stopped, the pool Available again.
 id=$(submit poolstop "$tmp/poolstop" 2 1 '{}' 1000000)
 wait_ckpt "$tmp/poolstop" 25 || bad "the pooled job wrote no checkpoint"

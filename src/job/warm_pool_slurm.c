@@ -12,7 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt/completion.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "job/slurm_internal.h"
@@ -240,13 +239,20 @@ void anvil_slurm_put_pool_open(anvil_strbuf *t, const slurm_backend *sb, const a
          "nodes=%%s\\nexpires=%%s\\n' \"$1\" \"$owner\" \"$user\" \"$partition\" \"$SLURM_JOB_NODELIST\" \"$end\" > \"$pf.tmp\" && "
          "sync \"$pf.tmp\" && mv -f \"$pf.tmp\" \"$pf\"\n}\n",
          (long long)a->ref.job_id, a->hosts, a->procs_per_host);
-    /* Only a step that finished leaves its allocation: exit 0 with its command's completion record (a step
-     * that lost a node may exit 0 without it, on an allocation Slurm is ending). */
-    char record[PATH_MAX + 32];
-    snprintf(record, sizeof record, "%s/%s", a->run_dir, ANVIL_COMPLETION_FILE);
-    anvil_strbuf_puts(t, "offered=\n[ \"$rc\" = 0 ] && [ -e ");
-    anvil_slurm_put_quoted(t, record);
-    anvil_strbuf_puts(t, " ] && mkdir -p \"$pools\" && pool Available && offered=1\n");
+    /* Only a step that finished leaves its allocation: exit 0 with its command's completion record, verified
+     * as the supervisor does (a step that lost a node may exit 0 without it, on an allocation Slurm is
+     * ending; a record that is another attempt's or whose files changed is none). */
+    char attempt[48];
+    snprintf(attempt, sizeof attempt, "%lld.%d", (long long)a->ref.job_id, a->ref.attempt);
+    anvil_strbuf_puts(t, "offered=\n[ \"$rc\" = 0 ] && ");
+    anvil_slurm_put_quoted(t, sb->self);
+    anvil_strbuf_puts(t, " job-run --verify-completion ");
+    anvil_slurm_put_quoted(t, a->run_dir);
+    anvil_strbuf_puts(t, " ");
+    anvil_slurm_put_quoted(t, attempt);
+    anvil_strbuf_puts(t, " ");
+    anvil_slurm_put_quoted(t, a->argv[0]);
+    anvil_strbuf_puts(t, " && mkdir -p \"$pools\" && pool Available && offered=1\n");
 }
 
 void anvil_slurm_put_pool_hold(anvil_strbuf *t) {
