@@ -473,18 +473,26 @@ pending_stop() {
 }
 wait_idle || bad "the nodes are not idle: $(sinfo -N 2>&1 | tr '\n' ' ')"
 # ---- a stop while the job is Launching: anvil's own signal blames no node ----
-# --no-health: the ranks start at once, and the stop reaches them before the trainer has set its handlers.
+# The test hook holds both ranks before the trainer sets its handlers or writes a heartbeat (--no-health: no
+# check before them), so the job is Launching when the stop comes, and the stop's SIGUSR1 ends the ranks.
 train+=(--no-health)
-id=$(submit launching "$tmp/launching" 2 1 '{}' "$steps")
+id=$(submit launching "$tmp/launching" 2 1 '{"env": {"ANVIL_TEST_HOLD_START_S": "300"}}' "$steps")
 unset 'train[-1]'
-for _ in $(seq 600); do [ -n "$(pgrep -f "^$anvil train .*--out $tmp/launching( |\$)")" ] && break; sleep 0.05; done
+for _ in $(seq 600); do
+  [ "$(pgrep -fc "^$anvil train .*--out $tmp/launching( |\$)")" = 2 ] && [ "$(field "$id" secondary_status)" = Launching ] &&
+    break
+  sleep 0.1
+done
 launching="$(field "$id" status) ($(field "$id" secondary_status))"
 job stop "$id" > /dev/null
 job wait "$id" > /dev/null
 excluded=$(field "$id" backend excluded_nodes)
-[ "$(field "$id" status)" = Stopped ] && [ "$excluded" = "[]" ] && ! grep -q "ended by a signal" <<< "$(history "$id")" &&
-  ok "a stop in $launching: Stopped (exit $(field "$id" exit_code)), no node excluded" ||
-  bad "stop while launching: $excluded: $(history "$id")"
+signalled=$(sed -n "/^anvil: job $id attempt 1:/,\$p" "$tmp/launching/logs/launcher.log" | grep -c ': User defined signal 1$')
+if [ "$launching" = "Running (Launching)" ] && [ "$(field "$id" status)" = Stopped ] && [ "$excluded" = "[]" ] &&
+   [ "$signalled" -ge 1 ] && history "$id" | grep -q "^Stopping||stop requested$" &&
+   history "$id" | grep -q "^Stopped||stopped without a checkpoint$" && ! grep -q "ended by a signal" <<< "$(history "$id")"; then
+  ok "a stop in $launching: the stop's SIGUSR1 ended $signalled rank(s) (srun: User defined signal 1), Stopped (exit $(field "$id" exit_code)), no node excluded"
+else bad "stop while launching ($launching, $signalled ranks signalled): $excluded: $(history "$id"; tail -n 4 "$tmp/launching/logs/launcher.log")"; fi
 
 wait_idle || bad "the nodes are not idle after the stop"
 # The unfaulted run they must match, here as `anvil launch -n 2` (the first case above shows it equal to a
