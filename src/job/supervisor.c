@@ -430,6 +430,10 @@ static void attempt_cause(anvil_supervisor *sup, const anvil_job *j, int code, c
     if (code < 0) snprintf(why, cap, "lost: no exit status of it counts (it ended while the daemon was down, was "
                                      "killed, or its backend saw a node fail)");
     else if (code > 128 && code < 160) snprintf(why, cap, "exit %d (signal %d)", code, code - 128);
+    /* The trainer's checkpoint-and-stop answers a signal; one the service sent is a stop it asked for. */
+    else if (code == ANVIL_EXIT_RESUMABLE && j->stop == ANVIL_STOP_NONE)
+        snprintf(why, cap, "exit 75: stopped by a signal the service did not send (a preemption, a signal from "
+                           "outside), after a checkpoint");
     else snprintf(why, cap, "exit %d", code);
     if (line[0]) snprintf(why + strlen(why), cap - strlen(why), ": %s", line);
     if (j->stop == ANVIL_STOP_HANG)
@@ -466,7 +470,10 @@ static int completion_of(const anvil_job *j, char *text, size_t cap) {
 
 /* The job's final status or its next attempt, once an attempt has ended with code (-1: lost). An exit
  * status says how its processes ended; Completed takes exit 0 and the command's own word, its completion
- * record, verified. Anything else is a failure with its cause, retried by the job's policy. */
+ * record, verified. Stopped takes a stop the service asked for (a user's, max_runtime_s), whatever the
+ * exit. A usage or configuration error (exit 2, 78) is Failed at once: a retry runs the same command on
+ * the same input, which cannot fix it. Anything else is a failure with its cause, retried by the job's policy: exit 75
+ * without a stop request too, a stop someone else asked for. */
 static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     anvil_job_spec spec;
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
@@ -487,7 +494,7 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     j->stop_deadline = 0;
     const char *secondary = "", *message = why;
     bool retry = false;
-    if (asked_stop || (j->stop == ANVIL_STOP_NONE && code == ANVIL_EXIT_RESUMABLE)) {
+    if (asked_stop) {
         j->status = ANVIL_JOB_STOPPED;
         secondary = j->stop == ANVIL_STOP_RUNTIME ? "MaxRuntimeExceeded" : "";
         message = code == ANVIL_EXIT_RESUMABLE ? "stopped after writing a checkpoint (exit 75): resumable"
@@ -498,7 +505,7 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
         message = verdict;
     } else if (j->stop == ANVIL_STOP_NONE && (code == ANVIL_EXIT_USAGE || code == ANVIL_EXIT_CONFIG)) {
         j->status = ANVIL_JOB_FAILED;
-        snprintf(verdict, sizeof verdict, "%s, not retried: %s",
+        snprintf(verdict, sizeof verdict, "%s, not retried (a retry cannot fix it): %s",
                  code == ANVIL_EXIT_USAGE ? "usage error" : "configuration or input error", why);
         message = verdict;
     } else if (failures <= max_retries) {
