@@ -8,8 +8,7 @@
  *     state CANCELLED, not the PENDING of the moment; a scancel Slurm does not take is asked again;
  *   - the fence: a Slurm that does not answer, or does not take the cancel, is asked again on the next
  *     call, and fails the job with the cause only after a bounded time; "already completing" and
- *     "Invalid job id" are answers, not errors; a kill of a job Slurm has ended is no error; a node whose
- *     slurmd has just started is waited for until it has ended what was left there (Slurm's KillWait). */
+ *     "Invalid job id" are answers, not errors; a kill of a job Slurm has ended is no error. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +63,6 @@ static const char scontrol[] = "#!/bin/sh\n"
                                "  [ -f \"$f/node_$4\" ] && exec cat \"$f/node_$4\"\n"
                                "  echo \"NodeName=$4 State=IDLE\";;\n"
                                "'show hostnames '*) exec cat \"$f/hostnames\";;\n"
-                               "'show config ') exec cat \"$f/config\";;\n"
                                "*) echo \"fake scontrol: $*\"; exit 1;;\n"
                                "esac\n";
 
@@ -94,8 +92,7 @@ static void setup(void) {
     setenv("PATH", path, 1);
     setenv("FAKE_SLURM", in("fake", ""), 1);
     put(in("fake/hostnames", ""), "n1\nn2\n");
-    put(in("fake/config", ""), "Configuration data as of 2026-12-06T05:38:33\nKillWait                = 5 sec\n");
-    for (int id = 1; id <= 5; id++) {
+    for (int id = 1; id <= 4; id++) {
         char job[32];
         snprintf(job, sizeof job, "%d", id);
         CHECK(anvil_mkdir_p(in("state/jobs/%s", job)) == 0);
@@ -222,33 +219,6 @@ static void test_kill_ended(anvil_backend *b) {
     unlink(in("fake/scancel_answer", ""));
 }
 
-/* A node of attempt 1 of job 5 whose slurmd started `ago` seconds ago, answering Slurm. */
-static void restarted(const char *node, int ago) {
-    char line[200], when[32];
-    time_t t = time(NULL) - ago;
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", localtime(&t));
-    snprintf(line, sizeof line, "NodeName=%s State=IDLE SlurmdStartTime=%s\n", node, when);
-    put(in("fake/node_%s", node), line);
-}
-
-/* A node that comes back answers Slurm at once, but its slurmd ends what is left of the attempt there only
- * after Slurm's KillWait (5 s here): the fence waits KillWait and 5 s more after its start. */
-static void test_fence_node_back(anvil_backend *b) {
-    anvil_attempt_ref a = {.job_id = 5, .attempt = 1, .handle = "9"};
-    char why[800];
-    put(in("fake/job_9", ""), "JobId=9 JobState=CANCELLED Reason=None Restarts=1\n");
-    put(in("state/jobs/5/nodes_1", ""), "n[1-2]\n");
-    restarted("n2", 2);
-    CHECK(b->ops->fence(b, &a, (double)time(NULL), why, sizeof why) == 1);
-    /* The fence's own clients take a while on a loaded machine: 2 s or a little more. */
-    int ago = -1;
-    CHECK(sscanf(why, "n2's slurmd started %d s ago: ", &ago) == 1 && ago >= 2 && ago < 10);
-    CHECK(strstr(why, " s ago: it ends what is left of attempt 1 there within 10 s"));
-    restarted("n2", 11);
-    CHECK(b->ops->fence(b, &a, (double)time(NULL), why, sizeof why) == 0 && !why[0]);
-    unlink(in("fake/node_n2", ""));
-}
-
 int main(void) {
     setup();
     anvil_backend *b = anvil_backend_slurm_new(in("state", ""), "/bin/true", "test", NULL, 20);
@@ -258,7 +228,6 @@ int main(void) {
         test_batch_lost_final_state(b);
         test_fence(b);
         test_kill_ended(b);
-        test_fence_node_back(b);
         b->ops->free(b);
     }
     CHECK(anvil_remove_tree(dir) == 0);

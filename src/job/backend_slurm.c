@@ -31,11 +31,6 @@ extern char **environ;
 /* How long the fence asks again a Slurm that does not answer it, or does not take its cancel, before it
  * fails the job: a slurmctld that restarts (a failover, an upgrade) is back within a few minutes. */
 #define UNANSWERED_S 300.0
-/* How long after its slurmd's start a node may still be ending what was left of an attempt there, beyond
- * Slurm's KillWait (measured: 3 s on a loaded machine with KillWait 5); only a slurmd started within
- * RESTARTED_S is asked about. */
-#define SETTLE_S 5.0
-#define RESTARTED_S 600.0
 
 static slurm_backend *slurm_of(anvil_backend *b) { return (slurm_backend *)b; }
 
@@ -285,8 +280,7 @@ static int node_failed(const slurm_backend *sb, const anvil_attempt_ref *a, cons
     for (char *save, *node = rc ? NULL : strtok_r(names, "\n", &save); node && !lost[0];
          node = strtok_r(NULL, "\n", &save)) {
         char state[400];
-        if (anvil_slurm_node_lost(node, state, sizeof state, NULL) > 0)
-            snprintf(lost, sizeof lost, "%s is %s", node, state);
+        if (anvil_slurm_node_lost(node, state, sizeof state) > 0) snprintf(lost, sizeof lost, "%s is %s", node, state);
     }
     free(names);
     bool failed = !strcmp(v->state, "NODE_FAIL") || requeued(v) || f.failed_nodes[0] || lost[0];
@@ -493,24 +487,9 @@ static int final_state_known(const slurm_backend *sb, const anvil_attempt_ref *a
     return rc;
 }
 
-/* Slurm's KillWait: how long a slurmd gives what it ends between SIGTERM and SIGKILL (Slurm's default,
- * 30 s, when scontrol does not say). */
-static double kill_wait_s(void) {
-    char *out;
-    double s = 30;
-    if (!anvil_slurm_run((char *[]){"scontrol", "show", "config", NULL}, environ, &out)) {
-        const char *p = strstr(out, "\nKillWait");
-        if (p && (p = strchr(p, '=')) && atof(p + 1) > 0) s = atof(p + 1);
-    }
-    free(out);
-    return s;
-}
-
 /* The attempt's nodes that do not answer Slurm (NOT_RESPONDING): what ran there may still run, and ends
  * only when the node answers again, since its slurmd then ends the steps of jobs that have ended. Waited
- * for until ended_at + the grace; past it, 0 with why naming them. A node whose slurmd started since is
- * waited for until KillWait (SIGTERM, which a trainer answers with a checkpoint that cannot finish, then
- * SIGKILL) and SETTLE_S more have passed: it answers Slurm at once, but ends what is left seconds later. */
+ * for until ended_at + the grace; past it, 0 with why naming them. */
 static int wait_unreachable(const slurm_backend *sb, const anvil_attempt_ref *a, double ended_at, char *why,
                             size_t cap) {
     char *names;
@@ -519,18 +498,9 @@ static int wait_unreachable(const slurm_backend *sb, const anvil_attempt_ref *a,
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     bool waiting = (double)ts.tv_sec < ended_at + sb->grace_s;
-    double settle = -1;
     for (char *save, *node = strtok_r(names, "\n", &save); node && !rc; node = strtok_r(NULL, "\n", &save)) {
         char state[400];
-        double up;
-        int lost = anvil_slurm_node_lost(node, state, sizeof state, &up);
-        if (!lost && up >= 0 && up < RESTARTED_S && settle < 0) settle = kill_wait_s() + SETTLE_S;
-        if (!lost && up >= 0 && up < settle) {
-            snprintf(why, cap, "%s's slurmd started %.0f s ago: it ends what is left of attempt %d there within %.0f s",
-                     node, up, a->attempt, settle);
-            rc = 1;
-        }
-        if (lost <= 0 || !strstr(state, "NOT_RESPONDING")) continue;
+        if (anvil_slurm_node_lost(node, state, sizeof state) <= 0 || !strstr(state, "NOT_RESPONDING")) continue;
         snprintf(why, cap,
                  waiting ? "%s does not answer Slurm (%s): a process of attempt %d may still run there, until the "
                            "node answers again and its slurmd ends it"

@@ -82,9 +82,8 @@ int anvil_slurm_excluded_json(const slurm_backend *sb, int64_t id, int attempt, 
  * none (it never ran) or scontrol cannot expand it, -1 after anvil_fail. */
 int anvil_slurm_attempt_nodes(const slurm_backend *sb, const anvil_attempt_ref *a, char **names);
 /* Whether Slurm reports node's State as not answering it (NOT_RESPONDING, DOWN, FAIL): 1 with the state
- * and reason in why, 0 when it answers, -1 after anvil_fail. up (may be NULL): seconds since the node's
- * slurmd started, -1 when Slurm does not say. */
-int anvil_slurm_node_lost(const char *node, char *why, size_t cap, double *up);
+ * and reason in why, 0 when it answers, -1 after anvil_fail. */
+int anvil_slurm_node_lost(const char *node, char *why, size_t cap);
 /* What the attempt's part of the log (from its first line, "anvil: job J attempt N: ...") says of its
  * end: where srun saw the first rank ended by a signal that is not one anvil or Slurm send on their
  * own (a stop's USR1, a relayed TERM, the KILL of a kill the daemon asked for), and the nodes srun

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -236,33 +235,19 @@ int anvil_slurm_attempt_nodes(const slurm_backend *sb, const anvil_attempt_ref *
     return rc < 0 ? -1 : rc ? 1 : 0;
 }
 
-/* Seconds since the time scontrol printed as value (local time, "2026-12-06T05:38:33"); -1 for "None". */
-static double seconds_since(const char *value) {
-    struct tm tm = {0};
-    const char *end = value ? strptime(value, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-    if (!end || *end) return -1;
-    tm.tm_isdst = -1;
-    time_t t = mktime(&tm);
-    return t == (time_t)-1 ? -1 : difftime(time(NULL), t);
-}
-
-int anvil_slurm_node_lost(const char *node, char *why, size_t cap, double *up) {
+int anvil_slurm_node_lost(const char *node, char *why, size_t cap) {
     char *info;
     why[0] = 0;
-    if (up) *up = -1;
     int rc = anvil_slurm_run((char *[]){"scontrol", "-o", "show", "node", (char *)node, NULL}, environ, &info);
     if (rc) {
         free(info);
         return rc < 0 ? -1 : 0;
     }
-    char *state = anvil_slurm_field(info, "State", false), *reason = anvil_slurm_field(info, "Reason", true),
-         *started = anvil_slurm_field(info, "SlurmdStartTime", false);
+    char *state = anvil_slurm_field(info, "State", false), *reason = anvil_slurm_field(info, "Reason", true);
     bool lost = state && (strstr(state, "NOT_RESPONDING") || strstr(state, "DOWN") || strstr(state, "FAIL"));
     if (lost) snprintf(why, cap, "%s%s%.300s", state, reason ? ", reason: " : "", reason ? reason : "");
-    if (up) *up = seconds_since(started);
     free(state);
     free(reason);
-    free(started);
     free(info);
     return lost;
 }
