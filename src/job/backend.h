@@ -157,9 +157,10 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *     that is the program's failure, not the machine's.
  *   - fence: the batch job (a warm attempt's pool job only after a node was lost under it) cancelled
  *     until Slurm has it final, and, until the grace after the attempt's end, the attempt's nodes
- *     answering Slurm again; a node whose slurmd started less than KillWait + 5 s ago is waited for,
- *     since its slurmd ends what is left of the job there within KillWait. scancel's "already ended"
- *     answers are no errors; a Slurm that does not answer is asked again for 300 s, then the job fails.
+ *     answering Slurm again (a node that comes back has its slurmd end what is left of the job there;
+ *     the ranks' shared lock, which the supervisor probes, says when it has). scancel's "already
+ *     ended" answers are no errors; a Slurm that does not answer is asked again for 300 s, then the job
+ *     fails.
  *   - Before the step, the script runs the pre-flight check on every node, one process each
  *     (`srun --mpi=none --ntasks-per-node=1 anvil health --quick --json`, skipped when the command
  *     has --no-health), reports in STATE/jobs/<id>/health_<n>/<node>.json and .err; a node that

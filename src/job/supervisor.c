@@ -278,9 +278,10 @@ static const char fencing[] = "Fencing";
 
 /* Before a retry starts: the attempt before it fenced, so that no process of it can write the run folder
  * once the retry runs. The backend ends what is left of it and says when none of it can run any more (or
- * what it gave up waiting on, into note); then the run folder's lock must be free: its holder, the one
- * process of an attempt that writes what a retry reads, is gone, however it ended (the kernel, or a
- * shared filesystem's lock manager, drops the lock with its holder), and never taken over before. 0 when
+ * what it gave up waiting on, into note); then the run folder's locks must be free: the holder of RUN/lock,
+ * the one process of an attempt that writes what a retry reads, and every rank, each of which holds
+ * RUN/ranks.lock shared (its checkpoint shards), are gone, however they ended (the kernel, or a shared
+ * filesystem's lock manager, drops a lock with its holder), and no lock is ever taken over. 0 when
  * fenced; 1 while the job waits (secondary Fencing, the reason in its history once); -1 after anvil_fail. */
 static int fence_previous(anvil_supervisor *sup, anvil_job *j, char *note, size_t cap) {
     anvil_job_attempt *at;
@@ -305,11 +306,13 @@ static int fence_previous(anvil_supervisor *sup, anvil_job *j, char *note, size_
     anvil_job_attempts_free(at, n);
     char holder[256];
     int held = rc ? 0 : anvil_lock_probe(j->run_dir, holder, sizeof holder);
-    if (held < 0) return -1;
-    if (held) {
+    if (held > 0)
         snprintf(why, sizeof why, "%s/lock is held by %s", j->run_dir, holder);
-        rc = 1;
-    }
+    /* Every rank holds the shared lock: one other than rank 0 (on a lost node, say) may outlive it. */
+    else if (!held && !rc && (held = anvil_lock_probe_shared(j->run_dir)) > 0)
+        snprintf(why, sizeof why, "%s/ranks.lock is held by a rank of attempt %d", j->run_dir, before);
+    if (held < 0) return -1;
+    if (held) rc = 1;
     if (rc != 1 || !strcmp(j->secondary, fencing)) return rc;
     char message[1000];
     snprintf(message, sizeof message, "attempt %d waits until no process of attempt %d can write the run folder: %s",
