@@ -14,12 +14,14 @@
 #     weights bit-identical to the uninterrupted job's;
 #   - retries exhausted: Failed, the reason naming the signal;
 #   - a stop request: Stopped after a checkpoint (exit 75);
+#   - exit 75 the service did not ask for (SIGUSR1 sent to the rank from outside): a failure, retried
+#     (counted in max_retries) with --resume auto, Completed;
 #   - max_runtime_s: Stopped (MaxRuntimeExceeded) with a checkpoint, and a
 #     resubmission with --resume auto continues from it;
 #   - a SIGSTOPped rank: HangDetected, SIGKILL after the grace, a retry, Completed;
 #   - kill -9 of the daemon mid-job and a restart: the job is still tracked,
 #     re-attached (no new attempt) and Completed;
-#   - a configuration error (exit 78): Failed at once, not retried;
+#   - a configuration error (exit 78): Failed at once, not retried, the reason saying a retry cannot fix it;
 #   - --max-running 2: a third job waits Pending (Queued) and starts when one ends;
 #   - the heartbeat: a running job's secondary status is its phase (Training);
 #   - hooks (a command and a URL, each failing some first attempts): every
@@ -189,7 +191,8 @@ job logs "$ref" --rank 0 | grep -q '^done: 1200 steps' && ok "logs --rank 0" || 
 submit --name usage -- train --synthetic --dtype fp16 > /dev/null
 job wait 2 > /dev/null
 [ $? = 3 ] && [ "$(field 2 status)" = Failed ] && [ "$(field 2 attempt)" = 1 ] &&
-  field 2 failure_reason | grep -q "usage error, not retried" && ok "a usage error: Failed, not retried" ||
+  field 2 failure_reason | grep -q "^usage error, not retried (a retry cannot fix it): exit 2: " &&
+  ok "a usage error: Failed, not retried: $(field 2 failure_reason | cut -c1-100)" ||
   bad "usage error: $(field 2 status) $(field 2 failure_reason)"
 
 # ---- a rank killed: retried from its checkpoint, bit-identical ----
@@ -291,7 +294,7 @@ failed=$(job --json list --status Failed |
 submit --name badcfg --max-retries 2 -- train --data "$tmp/no-such-data" --preset tiny --no-progress > /dev/null
 job wait 10 > /dev/null
 [ $? = 3 ] && [ "$(field 10 status)" = Failed ] && [ "$(field 10 attempt)" = 1 ] && [ "$(field 10 exit_code)" = 78 ] &&
-  field 10 failure_reason | grep -q "configuration or input error, not retried: exit 78: .*no-such-data" &&
+  field 10 failure_reason | grep -q "^configuration or input error, not retried (a retry cannot fix it): exit 78: .*no-such-data" &&
   ok "a configuration error (exit 78): Failed, not retried" || bad "configuration error: $(history 10)"
 
 # ---- --max-running 2: the third job waits, then starts when one ends ----
@@ -669,7 +672,7 @@ sys.exit(not (len(a) == 2 and [x['exit_code'] for x in a] == [0, 0] and all(x['b
   ok "describe --json keeps both attempts: exit 0 each, the outcome naming the missing record" ||
   bad "attempts: $(job --json describe "$noword" | python3 -c "import json,sys; print(json.load(sys.stdin)['attempts'])")"
 job describe "$noword" > "$tmp/out"
-[ "$(grep -c "^  [12]  local  session [0-9]*, started .*, ended .*, exit 0$" "$tmp/out")" = 2 ] &&
+[ "$(grep -c "^  [12]  local  session [0-9]* ([0-9]* live processes), started .*, ended .*, exit 0$" "$tmp/out")" = 2 ] &&
   ok "describe (text): both attempts, their sessions and exits" || bad "describe text: $(cat "$tmp/out")"
 
 # A retry waits while the run folder's lock is held (here by flock(1), standing in for a process of an
@@ -705,6 +708,22 @@ arch=$("$anvil" export --model "$tmp/llama" --out "$tmp/llama_hf" > /dev/null 2>
   history "$llama" | grep -q "^Completed|.*completion record verified: step 20 of 20" &&
   ok "a llama-tiny job: Completed, its completion record verified, and its model exports as $arch" ||
   bad "the llama-tiny job: exit $rc, model '$arch': $(history "$llama")"
+
+# A stop the service did not ask for (the trainer's checkpoint-and-stop, SIGUSR1, sent to the rank from
+# outside, as a preemption would): exit 75 is no stop request, but a failure, retried from the checkpoint.
+submit --name outside --role all --max-retries 1 --output "$tmp/outside" -- "${train[@]}" --steps 600 > "$tmp/out" 2>&1 ||
+  bad "submit: $(cat "$tmp/out")"
+outside=$(grep -o 'job [0-9]*' "$tmp/out" | cut -d' ' -f2)
+wait_steps "$tmp/outside" 30 || bad "the job to signal made no progress"
+kill -USR1 "$(rank_pid "$tmp/outside")"
+job wait "$outside" > /dev/null
+rc=$?
+if [ $rc = 0 ] && [ "$(field "$outside" attempt)" = 2 ] &&
+   history "$outside" | grep -q "^Starting|Retrying (1/1)|exit 75: stopped by a signal the service did not send" &&
+   ! history "$outside" | grep -q "^Stopped|" &&
+   grep -q "resumed from .*step_" "$tmp/outside/logs/launcher.log"; then
+  ok "exit 75 without a stop request: Retrying (1/1) ($(history "$outside" | grep -o 'stopped by a signal the service did not send')), resumed, Completed"
+else bad "unrequested exit 75: exit $rc: $(history "$outside")"; fi
 
 # ---- hooks: every primary status change of every job, once each, in order, by both hooks ----
 # `hooks_check`: prints what is still wrong (nothing once every delivery is in).

@@ -21,17 +21,22 @@
 #     (Terminated, gone from squeue); anvil pool list; the held hosts count in the hosts quota (429);
 #     a job in the 600 s pool stopped (checkpoint, exit 75) and one killed after the grace (its
 #     ranks frozen): its step alone ends, the pool Available again; anvil quota shows the pool's
-#     hosts; anvil pool release ends the pool at once, and a second release is refused (409);
-#   - a stop while a 2-node job is Launching (the stop's SIGUSR1 reaching ranks without their handlers):
-#     Stopped, no node excluded;
+#     hosts; anvil pool release ends the pool at once, and a second release is refused (409); a step that
+#     exits 0 with another job's completion record (copied in) keeps no pool, and its job is Failed;
+#   - a stop while a 2-node job is Launching (a test hook holds its ranks before their handlers; describe
+#     says Launching when the stop comes): the stop's SIGUSR1 ends the ranks, Stopped, no node excluded,
+#     the history naming the service's stop;
 #   - a lost node, four times: kill -9 of the slurmd of rank 0's node and of rank 1's, before and after
-#     the first checkpoint (the job's ranks frozen first, so that attempt 1 cannot finish): attempt 1 lost
+#     the first checkpoint (the job's ranks frozen first, so that attempt 1 cannot finish), the last in a
+#     warm pool (the pool Terminated, its Slurm job ended): attempt 1 lost
 #     (not Completed, whatever srun exited with), the node excluded, the retry waits until the node comes
 #     back and its slurmd has ended the orphan (no process of attempt 1 alive once the retry trains),
 #     runs on the other two nodes, resumes from the checkpoint, ends bit-identical to the unfaulted job;
 #     describe after the end, JSON and text, shows both attempts' Slurm jobs, nodes, states and exits;
 #     describe of the running job: its Slurm job ID, state and node list; a stop of a job Slurm cannot
-#     start yet (2 of 3 nodes busy): cancelled at once.
+#     start yet (2 of 3 nodes busy): cancelled at once;
+#   - describe after the end, of every job: each ended attempt in the final state Slurm ended it in (or,
+#     one whose job holds a warm pool, saying so), never RUNNING, and its text line with its step's exit.
 # Needs slurm-wlm and munge (scripts/deps.sh --test); without them it says SKIP and exits 77.
 . "$(dirname "$0")/tools/cli_common.sh"
 . "$(dirname "$0")/tools/slurm_cluster.sh"
@@ -113,6 +118,7 @@ submit() { spec "$@" > "$tmp/$1.json" && job submit "$tmp/$1.json" | grep -o 'jo
 # pattern would replace ('%j', a backslash): the log is where the daemon reads it.
 two="$tmp/two b#c'd\"e\$f%j\\x"
 id=$(submit two "$two" 2 1 '{}' "$steps")
+first=$id
 job wait "$id" > "$tmp/out"
 rc=$?
 script=$state/jobs/$id/slurm_1.sh
@@ -263,6 +269,20 @@ timeout 60 "$anvil" pool --state "$state" list > "$tmp/pools"
 grep -q "^$sid  *Available  *admin  *all  *2  *1  *n\[1-2\]  *$id " "$tmp/pools" && ok "pool list: $(grep "^$sid " "$tmp/pools")" ||
   bad "pool list: $(cat "$tmp/pools")"
 holder_job=$id
+# A step that exits 0 with a completion record that is not its own keeps no pool: job $first's record, copied
+# in while the test hooks hold the trainer before it starts and keep it from writing its own. The supervisor
+# fails it too.
+id=$(submit foreign "$tmp/foreign" 1 1 \
+  '{"keep_alive_s": 600, "env": {"ANVIL_TEST_NO_COMPLETION": "1", "ANVIL_TEST_HOLD_START_S": "5"}}' 10)
+for _ in $(seq 600); do [ -n "$(pgrep -f "^$anvil train .*--out $tmp/foreign( |\$)")" ] && break; sleep 0.1; done
+cp "$two/completion.json" "$tmp/foreign/completion.json"
+job wait "$id" > /dev/null
+fsid=$(slurm_id_of "$id" "$tmp/foreign")
+if [ "$(field "$id" status)" = Failed ] && [ -n "$fsid" ] && [ ! -e "$state/pools/$fsid" ] &&
+   grep -q "anvil job-run: error: .*completion.json is attempt '$first.1''s" "$tmp/foreign/logs/launcher.log" &&
+   [ -z "$(squeue -h -j "$fsid" -t PD,R 2> /dev/null)" ]; then
+  ok "exit 0 with another job's completion record: no warm pool (Slurm job $fsid ended), Failed"
+else bad "foreign record: $(history "$id"; ls "$state/pools"; tail -n 3 "$tmp/foreign/logs/launcher.log")"; fi
 # A job in the pool stopped: the trainer's checkpoint, Stopped, the pool Available again.
 id=$(submit poolstop "$tmp/poolstop" 2 1 '{}' 1000000)
 wait_ckpt "$tmp/poolstop" 25 || bad "the pooled job wrote no checkpoint"
@@ -357,8 +377,14 @@ wait_retry_trains() {
   done
   return 1
 }
-lost_node() { # name, the rank whose node dies, before|after the first checkpoint
-  local name=$1 rank=$2 when=$3 run=$tmp/$1 id sid victim pids t_kill left rest
+lost_node() { # name, the rank whose node dies, before|after the first checkpoint, [warm: in a warm pool]
+  local name=$1 rank=$2 when=$3 warm=${4:-} run=$tmp/$1 id sid victim pids t_kill left rest pool handle
+  if [ -n "$warm" ]; then
+    pool=$(submit "${name}_pool" "$tmp/${name}_pool" 2 1 '{"keep_alive_s": 600}' 10)
+    job wait "$pool" > /dev/null
+    pool=$(slurm_id_of "$pool" "$tmp/${name}_pool")
+    [ "$(pool_status "$pool")" = Available ] || { bad "$name: no warm pool: $(cat "$state/pools/$pool")"; return; }
+  fi
   [ "$when" = before ] && train+=(--ckpt-every 500)
   id=$(submit "$name" "$run" 2 1 '{"max_retries": 2}' "$lost_steps")
   [ "$when" = before ] && { unset 'train[-1]'; unset 'train[-1]'; }
@@ -366,6 +392,10 @@ lost_node() { # name, the rank whose node dies, before|after the first checkpoin
   else for _ in $(seq 600); do grep -q '"kind":"train"' "$run/metrics.jsonl" 2> /dev/null && break; sleep 0.1; done; fi
   kill -STOP $(pgrep -f "^$anvil train .*--out $run( |\$)")
   sid=$(slurm_id_of "$id" "$run")
+  if [ -n "$warm" ]; then
+    grep -q "anvil: job $id attempt 1: Slurm job $pool on .* (warm pool)" "$run/logs/launcher.log" ||
+      bad "$name: attempt 1 did not run in warm pool $pool: $(grep "job $id attempt 1" "$run/logs/launcher.log")"
+  fi
   victim=$(node_of_rank "$run" "$rank")
   pids=$(job_procs "$sid")
   [ "$when" = before ] && [ -e "$run/ckpt/latest" ] && bad "$name: a checkpoint before the node was lost"
@@ -400,6 +430,11 @@ sys.exit(not (b['slurm_job_id'] == sys.argv[2] and b['state'] == 'RUNNING' and b
      python3 -c "import sys; e = $excluded; sys.exit(not (len(e) == 1 and e[0]['node'] == '$victim' and e[0]['attempt'] == 1))"; then
     ok "$name: attempt 1 lost, $victim excluded, Completed on $rest after a retry ($(($(date +%s) - t_kill)) s after the kill)"
   else bad "$name: $(history "$id"; echo "$excluded")"; fi
+  if [ -n "$warm" ]; then
+    [ "$(pool_status "$pool")" = Terminated ] && [ -z "$(squeue -h -j "$pool" -t PD,R,CG 2> /dev/null)" ] &&
+      ok "$name: the warm pool that lost $victim: Terminated, its Slurm job $pool ended" ||
+      bad "$name: the pool after its node was lost: $(cat "$state/pools/$pool"; squeue -j "$pool" 2>&1)"
+  fi
   if [ "$when" = after ]; then
     sed -n "/attempt 2:/,\$p" "$run/logs/launcher.log" | grep -q "resumed from .*step_" &&
       ok "$name: the retry resumed from the checkpoint" || bad "$name: the retry did not resume"
@@ -412,13 +447,16 @@ sys.exit(not (b['slurm_job_id'] == sys.argv[2] and b['state'] == 'RUNNING' and b
 import json, sys
 j = json.load(open(sys.argv[1]))
 a, sid, nodes2, victim = j["attempts"], sys.argv[2], sys.argv[3], sys.argv[4]
+finals = ("COMPLETED", "CANCELLED", "FAILED", "NODE_FAIL", "TIMEOUT", "unknown to Slurm (ended)")
 ok = (len(a) == 2 and a[0]["slurm_job_id"] == sid and a[0]["node_list"] == "n[1-2]" and a[0]["exit_code"] == -1
-      and "node failure" in a[0]["outcome"] and [e["node"] for e in a[0]["excluded_nodes"]] == [victim]
+      and a[0]["state"] in finals and "node failure" in a[0]["outcome"] and [e["node"] for e in a[0]["excluded_nodes"]] == [victim]
       and a[1]["slurm_job_id"] not in ("", sid) and a[1]["node_list"] == nodes2 and a[1]["state"] == "COMPLETED"
       and a[1]["exit_code"] == 0 and a[1]["excluded_nodes"] == [] and j["backend"]["slurm_job_id"] == a[1]["slurm_job_id"])
 print("ok" if ok else "BAD " + json.dumps(a))
 PY
-  [ "$(cat "$tmp/out")" = ok ] && grep -q "^  1  slurm  Slurm job $sid on n\[1-2\], Slurm state " "$tmp/describe.txt" &&
+  handle=
+  [ -n "$warm" ] && handle=" (handle $sid:[0-9]*)"
+  [ "$(cat "$tmp/out")" = ok ] && grep -q "^  1  slurm  Slurm job $sid$handle on n\[1-2\], Slurm state " "$tmp/describe.txt" &&
     grep -q "^  2  slurm  Slurm job [0-9]* on $(cat "$state/jobs/$id/nodes_2" | sed 's/[][]/\\&/g'), Slurm state COMPLETED" "$tmp/describe.txt" &&
     ok "$name: describe after the end, JSON and text: both attempts' Slurm jobs, nodes, states and exits" ||
     bad "$name: describe: $(cat "$tmp/out"; grep -A3 '^attempts:' "$tmp/describe.txt")"
@@ -442,18 +480,26 @@ pending_stop() {
 }
 wait_idle || bad "the nodes are not idle: $(sinfo -N 2>&1 | tr '\n' ' ')"
 # ---- a stop while the job is Launching: anvil's own signal blames no node ----
-# --no-health: the ranks start at once, and the stop reaches them before the trainer has set its handlers.
+# The test hook holds both ranks before the trainer sets its handlers or writes a heartbeat (--no-health: no
+# check before them), so the job is Launching when the stop comes, and the stop's SIGUSR1 ends the ranks.
 train+=(--no-health)
-id=$(submit launching "$tmp/launching" 2 1 '{}' "$steps")
+id=$(submit launching "$tmp/launching" 2 1 '{"env": {"ANVIL_TEST_HOLD_START_S": "300"}}' "$steps")
 unset 'train[-1]'
-for _ in $(seq 600); do [ -n "$(pgrep -f "^$anvil train .*--out $tmp/launching( |\$)")" ] && break; sleep 0.05; done
+for _ in $(seq 600); do
+  [ "$(pgrep -fc "^$anvil train .*--out $tmp/launching( |\$)")" = 2 ] && [ "$(field "$id" secondary_status)" = Launching ] &&
+    break
+  sleep 0.1
+done
 launching="$(field "$id" status) ($(field "$id" secondary_status))"
 job stop "$id" > /dev/null
 job wait "$id" > /dev/null
 excluded=$(field "$id" backend excluded_nodes)
-[ "$(field "$id" status)" = Stopped ] && [ "$excluded" = "[]" ] && ! grep -q "ended by a signal" <<< "$(history "$id")" &&
-  ok "a stop in $launching: Stopped (exit $(field "$id" exit_code)), no node excluded" ||
-  bad "stop while launching: $excluded: $(history "$id")"
+signalled=$(sed -n "/^anvil: job $id attempt 1:/,\$p" "$tmp/launching/logs/launcher.log" | grep -c ': User defined signal 1$')
+if [ "$launching" = "Running (Launching)" ] && [ "$(field "$id" status)" = Stopped ] && [ "$excluded" = "[]" ] &&
+   [ "$signalled" -ge 1 ] && history "$id" | grep -q "^Stopping||stop requested$" &&
+   history "$id" | grep -q "^Stopped||stopped without a checkpoint$" && ! grep -q "ended by a signal" <<< "$(history "$id")"; then
+  ok "a stop in $launching: the stop's SIGUSR1 ended $signalled rank(s) (srun: User defined signal 1), Stopped (exit $(field "$id" exit_code)), no node excluded"
+else bad "stop while launching ($launching, $signalled ranks signalled): $excluded: $(history "$id"; tail -n 4 "$tmp/launching/logs/launcher.log")"; fi
 
 wait_idle || bad "the nodes are not idle after the stop"
 # The unfaulted run they must match, here as `anvil launch -n 2` (the first case above shows it equal to a
@@ -464,7 +510,45 @@ ASAN_OPTIONS=$asan_off timeout 300 "$anvil" launch -n 2 -- "${train[@]}" --steps
 lost_node lost_r0_after 0 after
 lost_node lost_r1_after 1 after
 lost_node lost_r0_before 0 before
-lost_node lost_r1_before 1 before
+lost_node lost_r1_before 1 before warm
+
+# ---- describe after the end: every ended attempt of every job keeps the state Slurm ended it in (one whose
+# Slurm job runs on as a warm pool says so), never a state of the moment (RUNNING, PENDING, REQUEUED), and
+# the text shows what the JSON has of each attempt, its step's exit included ----
+# The JSON straight from the API (one process: the client under ASan takes a second a call), the text from
+# anvil job describe.
+python3 - "$anvil" "$state" << 'PY' > "$tmp/out"
+import json, os, re, subprocess, sys, urllib.request
+anvil, state = sys.argv[1:3]
+port = open(state + "/serve.port").read().strip()
+def get(path):
+    req = urllib.request.Request("http://127.0.0.1:%s%s" % (port, path),
+                                 headers={"Authorization": "Bearer " + os.environ["ANVIL_TOKEN"]})
+    return json.load(urllib.request.urlopen(req, timeout=60))
+finals = ("COMPLETED", "CANCELLED", "FAILED", "NODE_FAIL", "TIMEOUT", "unknown to Slurm (ended)")
+pooled = "RUNNING, holding the warm pool (the attempt's step ended)"
+checked, wrong = 0, []
+for listed in get("/v1/jobs")["jobs"]:
+    j = get("/v1/jobs/%d" % listed["id"])
+    text = subprocess.run([anvil, "job", "--state", state, "describe", str(j["id"])], capture_output=True, text=True,
+                          timeout=180).stdout
+    in_pool = j["spec"].get("keep_alive_s", 0) > 0 or j["backend"].get("warm_pool_status") == "Reused"
+    for a in j["attempts"]:
+        if a["backend"] != "slurm" or not a["ended_at"]:
+            continue
+        checked += 1
+        line = re.search(r"^  %d  slurm  .*$" % a["attempt"], text, re.M)
+        line = line.group(0) if line else ""
+        state_ok = a.get("state") in finals or (a.get("state") == pooled and in_pool)
+        text_ok = (", Slurm state %s" % a.get("state")) in line and (
+            "step_exit" not in a or line.endswith(", step exit %d" % a["step_exit"]))
+        if not (state_ok and text_ok):
+            wrong.append("job %d attempt %d: %r / %r" % (j["id"], a["attempt"], a.get("state"), line))
+print("ok %d" % checked if checked and not wrong else "BAD " + "; ".join(wrong))
+PY
+grep -q "^ok [0-9]" "$tmp/out" &&
+  ok "describe after the end, JSON and text: $(cut -d' ' -f2 "$tmp/out") Slurm attempts, each in the state Slurm ended it in, with its step's exit" ||
+  bad "describe after the end: $(cat "$tmp/out")"
 
 # The daemon stops on SIGTERM (under ASan, with its leak check).
 kill "$daemon"

@@ -2,10 +2,12 @@
  * one, written past the page cache where the file system allows it (and
  * through it where it does not), durable renames, bounded whole-file reads, folders created level by
  * level (existing ones accepted, a file in the way named), trees
- * removed without following symbolic links out of them, the probe of a folder's lock, a folder's
- * name escaped for a pattern, and a job's data files kept inside its role (core/confine.h). */
+ * removed without following symbolic links out of them, the probe of a folder's lock and of its
+ * ranks' shared lock, a folder's name escaped for a pattern, and a job's data files kept inside its
+ * role (core/confine.h). */
 #include <fnmatch.h>
 #include <glob.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +225,40 @@ static void test_confine(void) {
     unsetenv("ANVIL_RUN_DIR");
 }
 
+/* A child that holds the ranks folder's shared lock until it is killed; its pid. */
+static pid_t shared_holder(void) {
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = anvil_lock_shared(in("ranks"));
+        if (write(ready[1], fd >= 0 ? "y" : "n", 1) != 1) _exit(1);
+        for (;;) pause();
+    }
+    char c = 0;
+    CHECK(read(ready[0], &c, 1) == 1 && c == 'y');
+    close(ready[0]);
+    close(ready[1]);
+    return pid;
+}
+
+/* The ranks' shared lock: free with no lock file; held while any of two holders (the ranks of a run) lives,
+ * not only the first; free once both have been killed. */
+static void test_lock_shared(void) {
+    CHECK(anvil_mkdir(in("ranks")) == 0);
+    CHECK(anvil_lock_probe_shared(in("ranks")) == 0 && access(in("ranks/ranks.lock"), F_OK) != 0);
+    pid_t pid[2] = {shared_holder(), shared_holder()};
+    CHECK(anvil_lock_probe_shared(in("ranks")) == 1);
+    for (int i = 0; i < 2; i++) {
+        CHECK(kill(pid[i], SIGKILL) == 0 && waitpid(pid[i], NULL, 0) == pid[i]);
+        CHECK(anvil_lock_probe_shared(in("ranks")) == (i == 0));
+    }
+    /* The probe leaves it free for the next run's ranks. */
+    int fd = anvil_lock_shared(in("ranks"));
+    CHECK(fd >= 0 && anvil_lock_probe_shared(in("ranks")) == 1);
+    close(fd);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/anvil_fsutil_test_XXXXXX");
     if (!mkdtemp(dir)) {
@@ -236,6 +272,7 @@ int main(void) {
     test_lock_probe();
     test_glob_escape();
     test_confine();
+    test_lock_shared();
     CHECK(anvil_remove_tree(dir) == 0);
     return t_done("test_fsutil");
 }

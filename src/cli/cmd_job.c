@@ -152,8 +152,42 @@ static void print_excluded(const cJSON *list, const char *indent) {
     }
 }
 
-/* describe's backend object and every attempt: where each ran (its Slurm job and nodes, or its session),
- * how Slurm saw it end, its exit and how its end was judged. */
+/* One attempt of describe: where it ran (its Slurm job and nodes, or its session; its handle when it says
+ * more, a warm step's script), how Slurm saw it end (state, reason, restarts), its exit and its step's,
+ * how its end was judged, the node failure that lost it and the nodes it got excluded: all that its JSON
+ * has. */
+static void print_attempt(const cJSON *e) {
+    char t[32], u[32];
+    const char *id = client_str(e, "slurm_job_id"), *handle = client_str(e, "handle");
+    const char *reason = client_str(e, "reason");
+    const cJSON *procs = cJSON_GetObjectItemCaseSensitive(e, "processes");
+    printf("  %.0f  %s", client_num(e, "attempt"), client_str(e, "backend"));
+    if (id[0]) printf("  Slurm job %s", id);
+    else if (client_num(e, "session") > 0) printf("  session %.0f", client_num(e, "session"));
+    if (handle[0] && strcmp(handle, id) && (id[0] || !cJSON_GetObjectItemCaseSensitive(e, "session")))
+        printf(" (handle %s)", handle);
+    if (cJSON_IsNumber(procs)) printf(" (%.0f live processes)", procs->valuedouble);
+    if (client_str(e, "node_list")[0]) printf(" on %s", client_str(e, "node_list"));
+    if (client_str(e, "state")[0]) printf(", Slurm state %s", client_str(e, "state"));
+    if (reason[0] && strcmp(reason, "None")) printf(" (reason %s)", reason);
+    const char *restarts = client_str(e, "restarts");
+    if (restarts[0] && strcmp(restarts, "0")) printf(" (Slurm restarts %s)", restarts);
+    printf(", started %s", client_when(client_num(e, "started_at"), t, sizeof t));
+    if (client_num(e, "ended_at") > 0)
+        printf(", ended %s, exit %.0f", client_when(client_num(e, "ended_at"), u, sizeof u),
+               client_num(e, "exit_code"));
+    else
+        printf(", running");
+    if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(e, "step_exit")))
+        printf(", step exit %.0f", client_num(e, "step_exit"));
+    printf("\n");
+    if (client_str(e, "outcome")[0]) printf("     %s\n", client_str(e, "outcome"));
+    if (client_str(e, "lost")[0] && !strstr(client_str(e, "outcome"), client_str(e, "lost")))
+        printf("     %s\n", client_str(e, "lost"));
+    print_excluded(cJSON_GetObjectItemCaseSensitive(e, "excluded_nodes"), "     excluded ");
+}
+
+/* describe's backend object and every attempt. */
 static void print_attempts(const cJSON *j) {
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "backend"), *e;
     printf("backend:        %s", client_str(b, "name"));
@@ -167,26 +201,7 @@ static void print_attempts(const cJSON *j) {
         print_excluded(bad, "  ");
     }
     printf("attempts:\n");
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "attempts")) {
-        char t[32], u[32];
-        printf("  %.0f  %s", client_num(e, "attempt"), client_str(e, "backend"));
-        if (client_str(e, "slurm_job_id")[0]) printf("  Slurm job %s", client_str(e, "slurm_job_id"));
-        else if (client_num(e, "session") > 0) printf("  session %.0f", client_num(e, "session"));
-        if (client_str(e, "node_list")[0]) printf(" on %s", client_str(e, "node_list"));
-        if (client_str(e, "state")[0]) printf(", Slurm state %s", client_str(e, "state"));
-        const char *restarts = client_str(e, "restarts");
-        if (restarts[0] && strcmp(restarts, "0")) printf(" (Slurm restarts %s)", restarts);
-        printf(", started %s", client_when(client_num(e, "started_at"), t, sizeof t));
-        if (client_num(e, "ended_at") > 0)
-            printf(", ended %s, exit %.0f\n", client_when(client_num(e, "ended_at"), u, sizeof u),
-                   client_num(e, "exit_code"));
-        else
-            printf(", running\n");
-        if (client_str(e, "outcome")[0]) printf("     %s\n", client_str(e, "outcome"));
-        if (client_str(e, "lost")[0] && !strstr(client_str(e, "outcome"), client_str(e, "lost")))
-            printf("     %s\n", client_str(e, "lost"));
-        print_excluded(cJSON_GetObjectItemCaseSensitive(e, "excluded_nodes"), "     excluded ");
-    }
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "attempts")) print_attempt(e);
 }
 
 /* The parts of a goodput object's "parts", in one line: "productive 69.8 s, recomputed 2.0 s, ...". */

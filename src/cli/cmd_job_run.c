@@ -1,7 +1,9 @@
 /* anvil job-run: the wrapper the job service starts each attempt through. It runs the command (an
  * anvil subcommand, normally launch), ignoring stop signals itself so that only the command reacts
  * to them, and records the command's exit status in a file, atomically, before it exits: a daemon
- * that was down when the attempt ended still learns how it ended. */
+ * that was down when the attempt ended still learns how it ended. With --verify-completion it checks
+ * an attempt's completion record instead (ckpt/completion.h), for the Slurm backend's batch script,
+ * which keeps a warm pool only after a step that finished. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -10,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ckpt/completion.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -19,9 +22,18 @@
 static const int ignored[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 #define NIGNORED (sizeof ignored / sizeof *ignored)
 
+/* --verify-completion DIR ATTEMPT COMMAND: 0 when DIR holds COMMAND's finished record of ATTEMPT, else
+ * 1 with what is wrong on stderr. */
+static int verify_completion(int argc, char **argv) {
+    if (argc != 5) return cli_usage_error("job-run", "--verify-completion takes DIR ATTEMPT COMMAND");
+    return anvil_completion_verify(argv[2], argv[3], argv[4], NULL) ? cli_fail("job-run") : ANVIL_EXIT_OK;
+}
+
 int cmd_job_run(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--verify-completion")) return verify_completion(argc, argv);
     if (argc < 4 || strcmp(argv[1], "--exit-file") || strcmp(argv[3], "--") || argc < 5) {
         fputs("usage: anvil job-run --exit-file FILE -- <anvil subcommand and its options>\n"
+              "       anvil job-run --verify-completion DIR ATTEMPT COMMAND\n"
               "(used by anvil serve)\n", argc > 1 && !strcmp(argv[1], "--help") ? stdout : stderr);
         return argc > 1 && !strcmp(argv[1], "--help") ? 0 : ANVIL_EXIT_USAGE;
     }

@@ -3,15 +3,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/completion.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/exit.h"
 #include "kernels/isa.h"
+#include "opts/tables.h"
 
-/* record: the command is one a job may run (job/spec.c) and gets its completion record here, when it
- * returns 0 inside an attempt. train writes its own, richer one (its steps, its model), and the
+/* record: the command may do a job's work (opts/jobs.c lists what a job runs) and gets its completion
+ * record here, when it returns 0 inside an attempt. train writes its own, richer one (its steps, its model), and the
  * wrappers (launch, job-run) and the service's own commands are no job's work. */
 static const struct {
     const char *name;
@@ -57,6 +59,14 @@ static int record_completion(const char *name) {
     return ANVIL_EXIT_ERROR;
 }
 
+/* For tests only (tests/cli_slurm.sh): with ANVIL_TEST_HOLD_START_S=S a command a job runs (opts/jobs.c)
+ * waits S seconds before anything else, its signal handlers and its first heartbeat included, which holds
+ * its job in Launching; a stop's SIGUSR1 then ends it as it would a rank that has not set them yet. */
+static void test_hold_start(const char *name) {
+    const char *v = getenv("ANVIL_TEST_HOLD_START_S");
+    if (v && anvil_opts_job_command(name)) sleep((unsigned)atoi(v));
+}
+
 static void usage(FILE *out) {
     fprintf(out, "usage: anvil <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -80,6 +90,7 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
+            test_hold_start(argv[1]);
             int rc = commands[i].run(argc - 1, argv + 1);
             return rc == ANVIL_EXIT_OK && commands[i].record ? record_completion(commands[i].name) : rc;
         }

@@ -330,6 +330,33 @@ int anvil_lock_folder(const char *dir, const char *what) {
     return fd;
 }
 
+int anvil_lock_shared(const char *dir) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/ranks.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    /* Blocking: only a probe takes it exclusively, and only for a moment. */
+    while (flock(fd, LOCK_SH)) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        close(fd);
+        return anvil_fail("%s: cannot lock: %s", path, strerror(e));
+    }
+    return fd;
+}
+
+int anvil_lock_probe_shared(const char *dir) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/ranks.lock", dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    int rc = 0;
+    if (!flock(fd, LOCK_EX | LOCK_NB)) flock(fd, LOCK_UN);
+    else rc = errno == EWOULDBLOCK ? 1 : anvil_fail("%s: cannot lock: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+}
+
 int anvil_lock_probe(const char *dir, char *holder, size_t cap) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/lock", dir);

@@ -79,5 +79,12 @@ int anvil_lock_folder(const char *dir, const char *what);
  * a moment to find out, so a process claiming the folder at that moment is refused: for a caller
  * that knows no one should. */
 int anvil_lock_probe(const char *dir, char *holder, size_t cap);
+/* Marks the folder dir as written by this process, one of several (the ranks of a run): a shared flock on
+ * dir/ranks.lock, held until the descriptor is closed and dropped by the kernel (or a shared file system's
+ * lock manager) with the process however it dies. Returns the descriptor, or -1 after anvil_fail. */
+int anvil_lock_shared(const char *dir);
+/* Whether a process holds dir's shared lock (anvil_lock_shared) now: 0 when none does (or there is no
+ * lock file), 1 when one does, -1 after anvil_fail. It takes the lock for a moment, as anvil_lock_probe. */
+int anvil_lock_probe_shared(const char *dir);
 
 #endif

@@ -138,8 +138,8 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *     --signal=B:USR1@<grace> and --time from time_left_s (a time limit checkpoints first),
  *     --open-mode=append (RUN/logs/launcher.log gathers every attempt), --requeue, and --exclude
  *     of the job's bad nodes.
- *   - keep_alive_s > 0: once the step has exited 0 with its command's completion record
- *     (ckpt/completion.h) and the exit file is written (the attempt has ended
+ *   - keep_alive_s > 0: once the step has exited 0 with its command's completion record, verified
+ *     (ckpt/completion.h, anvil job-run --verify-completion) and the exit file is written (the attempt has ended
  *     for the supervisor), the batch script does not exit but holds the allocation as a warm pool,
  *     STATE/pools/<Slurm job ID> (KEY=VALUE lines: status Available, partition, hosts,
  *     procs_per_host, expires as Unix time), for up to keep_alive_s; it ends early when
@@ -151,7 +151,9 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *     lost whatever the exit file says, and a job still queued is cancelled, so that the
  *     supervisor's retry is a new submission that leaves the node out rather than a wait on Slurm's
  *     requeue delay; the exit file counts once Slurm has ended the job; a job Slurm ended or no
- *     longer knows without one is lost too. How it ended in Slurm's words: STATE/jobs/<id>/end_<n>.
+ *     longer knows without one is lost too; a lost attempt's cancelled job is waited for (30 s at most)
+ *     until Slurm has ended it. How it ended in Slurm's words: STATE/jobs/<id>/end_<n>. A warm
+ *     attempt is judged so too, against the pool's job, once its script wrote the exit file or is gone.
  *   - An attempt that failed or was lost marks its bad nodes in STATE/jobs/<id>/excluded (one
  *     "node<TAB>attempt<TAB>why" a line): the node where srun saw the first rank ended by a signal
  *     that is not one anvil or Slurm sent on their own (a stop's USR1, a relayed TERM, the KILL of a
@@ -159,9 +161,12 @@ anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
  *     time limit or a cancel sends), the nodes srun reported failed, and any node of the attempt that
  *     Slurm reports DOWN, NOT_RESPONDING, DRAIN or FAIL. A rank's own nonzero exit marks no node:
  *     that is the program's failure, not the machine's.
- *   - fence: the batch job cancelled until Slurm has it final, and, until the grace after the
- *     attempt's end, the attempt's nodes answering Slurm again (a node that comes back has its
- *     slurmd end what is left of the job there).
+ *   - fence: the batch job (a warm attempt's pool job only after a node was lost under it) cancelled
+ *     until Slurm has it final, and, until the grace after the attempt's end, the attempt's nodes
+ *     answering Slurm again (a node that comes back has its slurmd end what is left of the job there;
+ *     the ranks' shared lock, which the supervisor probes, says when it has). scancel's "already
+ *     ended" answers are no errors; a Slurm that does not answer is asked again for 300 s, then the job
+ *     fails.
  *   - Before the step, the script runs the pre-flight check on every node, one process each
  *     (`srun --mpi=none --ntasks-per-node=1 anvil health --quick --json`, skipped when the command
  *     has --no-health), reports in STATE/jobs/<id>/health_<n>/<node>.json and .err; a node that

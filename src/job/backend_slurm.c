@@ -28,6 +28,9 @@ extern char **environ;
 /* How long after its exit file an attempt's batch job may take to reach a final state in Slurm before
  * poll stops waiting for Slurm's word on how it ended. */
 #define FINAL_WAIT_S 30.0
+/* How long the fence asks again a Slurm that does not answer it, or does not take its cancel, before it
+ * fails the job: a slurmctld that restarts (a failover, an upgrade) is back within a few minutes. */
+#define UNANSWERED_S 300.0
 
 static slurm_backend *slurm_of(anvil_backend *b) { return (slurm_backend *)b; }
 
@@ -253,12 +256,16 @@ static bool requeued(const job_view *v) {
 
 /* How the attempt ended in Slurm's words, kept in STATE/jobs/<id>/end_<n> (KEY=VALUE lines: state,
  * reason, restarts, lost: a node's failure that makes the attempt's exit status meaningless, or ""),
- * for its failure line, its bad nodes and describe, after Slurm has forgotten the job. */
-static int write_end(const slurm_backend *sb, const anvil_attempt_ref *a, const job_view *v, const char *lost) {
+ * for its failure line, its bad nodes and describe, after Slurm has forgotten the job. A job that runs on
+ * after the attempt's step (a warm pool's holder) has no final state yet: its state says why. */
+static int write_end(const slurm_backend *sb, const anvil_attempt_ref *a, const job_view *v, const char *lost,
+                     bool runs_on) {
     char path[PATH_MAX + 64];
     anvil_strbuf t = {0};
-    anvil_strbuf_printf(&t, "state=%s\nreason=%s\nrestarts=%d\nlost=%s\n",
-                        v->gone ? "unknown to Slurm (ended)" : v->state, v->reason, v->restarts, lost);
+    anvil_strbuf_printf(&t, "state=%s%s\nreason=%s\nrestarts=%d\nlost=%s\n",
+                        v->gone ? "unknown to Slurm (ended)" : v->state,
+                        runs_on ? ", holding the warm pool (the attempt's step ended)" : "", v->reason, v->restarts,
+                        lost);
     anvil_slurm_attempt_file(sb, a, "end", path, sizeof path);
     int rc = t.oom ? -1 : anvil_write_file_atomic(path, t.s, t.len);
     anvil_strbuf_free(&t);
@@ -302,43 +309,91 @@ static int exited(slurm_backend *sb, const anvil_attempt_ref *a, int code, int *
     return ANVIL_ATTEMPT_EXITED;
 }
 
+/* Seconds since the attempt's file NAME_<n> was written; -1 when there is none. */
+static double file_age(const slurm_backend *sb, const anvil_attempt_ref *a, const char *name) {
+    char path[PATH_MAX + 64];
+    struct stat st;
+    if (!strcmp(name, "exit")) anvil_attempt_exit_path(sb->state_dir, a, path, sizeof path);
+    else anvil_slurm_attempt_file(sb, a, name, path, sizeof path);
+    return stat(path, &st) ? -1 : difftime(time(NULL), st.st_mtime);
+}
+
+/* The value of key in the attempt's end file, malloc'd; NULL when it has none. */
+static char *end_field(const slurm_backend *sb, const anvil_attempt_ref *a, const char *key) {
+    char path[PATH_MAX + 64], *text;
+    size_t len;
+    anvil_slurm_attempt_file(sb, a, "end", path, sizeof path);
+    if (anvil_read_file_max(path, 1 << 16, &text, &len)) return NULL;
+    char *v = anvil_slurm_field(text, key, true);
+    free(text);
+    return v;
+}
+
+/* The verdict of an earlier poll that the attempt was lost (its end file's lost), into why: a node that
+ * answers Slurm again since, or a job Slurm has forgotten, does not undo it. */
+static bool judged_lost(const slurm_backend *sb, const anvil_attempt_ref *a, char *why, size_t cap) {
+    char *lost = end_field(sb, a, "lost");
+    bool judged = lost && lost[0];
+    if (judged) snprintf(why, cap, "%s", lost);
+    free(lost);
+    return judged;
+}
+
+/* A lost attempt's Slurm job that Slurm has not ended: cancelled (a requeued one would run again), and
+ * waited for until Slurm has ended it, so that the state kept is how it ended. The verdict is kept at once
+ * (the end file, whose time is the verdict's), and the cancel asked again on each poll until Slurm takes it.
+ * 1 while waiting, 0 once FINAL_WAIT_S have passed since the verdict (the fence cancels what is left), -1
+ * after anvil_fail. */
+static int cancel_lost(const slurm_backend *sb, const anvil_attempt_ref *a, const job_view *v, const char *lost,
+                       bool judged) {
+    char said[512];
+    if (!judged && write_end(sb, a, v, lost, false)) return -1;
+    if (anvil_slurm_cancel((char *[]){"scancel", (char *)a->handle, NULL}, said, sizeof said) < 0) return -1;
+    return file_age(sb, a, "end") < FINAL_WAIT_S;
+}
+
+/* An attempt that ended or may have (its exit file is there, its script or Slurm job has ended): Slurm is
+ * asked before the exit file is believed. A node that failed under it makes it lost, whatever the exit
+ * file says, its Slurm job cancelled; an exit file is taken once Slurm has ended the job (or the job runs
+ * on by design: a warm attempt's, or one that holds a warm pool; or Slurm has been slow to end it for
+ * FINAL_WAIT_S); a job Slurm ended without one is lost. a's handle is the Slurm job ID. */
+static int judge_end(slurm_backend *sb, const anvil_attempt_ref *a, const job_view *v, int exit, bool warm,
+                     int *code) {
+    char lost[1600] = "";
+    bool judged = judged_lost(sb, a, lost, sizeof lost);
+    int failed = judged ? 1 : node_failed(sb, a, v, lost, sizeof lost);
+    if (failed < 0) return -1;
+    bool ended = v->gone || final_state(v->state);
+    bool runs_on = !ended && (warm || anvil_slurm_pool_held(sb, a->handle));
+    if (!failed && exit >= 0 && !ended && !runs_on && file_age(sb, a, "exit") < FINAL_WAIT_S)
+        return ANVIL_ATTEMPT_RUNNING;
+    if (failed && !ended) {
+        int waiting = cancel_lost(sb, a, v, lost, judged);
+        if (waiting) return waiting < 0 ? -1 : ANVIL_ATTEMPT_RUNNING;
+    }
+    if (write_end(sb, a, v, lost, runs_on && !failed)) return -1;
+    if (!failed && exit >= 0) return exited(sb, a, exit, code);
+    /* A pool that lost a node is no pool: its job is cancelled, and nobody may claim it. */
+    if (warm && failed) anvil_slurm_pool_ended(sb, a->handle);
+    return anvil_slurm_exclude_bad_nodes(sb, a) ? -1 : ANVIL_ATTEMPT_LOST;
+}
+
 /* A warm attempt runs while its script does; the script writes the exit file and gives the claim back
- * before it exits. A script killed before that leaves the claim, which is given back here. */
+ * before it exits. Its end is judged as a batch attempt's, against the pool's Slurm job: a node lost under
+ * the pool makes the attempt lost and that job cancelled (its allocation is no longer whole). A script
+ * killed before it gave the claim back leaves it, which is given back here. */
 static int warm_poll(slurm_backend *sb, const anvil_attempt_ref *a, pid_t pid, int *code) {
     waitpid(pid, NULL, WNOHANG);
     bool alive = !kill(pid, 0);
-    *code = anvil_attempt_read_exit(sb->state_dir, a);
-    if (*code >= 0) return exited(sb, a, *code, code);
-    if (alive) return ANVIL_ATTEMPT_RUNNING;
+    int exit = anvil_attempt_read_exit(sb->state_dir, a);
+    if (exit < 0 && alive) return ANVIL_ATTEMPT_RUNNING;
     char id[32];
-    anvil_slurm_pool_drop_claim(sb, a, anvil_slurm_ref(a, id, sizeof id).handle);
-    return ANVIL_ATTEMPT_LOST;
-}
-
-/* Seconds since the attempt's exit file was written (0 when it cannot tell). */
-static double exit_file_age(const slurm_backend *sb, const anvil_attempt_ref *a) {
-    char path[PATH_MAX];
-    struct stat st;
-    anvil_attempt_exit_path(sb->state_dir, a, path, sizeof path);
-    return stat(path, &st) ? 0 : difftime(time(NULL), st.st_mtime);
-}
-
-/* A batch attempt that ended or may have: Slurm is asked before the exit file is believed. A node that
- * failed under it makes it lost, whatever the exit file says, its Slurm job cancelled (a requeued one
- * would run again); an exit file is taken once Slurm has ended the job (or the job holds a warm pool,
- * or Slurm has been slow to end it for FINAL_WAIT_S); a job Slurm ended without one is lost. */
-static int judge_end(slurm_backend *sb, const anvil_attempt_ref *a, const job_view *v, int exit, int *code) {
-    char lost[1600] = "";
-    int failed = node_failed(sb, a, v, lost, sizeof lost);
-    if (failed < 0) return -1;
-    bool ended = v->gone || final_state(v->state);
-    if (!failed && exit >= 0 && !ended && !anvil_slurm_pool_held(sb, a->handle) &&
-        exit_file_age(sb, a) < FINAL_WAIT_S)
-        return ANVIL_ATTEMPT_RUNNING;
-    if (failed && !ended && anvil_slurm_run_quiet((char *[]){"scancel", (char *)a->handle, NULL})) return -1;
-    if (write_end(sb, a, v, lost)) return -1;
-    if (!failed && exit >= 0) return exited(sb, a, exit, code);
-    return anvil_slurm_exclude_bad_nodes(sb, a) ? -1 : ANVIL_ATTEMPT_LOST;
+    anvil_attempt_ref r = anvil_slurm_ref(a, id, sizeof id);
+    job_view v;
+    if (view_job(r.handle, &v)) return -1;
+    int rc = judge_end(sb, &r, &v, exit, true, code);
+    if (!alive && rc != ANVIL_ATTEMPT_RUNNING) anvil_slurm_pool_drop_claim(sb, a, r.handle);
+    return rc;
 }
 
 static int slurm_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
@@ -355,7 +410,7 @@ static int slurm_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
     if (exit < 0) exit = anvil_attempt_read_exit(sb->state_dir, a);
     int rc = ANVIL_ATTEMPT_RUNNING;
     if (exit >= 0 || v.gone || final_state(v.state) || requeued(&v) || !strcmp(v.state, "NODE_FAIL"))
-        rc = judge_end(sb, a, &v, exit, code);
+        rc = judge_end(sb, a, &v, exit, false, code);
     else if (!strcmp(v.state, "PENDING") && !strcmp(v.reason, "JobHeldUser"))
         /* Submitted and recorded by a daemon that stopped before releasing it. */
         rc = anvil_slurm_run_quiet((char *[]){"scontrol", "release", (char *)a->handle, NULL}) ? -1
@@ -392,20 +447,16 @@ static int slurm_stop(anvil_backend *b, const anvil_attempt_ref *a) {
     char *state = anvil_slurm_field(info, "JobState", false);
     free(info);
     int rc = 0;
-    if (state && !strcmp(state, "PENDING")) {
-        rc = anvil_slurm_run_quiet((char *[]){"scancel", (char *)a->handle, NULL});
-    } else if (state && !strcmp(state, "RUNNING")) {
-        char *out;
-        rc = anvil_slurm_run((char *[]){"scancel", "--batch", "--signal=USR1", (char *)a->handle, NULL}, environ, &out);
-        /* It may have ended meanwhile. */
-        if (rc > 0 && !strstr(out, "Invalid job id") && !strstr(out, "already completing"))
-            anvil_fail("job %lld: scancel --batch --signal=USR1 %s: %s", (long long)a->job_id, a->handle,
-                       anvil_slurm_first_line(out));
-        else if (rc > 0) rc = 0;
-        free(out);
-    }
+    char said[512];
+    /* It may have ended meanwhile: the cancel's answer then says so, which is no error. */
+    if (state && !strcmp(state, "PENDING"))
+        rc = anvil_slurm_cancel((char *[]){"scancel", (char *)a->handle, NULL}, said, sizeof said);
+    else if (state && !strcmp(state, "RUNNING"))
+        rc = anvil_slurm_cancel((char *[]){"scancel", "--batch", "--signal=USR1", (char *)a->handle, NULL}, said,
+                                sizeof said);
     /* Any other state (configuring, completing, requeued) ends on its own or by the kill after the grace. */
     free(state);
+    if (rc > 0) anvil_fail("job %lld: %s", (long long)a->job_id, said);
     return rc ? -1 : 0;
 }
 
@@ -417,8 +468,13 @@ static int slurm_kill(anvil_backend *b, const anvil_attempt_ref *a) {
     mark(slurm_of(b), a, "killed");
     anvil_attempt_ref r = anvil_slurm_ref(a, id, sizeof id);
     pid_t pid = anvil_slurm_warm_pid(a);
-    if (!pid)
-        return anvil_slurm_run_quiet((char *[]){"scancel", "--signal=KILL", "--full", (char *)r.handle, NULL});
+    if (!pid) {
+        char said[512];
+        int rc = anvil_slurm_cancel((char *[]){"scancel", "--signal=KILL", "--full", (char *)r.handle, NULL}, said,
+                                    sizeof said);
+        /* One Slurm did not take is sent again on the next tick. */
+        return rc > 0 ? anvil_fail("job %lld: %s", (long long)a->job_id, said) : rc;
+    }
     int steps = anvil_slurm_kill_warm_steps(a, r.handle);
     if (steps <= 0) kill(-pid, SIGKILL);
     return steps < 0 ? -1 : 0;
@@ -434,7 +490,7 @@ static int final_state_known(const slurm_backend *sb, const anvil_attempt_ref *a
     bool same = anvil_slurm_field_is(end, "state", v->state);
     lost = anvil_slurm_field(end, "lost", true);
     free(end);
-    int rc = same ? 0 : write_end(sb, a, v, lost ? lost : "");
+    int rc = same ? 0 : write_end(sb, a, v, lost ? lost : "", false);
     free(lost);
     return rc;
 }
@@ -465,12 +521,56 @@ static int wait_unreachable(const slurm_backend *sb, const anvil_attempt_ref *a,
     return rc;
 }
 
-/* backend.h: the batch job ended in Slurm (cancelled with SIGKILL while it is not), a warm attempt's
- * script gone, and the attempt's nodes answering Slurm (or given up on after the grace). */
+/* Slurm did not answer the fence, or did not take its cancel (slurmctld unreachable or slow): 1, with why
+ * saying so, and the fence asked again on the next tick, until UNANSWERED_S after the first such answer
+ * (the time of the attempt's file unanswered_<n>); then -1 after anvil_fail naming it, which fails the job. */
+static int unanswered(const slurm_backend *sb, const anvil_attempt_ref *a, const char *said, char *why, size_t cap) {
+    char path[PATH_MAX + 64];
+    double waited = file_age(sb, a, "unanswered");
+    anvil_slurm_attempt_file(sb, a, "unanswered", path, sizeof path);
+    if (waited < 0 && anvil_write_file_atomic(path, said, strlen(said))) return -1;
+    if (waited >= UNANSWERED_S)
+        return anvil_fail("attempt %d could not be fenced: Slurm has not answered for %.0f s (%s), so Slurm job %s "
+                          "may still run",
+                          a->attempt, waited, said, a->handle);
+    snprintf(why, cap, "Slurm did not answer (%s): asked again", said);
+    return 1;
+}
+
+/* The Slurm job of a fenced attempt: 0 once Slurm has ended it (its final state kept in the end file) or
+ * forgotten it; else cancelled (every process of a running one sent SIGKILL first) and 1 until it has
+ * ended; what unanswered says while Slurm does not answer or take the cancel. */
+static int fence_job(const slurm_backend *sb, const anvil_attempt_ref *r, char *why, size_t cap) {
+    job_view v;
+    char said[600], path[PATH_MAX + 64];
+    if (view_job(r->handle, &v)) {
+        snprintf(said, sizeof said, "%s", anvil_errmsg());
+        return unanswered(sb, r, said, why, cap);
+    }
+    int rc = 0;
+    if (!v.gone && !final_state(v.state)) {
+        if (strcmp(v.state, "PENDING"))
+            rc = anvil_slurm_cancel((char *[]){"scancel", "--signal=KILL", "--full", (char *)r->handle, NULL}, said,
+                                    sizeof said);
+        if (!rc) rc = anvil_slurm_cancel((char *[]){"scancel", (char *)r->handle, NULL}, said, sizeof said);
+        if (rc) return rc < 0 ? -1 : unanswered(sb, r, said, why, cap);
+        snprintf(why, cap, "Slurm job %s is %s: cancelled", r->handle, v.state);
+        rc = 1;
+    } else if (!v.gone && final_state_known(sb, r, &v)) {
+        return -1;
+    }
+    anvil_slurm_attempt_file(sb, r, "unanswered", path, sizeof path);
+    unlink(path);
+    return rc;
+}
+
+/* backend.h: the attempt's Slurm job ended (a warm attempt's, the pool's, only when the attempt was lost
+ * under it: otherwise the pool runs on), a warm attempt's script gone, and the attempt's nodes answering
+ * Slurm (or given up on after the grace). */
 static int slurm_fence(anvil_backend *b, const anvil_attempt_ref *a, double ended_at, char *why, size_t cap) {
     slurm_backend *sb = slurm_of(b);
     why[0] = 0;
-    char id[32];
+    char id[32], lost[8];
     anvil_attempt_ref r = anvil_slurm_ref(a, id, sizeof id);
     pid_t pid = anvil_slurm_warm_pid(a);
     if (pid) {
@@ -479,31 +579,14 @@ static int slurm_fence(anvil_backend *b, const anvil_attempt_ref *a, double ende
             snprintf(why, cap, "its warm step's script (pid %d) still runs: killed", (int)pid);
             return slurm_kill(b, a) ? -1 : 1;
         }
-    } else {
-        job_view v;
-        if (view_job(r.handle, &v)) return -1;
-        if (!v.gone && !final_state(v.state)) {
-            snprintf(why, cap, "Slurm job %s is %s: cancelled", r.handle, v.state);
-            if (strcmp(v.state, "PENDING"))
-                anvil_slurm_run_quiet((char *[]){"scancel", "--signal=KILL", "--full", (char *)r.handle, NULL});
-            return anvil_slurm_run_quiet((char *[]){"scancel", (char *)r.handle, NULL}) ? -1 : 1;
-        }
-        if (!v.gone && final_state_known(sb, &r, &v)) return -1;
+    }
+    if (!pid || judged_lost(sb, &r, lost, sizeof lost)) {
+        int rc = fence_job(sb, &r, why, cap);
+        if (rc) return rc;
     }
     int waiting = wait_unreachable(sb, &r, ended_at, why, cap);
     /* Nodes Slurm found down since the attempt ended are left out of the retry too. */
     return waiting < 0 || (!waiting && anvil_slurm_exclude_bad_nodes(sb, &r)) ? -1 : waiting;
-}
-
-/* The value of key in the attempt's end file, malloc'd; NULL when it has none. */
-static char *end_field(const slurm_backend *sb, const anvil_attempt_ref *a, const char *key) {
-    char path[PATH_MAX + 64], *text;
-    size_t len;
-    anvil_slurm_attempt_file(sb, a, "end", path, sizeof path);
-    if (anvil_read_file_max(path, 1 << 16, &text, &len)) return NULL;
-    char *v = anvil_slurm_field(text, key, true);
-    free(text);
-    return v;
 }
 
 /* backend.h: the node failure that made the attempt lost, else where srun saw the first rank killed by

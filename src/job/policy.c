@@ -513,7 +513,7 @@ bool anvil_job_env_inherited(const char *var) {
 static const char *const allowed[] = {"OMP_NUM_THREADS",       "OMP_PROC_BIND",         "OMP_PLACES",
                                       "ANVIL_ISA",             "ANVIL_BF16",            "ANVIL_S3_MAX_ATTEMPTS",
                                       "ANVIL_S3_RETRY_BASE_MS", "ANVIL_S3_RETRY_CAP_MS", "ANVIL_S3_PART_SIZE",
-                                      "ANVIL_HEALTH_FAULT",    "ANVIL_TEST_NO_COMPLETION"};
+                                      "ANVIL_HEALTH_FAULT",    "ANVIL_TEST_NO_COMPLETION", "ANVIL_TEST_HOLD_START_S"};
 
 bool anvil_job_env_allowed(const char *name) {
     return named(name, strlen(name), allowed, sizeof allowed / sizeof *allowed);

@@ -114,6 +114,20 @@ int anvil_slurm_run_quiet(char *const *argv) {
     return rc ? -1 : 0;
 }
 
+int anvil_slurm_cancel(char *const *argv, char *said, size_t cap) {
+    char *out;
+    said[0] = 0;
+    int rc = anvil_slurm_run(argv, environ, &out);
+    if (rc < 0) return -1;
+    /* Slurm's answers for a job it has ended already, or is ending: what the cancel was for. */
+    bool ended = rc > 0 && (strstr(out, "Invalid job id") || strstr(out, "already completing or completed"));
+    /* Its errors name it ("scancel: error: ..."). */
+    if (rc > 0 && !ended && out[0]) snprintf(said, cap, "%s", anvil_slurm_first_line(out));
+    else if (rc > 0 && !ended) snprintf(said, cap, "%s exited %d without a word", argv[0], rc);
+    free(out);
+    return rc > 0 && !ended ? 1 : 0;
+}
+
 void anvil_slurm_job_dir(const slurm_backend *sb, int64_t id, char *path, size_t cap) {
     snprintf(path, cap, "%s/jobs/%lld", sb->state_dir, (long long)id);
 }

@@ -42,6 +42,11 @@ typedef struct {
 int anvil_slurm_run(char *const *argv, char *const *env, char **out);
 /* Runs a client whose output does not matter; 0, or -1 after anvil_fail naming what it said. */
 int anvil_slurm_run_quiet(char *const *argv);
+/* scancel (argv, the Slurm job ID last): 0 when Slurm took it, or answered that the job has ended or is
+ * ending already ("Invalid job id", "already completing or completed"): what a cancel is for; 1 when it
+ * did not (slurmctld unreachable or slow), with scancel's answer in said, to be asked again; -1 after
+ * anvil_fail when scancel cannot run. */
+int anvil_slurm_cancel(char *const *argv, char *said, size_t cap);
 /* The first line of a client's output (cut there), for an error message. */
 const char *anvil_slurm_first_line(char *out);
 /* The value of KEY=VALUE in scontrol's one-line output, malloc'd; NULL when absent or out of memory.
@@ -118,6 +123,8 @@ void anvil_slurm_put_pool_hold(anvil_strbuf *t);
 /* Whether Slurm job id holds a pool it has not given up (Available or InUse): its batch job then runs on
  * after its attempt's exit file. */
 bool anvil_slurm_pool_held(const slurm_backend *sb, const char *id);
+/* Marks holder's pool Terminated: its Slurm job ended without a word of its own (cancelled, a node lost). */
+void anvil_slurm_pool_ended(const slurm_backend *sb, const char *holder);
 /* Removes the claim on holder's pool when it is this attempt's. */
 void anvil_slurm_pool_drop_claim(const slurm_backend *sb, const anvil_attempt_ref *a, const char *holder);
 /* The steps of holder's allocation named as attempt a's, each ended with SIGKILL: how many, or -1. */

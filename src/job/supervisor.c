@@ -324,9 +324,10 @@ static const char fencing[] = "Fencing";
 
 /* Before a retry starts: the attempt before it fenced, so that no process of it can write the run folder
  * once the retry runs. The backend ends what is left of it and says when none of it can run any more (or
- * what it gave up waiting on, into note); then the run folder's lock must be free: its holder, the one
- * process of an attempt that writes what a retry reads, is gone, however it ended (the kernel, or a
- * shared filesystem's lock manager, drops the lock with its holder), and never taken over before. 0 when
+ * what it gave up waiting on, into note); then the run folder's locks must be free: the holder of RUN/lock,
+ * the one process of an attempt that writes what a retry reads, and every rank, each of which holds
+ * RUN/ranks.lock shared (its checkpoint shards), are gone, however they ended (the kernel, or a shared
+ * filesystem's lock manager, drops a lock with its holder), and no lock is ever taken over. 0 when
  * fenced; 1 while the job waits (secondary Fencing, the reason in its history once); -1 after anvil_fail. */
 static int fence_previous(anvil_supervisor *sup, anvil_job *j, char *note, size_t cap) {
     anvil_job_attempt *at;
@@ -351,11 +352,13 @@ static int fence_previous(anvil_supervisor *sup, anvil_job *j, char *note, size_
     anvil_job_attempts_free(at, n);
     char holder[256];
     int held = rc ? 0 : anvil_lock_probe(j->run_dir, holder, sizeof holder);
-    if (held < 0) return -1;
-    if (held) {
+    if (held > 0)
         snprintf(why, sizeof why, "%s/lock is held by %s", j->run_dir, holder);
-        rc = 1;
-    }
+    /* Every rank holds the shared lock: one other than rank 0 (on a lost node, say) may outlive it. */
+    else if (!held && !rc && (held = anvil_lock_probe_shared(j->run_dir)) > 0)
+        snprintf(why, sizeof why, "%s/ranks.lock is held by a rank of attempt %d", j->run_dir, before);
+    if (held < 0) return -1;
+    if (held) rc = 1;
     if (rc != 1 || !strcmp(j->secondary, fencing)) return rc;
     char message[1000];
     snprintf(message, sizeof message, "attempt %d waits until no process of attempt %d can write the run folder: %s",
@@ -504,6 +507,10 @@ static void attempt_cause(anvil_supervisor *sup, const anvil_job *j, int code, c
     if (code < 0) snprintf(why, cap, "lost: no exit status of it counts (it ended while the daemon was down, was "
                                      "killed, or its backend saw a node fail)");
     else if (code > 128 && code < 160) snprintf(why, cap, "exit %d (signal %d)", code, code - 128);
+    /* The trainer's checkpoint-and-stop answers a signal; one the service sent is a stop it asked for. */
+    else if (code == ANVIL_EXIT_RESUMABLE && j->stop == ANVIL_STOP_NONE)
+        snprintf(why, cap, "exit 75: stopped by a signal the service did not send (a preemption, a signal from "
+                           "outside), after a checkpoint");
     else snprintf(why, cap, "exit %d", code);
     if (line[0]) snprintf(why + strlen(why), cap - strlen(why), ": %s", line);
     if (j->stop == ANVIL_STOP_HANG)
@@ -540,7 +547,10 @@ static int completion_of(const anvil_job *j, char *text, size_t cap) {
 
 /* The job's final status or its next attempt, once an attempt has ended with code (-1: lost). An exit
  * status says how its processes ended; Completed takes exit 0 and the command's own word, its completion
- * record, verified. Anything else is a failure with its cause, retried by the job's policy. */
+ * record, verified. Stopped takes a stop the service asked for (a user's, max_runtime_s), whatever the
+ * exit. A usage or configuration error (exit 2, 78) is Failed at once: a retry runs the same command on
+ * the same input, which cannot fix it. Anything else is a failure with its cause, retried by the job's policy: exit 75
+ * without a stop request too, a stop someone else asked for. */
 static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     anvil_job_spec spec;
     if (anvil_job_spec_parse(j->spec, strlen(j->spec), &spec)) return -1;
@@ -561,7 +571,7 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
     j->stop_deadline = 0;
     const char *secondary = "", *message = why;
     bool retry = false;
-    if (asked_stop || (j->stop == ANVIL_STOP_NONE && code == ANVIL_EXIT_RESUMABLE)) {
+    if (asked_stop) {
         j->status = ANVIL_JOB_STOPPED;
         secondary = j->stop == ANVIL_STOP_RUNTIME ? "MaxRuntimeExceeded" : "";
         message = code == ANVIL_EXIT_RESUMABLE ? "stopped after writing a checkpoint (exit 75): resumable"
@@ -572,7 +582,7 @@ static int finish_attempt(anvil_supervisor *sup, anvil_job *j, int code) {
         message = verdict;
     } else if (j->stop == ANVIL_STOP_NONE && (code == ANVIL_EXIT_USAGE || code == ANVIL_EXIT_CONFIG)) {
         j->status = ANVIL_JOB_FAILED;
-        snprintf(verdict, sizeof verdict, "%s, not retried: %s",
+        snprintf(verdict, sizeof verdict, "%s, not retried (a retry cannot fix it): %s",
                  code == ANVIL_EXIT_USAGE ? "usage error" : "configuration or input error", why);
         message = verdict;
     } else if (failures <= max_retries) {

@@ -12,7 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt/completion.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "job/slurm_internal.h"
@@ -111,18 +110,9 @@ static bool claim_pool(const slurm_backend *sb, const anvil_attempt_spec *a, cha
                 memcpy(holder, id, strlen(id) + 1);
                 snprintf(nodes, ncap, "%s", where);
                 got = true;
-            } else if (info) {
+            } else {
                 /* Ours now, and dead: marked so, the claim left in place so nobody tries it again. */
-                char *dead = strdup(info);
-                if (dead && !strncmp(dead, "status=", 7)) {
-                    anvil_strbuf t = {0};
-                    anvil_strbuf_puts(&t, "status=Terminated");
-                    anvil_strbuf_puts(&t, dead + strcspn(dead, "\n"));
-                    pool_path(sb, id, "", path, sizeof path);
-                    if (!t.oom) anvil_write_file_atomic(path, t.s, t.len);
-                    free(t.s);
-                }
-                free(dead);
+                anvil_slurm_pool_ended(sb, id);
             }
             free(job);
         }
@@ -134,6 +124,21 @@ static bool claim_pool(const slurm_backend *sb, const anvil_attempt_spec *a, cha
     return got;
 }
 
+void anvil_slurm_pool_ended(const slurm_backend *sb, const char *holder) {
+    char *info = pool_text(sb, holder), path[PATH_MAX + 64];
+    if (!info || strncmp(info, "status=", 7)) {
+        free(info);
+        return;
+    }
+    anvil_strbuf t = {0};
+    anvil_strbuf_puts(&t, "status=Terminated");
+    anvil_strbuf_puts(&t, info + strcspn(info, "\n"));
+    pool_path(sb, holder, "", path, sizeof path);
+    if (!t.oom) anvil_write_file_atomic(path, t.s, t.len);
+    free(t.s);
+    free(info);
+}
+
 /* The script that runs a warm attempt's step in the holder's allocation, as the batch script would
  * (the same first log line, node list, SIGUSR1 forwarding and exit file), then gives the pool back. */
 static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, const char *holder, const char *nodes) {
@@ -142,6 +147,8 @@ static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, c
     anvil_strbuf t = {0};
     anvil_strbuf_printf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, in the warm pool of Slurm job %s.\n",
                         (long long)a->ref.job_id, a->ref.attempt, holder);
+    /* Where its output goes (start_warm), for the log's word on how the step ended (anvil_slurm_scan_log). */
+    anvil_strbuf_printf(&t, "# output=%s/logs/launcher.log\n", a->run_dir);
     anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n",
                         (long long)a->ref.job_id, a->ref.attempt, holder, nodes);
     /* The holder's node list, for exclude_down_nodes after a failure. */
@@ -232,13 +239,20 @@ void anvil_slurm_put_pool_open(anvil_strbuf *t, const slurm_backend *sb, const a
          "nodes=%%s\\nexpires=%%s\\n' \"$1\" \"$owner\" \"$user\" \"$partition\" \"$SLURM_JOB_NODELIST\" \"$end\" > \"$pf.tmp\" && "
          "sync \"$pf.tmp\" && mv -f \"$pf.tmp\" \"$pf\"\n}\n",
          (long long)a->ref.job_id, a->hosts, a->procs_per_host);
-    /* Only a step that finished leaves its allocation: exit 0 with its command's completion record (a step
-     * that lost a node may exit 0 without it, on an allocation Slurm is ending). */
-    char record[PATH_MAX + 32];
-    snprintf(record, sizeof record, "%s/%s", a->run_dir, ANVIL_COMPLETION_FILE);
-    anvil_strbuf_puts(t, "offered=\n[ \"$rc\" = 0 ] && [ -e ");
-    anvil_slurm_put_quoted(t, record);
-    anvil_strbuf_puts(t, " ] && mkdir -p \"$pools\" && pool Available && offered=1\n");
+    /* Only a step that finished leaves its allocation: exit 0 with its command's completion record, verified
+     * as the supervisor does (a step that lost a node may exit 0 without it, on an allocation Slurm is
+     * ending; a record that is another attempt's or whose files changed is none). */
+    char attempt[48];
+    snprintf(attempt, sizeof attempt, "%lld.%d", (long long)a->ref.job_id, a->ref.attempt);
+    anvil_strbuf_puts(t, "offered=\n[ \"$rc\" = 0 ] && ");
+    anvil_slurm_put_quoted(t, sb->self);
+    anvil_strbuf_puts(t, " job-run --verify-completion ");
+    anvil_slurm_put_quoted(t, a->run_dir);
+    anvil_strbuf_puts(t, " ");
+    anvil_slurm_put_quoted(t, attempt);
+    anvil_strbuf_puts(t, " ");
+    anvil_slurm_put_quoted(t, a->argv[0]);
+    anvil_strbuf_puts(t, " && mkdir -p \"$pools\" && pool Available && offered=1\n");
 }
 
 void anvil_slurm_put_pool_hold(anvil_strbuf *t) {
@@ -278,7 +292,10 @@ int anvil_slurm_kill_warm_steps(const anvil_attempt_ref *a, const char *holder) 
         char *sp = strchr(line, ' ');
         if (!sp || strcmp(sp + 1, name)) continue;
         *sp = 0;
-        if (anvil_slurm_run_quiet((char *[]){"scancel", "--signal=KILL", line, NULL})) rc = -1;
+        char said[512];
+        int cancelled = anvil_slurm_cancel((char *[]){"scancel", "--signal=KILL", line, NULL}, said, sizeof said);
+        if (cancelled > 0) anvil_fail("%s", said);
+        if (cancelled) rc = -1;
         else killed++;
     }
     free(out);

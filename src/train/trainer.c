@@ -261,7 +261,8 @@ typedef struct {
     anvil_lr_schedule sched;
     double t_start;
     int signals_set;
-    int lock_fd; /* rank 0's claim on the run folder, or -1 */
+    int lock_fd;  /* rank 0's claim on the run folder, or -1 */
+    int ranks_fd; /* every rank's shared lock on the run folder, which outlives no rank: or -1 */
     int bad_input; /* the failure is of the configuration or input: a retry cannot help */
     const char *beat_phase; /* the heartbeat last written, and when */
     double beat_at;
@@ -461,8 +462,9 @@ static int open_data(anvil_run *r) {
              anvil_loader_set_layout(r->val, data_layout(c, c->val_pattern, 0))))
             return bad_input(r);
     }
+    /* Every rank writes the run folder (its checkpoint shards): a retry's fence waits until none is left. */
+    if (c->out_dir && (anvil_mkdir_p(c->out_dir) || (r->ranks_fd = anvil_lock_shared(c->out_dir)) < 0)) return -1;
     if (c->out_dir && r->rank == 0) {
-        if (anvil_mkdir_p(c->out_dir)) return -1;
         /* Two runs writing one folder would interleave metrics and overwrite each other's checkpoints. */
         if ((r->lock_fd = anvil_lock_folder(c->out_dir, "run folder")) < 0) return -1;
         beat(r, "loading", 0);
@@ -597,7 +599,7 @@ static int record_end(anvil_run *r, int stopped, double save_s) {
 /* Everything up to the first step; r is safe to close whatever fails. */
 static int run_open(anvil_run *r, const anvil_train_config *c, anvil_train_result *res) {
     memset(r, 0, sizeof *r);
-    r->lock_fd = -1;
+    r->lock_fd = r->ranks_fd = -1;
     r->c = c;
     r->res = res;
     r->rank = anvil_dist_rank();
@@ -906,6 +908,7 @@ static int run_close(anvil_run *r, int rc) {
     anvil_loader_close(r->val);
     anvil_metrics_close(r->metrics);
     if (r->lock_fd >= 0) close(r->lock_fd);
+    if (r->ranks_fd >= 0) close(r->ranks_fd);
     free(r->x);
     free(r->y);
     free(r->step_ms);
