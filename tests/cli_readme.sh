@@ -60,6 +60,7 @@ block "--profile-steps 5-7" run "" 'grep -q "^runs/profiled/profile/trace_rank0.
 block "export AWS_ACCESS_KEY_ID" skip "it needs an S3 server and its keys (tests/cli_s3.sh runs these against Ceph's radosgw)"
 block "build/anvil serve --state ~/anvil-state --port 0 &" skip \
   "it starts a daemon of your own, with a 2000-step job on /data/mycorpus that stop and wait end with exit 3 (tests/cli_serve.sh runs the service)"
+block "goodput 7                       # the table" skip "it asks a daemon for job 7 and plots it (tests/cli_chaos.sh and tests/cli_plot.sh)"
 block "goodput 1     # the table" skip "it needs the daemon of the job service's first block and a job (tests/cli_chaos.sh)"
 block '--schedule "step:200 kill-rank' skip "it strikes a running job of that daemon (tests/cli_chaos.sh runs chaos)"
 block "quota --state ~/anvil-state set --role nlp" skip "it needs the daemon that the job service's first block starts (tests/cli_serve.sh)"
