@@ -191,7 +191,8 @@ excluded=$(field "$id" backend excluded_nodes)
 if [ $rc = 0 ] && [ "$(field "$id" attempt)" = 2 ] &&
    history "$id" | grep -q "Retrying (1/2)|exit [0-9]* (signal [0-9]*): first on n2: task 1 of attempt 1 .*Killed"; then
   ok "SIGKILLed rank on n2: Retrying (1/2), the history naming it ($(history "$id" | grep -o 'first on n2: task 1')), Completed"
-else bad "SIGKILLed rank: exit $rc: $(history "$id")"; fi
+else bad "SIGKILLed rank: exit $rc: $(history "$id"; grep 'srun: ' "$tmp/killed/logs/launcher.log" | head -n 20
+  head -c 600 "$state/jobs/$id/"{stopped,killed,end}_1 2> /dev/null)"; fi
 python3 -c "import sys; e = $excluded; sys.exit(not (len(e) == 1 and e[0]['node'] == 'n2' and 'Killed' in e[0]['why']))" &&
   ok "describe: excluded_nodes $excluded" || bad "excluded_nodes: $excluded"
 grep -qx "#SBATCH --exclude=n2" "$state/jobs/$id/slurm_2.sh" && [ "$(cat "$state/jobs/$id/nodes_2")" = "n[1,3]" ] &&
@@ -367,10 +368,10 @@ wait_idle() {
   done
   return 1
 }
-# Waits (up to 120 s) until the retry of the run in $1 trains: a heartbeat in training from a process not in $2.
+# Waits (up to 300 s) until the retry of the run in $1 trains: a heartbeat in training from a process not in $2.
 wait_retry_trains() {
-  local hb
-  for _ in $(seq 600); do
+  local hb until_s=$(($(date +%s) + 300))
+  while [ "$(date +%s)" -lt $until_s ]; do
     hb=$(python3 -c "import json,sys; h=json.load(open(sys.argv[1])); print(h['pid'], h['phase'])" "$1/heartbeat.json" 2> /dev/null)
     [ "${hb#* }" = training ] && ! grep -qw "${hb%% *}" <<< "$2" && return 0
     sleep 0.2
@@ -415,11 +416,17 @@ sys.exit(not (b['slurm_job_id'] == sys.argv[2] and b['state'] == 'RUNNING' and b
   t_kill=$(date +%s)
   for _ in $(seq 450); do [ "$(field "$id" attempt)" = 2 ] && break; sleep 0.2; done
   [ "$(field "$id" attempt)" = 2 ] || { bad "$name: attempt 1 never ended: $(history "$id")"; return; }
-  # The node comes back with attempt 1's rank on it (frozen): its slurmd ends it.
+  # The node comes back with attempt 1's rank on it (frozen): its slurmd ends it once a registration of
+  # the node lists the rank's step. The first one, at its start, does not always: the next comes when
+  # slurmctld asks for it, every 20 pings (seen 150 to 300 s later). After 15 s a reconfigure stands in for
+  # that request, which the fence, waiting on the rank's locks, cannot tell from it.
   slurm_start_node "$tmp/slurm" "$victim"
+  local t_back=$(date +%s) asked=""
+  while [ $(($(date +%s) - t_back)) -lt 15 ] && [ -n "$(job_procs "$sid")" ]; do sleep 0.5; done
+  if [ -n "$(job_procs "$sid")" ]; then scontrol reconfigure > /dev/null 2>&1; asked=", after a reconfigure"; fi
   wait_retry_trains "$run" "$pids" || bad "$name: the retry did not train: $(history "$id")"
   left=$(job_procs "$sid")
-  [ -z "$left" ] && ok "$name: rank $rank's node $victim lost $when the first checkpoint: no process of attempt 1 (Slurm job $sid) alive once the retry trains" ||
+  [ -z "$left" ] && ok "$name: rank $rank's node $victim lost $when the first checkpoint: no process of attempt 1 (Slurm job $sid) alive once the retry trains$asked" ||
     bad "$name: processes of attempt 1 alive while the retry trains: $(ps -o pid,stat,args -p "$(echo $left | tr ' ' ,)")"
   job wait "$id" > /dev/null
   rest=$(cat "$state/jobs/$id/nodes_2" 2> /dev/null)

@@ -6,6 +6,8 @@
  *     ended it in;
  *   - a batch attempt lost while Slurm requeued its job: lost only once its cancel has ended it, its kept
  *     state CANCELLED, not the PENDING of the moment; a scancel Slurm does not take is asked again;
+ *   - a rank killed by a signal: the blame on the node where srun saw it first, read from the log the
+ *     batch script names;
  *   - the fence: a Slurm that does not answer, or does not take the cancel, is asked again on the next
  *     call, and fails the job with the cause only after a bounded time; "already completing" and
  *     "Invalid job id" are answers, not errors; a kill of a job Slurm has ended is no error. */
@@ -147,7 +149,7 @@ static void test_warm_lost_node(anvil_backend *b) {
 static void test_batch_lost_final_state(anvil_backend *b) {
     anvil_attempt_ref a = {.job_id = 2, .attempt = 1, .handle = "6"};
     char script[600];
-    snprintf(script, sizeof script, "#!/bin/bash\n#SBATCH --output=%s\n", in("run2.log", ""));
+    snprintf(script, sizeof script, "#!/bin/bash\n# output=%s\n", in("run2.log", ""));
     put(in("state/jobs/2/slurm_1.sh", ""), script);
     put(in("run2.log", ""), "anvil: job 2 attempt 1: Slurm job 6 on n[1-2]\n");
     put(in("state/jobs/2/exit_1", ""), "0\n");
@@ -168,6 +170,30 @@ static void test_batch_lost_final_state(anvil_backend *b) {
     const cJSON *step_exit = cJSON_GetObjectItemCaseSensitive(o, "step_exit");
     CHECK(cJSON_IsNumber(step_exit) && step_exit->valueint == 0);
     cJSON_Delete(o);
+}
+
+/* A batch attempt (job 3, Slurm job 7) one of whose ranks was SIGKILLed on n2, after which srun ended the
+ * other (here by a broken pipe): the exit is srun's, the blame the first rank's node, read from the log
+ * that the batch script's "# output=" line names (sbatch's --output is on its command line). */
+static void test_killed_rank(anvil_backend *b) {
+    anvil_attempt_ref a = {.job_id = 3, .attempt = 1, .handle = "7"};
+    char script[600];
+    snprintf(script, sizeof script, "#!/bin/bash\n# --chdir and --output: on sbatch's command line\n# output=%s\n",
+             in("run3.log", ""));
+    put(in("state/jobs/3/slurm_1.sh", ""), script);
+    put(in("run3.log", ""), "anvil: job 3 attempt 1: Slurm job 7 on n[1-2]\n"
+                            "srun: error: n2: task 1: Killed\n"
+                            "srun: launch/slurm: _step_signal: Terminating StepId=7.1\n"
+                            "srun: error: n1: task 0: Broken pipe\n");
+    put(in("state/jobs/3/nodes_1", ""), "n[1-2]\n");
+    put(in("state/jobs/3/exit_1", ""), "141\n");
+    put(in("fake/job_7", ""), "JobId=7 JobState=FAILED Reason=NonZeroExitCode Restarts=0 NodeList=n[1-2]\n");
+    int code = -7;
+    CHECK(b->ops->poll(b, &a, &code) == ANVIL_ATTEMPT_EXITED && code == 141);
+    char line[700];
+    b->ops->failure_line(b, &a, line, sizeof line);
+    CHECK(strstr(line, "first on n2: task 1 of attempt 1 (Slurm job 7) was ended by a signal there: Killed") == line);
+    CHECK(has(in("state/jobs/3/excluded", ""), "n2\t1\t") && !has(in("state/jobs/3/excluded", ""), "n1\t"));
 }
 
 /* Sets the time of the attempt's file back by seconds. */
@@ -226,6 +252,7 @@ int main(void) {
     if (b) {
         test_warm_lost_node(b);
         test_batch_lost_final_state(b);
+        test_killed_rank(b);
         test_fence(b);
         test_kill_ended(b);
         b->ops->free(b);

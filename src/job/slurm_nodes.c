@@ -99,19 +99,19 @@ static int exclude_node(const slurm_backend *sb, const anvil_attempt_ref *a, con
     return rc;
 }
 
-/* Where the attempt's output went, the run's launcher.log, as its script names it: a batch script's
- * --output, a warm one's "# output=" line. 0 with path, or -1 when unknown. */
+/* Where the attempt's output went, the run's launcher.log, as its script names it (a batch or a warm
+ * script's "# output=" line). 0 with path, or -1 when unknown. */
 static int attempt_log(const slurm_backend *sb, const anvil_attempt_ref *a, char *path, size_t cap) {
-    static const char *const kinds[][2] = {{"slurm", "\n#SBATCH --output="}, {"warm", "\n# output="}};
+    static const char *const kinds[] = {"slurm", "warm"};
+    static const char key[] = "\n# output=";
     char file[PATH_MAX + 32], *script = NULL;
-    size_t len, k = 0;
-    for (; k < sizeof kinds / sizeof *kinds && !script; k++) {
-        anvil_slurm_attempt_file(sb, a, kinds[k][0], file, sizeof file);
+    size_t len;
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds && !script; k++) {
+        anvil_slurm_attempt_file(sb, a, kinds[k], file, sizeof file);
         strcat(file, ".sh");
         if (anvil_read_file_max(file, 1 << 20, &script, &len)) script = NULL;
     }
     if (!script) return -1;
-    const char *key = kinds[k - 1][1];
     char *p = strstr(script, key);
     int rc = -1;
     if (p) {

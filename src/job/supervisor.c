@@ -513,7 +513,12 @@ static void attempt_cause(anvil_supervisor *sup, const anvil_job *j, int code, c
                            "outside), after a checkpoint");
     else snprintf(why, cap, "exit %d", code);
     if (line[0]) snprintf(why + strlen(why), cap - strlen(why), ": %s", line);
-    if (j->stop == ANVIL_STOP_HANG)
+    /* A lost node stops the heartbeat too, and the hang timeout may fire before Slurm declares the node
+     * down: the loss is the cause, and what the node's exclusion follows. */
+    if (j->stop == ANVIL_STOP_HANG && code < 0)
+        snprintf(why + strlen(why), cap - strlen(why), " (the hang timeout had fired first: no heartbeat in %s/heartbeat.json)",
+                 j->run_dir);
+    else if (j->stop == ANVIL_STOP_HANG)
         snprintf(why, cap, "HangDetected: no heartbeat in %s/heartbeat.json within the hang timeout", j->run_dir);
 }
 
