@@ -9,7 +9,13 @@ Run it with /usr/bin/python3 (the interpreter that has torch). Per-step times
 go to stderr; the last stdout line is one JSON object.
 
 Choices that matter for a fair comparison:
-- float32 everywhere (checked at start up).
+- float32 everywhere (checked at start up). --bf16, the peer of anvil's
+  --dtype bf16, runs the forward pass under torch.autocast("cpu",
+  dtype=torch.bfloat16): the parameters, gradients and AdamW stay float32,
+  the linear layers and attention matmuls run in bf16 (in torch 1.13 the
+  elementwise ops after them then take bf16 too; the loss is float32), and
+  the backward follows the forward's dtypes. Without it no autocast context
+  is entered.
 - Attention is the explicit matmul/masked_fill/softmax/matmul form. torch 1.13
   has no public scaled_dot_product_attention; its private
   F._scaled_dot_product_attention decomposes into the same bmm ops on the CPU
@@ -32,6 +38,7 @@ Choices that matter for a fair comparison:
   once; that is why torch is imported inside main() after parsing arguments.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -57,6 +64,8 @@ def parse_args(argv):
                    help="glibc malloc tuning (see module docstring)")
     p.add_argument("--foreach", choices=("on", "off"), default="on",
                    help="AdamW multi-tensor (foreach) implementation")
+    p.add_argument("--bf16", action="store_true",
+                   help="run the forward pass under CPU bf16 autocast (see module docstring)")
     a = p.parse_args(argv)
     if a.embd % a.heads != 0:
         p.error("--embd must be divisible by --heads")
@@ -210,11 +219,14 @@ def main(argv):
         lr=6e-4, betas=(0.9, 0.95), eps=1e-8, foreach=(cfg.foreach == "on"))
 
     gen = torch.Generator().manual_seed(cfg.seed)
+    # Without --bf16 no autocast context is entered at all: the default run is plain float32.
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.bf16 else contextlib.nullcontext
 
     def step():
         data = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=gen)
         x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-        loss = model(x, y)
+        with autocast():
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -266,6 +278,7 @@ def main(argv):
         "blas_threads": blas_threads,
         "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE"),
         "adamw_foreach": cfg.foreach == "on",
+        "autocast": "bf16" if cfg.bf16 else None,
         "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
     }
     print(json.dumps(out), flush=True)

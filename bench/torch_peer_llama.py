@@ -11,13 +11,15 @@ RSS compare side by side on one machine.
 
 Run it with /usr/bin/python3 (the interpreter that has torch). Per-step times
 go to stderr; the last stdout line is one JSON object. The choices torch_peer.py
-makes for GPT-2 hold here too (float32 throughout; torch 1.13's attention is
-the explicit matmul form on the CPU; the vocabulary padded to a multiple of 64
-and the loss over the padded logits; glibc's hugetlb malloc tunable, set by
-re-executing; OMP_NUM_THREADS set before torch loads and OpenBLAS's own pool
-sized to the same thread count).
+makes for GPT-2 hold here too (float32 throughout, or with --bf16 the forward
+pass under torch.autocast("cpu", dtype=torch.bfloat16) over float32 parameters
+and optimizer state; torch 1.13's attention is the explicit matmul form on the
+CPU; the vocabulary padded to a multiple of 64 and the loss over the padded
+logits; glibc's hugetlb malloc tunable, set by re-executing; OMP_NUM_THREADS
+set before torch loads and OpenBLAS's own pool sized to the same thread count).
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -46,6 +48,7 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--malloc", choices=("hugetlb", "default"), default="hugetlb")
+    p.add_argument("--bf16", action="store_true", help="run the forward pass under CPU bf16 autocast")
     a = p.parse_args(argv)
     if a.embd % a.heads or a.heads % a.kv_heads or (a.embd // a.heads) % 2:
         p.error("--embd must split into --heads of an even size, --heads into --kv-heads groups")
@@ -181,10 +184,13 @@ def main(argv):
          {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
         lr=6e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     gen = torch.Generator().manual_seed(cfg.seed)
+    # Without --bf16 no autocast context is entered at all: the default run is plain float32.
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.bf16 else contextlib.nullcontext
 
     def step():
         data = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=gen)
-        loss = model(data[:, :-1].contiguous(), data[:, 1:].contiguous())
+        with autocast():
+            loss = model(data[:, :-1].contiguous(), data[:, 1:].contiguous())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -215,7 +221,7 @@ def main(argv):
         "tokens_per_s_median": round(cfg.batch * cfg.seq / (med / 1e3), 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
         "final_loss": round(loss, 4), "blas": blas_path, "blas_core": blas_core,
-        "glibc_tunables": os.environ.get("GLIBC_TUNABLES")}), flush=True)
+        "autocast": "bf16" if cfg.bf16 else None, "glibc_tunables": os.environ.get("GLIBC_TUNABLES")}), flush=True)
 
 
 if __name__ == "__main__":
