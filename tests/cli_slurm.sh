@@ -368,10 +368,12 @@ wait_idle() {
   done
   return 1
 }
-# Waits (up to 300 s) until the retry of the run in $1 trains: a heartbeat in training from a process not in $2.
+# Waits (up to 300 s) until the retry of the run in $1 trains: a heartbeat in training from a process not in $2,
+# or the retry's completion record (a short retry may have finished already; each attempt starts without one).
 wait_retry_trains() {
   local hb until_s=$(($(date +%s) + 300))
   while [ "$(date +%s)" -lt $until_s ]; do
+    grep -qs '"attempt": *"[0-9]*\.2"' "$1/completion.json" && return 0
     hb=$(python3 -c "import json,sys; h=json.load(open(sys.argv[1])); print(h['pid'], h['phase'])" "$1/heartbeat.json" 2> /dev/null)
     [ "${hb#* }" = training ] && ! grep -qw "${hb%% *}" <<< "$2" && return 0
     sleep 0.2
@@ -424,7 +426,8 @@ sys.exit(not (b['slurm_job_id'] == sys.argv[2] and b['state'] == 'RUNNING' and b
   local t_back=$(date +%s) asked=""
   while [ $(($(date +%s) - t_back)) -lt 15 ] && [ -n "$(job_procs "$sid")" ]; do sleep 0.5; done
   if [ -n "$(job_procs "$sid")" ]; then scontrol reconfigure > /dev/null 2>&1; asked=", after a reconfigure"; fi
-  wait_retry_trains "$run" "$pids" || bad "$name: the retry did not train: $(history "$id")"
+  wait_retry_trains "$run" "$pids" || bad "$name: the retry did not train: $(history "$id"; squeue -a -o '%i %T %N %r'
+    sinfo -N -o '%N %T %E')"
   left=$(job_procs "$sid")
   [ -z "$left" ] && ok "$name: rank $rank's node $victim lost $when the first checkpoint: no process of attempt 1 (Slurm job $sid) alive once the retry trains$asked" ||
     bad "$name: processes of attempt 1 alive while the retry trains: $(ps -o pid,stat,args -p "$(echo $left | tr ' ' ,)")"
