@@ -39,7 +39,8 @@ static const char *usage =
     "waits for the job to end and prints its goodput (anvil job goodput). Admins only; run it on the\n"
     "daemon's machine (the daemon and the run folder's disk are struck from here).\n"
     "\n"
-    "  --schedule TEXT  events 'WHEN KIND[:TARGET]', comma-separated: WHEN is 30s, 2m or step:N;\n"
+    "  --schedule TEXT  events 'WHEN KIND[:TARGET]', comma-separated: WHEN is 30s, 2m or step:N (a\n"
+    "                   step the attempt then running trained: one resumed past N, its first);\n"
     "                   KIND kill-rank, stop-rank (SIGKILL, SIGSTOP of a rank), kill-attempt,\n"
     "                   host-lost (every rank of a host), disk-full (the run folder's file system\n"
     "                   filled when the next checkpoint is written, until the attempt ends),\n"
@@ -344,7 +345,7 @@ static int disk_full(chaos *c) {
 /* ---- the schedule ---- */
 
 /* Follows the run's metrics.jsonl as it grows: which attempt of this job trains (its "start" record)
- * and the last step it has trained. */
+ * and the last step it has trained (its train records). */
 typedef struct {
     off_t offset; /* read up to here: whole lines only */
     int attempt;  /* of the last start record, 0 when it is another job's or none yet */
@@ -370,7 +371,9 @@ static void follow(const chaos *c, follower *f) {
             const char *kind = client_str(o, "kind");
             if (!strcmp(kind, "start")) {
                 f->attempt = client_num(o, "job") == (double)c->id ? (int)client_num(o, "attempt") : 0;
-                f->step = f->attempt ? (int64_t)client_num(o, "step") : -1;
+                /* The step it resumed from is not trained: an event past it strikes at its first step, in
+                 * training, not while it loads (whose hang timeout is minutes). */
+                f->step = -1;
             } else if (!strcmp(kind, "train") && f->attempt) {
                 f->step = (int64_t)client_num(o, "step");
             }
