@@ -503,6 +503,7 @@ static void attempt_cause(anvil_supervisor *sup, const anvil_job *j, int code, c
     line[0] = 0;
     anvil_backend *b = backend_of(sup, j);
     if (b->ops->failure_line) b->ops->failure_line(b, &a, line, sizeof line);
+    bool backend_knew = line[0] != 0;
     if (!line[0]) last_error_line(j, line, sizeof line);
     if (code < 0) snprintf(why, cap, "lost: no exit status of it counts (it ended while the daemon was down, was "
                                      "killed, or its backend saw a node fail)");
@@ -514,8 +515,9 @@ static void attempt_cause(anvil_supervisor *sup, const anvil_job *j, int code, c
     else snprintf(why, cap, "exit %d", code);
     if (line[0]) snprintf(why + strlen(why), cap - strlen(why), ": %s", line);
     /* A lost node stops the heartbeat too, and the hang timeout may fire before Slurm declares the node
-     * down: the loss is the cause, and what the node's exclusion follows. */
-    if (j->stop == ANVIL_STOP_HANG && code < 0)
+     * down: the loss the backend found is the cause, and what the node's exclusion follows. (A hang's own
+     * kill leaves an attempt without an exit status too, which is no loss of the backend's finding.) */
+    if (j->stop == ANVIL_STOP_HANG && code < 0 && backend_knew)
         snprintf(why + strlen(why), cap - strlen(why), " (the hang timeout had fired first: no heartbeat in %s/heartbeat.json)",
                  j->run_dir);
     else if (j->stop == ANVIL_STOP_HANG)
