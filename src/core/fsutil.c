@@ -345,22 +345,10 @@ int anvil_lock_shared(const char *dir) {
     return fd;
 }
 
-int anvil_lock_probe_shared(const char *dir) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/ranks.lock", dir);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? 0 : anvil_fail("%s: cannot open: %s", path, strerror(errno));
-    int rc = 0;
-    if (!flock(fd, LOCK_EX | LOCK_NB)) flock(fd, LOCK_UN);
-    else rc = errno == EWOULDBLOCK ? 1 : anvil_fail("%s: cannot lock: %s", path, strerror(errno));
-    close(fd);
-    return rc;
-}
-
-int anvil_lock_probe(const char *dir, char *holder, size_t cap) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/lock", dir);
-    holder[0] = 0;
+/* Whether the lock file at path is held: an exclusive lock taken for a moment, never kept. With holder,
+ * what its holder wrote in it (its pid and host). 0 free (or no file), 1 held, -1 after anvil_fail. */
+static int probe_lock(const char *path, char *holder, size_t cap) {
+    if (holder) holder[0] = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return errno == ENOENT ? 0 : anvil_fail("%s: cannot open: %s", path, strerror(errno));
     int rc = 0;
@@ -369,12 +357,26 @@ int anvil_lock_probe(const char *dir, char *holder, size_t cap) {
     } else if (errno != EWOULDBLOCK) {
         rc = anvil_fail("%s: cannot lock: %s", path, strerror(errno));
     } else {
-        ssize_t n = pread(fd, holder, cap - 1, 0);
-        holder[n > 0 ? n : 0] = 0;
-        holder[strcspn(holder, "\n")] = 0;
-        if (!holder[0]) snprintf(holder, cap, "a process whose pid is not recorded yet");
         rc = 1;
+        if (holder) {
+            ssize_t n = pread(fd, holder, cap - 1, 0);
+            holder[n > 0 ? n : 0] = 0;
+            holder[strcspn(holder, "\n")] = 0;
+            if (!holder[0]) snprintf(holder, cap, "a process whose pid is not recorded yet");
+        }
     }
     close(fd);
     return rc;
+}
+
+int anvil_lock_probe_shared(const char *dir) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/ranks.lock", dir);
+    return probe_lock(path, NULL, 0);
+}
+
+int anvil_lock_probe(const char *dir, char *holder, size_t cap) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/lock", dir);
+    return probe_lock(path, holder, cap);
 }
