@@ -134,8 +134,8 @@ static char *batch_script(const slurm_backend *sb, const anvil_attempt_spec *a) 
      * newline, and 22.05 honours no escape of a blank): the run folder goes on sbatch's command line. */
     anvil_strbuf_puts(&t, "# --chdir and --output (the run folder, and logs/launcher.log in it): on sbatch's command "
                           "line\n");
-    /* Where the backend reads the attempt's srun lines (anvil_slurm_scan_log); a path holds no newline. */
-    anvil_strbuf_printf(&t, "# output=%s/logs/launcher.log\n", a->run_dir);
+    /* Where the backend reads the attempt's srun lines; a path holds no newline. */
+    anvil_slurm_put_output_line(&t, a->run_dir);
     put_exclude(&t, sb, a);
     /* The first line of the attempt in the log (anvil_slurm_scan_log reads from it on). */
     anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n",

@@ -100,6 +100,9 @@ typedef struct {
     char failed_why[700];                    /* srun's line on the first of them */
 } anvil_slurm_log_facts;
 void anvil_slurm_scan_log(const slurm_backend *sb, const anvil_attempt_ref *a, anvil_slurm_log_facts *f);
+/* The script's comment line naming where its output goes (run_dir/logs/launcher.log), which
+ * anvil_slurm_scan_log reads: every batch and warm script has one. */
+void anvil_slurm_put_output_line(anvil_strbuf *t, const char *run_dir);
 /* The nodes that failed the attempt's pre-flight check, marked bad: how many, or -1 after anvil_fail. */
 int anvil_slurm_exclude_unhealthy(const slurm_backend *sb, const anvil_attempt_ref *a);
 /* The bad nodes of an attempt that failed or was lost, marked: the node of its first rank killed by a

@@ -99,11 +99,16 @@ static int exclude_node(const slurm_backend *sb, const anvil_attempt_ref *a, con
     return rc;
 }
 
-/* Where the attempt's output went, the run's launcher.log, as its script names it (a batch or a warm
- * script's "# output=" line). 0 with path, or -1 when unknown. */
+static const char output_key[] = "\n# output=";
+
+void anvil_slurm_put_output_line(anvil_strbuf *t, const char *run_dir) {
+    anvil_strbuf_printf(t, "%s%s/logs/launcher.log\n", output_key + 1, run_dir);
+}
+
+/* Where the attempt's output went, the run's launcher.log, as its script names it (its output line).
+ * 0 with path, or -1 when unknown. */
 static int attempt_log(const slurm_backend *sb, const anvil_attempt_ref *a, char *path, size_t cap) {
     static const char *const kinds[] = {"slurm", "warm"};
-    static const char key[] = "\n# output=";
     char file[PATH_MAX + 32], *script = NULL;
     size_t len;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds && !script; k++) {
@@ -112,10 +117,10 @@ static int attempt_log(const slurm_backend *sb, const anvil_attempt_ref *a, char
         if (anvil_read_file_max(file, 1 << 20, &script, &len)) script = NULL;
     }
     if (!script) return -1;
-    char *p = strstr(script, key);
+    char *p = strstr(script, output_key);
     int rc = -1;
     if (p) {
-        p += strlen(key);
+        p += strlen(output_key);
         size_t n = strcspn(p, "\n");
         if (n < cap) {
             memcpy(path, p, n);

@@ -148,7 +148,7 @@ static char *warm_script(const slurm_backend *sb, const anvil_attempt_spec *a, c
     anvil_strbuf_printf(&t, "#!/bin/bash\n# anvil job %lld, attempt %d, in the warm pool of Slurm job %s.\n",
                         (long long)a->ref.job_id, a->ref.attempt, holder);
     /* Where its output goes (start_warm), for the log's word on how the step ended (anvil_slurm_scan_log). */
-    anvil_strbuf_printf(&t, "# output=%s/logs/launcher.log\n", a->run_dir);
+    anvil_slurm_put_output_line(&t, a->run_dir);
     anvil_strbuf_printf(&t, "echo \"anvil: job %lld attempt %d: Slurm job %s on %s (warm pool)\"\n",
                         (long long)a->ref.job_id, a->ref.attempt, holder, nodes);
     /* The holder's node list, for exclude_down_nodes after a failure. */
