@@ -74,6 +74,14 @@ static int each_record(const char *path, int (*fn)(void *ctx, const record *r), 
     return rc;
 }
 
+/* A step as the walk saw it: when it ended, its time less its evaluation's, whether it checkpointed,
+ * of which attempt (index): what a fault's stall is measured on. */
+typedef struct {
+    double t, len;
+    int attempt;
+    bool ckpt;
+} step_rec;
+
 /* The walk over the job's timeline. */
 typedef struct {
     const anvil_goodput_input *in;
@@ -85,8 +93,10 @@ typedef struct {
     int64_t *start_step; /* per attempt: the step its start record names; -1: none */
     double *start_t;
     int64_t ckpt_step;  /* the newest checkpoint of the job seen so far (first pass) */
-    int spans_cap, loss_cap;
-    bool spans_lost, loss_lost;
+    bool *clean_end;    /* per attempt: it wrote its end record */
+    step_rec *steps;
+    int nsteps, spans_cap, loss_cap, steps_cap;
+    bool spans_lost, loss_lost, steps_lost;
 } walk;
 
 /* Appends [t0, t0 + s) of part p to the timeline, merged into the stretch before when that one is of
@@ -177,6 +187,7 @@ static const anvil_job_fault *fault_in(const walk *w, int i) {
 static void close_attempt(walk *w, int i) {
     double e = ended(w, i);
     bool running = w->in->attempts[i].ended_at == 0;
+    w->clean_end[i] = w->clean;
     const anvil_job_fault *f = !w->clean ? fault_in(w, i) : NULL;
     if (w->start_step[i] < 0) {
         /* It never trained: its start up to the fault that ended it, if one did. */
@@ -247,6 +258,23 @@ static void loss_point(walk *w, double t, double loss) {
     g->loss[2 * g->nloss++ + 1] = loss;
 }
 
+/* Keeps a step for the stalls; steps out of memory are dropped (the stalls then read 0). */
+static void note_step(walk *w, const record *r, double interval) {
+    if (w->steps_lost) return;
+    if (w->nsteps == w->steps_cap) {
+        int cap = w->steps_cap ? 2 * w->steps_cap : 256;
+        step_rec *grown = realloc(w->steps, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            w->steps_lost = true;
+            w->nsteps = 0;
+            return;
+        }
+        w->steps = grown;
+        w->steps_cap = cap;
+    }
+    w->steps[w->nsteps++] = (step_rec){r->t, interval > r->eval_s ? interval - r->eval_s : 0, w->cur, r->ckpt_s > 0};
+}
+
 /* Second pass: each record of this job's attempts, in order. */
 static int walk_record(void *ctx, const record *r) {
     walk *w = ctx;
@@ -262,7 +290,9 @@ static int walk_record(void *ctx, const record *r) {
     if (w->cur < 0 || w->clean) return 0;
     anvil_gp_attempt *ga = &w->g->attempts[w->cur];
     if (r->kind == REC_TRAIN) {
+        double from = w->cursor;
         split(w, r, r->ckpt_s, r->step <= ga->kept_through ? ANVIL_GP_PRODUCTIVE : ANVIL_GP_RECOMPUTED);
+        note_step(w, r, w->cursor - from);
         loss_point(w, r->t, r->loss);
         if (r->step > ga->last_step) ga->last_step = r->step;
     } else if (r->kind == REC_END) {
@@ -272,8 +302,45 @@ static int walk_record(void *ctx, const record *r) {
     return 0;
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median length of attempt i's steps with (ckpt) or without a checkpoint; HUGE_VAL when there is
+ * none, or no memory to find it (then no step counts as slow). */
+static double usual_step(const walk *w, int i, bool ckpt) {
+    double *v = malloc(sizeof *v * (size_t)(w->nsteps ? w->nsteps : 1)), median = HUGE_VAL;
+    int n = 0;
+    for (int s = 0; v && s < w->nsteps; s++)
+        if (w->steps[s].attempt == i && w->steps[s].ckpt == ckpt) v[n++] = w->steps[s].len;
+    if (n) {
+        qsort(v, (size_t)n, sizeof *v, by_value);
+        median = v[n / 2];
+    }
+    free(v);
+    return median;
+}
+
+/* Fault k's stall in attempt i: what the steps after it took beyond the usual step of their sort
+ * (checkpointing or not), up to the first back at pace or the next fault. A step within half again
+ * of the usual one counts as at pace: steps vary that much without a fault on a shared machine. */
+static double stall_after(const walk *w, int k, int i) {
+    const anvil_job_fault *f = &w->in->faults[k];
+    double until = HUGE_VAL, usual[2] = {usual_step(w, i, false), usual_step(w, i, true)}, stall = 0;
+    for (int m = 0; m < w->in->nfaults; m++)
+        if (w->in->faults[m].at > f->at && w->in->faults[m].at < until) until = w->in->faults[m].at;
+    for (int s = 0; s < w->nsteps; s++) {
+        const step_rec *st = &w->steps[s];
+        if (st->attempt != i || st->t <= f->at) continue;
+        if (st->t - st->len >= until || st->len <= 1.5 * usual[st->ckpt]) break;
+        stall += st->len - usual[st->ckpt];
+    }
+    return stall;
+}
+
 /* What each fault cost: for the fault that ended its attempt, the attempt's detection and recomputed
- * time and the restart of the attempt after it. */
+ * time and the restart of the attempt after it; for one the attempt went on through, its stall. */
 static void cost_faults(walk *w) {
     anvil_goodput *g = w->g;
     for (int k = 0; k < w->in->nfaults; k++) {
@@ -284,11 +351,16 @@ static void cost_faults(walk *w) {
         snprintf(o->kind, sizeof o->kind, "%s", f->kind);
         snprintf(o->target, sizeof o->target, "%s", f->target);
         int i = index_of(w->in, f->attempt);
-        if (i < 0 || !w->in->attempts[i].ended_at) continue;
-        /* The last fault of an attempt is what ended it (an earlier one, a daemon restart say, did not). */
+        if (i < 0) continue;
+        /* The last fault of an attempt that broke off (no end record) is what ended it; an earlier one, a
+         * daemon restart say, or any in an attempt that ended cleanly, did not. */
         bool last = true;
         for (int m = k + 1; m < w->in->nfaults; m++) last = last && w->in->faults[m].attempt != f->attempt;
-        if (!last || g->attempts[i].parts.s[ANVIL_GP_DETECTION] == 0) continue;
+        if (!w->in->attempts[i].ended_at || !last || w->clean_end[i] ||
+            g->attempts[i].parts.s[ANVIL_GP_DETECTION] == 0) {
+            o->stall = stall_after(w, k, i);
+            continue;
+        }
         o->detection = g->attempts[i].parts.s[ANVIL_GP_DETECTION];
         o->recomputed = g->attempts[i].parts.s[ANVIL_GP_RECOMPUTED];
         if (i + 1 < w->in->nattempts) o->restart = g->attempts[i + 1].parts.s[ANVIL_GP_RESTART];
@@ -303,7 +375,9 @@ int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g) {
     g->faults = calloc(nf, sizeof *g->faults);
     w.start_step = malloc(na * sizeof *w.start_step);
     w.start_t = calloc(na, sizeof *w.start_t);
-    int rc = g->attempts && g->faults && w.start_step && w.start_t ? 0 : anvil_fail("goodput: out of memory");
+    w.clean_end = calloc(na, sizeof *w.clean_end);
+    int rc = g->attempts && g->faults && w.start_step && w.start_t && w.clean_end ? 0
+                                                                                  : anvil_fail("goodput: out of memory");
     if (!rc) {
         g->nattempts = in->nattempts;
         g->nfaults = in->nfaults;
@@ -327,6 +401,8 @@ int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g) {
     }
     free(w.start_step);
     free(w.start_t);
+    free(w.clean_end);
+    free(w.steps);
     if (rc) anvil_goodput_free(g);
     return rc;
 }
@@ -409,8 +485,8 @@ static cJSON *fault_json(const anvil_gp_fault *f) {
         cJSON_AddStringToObject(o, "kind", f->kind) && cJSON_AddStringToObject(o, "target", f->target) &&
         cJSON_AddNumberToObject(o, "detection_s", f->detection) &&
         cJSON_AddNumberToObject(o, "recomputed_s", f->recomputed) &&
-        cJSON_AddNumberToObject(o, "restart_s", f->restart) &&
-        cJSON_AddNumberToObject(o, "lost_s", f->detection + f->recomputed + f->restart))
+        cJSON_AddNumberToObject(o, "restart_s", f->restart) && cJSON_AddNumberToObject(o, "stall_s", f->stall) &&
+        cJSON_AddNumberToObject(o, "lost_s", f->detection + f->recomputed + f->restart + f->stall))
         return o;
     cJSON_Delete(o);
     return NULL;
