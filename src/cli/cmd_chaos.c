@@ -361,9 +361,12 @@ static cJSON *proxy_ctl(const chaos *c, const char *what) {
     long code = 0;
     client_buffer b = {0};
     cJSON *o = NULL;
-    if (!client_get_url(url, &code, &b)) {
-        o = code == 200 ? anvil_json_parse_str(b.data) : NULL;
-        if (!o) anvil_fail("--s3-proxy: %s answered HTTP %ld, not a fault proxy's JSON", url, code);
+    if (client_get_url(url, &code, &b)) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        anvil_fail("--s3-proxy: %s", why);
+    } else if (!(o = code == 200 ? anvil_json_parse_str(b.data) : NULL)) {
+        anvil_fail("--s3-proxy: %s answered HTTP %ld, not a fault proxy's JSON", url, code);
     }
     free(b.data);
     return o;
@@ -409,7 +412,9 @@ static int proxy_left(const chaos *c, double id) {
 }
 
 static int s3_fault(chaos *c, anvil_fault_kind kind, int count) {
-    char what[64], status[32], types[160], detail[320];
+    /* The detail stays under the 400 bytes the daemon takes (the types cut at 100); the room past that
+     * is the compiler's worst case of the duration. */
+    char what[64], status[32], types[160], detail[720];
     int attempt = 0, now;
     snprintf(what, sizeof what, "fault?kind=%s&n=%d", kind == ANVIL_FAULT_S3_503 ? "503" : "reset", count);
     double at = anvil_epoch_now(), t0 = anvil_now();
@@ -431,10 +436,10 @@ static int s3_fault(chaos *c, anvil_fault_kind kind, int count) {
     by_type(o, types, sizeof types);
     int struck = count - (int)client_num(o, "n");
     cJSON_Delete(o);
-    snprintf(detail, sizeof detail, "%s %d of %d S3 requests through %.80s%s%s%s over %.1f s%s",
+    snprintf(detail, sizeof detail, "%s %d of %d S3 requests through %.80s%s%.100s%s over %.1f s%s",
              kind == ANVIL_FAULT_S3_503 ? "503 SlowDown answered to" : "connection reset halfway through", struck,
              count, c->s3_proxy, struck ? " (" : "", types, struck ? ")" : "", anvil_now() - t0,
-             struck < count ? ", the rest dropped when the attempt ended" : "");
+             struck < count ? ", the rest dropped at the attempt's end" : "");
     say(kind, -1, at, detail);
     return record(c, kind, at, detail);
 }
@@ -497,9 +502,8 @@ static int await_event(chaos *c, follower *f, const anvil_chaos_event *e, double
     }
 }
 
-/* Whether the kind ends the attempt it strikes (the daemon's restart does not, nor does an S3 fault
- * that the job's retries absorb: one that they do not fails the attempt, but a step event after it
- * then waits for the retry's steps anyway, as they come after the fault). */
+/* Whether the kind ends the attempt it strikes: the daemon's restart does not, nor does an S3 fault
+ * as long as the job's retries absorb it. */
 static bool ends_attempt(anvil_fault_kind k) { return k != ANVIL_FAULT_DAEMON_KILL && !anvil_fault_kind_s3(k); }
 
 static int run_event(chaos *c, const anvil_chaos_event *e) {
@@ -614,6 +618,8 @@ int cmd_chaos(int argc, char **argv) {
     rc = schedule_of(n, argv, &i_job, &s, &c, &wait);
     if (!rc) rc = check_proxy(&c, &s);
     if (!rc) rc = open_job(&c, argv[i_job]);
+    /* Before the job is open, 1 is an error; after, also the job's end (1 from an event). */
+    bool opened = !rc;
     double t0 = anvil_now();
     follower f = {.step = -1};
     for (int i = 0; !rc && i < s.n; i++) {
@@ -622,8 +628,8 @@ int cmd_chaos(int argc, char **argv) {
         if (!rc) rc = run_event(&c, &s.ev[i]);
         if (rc == 1) break;
     }
-    if (rc <= 1 && wait) rc = finish(&c);
-    else if (rc == 1) rc = 0;
+    if (opened && rc <= 1 && wait) rc = finish(&c);
+    else if (opened && rc == 1) rc = 0;
     anvil_chaos_free(&s);
     free(c.s3_proxy);
     client_close(&c.cl);

@@ -93,11 +93,24 @@ typedef struct {
     int64_t *start_step; /* per attempt: the step its start record names; -1: none */
     double *start_t;
     int64_t ckpt_step;  /* the newest checkpoint of the job seen so far (first pass) */
-    bool *clean_end;    /* per attempt: it wrote its end record */
     step_rec *steps;
     int nsteps, spans_cap, loss_cap, steps_cap;
     bool spans_lost, loss_lost, steps_lost;
 } walk;
+
+/* arr, of n elements of size, with room for one more (its capacity doubled from first when full);
+ * arr itself, *lost set, when there is no memory for it. */
+static void *with_room(void *arr, int n, int *cap, int first, size_t size, bool *lost) {
+    if (n < *cap) return arr;
+    int grown_cap = *cap ? 2 * *cap : first;
+    void *grown = realloc(arr, size * (size_t)grown_cap);
+    if (!grown) {
+        *lost = true;
+        return arr;
+    }
+    *cap = grown_cap;
+    return grown;
+}
 
 /* Appends [t0, t0 + s) of part p to the timeline, merged into the stretch before when that one is of
  * the same part and attempt; a timeline out of memory is dropped (the sums do not need it). */
@@ -111,16 +124,8 @@ static void span(walk *w, anvil_gp_part p, double t0, double s, int attempt) {
         return;
     }
     if (w->spans_lost) return;
-    if (g->nspans == w->spans_cap) {
-        int cap = w->spans_cap ? 2 * w->spans_cap : 64;
-        anvil_gp_span *grown = realloc(g->spans, sizeof *grown * (size_t)cap);
-        if (!grown) {
-            w->spans_lost = true;
-            return;
-        }
-        g->spans = grown;
-        w->spans_cap = cap;
-    }
+    g->spans = with_room(g->spans, g->nspans, &w->spans_cap, 64, sizeof *g->spans, &w->spans_lost);
+    if (w->spans_lost) return;
     g->spans[g->nspans++] = (anvil_gp_span){a, a + s, number, p};
 }
 
@@ -187,7 +192,6 @@ static const anvil_job_fault *fault_in(const walk *w, int i) {
 static void close_attempt(walk *w, int i) {
     double e = ended(w, i);
     bool running = w->in->attempts[i].ended_at == 0;
-    w->clean_end[i] = w->clean;
     const anvil_job_fault *f = !w->clean ? fault_in(w, i) : NULL;
     if (w->start_step[i] < 0) {
         /* It never trained: its start up to the fault that ended it, if one did. */
@@ -244,16 +248,8 @@ static void split(walk *w, const record *r, double ckpt_s, anvil_gp_part p) {
 static void loss_point(walk *w, double t, double loss) {
     anvil_goodput *g = w->g;
     if (w->loss_lost || !isfinite(loss)) return;
-    if (g->nloss == w->loss_cap) {
-        int cap = w->loss_cap ? 2 * w->loss_cap : 256;
-        double *grown = realloc(g->loss, sizeof *grown * 2 * (size_t)cap);
-        if (!grown) {
-            w->loss_lost = true;
-            return;
-        }
-        g->loss = grown;
-        w->loss_cap = cap;
-    }
+    g->loss = with_room(g->loss, g->nloss, &w->loss_cap, 256, 2 * sizeof *g->loss, &w->loss_lost);
+    if (w->loss_lost) return;
     g->loss[2 * g->nloss] = t - w->in->submitted_at;
     g->loss[2 * g->nloss++ + 1] = loss;
 }
@@ -261,16 +257,10 @@ static void loss_point(walk *w, double t, double loss) {
 /* Keeps a step for the stalls; steps out of memory are dropped (the stalls then read 0). */
 static void note_step(walk *w, const record *r, double interval) {
     if (w->steps_lost) return;
-    if (w->nsteps == w->steps_cap) {
-        int cap = w->steps_cap ? 2 * w->steps_cap : 256;
-        step_rec *grown = realloc(w->steps, sizeof *grown * (size_t)cap);
-        if (!grown) {
-            w->steps_lost = true;
-            w->nsteps = 0;
-            return;
-        }
-        w->steps = grown;
-        w->steps_cap = cap;
+    w->steps = with_room(w->steps, w->nsteps, &w->steps_cap, 256, sizeof *w->steps, &w->steps_lost);
+    if (w->steps_lost) {
+        w->nsteps = 0;
+        return;
     }
     w->steps[w->nsteps++] = (step_rec){r->t, interval > r->eval_s ? interval - r->eval_s : 0, w->cur, r->ckpt_s > 0};
 }
@@ -352,12 +342,12 @@ static void cost_faults(walk *w) {
         snprintf(o->target, sizeof o->target, "%s", f->target);
         int i = index_of(w->in, f->attempt);
         if (i < 0) continue;
-        /* The last fault of an attempt that broke off (no end record) is what ended it; an earlier one, a
-         * daemon restart say, or any in an attempt that ended cleanly, did not. */
-        bool last = true;
+        /* The last fault of an attempt that failed (another came after it, or the job did not complete) is
+         * what ended it; an earlier one, a daemon restart say, or any in the attempt that completed the
+         * job, did not. */
+        bool last = true, failed = i + 1 < w->in->nattempts || !w->in->completed;
         for (int m = k + 1; m < w->in->nfaults; m++) last = last && w->in->faults[m].attempt != f->attempt;
-        if (!w->in->attempts[i].ended_at || !last || w->clean_end[i] ||
-            g->attempts[i].parts.s[ANVIL_GP_DETECTION] == 0) {
+        if (!w->in->attempts[i].ended_at || !last || !failed || g->attempts[i].parts.s[ANVIL_GP_DETECTION] == 0) {
             o->stall = stall_after(w, k, i);
             continue;
         }
@@ -375,9 +365,7 @@ int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g) {
     g->faults = calloc(nf, sizeof *g->faults);
     w.start_step = malloc(na * sizeof *w.start_step);
     w.start_t = calloc(na, sizeof *w.start_t);
-    w.clean_end = calloc(na, sizeof *w.clean_end);
-    int rc = g->attempts && g->faults && w.start_step && w.start_t && w.clean_end ? 0
-                                                                                  : anvil_fail("goodput: out of memory");
+    int rc = g->attempts && g->faults && w.start_step && w.start_t ? 0 : anvil_fail("goodput: out of memory");
     if (!rc) {
         g->nattempts = in->nattempts;
         g->nfaults = in->nfaults;
@@ -401,7 +389,6 @@ int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g) {
     }
     free(w.start_step);
     free(w.start_t);
-    free(w.clean_end);
     free(w.steps);
     if (rc) anvil_goodput_free(g);
     return rc;
