@@ -39,8 +39,7 @@ static bool read_request(anvil_api_call *c, const anvil_job *j, const anvil_job_
     f->kind = cJSON_IsString(kind) ? anvil_fault_kind_parse(kind->valuestring) : -1;
     int limit = f->kind == ANVIL_FAULT_HOST_LOST ? spec->hosts : spec->hosts * spec->procs_per_host;
     if (f->kind < 0) {
-        api_reply_error(c, 400, "fault: kind: one of kill-rank, stop-rank, kill-attempt, host-lost, disk-full, "
-                                "daemon-kill");
+        api_reply_error(c, 400, "fault: kind: one of %s", anvil_fault_kind_list());
     } else if (anvil_fault_kind_targeted(f->kind) != (target != NULL)) {
         api_reply_error(c, 400, "fault: target: %s for %s", target ? "not taken" : "required", kind->valuestring);
     } else if (target && (!cJSON_IsNumber(target) || target->valuedouble != floor(target->valuedouble) ||
