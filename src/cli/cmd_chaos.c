@@ -116,8 +116,12 @@ static void say(anvil_fault_kind kind, int target, double at, const char *detail
     fflush(stdout);
 }
 
+/* What the schedule's steps answer when the job ended before them: not an exit status, which an error
+ * in a step is. */
+#define JOB_ENDED (-2)
+
 /* A fault the daemon's backend carries out, tried until it strikes or the job ends: 0 when it struck,
- * 1 when the job ended first, else the exit status. */
+ * JOB_ENDED when the job ended first, else the exit status. */
 static int strike(chaos *c, anvil_fault_kind kind, int target) {
     char body[128], path[96];
     if (target >= 0) snprintf(body, sizeof body, "{\"kind\":\"%s\",\"target\":%d}", anvil_fault_kind_name(kind), target);
@@ -138,7 +142,7 @@ static int strike(chaos *c, anvil_fault_kind kind, int target) {
         if (rc >= 0) return rc;
         char status[32];
         if (job_state(c, status, sizeof status, NULL)) return ANVIL_EXIT_ERROR;
-        if (ended(status)) return 1;
+        if (ended(status)) return JOB_ENDED;
         anvil_sleep(0.2);
     }
 }
@@ -487,13 +491,13 @@ static void follow(const chaos *c, follower *f) {
 
 /* Waits for event e's moment (a time after t0, or a step that the job's current attempt has trained: a
  * step of an attempt before it does not count, however high, nor does the attempt the last fault ended),
- * or for the job's end (1). */
+ * or for the job's end (JOB_ENDED). */
 static int await_event(chaos *c, follower *f, const anvil_chaos_event *e, double t0) {
     for (;;) {
         char status[32];
         int attempt;
         if (job_state(c, status, sizeof status, &attempt)) return ANVIL_EXIT_ERROR;
-        if (ended(status)) return 1;
+        if (ended(status)) return JOB_ENDED;
         follow(c, f);
         if (e->at_s >= 0 ? anvil_now() - t0 >= e->at_s
                          : attempt > c->struck && f->attempt == attempt && f->step >= e->at_step)
@@ -618,18 +622,15 @@ int cmd_chaos(int argc, char **argv) {
     rc = schedule_of(n, argv, &i_job, &s, &c, &wait);
     if (!rc) rc = check_proxy(&c, &s);
     if (!rc) rc = open_job(&c, argv[i_job]);
-    /* Before the job is open, 1 is an error; after, also the job's end (1 from an event). */
-    bool opened = !rc;
     double t0 = anvil_now();
     follower f = {.step = -1};
     for (int i = 0; !rc && i < s.n; i++) {
         rc = await_event(&c, &f, &s.ev[i], t0);
-        if (rc == 1) printf("chaos: the job ended before event %d of %d\n", i + 1, s.n);
+        if (rc == JOB_ENDED) printf("chaos: the job ended before event %d of %d\n", i + 1, s.n);
         if (!rc) rc = run_event(&c, &s.ev[i]);
-        if (rc == 1) break;
     }
-    if (opened && rc <= 1 && wait) rc = finish(&c);
-    else if (opened && rc == 1) rc = 0;
+    if (rc == JOB_ENDED) rc = 0;
+    if (!rc && wait) rc = finish(&c);
     anvil_chaos_free(&s);
     free(c.s3_proxy);
     client_close(&c.cl);
