@@ -96,7 +96,7 @@ int api_job_fault(anvil_api_call *c, const anvil_job *j) {
         f.at = anvil_store_now();
         int rc = b->ops->inject(b, &a, f.kind, f.target, per_host, f.detail, sizeof f.detail);
         if (rc < 0) return api_internal_error(c, NULL);
-        if (rc) return api_reply_error(c, 409, "job %lld: %s", (long long)j->id, f.detail);
+        if (rc) return api_reply_error(c, rc == 2 ? 422 : 409, "job %lld: %s", (long long)j->id, f.detail);
     }
     int attempt = anvil_fault_kind_in_daemon(f.kind) ? j->attempt : attempt_at(c->env, j, f.at);
     anvil_job_fault rec = {.at = f.at, .attempt = attempt, .kind = (char *)anvil_fault_kind_name(f.kind),
