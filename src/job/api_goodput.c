@@ -93,8 +93,10 @@ int api_job_fault(anvil_api_call *c, const anvil_job *j) {
             return api_reply_error(c, 409, "job %lld has no running attempt to inject a fault into (%s)",
                                    (long long)j->id, anvil_job_status_name(j->status));
         anvil_attempt_ref a = {.job_id = j->id, .attempt = j->attempt, .handle = j->handle};
-        f.at = anvil_store_now();
         int rc = b->ops->inject(b, &a, f.kind, f.target, per_host, f.detail, sizeof f.detail);
+        /* When the backend has struck, not when it was asked: on Slurm a step must reach the node first
+         * (srun, most of a second), which is not the detection's. */
+        f.at = anvil_store_now();
         if (rc < 0) return api_internal_error(c, NULL);
         if (rc) return api_reply_error(c, rc == 2 ? 422 : 409, "job %lld: %s", (long long)j->id, f.detail);
     }
