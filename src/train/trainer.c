@@ -896,11 +896,15 @@ static int run_finish(anvil_run *r) {
 
 /* Frees everything and returns rc, or -1 when a checkpoint write failed. */
 static int run_close(anvil_run *r, int rc) {
+    bool together = rc == 0; /* every rank finished the steps, so every rank is here */
     if (anvil_checkpointer_free(r->ckpt) && rc != -1) rc = -1;
     if (anvil_ckpt_remote_close(r->remote) && rc != -1) {
         fprintf(r->c->log, "error: %s\n", anvil_errmsg());
         rc = -1;
     }
+    /* Rank 0 reads every host's upload marker before it can say which host failed; a rank that left
+     * first, failing, would have mpirun end rank 0 at once, and that line with it. */
+    if (together && r->c->ckpt_uri && r->world > 1 && anvil_barrier(anvil_dist_world(), "uploads") && rc != -1) rc = -1;
     free(r->host_leader);
     if (anvil_telemetry_close(r->tel, rc == -1) && rc != -1) rc = -1;
     anvil_layout_free(r->L);
