@@ -42,9 +42,11 @@ static const char *usage =
     "  --schedule TEXT  events 'WHEN KIND[:TARGET]', comma-separated: WHEN is 30s, 2m or step:N (a\n"
     "                   step the attempt then running trained: one resumed past N, its first);\n"
     "                   KIND kill-rank, stop-rank (SIGKILL, SIGSTOP of a rank), kill-attempt,\n"
-    "                   host-lost (every rank of a host), disk-full (the run folder's file system\n"
-    "                   filled when the next checkpoint is written, until the attempt ends),\n"
-    "                   daemon-kill (SIGKILL, then started again as it was); TARGET a rank or host\n"
+    "                   host-lost (every rank of a host), net-cut (a host's link down until the\n"
+    "                   attempt ends: a job on anvil serve --sim-hosts), disk-full (the run\n"
+    "                   folder's file system filled when the next checkpoint is written, until the\n"
+    "                   attempt ends), daemon-kill (SIGKILL, then started again as it was);\n"
+    "                   TARGET a rank or host (host-lost, net-cut)\n"
     "                   e.g. '20s kill-rank:1, step:300 stop-rank, 90s daemon-kill'\n"
     "  --mtbf S         a random schedule instead: faults at exponential gaps of mean S seconds\n"
     "  --duration S     ... over S seconds (default 600)\n"
@@ -54,7 +56,8 @@ static const char *usage =
     "  --no-wait        return once the schedule is done, without waiting for the job\n"
     "\n"
     "A rank or attempt fault that finds nothing to strike (the job between attempts) is tried again\n"
-    "every 0.2 s. Exit status: 0 the job Completed, 3 it ended otherwise, 1 error, 2 bad usage.\n";
+    "every 0.2 s. Exit status: 0 the job Completed, 3 it ended otherwise, 1 error, 2 bad usage, 4 the\n"
+    "daemon refused a fault (one line says why: net-cut into a job not on simulated hosts).\n";
 
 typedef struct {
     client cl;
@@ -408,7 +411,7 @@ static int run_event(chaos *c, const anvil_chaos_event *e) {
     /* Drawn whether used or not, so that one event's target does not depend on the kinds before it. */
     uint64_t draw = anvil_rng_u64(&c->rng);
     if (target < 0 && anvil_fault_kind_targeted(e->kind))
-        target = (int)(draw % (uint64_t)(e->kind == ANVIL_FAULT_HOST_LOST ? c->hosts : c->ranks));
+        target = (int)(draw % (uint64_t)(anvil_fault_kind_on_host(e->kind) ? c->hosts : c->ranks));
     if (e->kind == ANVIL_FAULT_DAEMON_KILL) return daemon_kill(c);
     char status[32];
     int attempt;

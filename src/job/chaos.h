@@ -5,11 +5,12 @@
  *   WHEN    "30s" (seconds after the chaos run starts; "1.5s", "2m" too) or "step:200" (once the
  *           job's heartbeat reports step 200 or later)
  *   KIND    kill-rank, stop-rank (SIGKILL / SIGSTOP of one rank), kill-attempt (every process of
- *           the attempt), host-lost (every rank of one host), disk-full (the run folder's file
- *           system filled until the attempt ends), daemon-kill (the daemon killed with SIGKILL,
- *           then started again as it was)
- *   TARGET  the rank (kill-rank, stop-rank) or host (host-lost) index; without one, drawn from the
- *           run's seed among the job's ranks or hosts when the fault strikes
+ *           the attempt), host-lost (every rank of one host), net-cut (one host cut off the
+ *           network until the attempt ends: a job on simulated hosts, anvil serve --sim-hosts),
+ *           disk-full (the run folder's file system filled until the attempt ends), daemon-kill
+ *           (the daemon killed with SIGKILL, then started again as it was)
+ *   TARGET  the rank (kill-rank, stop-rank) or host (host-lost, net-cut) index; without one, drawn
+ *           from the run's seed among the job's ranks or hosts when the fault strikes
  * e.g. "20s kill-rank:1, step:300 stop-rank, 90s daemon-kill". Events strike in the order of the
  * list; a "step:" event waits for its step, a time one for its time, each after the one before. */
 #ifndef ANVIL_JOB_CHAOS_H
@@ -22,18 +23,23 @@ typedef enum {
     ANVIL_FAULT_STOP_RANK,
     ANVIL_FAULT_KILL_ATTEMPT,
     ANVIL_FAULT_HOST_LOST,
+    ANVIL_FAULT_NET_CUT,
     ANVIL_FAULT_DISK_FULL,
     ANVIL_FAULT_DAEMON_KILL,
     ANVIL_FAULT_NKINDS
 } anvil_fault_kind;
+
+/* Every kind's name, for the messages that list them. */
+#define ANVIL_FAULT_KIND_NAMES "kill-rank, stop-rank, kill-attempt, host-lost, net-cut, disk-full, daemon-kill"
 
 /* "kill-rank", ...; and the kind of a name, or -1. */
 const char *anvil_fault_kind_name(anvil_fault_kind k);
 int anvil_fault_kind_parse(const char *name);
 /* Whether the daemon's backend carries the kind out (the others, the chaos client does itself). */
 int anvil_fault_kind_in_daemon(anvil_fault_kind k);
-/* Whether the kind takes a rank or host index. */
+/* Whether the kind takes a rank or host index; and whether that is a host's (host-lost, net-cut). */
 int anvil_fault_kind_targeted(anvil_fault_kind k);
+int anvil_fault_kind_on_host(anvil_fault_kind k);
 
 typedef struct {
     double at_s;     /* seconds after the start; -1 when by step */
