@@ -162,7 +162,7 @@ static void attempt_file(const local_backend *lb, const anvil_attempt_ref *a, co
     snprintf(path, cap, "%s/jobs/%lld/%s_%d", lb->state_dir, (long long)a->job_id, name, a->attempt);
 }
 
-/* Whether env entry e sets one of the n names that the entries of set set. */
+/* Whether env entry e sets a variable that one of the n entries of set sets too. */
 static bool sets_one_of(const char *e, const char *const *set, size_t n) {
     size_t len = strcspn(e, "=");
     for (size_t i = 0; i < n; i++)

@@ -219,16 +219,16 @@ int anvil_simhosts_rsh(const char *prefix, const char *address, const char *comm
     char end;
     if (sscanf(address, "%u.%u.%u.%u%c", &a, &b, &c, &d, &end) != 4 || a != 10 || b > 255 || c > 255 || d < 1 ||
         d > ANVIL_SIMHOSTS_MAX)
-        return anvil_fail("sim-host-rsh: '%s' is not a simulated host's address (10.X.Y.K, K in 1..%d)", address,
+        return anvil_fail("'%s' is not a simulated host's address (10.X.Y.K, K in 1..%d)", address,
                           ANVIL_SIMHOSTS_MAX);
     char path[PATH_MAX];
     snprintf(path, sizeof path, NETNS_DIR "/%s-%u", prefix, d - 1);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return anvil_fail("sim-host-rsh: no simulated host at %s: %s: %s", address, path, strerror(errno));
+    if (fd < 0) return anvil_fail("no simulated host at %s: %s: %s", address, path, strerror(errno));
     int rc = setns(fd, CLONE_NEWNET);
     int e = errno;
     close(fd);
-    if (rc) return anvil_fail("sim-host-rsh: cannot enter %s: %s", path, strerror(e));
+    if (rc) return anvil_fail("cannot enter %s: %s", path, strerror(e));
     execl("/bin/sh", "sh", "-c", command, (char *)NULL);
-    return anvil_fail("sim-host-rsh: /bin/sh: %s", strerror(errno));
+    return anvil_fail("/bin/sh: %s", strerror(errno));
 }
