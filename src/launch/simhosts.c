@@ -56,15 +56,33 @@ void anvil_simhosts_subnet(const anvil_simhosts *s, char *cidr, size_t cap) {
     snprintf(cidr, cap, "10.%u.%u.0/24", s->net[0], s->net[1]);
 }
 
+/* Everything ip says on fd, read to its end (so that ip never blocks on a full pipe), its first line
+ * kept in said. */
+static void first_line(int fd, char *said, size_t cap) {
+    char buf[4096];
+    size_t len = 0;
+    for (ssize_t got; (got = read(fd, buf, sizeof buf)) != 0;) {
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) break;
+        size_t keep = (size_t)got < cap - 1 - len ? (size_t)got : cap - 1 - len;
+        memcpy(said + len, buf, keep);
+        len += keep;
+    }
+    said[len] = 0;
+    said[strcspn(said, "\n")] = 0;
+}
+
 /* Runs `ip [-n netns] [-force] -batch -` on the commands in batch: 0, or -1 after anvil_fail with ip's
- * first line. With force, ip goes on past a failed command (removals of what is already gone). */
+ * first line. With force, ip goes on past a failed command (removals of what is already gone) and
+ * its failures are no error. */
 static int ip_batch(const char *netns, const char *batch, bool force, const char *what) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC)) return anvil_fail("%s: pipe: %s", what, strerror(errno));
     if (pipe2(out, O_CLOEXEC)) {
+        int e = errno;
         close(in[0]);
         close(in[1]);
-        return anvil_fail("%s: pipe: %s", what, strerror(errno));
+        return anvil_fail("%s: pipe: %s", what, strerror(e));
     }
     const char *argv[8];
     int n = 0;
@@ -88,26 +106,16 @@ static int ip_batch(const char *netns, const char *batch, bool force, const char
     close(in[0]);
     close(out[1]);
     /* The batches are a few hundred bytes: the pipe takes them whole before ip reads. */
-    if (!e && anvil_write_all(in[1], batch, strlen(batch), "ip -batch")) e = errno ? errno : EIO;
+    bool wrote = !e && !anvil_write_all(in[1], batch, strlen(batch), "ip -batch");
     close(in[1]);
-    /* Read to its end, so that ip never blocks on a full pipe; its first words kept. */
-    char said[512], buf[4096];
-    size_t len = 0;
-    for (ssize_t got; (got = read(out[0], buf, sizeof buf)) != 0;) {
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) break;
-        size_t keep = (size_t)got < sizeof said - 1 - len ? (size_t)got : sizeof said - 1 - len;
-        memcpy(said + len, buf, keep);
-        len += keep;
-    }
+    char said[512];
+    first_line(out[0], said, sizeof said);
     close(out[0]);
-    said[len] = 0;
-    said[strcspn(said, "\n")] = 0;
-    int status = 0;
-    while (!e && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
     if (e) return anvil_fail("%s: cannot run ip (iproute2): %s", what, strerror(e));
-    if (status && !force)
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if ((status || !wrote) && !force)
         return anvil_fail("%s: ip -batch%s%s: %s", what, netns ? " in " : "", netns ? netns : "",
                           said[0] ? said : "failed without a word");
     return 0;
