@@ -65,6 +65,11 @@ else bad "SIGTERM: exit $rc: $(tail -n 2 "$tmp/term.log")"; fi
 "$anvil" train "${args[@]}" --out "$tmp/term" --resume auto > /dev/null 2>&1 || bad "resume after SIGTERM failed"
 cmp -s "$tmp/ref/model.safetensors" "$tmp/term/model.safetensors" && cmp -s <(losses "$tmp/ref") <(losses "$tmp/term") &&
   ok "SIGTERM: identical losses and final weights" || bad "SIGTERM: the resumed run differs"
+# A finished run resumed again: nothing to train, said so, the weights untouched.
+"$anvil" train "${args[@]}" --out "$tmp/term" --resume auto > /dev/null 2> "$tmp/again.log" &&
+  grep -q "^done: nothing to train, the run was at step $steps of $steps already$" "$tmp/again.log" &&
+  cmp -s "$tmp/ref/model.safetensors" "$tmp/term/model.safetensors" && ok "a finished run resumed: $(tail -n 1 "$tmp/again.log")" ||
+  bad "a finished run resumed: $(tail -n 1 "$tmp/again.log")"
 
 # Shuffled data (--shuffle): a small corpus of 26 batches an epoch, so the run
 # wraps four times and every continuation crosses a wrap into a new order; a

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # anvil's S3 client end to end, against a real S3 server (Ceph radosgw on
 # 127.0.0.1, brought up once for the whole script) behind a fault-injecting
-# proxy (s3/faultproxy.py) that counts requests by type and in flight; at the end the job service,
-# whose roles' jobs get their S3 endpoint and keys from the daemon's --s3-config alone.
+# proxy (tools/s3_faultproxy.py) that counts requests by type and in flight; at the end the job
+# service, whose roles' jobs get their S3 endpoint and keys from the daemon's --s3-config alone,
+# and anvil chaos striking a job's S3 requests through that proxy.
 # Usage: cli_s3.sh /path/to/anvil
 . "$(dirname "$0")/tools/cli_common.sh"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,7 +14,7 @@ at_exit() { bash "$here/s3/radosgw.sh" stop "$rgw"; }
 bash "$here/s3/radosgw.sh" start "$rgw" || { bad "radosgw did not start (logs above)"; finish; }
 . "$rgw/env"
 direct=$AWS_ENDPOINT_URL
-python3 "$here/s3/faultproxy.py" "$direct" "$tmp/proxy_port" &
+python3 "$here/../tools/s3_faultproxy.py" "$direct" "$tmp/proxy_port" &
 for _ in $(seq 100); do [ -f "$tmp/proxy_port" ] && break; sleep 0.1; done
 [ -f "$tmp/proxy_port" ] || { bad "the fault proxy did not start"; finish; }
 export AWS_ENDPOINT_URL=http://127.0.0.1:$(cat "$tmp/proxy_port")
@@ -401,6 +402,87 @@ else
   missing "mpirun is not installed: no run with one uploader per host"
 fi
 
+# anvil chaos's S3 faults on a job of the service (the daemon below) that trains from the shards on
+# S3 and uploads its checkpoints there: a twin without faults, then the same job struck by a 503
+# SlowDown storm armed before it starts (its first requests: the shards' listing and reads) and by
+# connections reset once step 60 is trained (the next transfers: step 100's checkpoint uploads; the
+# shards, smaller than a read block, are not read again). The client's retries absorb both: the
+# job Completes in one attempt with the twin's model bytes, each fault is in its history and
+# priced as a stall, and the proxy's own counts show the faults were answered.
+s3_chaos() {
+  svc role add s3c --input-prefix s3://anvil-test/ds --output-prefix "$tmp/runs" --output-prefix s3://anvil-test/svc \
+    --max-procs 1 --max-runtime-s 0 --env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" > /dev/null &&
+    svc role grant s3c admin > /dev/null || bad "role s3c"
+  local args=(train --data s3://anvil-test/ds --preset tiny --batch 4 --seq 64 --steps 200 --ckpt-every 50
+    --no-progress --sample-every -1 --seed 9 --threads 1)
+  local twin id rc
+  sjob() { ANVIL_TOKEN=$serve_token timeout 300 "$anvil" job --state "$st" "$@"; }
+  twin=$(sjob submit --role s3c --name twin --output "$tmp/runs/twin" -- "${args[@]}" --ckpt-uri s3://anvil-test/svc/twin |
+    grep -o 'job [0-9]*' | cut -d' ' -f2)
+  sjob wait "$twin" > /dev/null 2>&1 || bad "the unfaulted twin: $(tail -n 3 "$tmp/runs/twin/logs/launcher.log")"
+  svc chaos "$twin" --schedule "1s s3-503" > /dev/null 2> "$tmp/err"
+  rc=$?
+  [ $rc = 2 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q -- "--s3-proxy" "$tmp/err" &&
+    ok "S3 faults without --s3-proxy: $(cat "$tmp/err")" || bad "no --s3-proxy: rc $rc, $(cat "$tmp/err")"
+  svc chaos "$twin" --schedule "1s s3-reset" --s3-proxy http://127.0.0.1:9 > /dev/null 2> "$tmp/err"
+  rc=$?
+  [ $rc = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q -- "--s3-proxy: http://127.0.0.1:9/__ctl/stats" "$tmp/err" &&
+    ok "a proxy that does not answer: $(cat "$tmp/err")" || bad "unreachable --s3-proxy: rc $rc, $(cat "$tmp/err")"
+  ctl reset > /dev/null
+  id=$(sjob submit --role s3c --name struck --output "$tmp/runs/struck" -- "${args[@]}" --ckpt-uri s3://anvil-test/svc/struck |
+    grep -o 'job [0-9]*' | cut -d' ' -f2)
+  ANVIL_TOKEN=$serve_token timeout 300 "$anvil" chaos --state "$st" "$id" --s3-proxy "$AWS_ENDPOINT_URL/" \
+    --schedule "0s s3-503:5, step:60 s3-reset:2" > "$tmp/chaos.out" 2> "$tmp/err"
+  rc=$?
+  ctl stats > "$tmp/chaos.stats"
+  ctl reset > /dev/null
+  [ $rc = 0 ] && cmp -s "$tmp/runs/twin/model.safetensors" "$tmp/runs/struck/model.safetensors" &&
+    ok "struck by s3-503 and s3-reset: Completed, the twin's model bytes" ||
+    bad "chaos with S3 faults: rc $rc, $(cat "$tmp/err" "$tmp/chaos.out")"
+  sjob --json describe "$id" > "$tmp/struck.json"
+  sjob --json goodput "$id" > "$tmp/struck_gp.json"
+  python3 - "$tmp/chaos.stats" "$tmp/struck.json" "$tmp/struck_gp.json" << 'EOF' > "$tmp/gp.out" 2>&1 &&
+import json, sys
+s, j, g = (json.load(open(p)) for p in sys.argv[1:])
+f = {x["kind"]: x["struck"] for x in s["faults"]}
+assert s["struck"] == {"503": 5, "reset": 2}, s["struck"]
+assert set(f["503"]) & {"GET", "LIST", "HEAD"} and set(f["reset"]) & {"PUT", "PART"}, f
+print(f"the proxy answered 5 x 503 ({f['503']}) and reset 2 transfers ({f['reset']});")
+for kind in ("s3-503", "s3-reset"):
+    assert any(e["secondary_status"] == "Fault" and e["message"].startswith(f"fault injected: {kind} (attempt 1): ")
+               and "S3 requests through" in e["message"] for e in j["history"]), f"no {kind} in the history"
+faults = g["faults"]
+assert [x["kind"] for x in faults] == ["s3-503", "s3-reset"] and len(g["attempts"]) == 1, (faults, g["attempts"])
+assert all(x["detection_s"] == 0 and x["restart_s"] == 0 and x["lost_s"] == x["stall_s"] >= 0 for x in faults), faults
+print("the history names both; one attempt; goodput prices them as stalls: "
+      + ", ".join(f"{x['kind']} {x['stall_s']:.2f} s" for x in faults) + f", ETTR {g['ettr']:.1%}")
+EOF
+    ok "$(tr '\n' ' ' < "$tmp/gp.out")" || bad "S3 faults at the proxy, in the history and goodput: $(cat "$tmp/gp.out")"
+  # A storm longer than the client's attempts (2, by the spec's env) fails a checkpoint upload (step
+  # 150's) and with it the attempt; the service retries it from its last checkpoint, and the job
+  # still ends with the twin's model bytes. Goodput prices the storm as the fault that ended attempt 1.
+  ctl reset > /dev/null
+  id=$(sjob submit --role s3c --name exhaust --max-retries 2 --env ANVIL_S3_MAX_ATTEMPTS=2 --output "$tmp/runs/exhaust" -- \
+    "${args[@]}" --ckpt-uri s3://anvil-test/svc/exhaust | grep -o 'job [0-9]*' | cut -d' ' -f2)
+  ANVIL_TOKEN=$serve_token timeout 300 "$anvil" chaos --state "$st" "$id" --s3-proxy "$AWS_ENDPOINT_URL" \
+    --schedule "step:120 s3-503:4" > "$tmp/chaos.out" 2> "$tmp/err"
+  rc=$?
+  ctl reset > /dev/null
+  sjob --json goodput "$id" > "$tmp/exhaust_gp.json"
+  [ $rc = 0 ] && cmp -s "$tmp/runs/twin/model.safetensors" "$tmp/runs/exhaust/model.safetensors" &&
+    python3 - "$tmp/exhaust_gp.json" << 'EOF' > "$tmp/gp.out" 2>&1 && ok "$(cat "$tmp/gp.out")" ||
+import json, sys
+g = json.load(open(sys.argv[1]))
+f = g["faults"]
+assert len(g["attempts"]) == 2 and [x["kind"] for x in f] == ["s3-503"] and f[0]["attempt"] == 1, (g["attempts"], f)
+assert f[0]["detection_s"] > 0 and f[0]["restart_s"] > 0 and f[0]["stall_s"] == 0, f
+print(f"a storm the retries did not absorb failed attempt 1; the retry Completed with the twin's model bytes;"
+      f" goodput: lost {f[0]['lost_s']:.2f} s = detection {f[0]['detection_s']:.2f} + recomputed"
+      f" {f[0]['recomputed_s']:.2f} + restart {f[0]['restart_s']:.2f}")
+EOF
+    bad "a storm past the retries: rc $rc, $(cat "$tmp/err" "$tmp/chaos.out" "$tmp/gp.out" 2> /dev/null)"
+}
+
 # ---- the job service: object storage belongs to the role ----
 # A role's jobs get the endpoint and keys of its section of the daemon's --s3-config, and nothing of
 # the daemon's own AWS variables (this script's); a spec names neither an endpoint nor a key, nor an
@@ -409,8 +491,11 @@ if command -v mpirun > /dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   st=$tmp/serve
   serve_token=$("$anvil" serve --init --state "$st" 2> /dev/null) || bad "serve --init"
-  printf '[s3r]\nendpoint_url = %s\nregion = %s\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
-    "$AWS_ENDPOINT_URL" "$AWS_REGION" "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > "$tmp/s3roles.ini"
+  # Role s3c is s3_chaos's.
+  for r in s3r s3c; do
+    printf '[%s]\nendpoint_url = %s\nregion = %s\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+      "$r" "$AWS_ENDPOINT_URL" "$AWS_REGION" "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY"
+  done > "$tmp/s3roles.ini"
   chmod 644 "$tmp/s3roles.ini"
   "$anvil" serve --state "$st" --port 0 --s3-config "$tmp/s3roles.ini" > /dev/null 2> "$tmp/err"
   [ $? = 1 ] && grep -q "holds credentials, so others may not read it (chmod 600" "$tmp/err" &&
@@ -450,6 +535,7 @@ if command -v mpirun > /dev/null; then
   [ "$(post '{"name": "x", "role": "s3r", "command": ["prep", "s3://anvil-test/raw/corpus.txt.gz"],
               "env": {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}}')" = 403 ] && grep -q "env.AWS_ENDPOINT_URL" "$tmp/answer" &&
     ok "an endpoint in the spec: 403" || bad "endpoint in the spec: $(cat "$tmp/answer")"
+  s3_chaos
   kill $daemon
   wait $daemon
 else

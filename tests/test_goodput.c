@@ -204,6 +204,47 @@ static void test_random(void) {
     }
 }
 
+/* One attempt (102-130) of 20 steps of 1 s from 103, every fifth checkpointing 0.5 s more; an S3
+ * storm at 107.5 slows steps 5-7 (the fifth checkpointing) to 3, 2.5 and 1.2 s, and a daemon restart
+ * at 125 slows nothing. The attempt went on through both and ended cleanly: no detection, recomputed
+ * or restart for either, the storm's stall (3 - 1.5) + (2.5 - 1) = 3 s (step 7, within 1.5 times the
+ * usual step, is back at pace), the restart's 0. Then the attempt breaks off after step 20 with the
+ * storm its last fault: it ended the attempt, and is priced as detection and recomputed instead. */
+static void test_stall(void) {
+    char text[4096];
+    int n = snprintf(text, sizeof text, "{\"kind\":\"start\",\"step\":0,\"t\":103,\"job\":7,\"attempt\":1}\n");
+    double t = 103;
+    for (int s = 1; s <= 20; s++) {
+        double len = s == 5 ? 3 : s == 6 ? 2.5 : s == 7 ? 1.2 : s % 5 ? 1 : 1.5;
+        t += len;
+        n += snprintf(text + n, sizeof text - n, "{\"kind\":\"train\",\"step\":%d,\"t\":%.2f,\"ckpt_ms\":%d}\n", s,
+                      t, s % 5 ? 0 : 500);
+    }
+    char clean[4200];
+    snprintf(clean, sizeof clean, "%s{\"kind\":\"end\",\"step\":20,\"t\":%.2f}\n", text, t + 0.5);
+    write_metrics(clean);
+    anvil_job_attempt at[] = {attempt(1, 102, 130)};
+    anvil_job_fault f[] = {{.at = 107.5, .attempt = 1, .kind = "s3-503", .target = "", .detail = ""},
+                           {.at = 125, .attempt = 1, .kind = "daemon-kill", .target = "", .detail = ""}};
+    anvil_goodput_input in = {.job_id = 7, .submitted_at = 100, .left_queue_at = 101, .end = 130, .completed = true,
+                              .attempts = at, .nattempts = 1, .faults = f, .nfaults = 2, .metrics_path = metrics};
+    anvil_goodput g;
+    CHECK(anvil_goodput_account(&in, &g) == 0);
+    CHECK(near(sum(&g), 30) && g.nfaults == 2);
+    CHECK(near(g.faults[0].stall, 3) && g.faults[0].detection == 0 && g.faults[0].recomputed == 0 &&
+          g.faults[0].restart == 0);
+    CHECK(g.faults[1].stall == 0 && g.faults[1].detection == 0);
+    anvil_goodput_free(&g);
+
+    write_metrics(text);
+    in.nfaults = 1;
+    in.completed = false;
+    in.failed = true;
+    CHECK(anvil_goodput_account(&in, &g) == 0);
+    CHECK(near(sum(&g), 30) && g.faults[0].stall == 0 && g.faults[0].detection > 0 && g.faults[0].recomputed > 0);
+    anvil_goodput_free(&g);
+}
+
 static void test_schedule(void) {
     anvil_chaos_schedule s;
     CHECK(anvil_chaos_parse("20s kill-rank:1, step:300 stop-rank,1.5m daemon-kill ,2s host-lost:0, step:9 net-cut:1",
@@ -211,12 +252,19 @@ static void test_schedule(void) {
     CHECK(s.n == 5 && s.ev[0].at_s == 20 && s.ev[0].kind == ANVIL_FAULT_KILL_RANK && s.ev[0].target == 1);
     CHECK(s.ev[1].at_step == 300 && s.ev[1].at_s == -1 && s.ev[1].kind == ANVIL_FAULT_STOP_RANK && s.ev[1].target == -1);
     CHECK(s.ev[2].at_s == 90 && s.ev[2].kind == ANVIL_FAULT_DAEMON_KILL);
-    CHECK(s.ev[3].kind == ANVIL_FAULT_HOST_LOST && s.ev[3].target == 0);
+    CHECK(s.ev[3].kind == ANVIL_FAULT_HOST_LOST && s.ev[3].target == 0 && s.ev[3].count == -1);
     CHECK(s.ev[4].at_step == 9 && s.ev[4].kind == ANVIL_FAULT_NET_CUT && s.ev[4].target == 1);
     /* net-cut strikes a host, from the daemon's backend, and ends the attempt it strikes (through its hang). */
     CHECK(anvil_fault_kind_on_host(ANVIL_FAULT_NET_CUT) && anvil_fault_kind_in_daemon(ANVIL_FAULT_NET_CUT));
     CHECK(!anvil_fault_kind_on_host(ANVIL_FAULT_KILL_RANK) && !anvil_fault_kind_in_daemon(ANVIL_FAULT_DISK_FULL));
     CHECK(!strcmp(anvil_fault_kind_name(ANVIL_FAULT_NET_CUT), "net-cut"));
+    CHECK(s.ev[3].kind == ANVIL_FAULT_HOST_LOST && s.ev[3].target == 0 && s.ev[3].count == -1);
+    anvil_chaos_free(&s);
+    /* An S3 fault's ":N" is its count of requests; without one, the defaults. */
+    CHECK(anvil_chaos_parse("step:5 s3-503:12, 3s s3-reset, 1m s3-503", &s) == 0);
+    CHECK(s.n == 3 && s.ev[0].kind == ANVIL_FAULT_S3_503 && s.ev[0].count == 12 && s.ev[0].target == -1);
+    CHECK(s.ev[1].kind == ANVIL_FAULT_S3_RESET && s.ev[1].count == ANVIL_CHAOS_S3_RESET_N);
+    CHECK(s.ev[2].count == ANVIL_CHAOS_S3_503_N && anvil_fault_kind_s3(s.ev[2].kind) && !anvil_fault_kind_in_daemon(s.ev[2].kind));
     anvil_chaos_free(&s);
     static const struct {
         const char *text, *why;
@@ -231,6 +279,10 @@ static void test_schedule(void) {
         {"5s kill-rank:x", "the target of kill-rank is a rank index"},
         {"5s host-lost:-1", "the target of host-lost is a host index"},
         {"5s net-cut:a", "the target of net-cut is a host index"},
+        {"5s s3-503:0", "the count of s3-503 is a number of requests from 1"},
+        {"5s s3-reset:x", "the count of s3-reset is a number of requests from 1"},
+        {"5s s3-slow", "unknown fault 's3-slow' (kill-rank, stop-rank, kill-attempt, host-lost, net-cut, "
+                       "disk-full, daemon-kill, s3-503, s3-reset)"},
         {"5s kill-rank\n", "a control character at byte 12"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -254,6 +306,7 @@ int main(void) {
     snprintf(metrics, sizeof metrics, "/tmp/test_goodput_%d.jsonl", (int)getpid());
     test_clean();
     test_fault();
+    test_stall();
     test_running();
     test_random();
     test_schedule();

@@ -78,18 +78,18 @@ static void test_argv(void) {
                    "OMPI_MCA_btl=self", "LD_LIBRARY_PATH=/l", "ANVIL_=empty-suffix", "PATHX=no", NULL};
     anvil_launch_spec s = {.nranks = 4, .argc = 5, .argv = cmd};
     expect_argv(__LINE__, &s, 2, true, env,
-                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 4 --oversubscribe --allow-run-as-root -x PATH -x "
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 4 --oversubscribe --allow-run-as-root --mca odls_base_sigkill_timeout 0 -x PATH -x "
                 "OMP_NUM_THREADS -x OPENBLAS_CORETYPE -x ANVIL_DEBUG -x LD_LIBRARY_PATH /opt/anvil train --preset "
                 "tiny --out runs/x");
     /* Fewer ranks than cores: no oversubscription; not root; the threads split the cores. */
     char *env2[] = {"PATH=/usr/bin", NULL};
     s.nranks = 2;
     expect_argv(__LINE__, &s, 8, false, env2,
-                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 2 -x PATH -x OMP_NUM_THREADS=4 /opt/anvil train --preset "
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 2 --mca odls_base_sigkill_timeout 0 -x PATH -x OMP_NUM_THREADS=4 /opt/anvil train --preset "
                 "tiny --out runs/x");
     s.nranks = 3;
     expect_argv(__LINE__, &s, 2, false, env2,
-                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 3 --oversubscribe -x PATH -x OMP_NUM_THREADS=1 /opt/anvil "
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 3 --oversubscribe --mca odls_base_sigkill_timeout 0 -x PATH -x OMP_NUM_THREADS=1 /opt/anvil "
                 "train --preset tiny --out runs/x");
     /* Hosts: their slots decide, ssh cannot hang, and the thread count is left to the user. */
     s.nranks = 8;
@@ -97,9 +97,10 @@ static void test_argv(void) {
     s.tcp = true;
     expect_argv(__LINE__, &s, 2, false, env2,
                 "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 8 --host h1:4,h2:4 --mca plm_rsh_args '-o BatchMode=yes -o "
-                "ConnectTimeout=15' --mca pml ob1 --mca btl tcp,self -x PATH /opt/anvil train --preset tiny --out "
+                "ConnectTimeout=15' --mca odls_base_sigkill_timeout 0 --mca pml ob1 --mca btl tcp,self -x PATH /opt/anvil train --preset tiny --out "
                 "runs/x");
-    char *env3[] = {"OMPI_MCA_plm_rsh_args=-p 2222", NULL};
+    /* The user's own MCA settings win over anvil's. */
+    char *env3[] = {"OMPI_MCA_plm_rsh_args=-p 2222", "OMPI_MCA_odls_base_sigkill_timeout=3", NULL};
     s.nranks = 9;
     s.oversubscribe = true;
     s.tcp = false;
@@ -110,7 +111,7 @@ static void test_argv(void) {
     /* --exec: the program replaces the anvil binary; its arguments may be empty. */
     anvil_launch_spec e = {.nranks = 1, .exec = "./job.sh"};
     expect_argv(__LINE__, &e, 2, false, env2,
-                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 1 -x PATH -x OMP_NUM_THREADS=2 ./job.sh");
+                "mpirun --output-filename /logs/.out:nocopy --stdin none --bind-to none -n 1 --mca odls_base_sigkill_timeout 0 -x PATH -x OMP_NUM_THREADS=2 ./job.sh");
 
     char *launch[] = {"launch", "-n", "2"};
     anvil_launch_spec bad[] = {

@@ -26,23 +26,14 @@ static size_t collect(char *p, size_t size, size_t n, void *cls) {
     return size * n;
 }
 
-int client_http(const client *cl, const char *method, const char *path, const char *body, long *code,
-                client_buffer *out) {
-    char url[1024];
-    snprintf(url, sizeof url, "%s%s", cl->url, path);
+/* One request of method to url with headers hdr and body (NULL: none) into out (set here); the curl
+ * code, CURLE_OUT_OF_MEMORY when out cannot be made. */
+static CURLcode perform(const char *url, const char *method, struct curl_slist *hdr, const char *body, long *code,
+                        client_buffer *out) {
     out->data = calloc(1, 1);
     out->len = 0;
-    size_t alen = strlen(cl->token) + 32;
-    char *auth = malloc(alen);
-    CURL *h = curl_easy_init();
-    if (!h || !out->data || !auth) {
-        if (h) curl_easy_cleanup(h);
-        free(auth);
-        return anvil_fail("out of memory");
-    }
-    snprintf(auth, alen, "Authorization: Bearer %s", cl->token);
-    struct curl_slist *hdr = curl_slist_append(NULL, auth);
-    if (body) hdr = curl_slist_append(hdr, "Content-Type: application/json");
+    CURL *h = out->data ? curl_easy_init() : NULL;
+    if (!h) return CURLE_OUT_OF_MEMORY;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
@@ -56,12 +47,36 @@ int client_http(const client *cl, const char *method, const char *path, const ch
     }
     CURLcode rc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
-    curl_slist_free_all(hdr);
     curl_easy_cleanup(h);
+    return rc;
+}
+
+int client_http(const client *cl, const char *method, const char *path, const char *body, long *code,
+                client_buffer *out) {
+    char url[1024];
+    snprintf(url, sizeof url, "%s%s", cl->url, path);
+    size_t alen = strlen(cl->token) + 32;
+    char *auth = malloc(alen);
+    if (!auth) {
+        out->data = NULL;
+        return anvil_fail("out of memory");
+    }
+    snprintf(auth, alen, "Authorization: Bearer %s", cl->token);
+    struct curl_slist *hdr = curl_slist_append(NULL, auth);
+    if (body) hdr = curl_slist_append(hdr, "Content-Type: application/json");
+    CURLcode rc = perform(url, method, hdr, body, code, out);
+    curl_slist_free_all(hdr);
     memset(auth, 0, alen);
     free(auth);
+    if (rc == CURLE_OUT_OF_MEMORY) return anvil_fail("out of memory");
     if (rc != CURLE_OK) return anvil_fail("%s: %s (is anvil serve running?)", url, curl_easy_strerror(rc));
     return 0;
+}
+
+int client_get_url(const char *url, long *code, client_buffer *out) {
+    CURLcode rc = perform(url, "GET", NULL, NULL, code, out);
+    if (rc == CURLE_OUT_OF_MEMORY) return anvil_fail("out of memory");
+    return rc == CURLE_OK ? 0 : anvil_fail("%s: %s", url, curl_easy_strerror(rc));
 }
 
 int client_refused(const client *cl, long code, const char *answer) {

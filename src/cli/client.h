@@ -36,6 +36,9 @@ int client_find_daemon(client *cl);
 /* One request; *code the HTTP status. -1 with a message when the daemon cannot be reached. */
 int client_http(const client *cl, const char *method, const char *path, const char *body, long *code,
                 client_buffer *out);
+/* A GET of url itself, with no token (a service other than the daemon); -1 with a message when it
+ * cannot be reached. */
+int client_get_url(const char *url, long *code, client_buffer *out);
 /* The JSON answer of a request, or the exit status when there is none to show: 4 for a refusal
  * (its one-line reason printed), 1 for a daemon that cannot be reached or failed. */
 int client_call(const client *cl, const char *method, const char *path, const char *body, cJSON **answer);

@@ -1,7 +1,9 @@
 /* anvil chaos: faults on a schedule (job/chaos.h) against a running job of the job service. The
  * daemon's backend strikes the job's ranks and attempts (POST /v1/jobs/ID/faults); the daemon itself
- * and the run folder's disk are struck from here, on the daemon's machine, and recorded the same way
- * after. Each fault lands in the job's history, and the goodput accounting (job goodput) prices it. */
+ * and the run folder's disk are struck from here, on the daemon's machine, and so are the job's S3
+ * requests, through a fault proxy in front of its S3 endpoint (tools/s3_faultproxy.py); each of
+ * these is recorded the same way after. Each fault lands in the job's history, and the goodput
+ * accounting (job goodput) prices it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -33,7 +35,7 @@
 static const char *usage =
     "usage: anvil chaos [--state DIR | --url URL] [--token-file F] ID\n"
     "                   (--schedule TEXT | --mtbf S [--duration S] [--kinds K,K,...]) [--seed N]\n"
-    "                   [--fill-max BYTES] [--no-wait]\n"
+    "                   [--fill-max BYTES] [--s3-proxy URL] [--no-wait]\n"
     "\n"
     "Strikes job ID of the job service with faults on a schedule, records each in the job's history,\n"
     "waits for the job to end and prints its goodput (anvil job goodput). Admins only; run it on the\n"
@@ -45,14 +47,20 @@ static const char *usage =
     "                   host-lost (every rank of a host), net-cut (a host's link down until the\n"
     "                   attempt ends: a job on anvil serve --sim-hosts), disk-full (the run\n"
     "                   folder's file system filled when the next checkpoint is written, until the\n"
-    "                   attempt ends), daemon-kill (SIGKILL, then started again as it was);\n"
-    "                   TARGET a rank or host (host-lost, net-cut)\n"
-    "                   e.g. '20s kill-rank:1, step:300 stop-rank, 90s daemon-kill'\n"
+    "                   attempt ends), daemon-kill (SIGKILL, then started again as it was), s3-503\n"
+    "                   (the job's next S3 requests answered 503 SlowDown), s3-reset (its next S3\n"
+    "                   transfers, GET bodies and PUT or part uploads, cut halfway by a TCP RST);\n"
+    "                   TARGET a rank or host (host-lost, net-cut), or for s3-503 and s3-reset how\n"
+    "                   many requests (default 5, 2)\n"
+    "                   e.g. '20s kill-rank:1, step:300 stop-rank, 90s daemon-kill, step:500 s3-503:20'\n"
     "  --mtbf S         a random schedule instead: faults at exponential gaps of mean S seconds\n"
     "  --duration S     ... over S seconds (default 600)\n"
     "  --kinds LIST     ... of these kinds (default kill-rank,stop-rank,kill-attempt)\n"
     "  --seed N         draws the random schedule and every target not named (default 1)\n"
     "  --fill-max B     disk-full refuses a file system with more than B bytes free (default 8 GiB)\n"
+    "  --s3-proxy URL   the S3 faults' proxy (tools/s3_faultproxy.py, steered by URL/__ctl/), in\n"
+    "                   front of the job's S3 endpoint; needed by s3-503 and s3-reset, which each\n"
+    "                   last until that many requests were struck or the attempt ends\n"
     "  --no-wait        return once the schedule is done, without waiting for the job\n"
     "\n"
     "A rank or attempt fault that finds nothing to strike (the job between attempts) is tried again\n"
@@ -68,6 +76,8 @@ typedef struct {
     char run_dir[PATH_MAX];
     anvil_rng rng;
     double fill_max;
+    const char *s3_proxy_arg; /* --s3-proxy, NULL when not given */
+    char *s3_proxy;           /* its base URL without a trailing '/' (malloc'd) */
 } chaos;
 
 /* The job's status and attempt now; -1 when it cannot be read (its message printed). */
@@ -109,8 +119,12 @@ static void say(anvil_fault_kind kind, int target, double at, const char *detail
     fflush(stdout);
 }
 
+/* What the schedule's steps answer when the job ended before them: not an exit status, which an error
+ * in a step is. */
+#define JOB_ENDED (-2)
+
 /* A fault the daemon's backend carries out, tried until it strikes or the job ends: 0 when it struck,
- * 1 when the job ended first, else the exit status. */
+ * JOB_ENDED when the job ended first, else the exit status. */
 static int strike(chaos *c, anvil_fault_kind kind, int target) {
     char body[128], path[96];
     if (target >= 0) snprintf(body, sizeof body, "{\"kind\":\"%s\",\"target\":%d}", anvil_fault_kind_name(kind), target);
@@ -131,7 +145,7 @@ static int strike(chaos *c, anvil_fault_kind kind, int target) {
         if (rc >= 0) return rc;
         char status[32];
         if (job_state(c, status, sizeof status, NULL)) return ANVIL_EXIT_ERROR;
-        if (ended(status)) return 1;
+        if (ended(status)) return JOB_ENDED;
         anvil_sleep(0.2);
     }
 }
@@ -345,6 +359,98 @@ static int disk_full(chaos *c) {
     return record(c, ANVIL_FAULT_DISK_FULL, at, detail);
 }
 
+/* ---- S3 requests struck through the fault proxy ---- */
+
+/* The proxy's answer to GET /__ctl/WHAT, or NULL after anvil_fail. */
+static cJSON *proxy_ctl(const chaos *c, const char *what) {
+    char url[1024];
+    snprintf(url, sizeof url, "%s/__ctl/%s", c->s3_proxy, what);
+    long code = 0;
+    client_buffer b = {0};
+    cJSON *o = NULL;
+    if (client_get_url(url, &code, &b)) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", anvil_errmsg());
+        anvil_fail("--s3-proxy: %s", why);
+    } else if (!(o = code == 200 ? anvil_json_parse_str(b.data) : NULL)) {
+        anvil_fail("--s3-proxy: %s answered HTTP %ld, not a fault proxy's JSON", url, code);
+    }
+    free(b.data);
+    return o;
+}
+
+/* An S3 kind in the schedule needs the proxy, and one that answers; 0, or the exit status. */
+static int check_proxy(chaos *c, const anvil_chaos_schedule *s) {
+    bool s3 = false;
+    for (int i = 0; i < s->n; i++) s3 = s3 || anvil_fault_kind_s3(s->ev[i].kind);
+    if (!s3) return 0;
+    if (!c->s3_proxy_arg)
+        return cli_usage_error("chaos", "--s3-proxy: the schedule has S3 faults (s3-503, s3-reset), which strike "
+                                        "through a fault proxy: give its URL");
+    size_t n = strlen(c->s3_proxy_arg);
+    while (n && c->s3_proxy_arg[n - 1] == '/') n--;
+    if (!(c->s3_proxy = strndup(c->s3_proxy_arg, n))) return anvil_fail("out of memory"), cli_fail("chaos");
+    cJSON *o = proxy_ctl(c, "stats");
+    cJSON_Delete(o);
+    return o ? 0 : cli_fail("chaos");
+}
+
+/* "GET 3, PUT 1": the requests a proxy fault struck, by type, from its "struck" object. */
+static void by_type(const cJSON *fault, char *out, size_t cap) {
+    const cJSON *t;
+    size_t at = 0;
+    out[0] = 0;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(fault, "struck")) {
+        if (at < cap) at += (size_t)snprintf(out + at, cap - at, "%s%.10s %.0f", at ? ", " : "", t->string,
+                                             t->valuedouble);
+    }
+}
+
+/* Requests of proxy fault id still to strike, from the proxy's stats; -1 after anvil_fail. */
+static int proxy_left(const chaos *c, double id) {
+    cJSON *st = proxy_ctl(c, "stats");
+    const cJSON *f;
+    int left = 0;
+    cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(st, "faults")) {
+        if (client_num(f, "id") == id) left = (int)client_num(f, "n");
+    }
+    cJSON_Delete(st);
+    return st ? left : -1;
+}
+
+static int s3_fault(chaos *c, anvil_fault_kind kind, int count) {
+    /* The detail stays under the 400 bytes the daemon takes (the types cut at 100); the room past that
+     * is the compiler's worst case of the duration. */
+    char what[64], status[32], types[160], detail[720];
+    int attempt = 0, now;
+    snprintf(what, sizeof what, "fault?kind=%s&n=%d", kind == ANVIL_FAULT_S3_503 ? "503" : "reset", count);
+    double at = anvil_epoch_now(), t0 = anvil_now();
+    cJSON *o = proxy_ctl(c, what);
+    if (!o) return cli_fail("chaos");
+    double id = client_num(o, "id");
+    cJSON_Delete(o);
+    /* Held until its requests have come, or the attempt it struck has ended: a retry's requests, or
+     * another job's after this one's end, are not what it was meant for. An attempt yet to start when it
+     * was armed is the one it strikes. */
+    int left = count;
+    while (left > 0 && !job_state(c, status, sizeof status, &now) && !ended(status) && (!attempt || now == attempt)) {
+        if (!attempt && !strcmp(status, "Running")) attempt = now;
+        anvil_sleep(0.05);
+        if ((left = proxy_left(c, id)) < 0) return cli_fail("chaos");
+    }
+    snprintf(what, sizeof what, "cancel?id=%.0f", id);
+    if (!(o = proxy_ctl(c, what))) return cli_fail("chaos");
+    by_type(o, types, sizeof types);
+    int struck = count - (int)client_num(o, "n");
+    cJSON_Delete(o);
+    snprintf(detail, sizeof detail, "%s %d of %d S3 requests through %.80s%s%.100s%s over %.1f s%s",
+             kind == ANVIL_FAULT_S3_503 ? "503 SlowDown answered to" : "connection reset halfway through", struck,
+             count, c->s3_proxy, struck ? " (" : "", types, struck ? ")" : "", anvil_now() - t0,
+             struck < count ? ", the rest dropped at the attempt's end" : "");
+    say(kind, -1, at, detail);
+    return record(c, kind, at, detail);
+}
+
 /* ---- the schedule ---- */
 
 /* Follows the run's metrics.jsonl as it grows: which attempt of this job trains (its "start" record)
@@ -388,13 +494,13 @@ static void follow(const chaos *c, follower *f) {
 
 /* Waits for event e's moment (a time after t0, or a step that the job's current attempt has trained: a
  * step of an attempt before it does not count, however high, nor does the attempt the last fault ended),
- * or for the job's end (1). */
+ * or for the job's end (JOB_ENDED). */
 static int await_event(chaos *c, follower *f, const anvil_chaos_event *e, double t0) {
     for (;;) {
         char status[32];
         int attempt;
         if (job_state(c, status, sizeof status, &attempt)) return ANVIL_EXIT_ERROR;
-        if (ended(status)) return 1;
+        if (ended(status)) return JOB_ENDED;
         follow(c, f);
         if (e->at_s >= 0 ? anvil_now() - t0 >= e->at_s
                          : attempt > c->struck && f->attempt == attempt && f->step >= e->at_step)
@@ -403,8 +509,9 @@ static int await_event(chaos *c, follower *f, const anvil_chaos_event *e, double
     }
 }
 
-/* Whether the kind ends the attempt it strikes (the daemon's restart does not). */
-static bool ends_attempt(anvil_fault_kind k) { return k != ANVIL_FAULT_DAEMON_KILL; }
+/* Whether the kind ends the attempt it strikes: the daemon's restart does not, nor does an S3 fault
+ * as long as the job's retries absorb it. */
+static bool ends_attempt(anvil_fault_kind k) { return k != ANVIL_FAULT_DAEMON_KILL && !anvil_fault_kind_s3(k); }
 
 static int run_event(chaos *c, const anvil_chaos_event *e) {
     int target = e->target;
@@ -417,6 +524,7 @@ static int run_event(chaos *c, const anvil_chaos_event *e) {
     int attempt;
     if (ends_attempt(e->kind) && !job_state(c, status, sizeof status, &attempt)) c->struck = attempt;
     if (e->kind == ANVIL_FAULT_DISK_FULL) return disk_full(c);
+    if (anvil_fault_kind_s3(e->kind)) return s3_fault(c, e->kind, e->count);
     return strike(c, e->kind, anvil_fault_kind_targeted(e->kind) ? target : -1);
 }
 
@@ -444,6 +552,7 @@ static int schedule_of(int argc, char **argv, int *i_job, anvil_chaos_schedule *
         else if (!strcmp(a, "--mtbf")) bad = arg_double("chaos", a, v, &mtbf);
         else if (!strcmp(a, "--duration")) bad = arg_double("chaos", a, v, &duration);
         else if (!strcmp(a, "--fill-max")) bad = arg_double("chaos", a, v, &c->fill_max);
+        else if (!strcmp(a, "--s3-proxy")) c->s3_proxy_arg = v;
         else if (!strcmp(a, "--seed")) bad = arg_i64("chaos", a, v, 0, INT64_MAX, &seed);
         else return cli_usage_error("chaos", "unknown option '%s'", a);
         if (bad) return ANVIL_EXIT_USAGE;
@@ -514,18 +623,19 @@ int cmd_chaos(int argc, char **argv) {
     int i_job;
     /* client_open left the other arguments in argv[0..n). */
     rc = schedule_of(n, argv, &i_job, &s, &c, &wait);
+    if (!rc) rc = check_proxy(&c, &s);
     if (!rc) rc = open_job(&c, argv[i_job]);
     double t0 = anvil_now();
     follower f = {.step = -1};
     for (int i = 0; !rc && i < s.n; i++) {
         rc = await_event(&c, &f, &s.ev[i], t0);
-        if (rc == 1) printf("chaos: the job ended before event %d of %d\n", i + 1, s.n);
+        if (rc == JOB_ENDED) printf("chaos: the job ended before event %d of %d\n", i + 1, s.n);
         if (!rc) rc = run_event(&c, &s.ev[i]);
-        if (rc == 1) break;
     }
-    if (rc <= 1 && wait) rc = finish(&c);
-    else if (rc == 1) rc = 0;
+    if (rc == JOB_ENDED) rc = 0;
+    if (!rc && wait) rc = finish(&c);
     anvil_chaos_free(&s);
+    free(c.s3_proxy);
     client_close(&c.cl);
     return rc;
 }

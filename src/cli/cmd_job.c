@@ -245,10 +245,14 @@ void cli_print_goodput(const cJSON *g, double id) {
     cJSON_ArrayForEach(e, faults) {
         char t[32];
         const char *target = client_str(e, "target");
-        printf("  %s  %s%s%s (attempt %.0f): lost %.1f s = detection %.1f + recomputed %.1f + restart %.1f\n",
-               client_when(client_num(e, "at"), t, sizeof t), client_str(e, "kind"), target[0] ? " " : "", target,
-               client_num(e, "attempt"), client_num(e, "lost_s"), client_num(e, "detection_s"),
-               client_num(e, "recomputed_s"), client_num(e, "restart_s"));
+        printf("  %s  %s%s%s (attempt %.0f): lost %.1f s = ", client_when(client_num(e, "at"), t, sizeof t),
+               client_str(e, "kind"), target[0] ? " " : "", target, client_num(e, "attempt"), client_num(e, "lost_s"));
+        /* A fault that ended its attempt has a detection; one that its attempt went on through cost
+         * stalled steps only. */
+        if (client_num(e, "detection_s") <= 0) printf("stall %.1f (the attempt went on)\n", client_num(e, "stall_s"));
+        else
+            printf("detection %.1f + recomputed %.1f + restart %.1f\n", client_num(e, "detection_s"),
+                   client_num(e, "recomputed_s"), client_num(e, "restart_s"));
     }
 }
 

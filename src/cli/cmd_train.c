@@ -236,8 +236,8 @@ static int configure(train_args *t, s3path_stage *meta, char (*globs)[4096]) {
     return 0;
 }
 
-/* The last line of a finished run on rank 0, and with --summary-json its JSON on stdout. */
-static void report(const train_args *t, const anvil_train_result *r, const char *meta_dir, int world) {
+/* The last line of a run that trained: its loss, speed and memory. */
+static void report_line(const anvil_train_result *r, const char *meta_dir) {
     fprintf(stderr, "done: %d steps, final loss %.4f", r->steps_done, r->final_loss);
     if (r->val_loss == r->val_loss) fprintf(stderr, ", val loss %.4f", r->val_loss);
     /* Nats per token depend on the tokenizer; bits per byte of text do not. */
@@ -248,6 +248,14 @@ static void report(const train_args *t, const anvil_train_result *r, const char 
                 r->val_loss / log(2.0) * (double)val_tokens / (double)val_bytes, (double)val_bytes / (double)val_tokens);
     fprintf(stderr, ", median %.1f ms/step, %.0f tok/s, %.1f GFLOP/s, peak RSS %.0f MB\n", r->ms_per_step_median,
             r->tokens_per_s_median, r->gflops_median, r->peak_rss_mb);
+}
+
+/* The last line of a finished run on rank 0, and with --summary-json its JSON on stdout. */
+static void report(const train_args *t, const anvil_train_result *r, const char *meta_dir, int world) {
+    if (r->steps_done <= r->start_step)
+        fprintf(stderr, "done: nothing to train, the run was at step %d of %d already\n", r->start_step, t->c->steps);
+    else
+        report_line(r, meta_dir);
     if (t->summary)
         printf("{\"impl\":\"anvil\",\"path\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"ranks\":%d,\"params\":%lld,\"steps\":%d,\"final_loss\":%.6f,"
                "\"val_loss\":%.6f,\"ms_per_step_median\":%.3f,\"tokens_per_s_median\":%.2f,"

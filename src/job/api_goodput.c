@@ -40,7 +40,7 @@ static bool read_request(anvil_api_call *c, const anvil_job *j, const anvil_job_
     bool on_host = f->kind >= 0 && anvil_fault_kind_on_host(f->kind);
     int limit = on_host ? spec->hosts : spec->hosts * spec->procs_per_host;
     if (f->kind < 0) {
-        api_reply_error(c, 400, "fault: kind: one of " ANVIL_FAULT_KIND_NAMES);
+        api_reply_error(c, 400, "fault: kind: one of %s", anvil_fault_kind_list());
     } else if (anvil_fault_kind_targeted(f->kind) != (target != NULL)) {
         api_reply_error(c, 400, "fault: target: %s for %s", target ? "not taken" : "required", kind->valuestring);
     } else if (target && (!cJSON_IsNumber(target) || target->valuedouble != floor(target->valuedouble) ||

@@ -12,8 +12,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 
-static const char *const kind_names[ANVIL_FAULT_NKINDS] = {"kill-rank", "stop-rank", "kill-attempt", "host-lost",
-                                                           "net-cut",   "disk-full", "daemon-kill"};
+static const char *const kind_names[ANVIL_FAULT_NKINDS] = {"kill-rank", "stop-rank",   "kill-attempt", "host-lost",
+                                                           "net-cut",   "disk-full",   "daemon-kill",  "s3-503",
+                                                           "s3-reset"};
 
 const char *anvil_fault_kind_name(anvil_fault_kind k) { return kind_names[k]; }
 
@@ -29,6 +30,21 @@ int anvil_fault_kind_on_host(anvil_fault_kind k) { return k == ANVIL_FAULT_HOST_
 
 int anvil_fault_kind_targeted(anvil_fault_kind k) {
     return k == ANVIL_FAULT_KILL_RANK || k == ANVIL_FAULT_STOP_RANK || anvil_fault_kind_on_host(k);
+}
+
+int anvil_fault_kind_s3(anvil_fault_kind k) { return k == ANVIL_FAULT_S3_503 || k == ANVIL_FAULT_S3_RESET; }
+
+const char *anvil_fault_kind_list(void) {
+    static char list[256];
+    if (!list[0])
+        for (int k = 0; k < ANVIL_FAULT_NKINDS; k++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", kind_names[k]);
+    return list;
+}
+
+/* The requests an S3 fault strikes when its event names no count; -1 for the other kinds. */
+static int default_count(anvil_fault_kind k) {
+    return k == ANVIL_FAULT_S3_503 ? ANVIL_CHAOS_S3_503_N : k == ANVIL_FAULT_S3_RESET ? ANVIL_CHAOS_S3_RESET_N : -1;
 }
 
 /* A decimal count in [0, max] taking the whole of s; -1 when it is not one. */
@@ -70,12 +86,16 @@ static int parse_event(char *text, int number, anvil_chaos_event *e) {
     if (target) *target++ = 0;
     int k = anvil_fault_kind_parse(kind);
     if (k < 0)
-        return anvil_fail("chaos schedule: event %d: unknown fault '%.40s' (" ANVIL_FAULT_KIND_NAMES ")", number, kind);
+        return anvil_fail("chaos schedule: event %d: unknown fault '%.40s' (%s)", number, kind, anvil_fault_kind_list());
     e->kind = (anvil_fault_kind)k;
     e->target = -1;
-    if (target && !anvil_fault_kind_targeted(e->kind))
+    e->count = default_count(e->kind);
+    if (target && anvil_fault_kind_s3(e->kind) && (e->count = (int)whole_number(target, 1 << 20)) < 1)
+        return anvil_fail("chaos schedule: event %d: the count of %s is a number of requests from 1, got '%.40s'",
+                          number, kind, target);
+    if (target && !anvil_fault_kind_targeted(e->kind) && !anvil_fault_kind_s3(e->kind))
         return anvil_fail("chaos schedule: event %d: %s takes no target, got ':%.40s'", number, kind, target);
-    if (target && (e->target = (int)whole_number(target, 1 << 20)) < 0)
+    if (target && anvil_fault_kind_targeted(e->kind) && (e->target = (int)whole_number(target, 1 << 20)) < 0)
         return anvil_fail("chaos schedule: event %d: the target of %s is a %s index, got '%.40s'", number, kind,
                           anvil_fault_kind_on_host(e->kind) ? "host" : "rank", target);
     return 0;
@@ -149,6 +169,7 @@ int anvil_chaos_random(uint64_t seed, double mtbf_s, double duration_s, const an
         e->at_step = -1;
         e->kind = kinds[anvil_rng_u64(&rng) % (uint64_t)nkinds];
         e->target = -1;
+        e->count = default_count(e->kind);
     }
     return 0;
 }

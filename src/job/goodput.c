@@ -74,6 +74,14 @@ static int each_record(const char *path, int (*fn)(void *ctx, const record *r), 
     return rc;
 }
 
+/* A step as the walk saw it: when it ended, its time less its evaluation's, whether it checkpointed,
+ * of which attempt (index): what a fault's stall is measured on. */
+typedef struct {
+    double t, len;
+    int attempt;
+    bool ckpt;
+} step_rec;
+
 /* The walk over the job's timeline. */
 typedef struct {
     const anvil_goodput_input *in;
@@ -85,9 +93,24 @@ typedef struct {
     int64_t *start_step; /* per attempt: the step its start record names; -1: none */
     double *start_t;
     int64_t ckpt_step;  /* the newest checkpoint of the job seen so far (first pass) */
-    int spans_cap, loss_cap;
-    bool spans_lost, loss_lost;
+    step_rec *steps;
+    int nsteps, spans_cap, loss_cap, steps_cap;
+    bool spans_lost, loss_lost, steps_lost;
 } walk;
+
+/* arr, of n elements of size, with room for one more (its capacity doubled from first when full);
+ * arr itself, *lost set, when there is no memory for it. */
+static void *with_room(void *arr, int n, int *cap, int first, size_t size, bool *lost) {
+    if (n < *cap) return arr;
+    int grown_cap = *cap ? 2 * *cap : first;
+    void *grown = realloc(arr, size * (size_t)grown_cap);
+    if (!grown) {
+        *lost = true;
+        return arr;
+    }
+    *cap = grown_cap;
+    return grown;
+}
 
 /* Appends [t0, t0 + s) of part p to the timeline, merged into the stretch before when that one is of
  * the same part and attempt; a timeline out of memory is dropped (the sums do not need it). */
@@ -101,16 +124,8 @@ static void span(walk *w, anvil_gp_part p, double t0, double s, int attempt) {
         return;
     }
     if (w->spans_lost) return;
-    if (g->nspans == w->spans_cap) {
-        int cap = w->spans_cap ? 2 * w->spans_cap : 64;
-        anvil_gp_span *grown = realloc(g->spans, sizeof *grown * (size_t)cap);
-        if (!grown) {
-            w->spans_lost = true;
-            return;
-        }
-        g->spans = grown;
-        w->spans_cap = cap;
-    }
+    g->spans = with_room(g->spans, g->nspans, &w->spans_cap, 64, sizeof *g->spans, &w->spans_lost);
+    if (w->spans_lost) return;
     g->spans[g->nspans++] = (anvil_gp_span){a, a + s, number, p};
 }
 
@@ -233,18 +248,21 @@ static void split(walk *w, const record *r, double ckpt_s, anvil_gp_part p) {
 static void loss_point(walk *w, double t, double loss) {
     anvil_goodput *g = w->g;
     if (w->loss_lost || !isfinite(loss)) return;
-    if (g->nloss == w->loss_cap) {
-        int cap = w->loss_cap ? 2 * w->loss_cap : 256;
-        double *grown = realloc(g->loss, sizeof *grown * 2 * (size_t)cap);
-        if (!grown) {
-            w->loss_lost = true;
-            return;
-        }
-        g->loss = grown;
-        w->loss_cap = cap;
-    }
+    g->loss = with_room(g->loss, g->nloss, &w->loss_cap, 256, 2 * sizeof *g->loss, &w->loss_lost);
+    if (w->loss_lost) return;
     g->loss[2 * g->nloss] = t - w->in->submitted_at;
     g->loss[2 * g->nloss++ + 1] = loss;
+}
+
+/* Keeps a step for the stalls; steps out of memory are dropped (the stalls then read 0). */
+static void note_step(walk *w, const record *r, double interval) {
+    if (w->steps_lost) return;
+    w->steps = with_room(w->steps, w->nsteps, &w->steps_cap, 256, sizeof *w->steps, &w->steps_lost);
+    if (w->steps_lost) {
+        w->nsteps = 0;
+        return;
+    }
+    w->steps[w->nsteps++] = (step_rec){r->t, interval > r->eval_s ? interval - r->eval_s : 0, w->cur, r->ckpt_s > 0};
 }
 
 /* Second pass: each record of this job's attempts, in order. */
@@ -262,7 +280,9 @@ static int walk_record(void *ctx, const record *r) {
     if (w->cur < 0 || w->clean) return 0;
     anvil_gp_attempt *ga = &w->g->attempts[w->cur];
     if (r->kind == REC_TRAIN) {
+        double from = w->cursor;
         split(w, r, r->ckpt_s, r->step <= ga->kept_through ? ANVIL_GP_PRODUCTIVE : ANVIL_GP_RECOMPUTED);
+        note_step(w, r, w->cursor - from);
         loss_point(w, r->t, r->loss);
         if (r->step > ga->last_step) ga->last_step = r->step;
     } else if (r->kind == REC_END) {
@@ -272,8 +292,45 @@ static int walk_record(void *ctx, const record *r) {
     return 0;
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median length of attempt i's steps with (ckpt) or without a checkpoint; HUGE_VAL when there is
+ * none, or no memory to find it (then no step counts as slow). */
+static double usual_step(const walk *w, int i, bool ckpt) {
+    double *v = malloc(sizeof *v * (size_t)(w->nsteps ? w->nsteps : 1)), median = HUGE_VAL;
+    int n = 0;
+    for (int s = 0; v && s < w->nsteps; s++)
+        if (w->steps[s].attempt == i && w->steps[s].ckpt == ckpt) v[n++] = w->steps[s].len;
+    if (n) {
+        qsort(v, (size_t)n, sizeof *v, by_value);
+        median = v[n / 2];
+    }
+    free(v);
+    return median;
+}
+
+/* Fault k's stall in attempt i: what the steps after it took beyond the usual step of their sort
+ * (checkpointing or not), up to the first back at pace or the next fault. A step within half again
+ * of the usual one counts as at pace: steps vary that much without a fault on a shared machine. */
+static double stall_after(const walk *w, int k, int i) {
+    const anvil_job_fault *f = &w->in->faults[k];
+    double until = HUGE_VAL, usual[2] = {usual_step(w, i, false), usual_step(w, i, true)}, stall = 0;
+    for (int m = 0; m < w->in->nfaults; m++)
+        if (w->in->faults[m].at > f->at && w->in->faults[m].at < until) until = w->in->faults[m].at;
+    for (int s = 0; s < w->nsteps; s++) {
+        const step_rec *st = &w->steps[s];
+        if (st->attempt != i || st->t <= f->at) continue;
+        if (st->t - st->len >= until || st->len <= 1.5 * usual[st->ckpt]) break;
+        stall += st->len - usual[st->ckpt];
+    }
+    return stall;
+}
+
 /* What each fault cost: for the fault that ended its attempt, the attempt's detection and recomputed
- * time and the restart of the attempt after it. */
+ * time and the restart of the attempt after it; for one the attempt went on through, its stall. */
 static void cost_faults(walk *w) {
     anvil_goodput *g = w->g;
     for (int k = 0; k < w->in->nfaults; k++) {
@@ -284,11 +341,16 @@ static void cost_faults(walk *w) {
         snprintf(o->kind, sizeof o->kind, "%s", f->kind);
         snprintf(o->target, sizeof o->target, "%s", f->target);
         int i = index_of(w->in, f->attempt);
-        if (i < 0 || !w->in->attempts[i].ended_at) continue;
-        /* The last fault of an attempt is what ended it (an earlier one, a daemon restart say, did not). */
-        bool last = true;
+        if (i < 0) continue;
+        /* The last fault of an attempt that failed (another came after it, or the job did not complete) is
+         * what ended it; an earlier one, a daemon restart say, or any in the attempt that completed the
+         * job, did not. */
+        bool last = true, failed = i + 1 < w->in->nattempts || !w->in->completed;
         for (int m = k + 1; m < w->in->nfaults; m++) last = last && w->in->faults[m].attempt != f->attempt;
-        if (!last || g->attempts[i].parts.s[ANVIL_GP_DETECTION] == 0) continue;
+        if (!w->in->attempts[i].ended_at || !last || !failed || g->attempts[i].parts.s[ANVIL_GP_DETECTION] == 0) {
+            o->stall = stall_after(w, k, i);
+            continue;
+        }
         o->detection = g->attempts[i].parts.s[ANVIL_GP_DETECTION];
         o->recomputed = g->attempts[i].parts.s[ANVIL_GP_RECOMPUTED];
         if (i + 1 < w->in->nattempts) o->restart = g->attempts[i + 1].parts.s[ANVIL_GP_RESTART];
@@ -327,6 +389,7 @@ int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g) {
     }
     free(w.start_step);
     free(w.start_t);
+    free(w.steps);
     if (rc) anvil_goodput_free(g);
     return rc;
 }
@@ -409,8 +472,8 @@ static cJSON *fault_json(const anvil_gp_fault *f) {
         cJSON_AddStringToObject(o, "kind", f->kind) && cJSON_AddStringToObject(o, "target", f->target) &&
         cJSON_AddNumberToObject(o, "detection_s", f->detection) &&
         cJSON_AddNumberToObject(o, "recomputed_s", f->recomputed) &&
-        cJSON_AddNumberToObject(o, "restart_s", f->restart) &&
-        cJSON_AddNumberToObject(o, "lost_s", f->detection + f->recomputed + f->restart))
+        cJSON_AddNumberToObject(o, "restart_s", f->restart) && cJSON_AddNumberToObject(o, "stall_s", f->stall) &&
+        cJSON_AddNumberToObject(o, "lost_s", f->detection + f->recomputed + f->restart + f->stall))
         return o;
     cJSON_Delete(o);
     return NULL;

@@ -60,12 +60,17 @@ typedef struct {
 } anvil_gp_attempt;
 
 /* What a fault cost: the time from it to the service's notice, the work it threw away, and the
- * restart after it (0 where the attempt it hit did not end by it, a daemon restart say). */
+ * restart after it (0 where the attempt it hit did not end by it, a daemon restart say); and for one
+ * that its attempt went on through (an S3 storm its retries absorbed), the stall: the time the steps
+ * after it took beyond the attempt's usual step, until one was back at that pace. The stall stays in
+ * the parts the steps' time went to (it is a cost within them, not a part of its own); one before the
+ * attempt's first step lengthens its restart instead, which is not in its stall (no usual pace
+ * measures a restart). */
 typedef struct {
     double at;
     int attempt;
     char kind[32], target[64];
-    double detection, recomputed, restart;
+    double detection, recomputed, restart, stall;
 } anvil_gp_fault;
 
 /* One stretch of the timeline and the part it went to (consecutive stretches of one part merged), in

@@ -145,8 +145,9 @@ int anvil_store_attempts(anvil_store *st, int64_t id, anvil_job_attempt **attemp
 void anvil_job_attempts_free(anvil_job_attempt *attempts, int n);
 
 /* A fault injected into a job (anvil chaos): when, into which attempt, of which kind ("kill-rank",
- * "stop-rank", "kill-attempt", "host-lost", "disk-full", "daemon-kill"), at what ("rank 1", "host 0",
- * "" for the whole attempt or the daemon) and what was done. */
+ * "stop-rank", "kill-attempt", "host-lost", "disk-full", "daemon-kill", "s3-503", "s3-reset"), at
+ * what ("rank 1", "host 0", "" for the whole attempt, the daemon or the S3 endpoint) and what was
+ * done. */
 typedef struct {
     double at;
     int attempt;

@@ -126,6 +126,13 @@ int anvil_launch_local_cores(void) {
 
 /* ---- the mpirun command line ---- */
 
+/* Whether env has a variable of this "NAME=" prefix: the user's own MCA setting wins over anvil's. */
+static bool env_sets(char *const *env, const char *prefix) {
+    for (char *const *e = env; *e; e++)
+        if (!strncmp(*e, prefix, strlen(prefix))) return true;
+    return false;
+}
+
 char *anvil_launch_default_log_dir(const anvil_launch_spec *spec) {
     if (!spec->exec && spec->argc > 0 && !strcmp(spec->argv[0], "train"))
         for (int i = 1; i + 1 < spec->argc; i++)
@@ -245,13 +252,18 @@ int anvil_launch_build_argv(const anvil_launch_spec *spec, const char *self, con
         if (!rc) rc = argv_add(&a, "--host");
         if (!rc) rc = argv_add(&a, h.s);
         free(h.s);
-        bool user_rsh = false;
-        for (char *const *e = env; *e; e++) user_rsh |= !strncmp(*e, "OMPI_MCA_plm_rsh_args=", 22);
         /* Without these, ssh to a host that drops packets waits minutes, and one
          * that wants a password waits forever. */
         const char *rsh[] = {"--mca", "plm_rsh_args", "-o BatchMode=yes -o ConnectTimeout=15"};
-        for (size_t i = 0; i < 3 && !rc && !user_rsh; i++) rc = argv_add(&a, rsh[i]);
+        for (size_t i = 0; i < 3 && !rc && !env_sets(env, "OMPI_MCA_plm_rsh_args="); i++) rc = argv_add(&a, rsh[i]);
     }
+    /* Once a rank has died, Open MPI gives each survivor a grace of this many seconds between its SIGTERM
+     * and its SIGKILL (default 1, spent twice: 2 s of every rank failure's detection, measured). The
+     * survivors hold nothing worth it: the attempt is over, and a checkpoint is complete before any rank
+     * exits (the trainer's barrier). */
+    const char *kill_now[] = {"--mca", "odls_base_sigkill_timeout", "0"};
+    for (size_t i = 0; i < 3 && !rc && !env_sets(env, "OMPI_MCA_odls_base_sigkill_timeout="); i++)
+        rc = argv_add(&a, kill_now[i]);
     if (!rc && spec->tcp) {
         /* btl alone is ignored when the ucx pml is picked, so pin ob1 too. */
         const char *tcp[] = {"--mca", "pml", "ob1", "--mca", "btl", "tcp,self"};

@@ -924,6 +924,7 @@ static int run_close(anvil_run *r, int rc) {
 int anvil_train(const anvil_train_config *c, anvil_train_result *res) {
     anvil_run r;
     int rc = run_open(&r, c, res);
+    res->start_step = (int)r.start;
     for (int step = (int)r.start; !rc && step < r.c->steps; step++) {
         rc = run_step(&r, step);
         if (!rc) rc = run_after_step(&r, step);

@@ -84,7 +84,8 @@ typedef struct {
 #define ANVIL_TRAIN_BAD_INPUT 2
 
 typedef struct {
-    int steps_done;
+    int start_step; /* the step it resumed from (0: a new run) */
+    int steps_done; /* the step it ended at; 0 when it trained none (resumed at its last step) */
     float final_loss;
     float val_loss; /* NAN when never validated */
     double ms_per_step_median;
