@@ -135,7 +135,7 @@ await_training "$tmp/one" || bad "the 1-host job never trained: $(field "$one" s
 [ "$(field "$one" backend | grep -c sim_hosts)" = 0 ] || bad "a 1-host job on simulated hosts"
 timeout 60 "$anvil" chaos --state "$state" "$one" --schedule "0s net-cut" --no-wait > /dev/null 2> "$tmp/err"
 rc=$?
-[ $rc = 4 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "does not run on simulated hosts.*(HTTP 400)" "$tmp/err" &&
+[ $rc = 4 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "does not run on simulated hosts.*(HTTP 422)" "$tmp/err" &&
   ok "net-cut into a 1-host job: $(cat "$tmp/err")" || bad "net-cut of a 1-host job: exit $rc, $(cat "$tmp/err")"
 job stop "$one" > /dev/null
 three=$(submit three "$tmp/three" 3)

@@ -11,9 +11,12 @@
 #   - the per-node pre-flight health check with n2 made to fail it (ANVIL_HEALTH_FAULT=...@n2): n2
 #     excluded with anvil health's reason, a new allocation on n1 and n3, Completed, max_retries 0
 #     untouched; with 3 nodes asked, too few are left: Failed with Slurm's reason;
-#   - SIGKILL of the rank on n2: describe names n2 excluded and why, the history names the first
-#     killed rank and its node, the retry is a new batch job with --exclude=n2 that runs on n1 and
-#     n3, resumes from the checkpoint and ends bit-identical;
+#   - SIGKILL of the rank on n2, by `anvil chaos --schedule "step:110 kill-rank:1, step:150 kill-attempt"`
+#     (srun on n2): the history names the fault (rank, pid, node), describe names n2 excluded and why,
+#     the history names the first killed rank and its node, the retry is a new batch job with
+#     --exclude=n2 that runs on n1 and n3, resumes from the checkpoint; the retry's every process killed
+#     (scancel --signal=KILL --full): retried again, no node blamed; the job ends bit-identical; job
+#     goodput's parts add up to the wall time within 1% and both faults are priced;
 #   - max_runtime_s: the graceful stop through scancel --batch, a checkpoint, Stopped (exit 75);
 #   - warm pools: a job with keep_alive_s completes while its batch job holds the allocation
 #     (Available); a job of the same shape runs in it (Reused, the same Slurm job ID, no sbatch) and
@@ -28,7 +31,9 @@
 #     the history naming the service's stop;
 #   - a lost node, four times: kill -9 of the slurmd of rank 0's node and of rank 1's, before and after
 #     the first checkpoint (the job's ranks frozen first, so that attempt 1 cannot finish), the last in a
-#     warm pool (the pool Terminated, its Slurm job ended): attempt 1 lost
+#     warm pool (the pool Terminated, its Slurm job ended); rank 1's after the checkpoint by `anvil chaos
+#     host-lost:1` instead (the node's rank frozen, its slurmd killed, and started again by the backend
+#     once the job has left the node out; the history names it, goodput prices it): attempt 1 lost
 #     (not Completed, whatever srun exited with), the node excluded, the retry waits until the node comes
 #     back and its slurmd has ended the orphan (no process of attempt 1 alive once the retry trains),
 #     runs on the other two nodes, resumes from the checkpoint, ends bit-identical to the unfaulted job;
@@ -77,12 +82,19 @@ history() { job --json describe "$1" | python3 -c "
 import json, signal, sys
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 for e in json.load(sys.stdin)['history']: print(e['status'], e['secondary_status'], e['message'], sep='|')"; }
-# The training rank on node $2 of the run in $1 (srun starts every rank on this machine, with its node's name).
-rank_on() {
-  local p
-  for p in $(pgrep -f "^$anvil train .*--out $1( |\$)"); do
-    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "SLURMD_NODENAME=$2" && { echo "$p"; return; }
-  done
+# The goodput of job $1, which anvil chaos struck: its parts add up to the wall time within 1%, and each
+# fault that ended an attempt is priced (detection and restart); prints what each fault cost.
+goodput_ok() {
+  job --json goodput "$1" | python3 -c "
+import json, sys
+g = json.load(sys.stdin)
+parts, wall = g['parts'], g['wall_s']
+assert abs(sum(parts.values()) - wall) <= 0.01 * wall, f'parts {sum(parts.values()):.2f} s against wall {wall:.2f} s'
+assert all(v >= 0 for v in parts.values()) and g['faults'], g
+assert all(f['detection_s'] > 0 and f['restart_s'] > 0 for f in g['faults']), g['faults']
+print(f'parts add up to {sum(parts.values()):.1f} of {wall:.1f} s, ETTR {g[\"ettr\"]:.1%}; ' + '; '.join(
+    f'{f[\"kind\"]}{\" \" + f[\"target\"] if f[\"target\"] else \"\"}: detection {f[\"detection_s\"]:.1f} s, restart {f[\"restart_s\"]:.1f} s, '
+    f'recomputed {f[\"recomputed_s\"]:.1f} s' for f in g['faults']))"
 }
 # Waits (up to 60 s) until the run in $1 has a checkpoint at step $2 or later.
 wait_ckpt() {
@@ -178,23 +190,31 @@ job wait "$id" > /dev/null
   ok "3 nodes, n2 unhealthy: Failed: $(field "$id" failure_reason | cut -c1-60)...$(field "$id" failure_reason | grep -o 'Requested.*')" ||
   bad "3 nodes with n2 unhealthy: $(history "$id")"
 
-# ---- SIGKILL of the rank on n2: a retry without n2, from the checkpoint ----
+# ---- SIGKILL of the rank on n2 (anvil chaos: kill-rank, through srun on n2): a retry without n2, from the
+# checkpoint; then the retry killed whole (kill-attempt): retried again, no node blamed ----
 id=$(submit killed "$tmp/killed" 2 1 '{"max_retries": 2}' "$steps")
-wait_ckpt "$tmp/killed" 100 || bad "the job wrote no checkpoint: $(tail -n 3 "$tmp/killed/logs/launcher.log")"
-victim=$(rank_on "$tmp/killed" n2)
-[ -n "$victim" ] && kill -9 "$victim" || bad "no rank on n2"
-job wait "$id" > "$tmp/out"
+# Rank 1 runs on the second node of n[1-2]; past step 110 the checkpoint at step 100 is there. The
+# kill-attempt waits for the retry's step 150.
+timeout 600 "$anvil" chaos --state "$state" "$id" --schedule "step:110 kill-rank:1, step:150 kill-attempt" \
+  > "$tmp/chaos.out" 2>&1
 rc=$?
+history "$id" | grep -q "^Running|Fault|fault injected: kill-rank rank 1 (attempt 1): rank 1 killed (SIGKILL, pid [0-9]* on n2)$" &&
+  ok "anvil chaos: $(grep -o 'kill-rank 1: .*' "$tmp/chaos.out")" || bad "kill-rank: $(cat "$tmp/chaos.out"; history "$id")"
+history "$id" | grep -q "^Running|Fault|fault injected: kill-attempt (attempt 2): every process of Slurm job [0-9]* killed (scancel --signal=KILL --full)$" &&
+  history "$id" | grep -q "Retrying (2/2)|" && [ "$(field "$id" attempt)" = 3 ] &&
+  ok "anvil chaos: $(grep -o 'kill-attempt: .*' "$tmp/chaos.out"), retried: $(history "$id" | grep -o 'Retrying (2/2)|.*' | cut -c1-120)" ||
+  bad "kill-attempt: $(cat "$tmp/chaos.out"; history "$id")"
+gp=$(goodput_ok "$id") && ok "goodput of the kill-rank and the kill-attempt: $gp" || bad "kill-rank goodput: $gp"
 excluded=$(field "$id" backend excluded_nodes)
 # The attempt's exit is srun's, the highest over the ranks, and the survivor dies of whatever reaches it
 # first (SIGPIPE from the dead peer's socket, srun's SIGTERM): the history must name the cause.
-if [ $rc = 0 ] && [ "$(field "$id" attempt)" = 2 ] &&
+if [ $rc = 0 ] && [ "$(field "$id" attempt)" = 3 ] &&
    history "$id" | grep -q "Retrying (1/2)|exit [0-9]* (signal [0-9]*): first on n2: task 1 of attempt 1 .*Killed"; then
   ok "SIGKILLed rank on n2: Retrying (1/2), the history naming it ($(history "$id" | grep -o 'first on n2: task 1')), Completed"
 else bad "SIGKILLed rank: exit $rc: $(history "$id"; grep 'srun: ' "$tmp/killed/logs/launcher.log" | head -n 20
   head -c 600 "$state/jobs/$id/"{stopped,killed,end}_1 2> /dev/null)"; fi
 python3 -c "import sys; e = $excluded; sys.exit(not (len(e) == 1 and e[0]['node'] == 'n2' and 'Killed' in e[0]['why']))" &&
-  ok "describe: excluded_nodes $excluded" || bad "excluded_nodes: $excluded"
+  ok "describe: excluded_nodes $excluded (none more after the kill-attempt)" || bad "excluded_nodes: $excluded"
 grep -qx "#SBATCH --exclude=n2" "$state/jobs/$id/slurm_2.sh" && [ "$(cat "$state/jobs/$id/nodes_2")" = "n[1,3]" ] &&
   ok "the retry was a new batch job with --exclude=n2, on n[1,3]" ||
   bad "retry: $(grep exclude "$state/jobs/$id/slurm_2.sh") on $(cat "$state/jobs/$id/nodes_2")"
@@ -380,8 +400,9 @@ wait_retry_trains() {
   done
   return 1
 }
-lost_node() { # name, the rank whose node dies, before|after the first checkpoint, [warm: in a warm pool]
-  local name=$1 rank=$2 when=$3 warm=${4:-} run=$tmp/$1 id sid victim pids t_kill left rest pool handle
+lost_node() { # name, the rank whose node dies, before|after the first checkpoint, [warm: in a warm pool], [chaos]
+  local name=$1 rank=$2 when=$3 warm=${4:-} chaos=${5:-} run=$tmp/$1 id sid victim pids t_kill left rest pool handle
+  local chaos_pid slurmd killed
   if [ -n "$warm" ]; then
     pool=$(submit "${name}_pool" "$tmp/${name}_pool" 2 1 '{"keep_alive_s": 600}' 10)
     job wait "$pool" > /dev/null
@@ -414,15 +435,35 @@ sys.exit(not (b['slurm_job_id'] == sys.argv[2] and b['state'] == 'RUNNING' and b
       bad "describe while running: $(cat "$tmp/describe.json")"
     pending_stop
   fi
-  kill -9 "${slurm_node_pid[$victim]}"
   t_kill=$(date +%s)
+  killed=${slurm_node_pid[$victim]}
+  if [ -n "$chaos" ]; then
+    # The backend freezes the node's ranks (frozen already: the job of 300 steps at a few ms each would end
+    # before a fault asked for now lands) and kills its slurmd; it starts the slurmd again once the job has
+    # left the node out. Rank r's node is host r of the 2x1 job.
+    timeout 600 "$anvil" chaos --state "$state" "$id" --schedule "0s host-lost:$rank" > "$tmp/chaos.out" 2>&1 &
+    chaos_pid=$!
+  else kill -9 "${slurm_node_pid[$victim]}"; fi
   for _ in $(seq 450); do [ "$(field "$id" attempt)" = 2 ] && break; sleep 0.2; done
   [ "$(field "$id" attempt)" = 2 ] || { bad "$name: attempt 1 never ended: $(history "$id")"; return; }
   # The node comes back with attempt 1's rank on it (frozen): its slurmd ends it once a registration of
   # the node lists the rank's step. The first one, at its start, does not always: the next comes when
   # slurmctld asks for it, every 20 pings (seen 150 to 300 s later). After 15 s a reconfigure stands in for
   # that request, which the fence, waiting on the rank's locks, cannot tell from it.
-  slurm_start_node "$tmp/slurm" "$victim"
+  if [ -z "$chaos" ]; then slurm_start_node "$tmp/slurm" "$victim"
+  else
+    # Back once its pid file names a live slurmd other than the killed one (kept for slurm_down).
+    for _ in $(seq 300); do
+      slurmd=$(cat "$tmp/slurm/slurmd.$victim.pid" 2> /dev/null)
+      [ -n "$slurmd" ] && [ "$slurmd" != "$killed" ] && kill -0 "$slurmd" 2> /dev/null && break
+      sleep 0.2
+    done
+    [ "$slurmd" != "$killed" ] && kill -0 "$slurmd" 2> /dev/null &&
+      ok "$name: chaos started $victim's slurmd again (pid $slurmd) $(($(date +%s) - t_kill)) s after the fault, once the job left it out" ||
+      bad "$name: $victim's slurmd did not come back: $(cat "$tmp/chaos.out")"
+    slurm_node_pid[$victim]=$slurmd
+    slurm_pids+=("$slurmd")
+  fi
   local t_back=$(date +%s) asked=""
   while [ $(($(date +%s) - t_back)) -lt 15 ] && [ -n "$(job_procs "$sid")" ]; do sleep 0.5; done
   if [ -n "$(job_procs "$sid")" ]; then scontrol reconfigure > /dev/null 2>&1; asked=", after a reconfigure"; fi
@@ -432,6 +473,12 @@ sys.exit(not (b['slurm_job_id'] == sys.argv[2] and b['state'] == 'RUNNING' and b
   [ -z "$left" ] && ok "$name: rank $rank's node $victim lost $when the first checkpoint: no process of attempt 1 (Slurm job $sid) alive once the retry trains$asked" ||
     bad "$name: processes of attempt 1 alive while the retry trains: $(ps -o pid,stat,args -p "$(echo $left | tr ' ' ,)")"
   job wait "$id" > /dev/null
+  if [ -n "$chaos" ]; then
+    wait "$chaos_pid" && history "$id" | grep -q "^Running|Fault|fault injected: host-lost host $rank (attempt 1): host $rank ($victim) lost: rank(s) $rank to $rank frozen (SIGSTOP, pid(s) [0-9]* there), its slurmd (pid $killed) killed (SIGKILL)" &&
+      ok "$name: anvil chaos: $(grep -m1 -o 'host-lost .*' "$tmp/chaos.out" | cut -c1-160)" ||
+      bad "$name: chaos: $(cat "$tmp/chaos.out"; history "$id" | grep Fault)"
+    gp=$(goodput_ok "$id") && ok "$name: goodput: $gp" || bad "$name: goodput: $gp"
+  fi
   rest=$(cat "$state/jobs/$id/nodes_2" 2> /dev/null)
   excluded=$(field "$id" backend excluded_nodes)
   if [ "$(field "$id" status)" = Completed ] && [ "$(field "$id" attempt)" = 2 ] &&
@@ -518,7 +565,7 @@ lost_steps=$((steps * 3 / 10))
 ASAN_OPTIONS=$asan_off timeout 300 "$anvil" launch -n 2 -- "${train[@]}" --steps "$lost_steps" --out "$tmp/lost_ref" \
   > "$tmp/lost_ref.log" 2>&1 || bad "the lost nodes' reference run: $(tail -n 3 "$tmp/lost_ref.log")"
 lost_node lost_r0_after 0 after
-lost_node lost_r1_after 1 after
+lost_node lost_r1_after 1 after "" chaos
 lost_node lost_r0_before 0 before
 lost_node lost_r1_before 1 before warm
 

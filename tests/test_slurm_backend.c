@@ -10,7 +10,10 @@
  *     batch script names;
  *   - the fence: a Slurm that does not answer, or does not take the cancel, is asked again on the next
  *     call, and fails the job with the cause only after a bounded time; "already completing" and
- *     "Invalid job id" are answers, not errors; a kill of a job Slurm has ended is no error. */
+ *     "Invalid job id" are answers, not errors; a kill of a job Slurm has ended is no error;
+ *   - anvil chaos's faults (inject): a rank signalled through a step on its node (srun, then scontrol
+ *     listpids there), a host elsewhere refused, the attempt killed as the backend's kill does. */
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "job/backend.h"
+#include "job/chaos.h"
 #include "testutil.h"
 
 static char dir[64];
@@ -65,6 +69,8 @@ static const char scontrol[] = "#!/bin/sh\n"
                                "  [ -f \"$f/node_$4\" ] && exec cat \"$f/node_$4\"\n"
                                "  echo \"NodeName=$4 State=IDLE\";;\n"
                                "'show hostnames '*) exec cat \"$f/hostnames\";;\n"
+                               "'listpids '*) exec cat \"$f/listpids\";;\n"
+                               "'show config ') echo 'SlurmdPidFile           = /nonexistent/slurmd.%n.pid';;\n"
                                "*) echo \"fake scontrol: $*\"; exit 1;;\n"
                                "esac\n";
 
@@ -79,6 +85,13 @@ static const char scancel[] = "#!/bin/sh\n"
                               "  sed -i 's/JobState=[A-Z_]*/JobState=CANCELLED/' \"$f/job_$id\"\n"
                               "exit 0\n";
 
+/* A step on the node it names: what follows "sh" in its arguments runs here, as the step's task would. */
+static const char srun[] = "#!/bin/sh\n"
+                           "echo \"$*\" >> \"$FAKE_SLURM/srun.log\"\n"
+                           "for a; do case $a in --nodelist=*) node=${a#--nodelist=};; esac; done\n"
+                           "while [ \"$1\" != sh ]; do shift; done\n"
+                           "SLURMD_NODENAME=$node SLURM_STEP_ID=3 exec \"$@\"\n";
+
 static const char unreachable[] = "scancel: error: Kill job error on job id 7: Unable to contact slurm controller "
                                   "(connect failure)\n";
 
@@ -88,13 +101,15 @@ static void setup(void) {
     CHECK(anvil_mkdir_p(in("bin", "")) == 0 && anvil_mkdir_p(in("fake", "")) == 0);
     put(in("bin/scontrol", ""), scontrol);
     put(in("bin/scancel", ""), scancel);
-    CHECK(chmod(in("bin/scontrol", ""), 0755) == 0 && chmod(in("bin/scancel", ""), 0755) == 0);
+    put(in("bin/srun", ""), srun);
+    CHECK(chmod(in("bin/scontrol", ""), 0755) == 0 && chmod(in("bin/scancel", ""), 0755) == 0 &&
+          chmod(in("bin/srun", ""), 0755) == 0);
     char path[4096];
     snprintf(path, sizeof path, "%s/bin:%s", dir, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
     setenv("PATH", path, 1);
     setenv("FAKE_SLURM", in("fake", ""), 1);
     put(in("fake/hostnames", ""), "n1\nn2\n");
-    for (int id = 1; id <= 4; id++) {
+    for (int id = 1; id <= 5; id++) {
         char job[32];
         snprintf(job, sizeof job, "%d", id);
         CHECK(anvil_mkdir_p(in("state/jobs/%s", job)) == 0);
@@ -245,6 +260,68 @@ static void test_kill_ended(anvil_backend *b) {
     unlink(in("fake/scancel_answer", ""));
 }
 
+/* A child that waits to be signalled. */
+static pid_t sleeper(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        pause();
+        _exit(0);
+    }
+    return pid;
+}
+
+/* Whether pid (a child) was ended by SIGKILL, or stopped, as the wait for it says. */
+static bool killed(pid_t pid) {
+    int status;
+    return waitpid(pid, &status, 0) == pid && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+
+static bool stopped(pid_t pid) {
+    int status;
+    return waitpid(pid, &status, WUNTRACED) == pid && WIFSTOPPED(status);
+}
+
+/* Faults of anvil chaos on a batch attempt (job 5, Slurm job 9 on n[1-2]): a rank is found in the listing of
+ * its node's processes by its task number, not in the signalling step's own (3) nor among a task's
+ * children; rank 0's node has none; a host whose slurmd is elsewhere is refused; the attempt is killed as the
+ * backend's kill does it, marked so that no node is blamed. */
+static void test_inject(anvil_backend *b) {
+    anvil_attempt_ref a = {.job_id = 5, .attempt = 1, .handle = "9"};
+    put(in("state/jobs/5/nodes_1", ""), "n[1-2]\n");
+    pid_t own = sleeper(), child = sleeper(), rank = sleeper(), frozen = sleeper();
+    char list[300], done[600];
+    snprintf(list, sizeof list, "PID      JOBID    STEPID   LOCALID GLOBALID\n%d 9 3 0 1\n%d 9 1 - -\n%d 9 1 0 1\n",
+             (int)own, (int)child, (int)rank);
+    put(in("fake/listpids", ""), list);
+    CHECK(b->ops->inject(b, &a, ANVIL_FAULT_KILL_RANK, 1, 1, done, sizeof done) == 0);
+    char want[200];
+    snprintf(want, sizeof want, "rank 1 killed (SIGKILL, pid %d on n2)", (int)rank);
+    CHECK(!strcmp(done, want) && killed(rank));
+    CHECK(has(in("fake/srun.log", ""), "--jobid=9 --overlap --nodelist=n2 --nodes=1 --ntasks=1 --mpi=none"));
+    snprintf(list, sizeof list, "PID JOBID STEPID LOCALID GLOBALID\n%d 9 1 0 1\n", (int)frozen);
+    put(in("fake/listpids", ""), list);
+    CHECK(b->ops->inject(b, &a, ANVIL_FAULT_STOP_RANK, 1, 1, done, sizeof done) == 0 && stopped(frozen));
+    CHECK(b->ops->inject(b, &a, ANVIL_FAULT_KILL_RANK, 0, 1, done, sizeof done) == 1);
+    CHECK(!strcmp(done, "no rank 0 to 0 of Slurm job 9 runs on n1"));
+    put(in("fake/node_n2", ""), "NodeName=n2 NodeHostName=elsewhere State=ALLOCATED\n");
+    CHECK(b->ops->inject(b, &a, ANVIL_FAULT_HOST_LOST, 1, 1, done, sizeof done) == 2);
+    CHECK(strstr(done, "only where that runs on the daemon's machine (a test cluster): n2 is on elsewhere"));
+    /* A net-cut is refused outright (no rank signalled in its stead): a cluster's nodes are not simulated hosts. */
+    CHECK(b->ops->inject(b, &a, ANVIL_FAULT_NET_CUT, 1, 1, done, sizeof done) == 2 && strstr(done, "simulated hosts"));
+    put(in("fake/job_9", ""), "JobId=9 JobState=PENDING Reason=Priority Restarts=0\n");
+    CHECK(b->ops->inject(b, &a, ANVIL_FAULT_KILL_ATTEMPT, -1, 1, done, sizeof done) == 1);
+    put(in("fake/job_9", ""), "JobId=9 JobState=RUNNING Reason=None Restarts=0\n");
+    CHECK(b->ops->inject(b, &a, ANVIL_FAULT_KILL_ATTEMPT, -1, 1, done, sizeof done) == 0);
+    CHECK(!strcmp(done, "every process of Slurm job 9 killed (scancel --signal=KILL --full)"));
+    CHECK(has(in("fake/scancel.log", ""), "--signal=KILL --full 9\n") && access(in("state/jobs/5/killed_1", ""), F_OK) == 0);
+    for (pid_t *p = (pid_t[]){own, child, frozen, 0}; *p; p++) {
+        CHECK(kill(*p, 0) == 0);
+        kill(*p, SIGKILL);
+        waitpid(*p, NULL, 0);
+    }
+    unlink(in("fake/node_n2", ""));
+}
+
 int main(void) {
     setup();
     anvil_backend *b = anvil_backend_slurm_new(in("state", ""), "/bin/true", "test", NULL, 20);
@@ -255,6 +332,7 @@ int main(void) {
         test_killed_rank(b);
         test_fence(b);
         test_kill_ended(b);
+        test_inject(b);
         b->ops->free(b);
     }
     CHECK(anvil_remove_tree(dir) == 0);

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +27,7 @@
 #include "core/exit.h"
 #include "core/fsutil.h"
 #include "core/json.h"
+#include "core/proc_image.h"
 #include "core/rng.h"
 #include "job/chaos.h"
 #include "obs/heartbeat.h"
@@ -64,8 +64,11 @@ static const char *usage =
     "  --no-wait        return once the schedule is done, without waiting for the job\n"
     "\n"
     "A rank or attempt fault that finds nothing to strike (the job between attempts) is tried again\n"
-    "every 0.2 s. Exit status: 0 the job Completed, 3 it ended otherwise, 1 error, 2 bad usage, 4 the\n"
-    "daemon refused a fault (one line says why: net-cut into a job not on simulated hosts).\n";
+    "every 0.2 s. On the Slurm backend the daemon signals ranks through a step on their node (srun\n"
+    "--overlap); host-lost also kills the node's slurmd and starts it again once the job has left the\n"
+    "node out: only where that slurmd runs on the daemon's machine (a test cluster), else refused.\n"
+    "Exit status: 0 the job Completed, 3 it ended otherwise, 1 error, 2 bad usage, 4 the daemon\n"
+    "refused a fault (one line says why: a net-cut of a job not on simulated hosts, a refused host-lost).\n";
 
 typedef struct {
     client cl;
@@ -152,108 +155,6 @@ static int strike(chaos *c, anvil_fault_kind kind, int target) {
 
 /* ---- the daemon killed and started again ---- */
 
-/* What it takes to start the daemon again as it was: its program, arguments, environment, folder
- * and where its output went. */
-typedef struct {
-    char exe[PATH_MAX], cwd[PATH_MAX], out[PATH_MAX], err[PATH_MAX];
-    char *argv_text, *env_text;
-    size_t argv_len, env_len;
-} daemon_image;
-
-static int read_proc(pid_t pid, const char *what, char **text, size_t *len) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, what);
-    FILE *f = fopen(path, "r");
-    if (!f) return anvil_fail("%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096;
-    *text = malloc(cap);
-    *len = 0;
-    size_t got;
-    while (*text && (got = fread(*text + *len, 1, cap - *len - 1, f)) > 0) {
-        *len += got;
-        if (*len + 1 == cap) *text = realloc(*text, cap *= 2);
-    }
-    fclose(f);
-    if (!*text) return anvil_fail("out of memory");
-    (*text)[*len] = 0;
-    return 0;
-}
-
-/* fd's target when it is a file a new daemon can append to, else /dev/null. */
-static void output_of(pid_t pid, int fd, char *out, size_t cap) {
-    char link[64];
-    snprintf(link, sizeof link, "/proc/%d/fd/%d", (int)pid, fd);
-    ssize_t n = readlink(link, out, cap - 1);
-    out[n > 0 ? n : 0] = 0;
-    if (out[0] != '/' || !strncmp(out, "/dev/pts", 8)) snprintf(out, cap, "/dev/null");
-}
-
-static int capture(pid_t pid, daemon_image *d) {
-    char link[64];
-    snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
-    ssize_t n = readlink(link, d->exe, sizeof d->exe - 1);
-    snprintf(link, sizeof link, "/proc/%d/cwd", (int)pid);
-    ssize_t m = readlink(link, d->cwd, sizeof d->cwd - 1);
-    if (n <= 0 || m <= 0) return anvil_fail("daemon pid %d: cannot read its program or folder (run chaos as its user)", (int)pid);
-    d->exe[n] = d->cwd[m] = 0;
-    /* A binary replaced since the daemon started (a rebuild) is started again from its path. */
-    static const char deleted[] = " (deleted)";
-    if ((size_t)n > sizeof deleted && !strcmp(d->exe + n - (sizeof deleted - 1), deleted))
-        d->exe[n - (sizeof deleted - 1)] = 0;
-    output_of(pid, 1, d->out, sizeof d->out);
-    output_of(pid, 2, d->err, sizeof d->err);
-    return read_proc(pid, "cmdline", &d->argv_text, &d->argv_len) || read_proc(pid, "environ", &d->env_text, &d->env_len)
-               ? -1
-               : 0;
-}
-
-/* NUL-separated strings as a NULL-ended vector (pointing into text). */
-static char **split_nul(char *text, size_t len) {
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) n += text[i] == 0;
-    char **v = calloc(n + 2, sizeof *v);
-    size_t k = 0;
-    for (char *p = text; v && p < text + len; p += strlen(p) + 1) v[k++] = p;
-    return v;
-}
-
-/* Starts the daemon again, detached (a grandchild: nobody here need reap it). */
-static int respawn(const daemon_image *d) {
-    char **argv = split_nul(d->argv_text, d->argv_len), **envp = split_nul(d->env_text, d->env_len);
-    pid_t pid = argv && envp ? fork() : -1;
-    if (pid == 0) {
-        setsid();
-        if (fork() != 0) _exit(0);
-        int in = open("/dev/null", O_RDONLY), out = open(d->out, O_WRONLY | O_APPEND | O_CREAT, 0644),
-            err = open(d->err, O_WRONLY | O_APPEND | O_CREAT, 0644);
-        if (in < 0 || out < 0 || err < 0 || chdir(d->cwd)) _exit(127);
-        dup2(in, 0);
-        dup2(out, 1);
-        dup2(err, 2);
-        execve(d->exe, argv, envp);
-        _exit(127);
-    }
-    free(argv);
-    free(envp);
-    if (pid < 0) return anvil_fail("cannot start the daemon again: %s", strerror(errno));
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
-    }
-    return 0;
-}
-
-/* Whether pid is gone (or only a zombie waiting for its parent). */
-static bool gone(pid_t pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return true;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')');
-    return p && (p[2] == 'Z' || p[2] == 'X');
-}
-
 /* The daemon's pid from its state folder's serve.pid; 0 after anvil_fail. */
 static pid_t daemon_pid(const chaos *c) {
     char *dir = cli_state_dir(c->cl.state), path[PATH_MAX], *text = NULL;
@@ -270,12 +171,12 @@ static pid_t daemon_pid(const chaos *c) {
 
 static int daemon_kill(chaos *c) {
     pid_t pid = daemon_pid(c), again = 0;
-    daemon_image d = {0};
-    if (!pid || capture(pid, &d)) return cli_fail("chaos");
+    anvil_proc_image d;
+    if (!pid || anvil_proc_capture(pid, &d)) return cli_fail("chaos");
     double at = anvil_epoch_now(), t0 = anvil_now();
     int rc = kill(pid, SIGKILL) ? anvil_fail("cannot kill daemon pid %d: %s", (int)pid, strerror(errno)) : 0;
-    while (!rc && !gone(pid) && anvil_now() - t0 < 30) anvil_sleep(0.02);
-    if (!rc) rc = respawn(&d);
+    while (!rc && !anvil_proc_gone(pid) && anvil_now() - t0 < 30) anvil_sleep(0.02);
+    if (!rc) rc = anvil_proc_respawn(&d, NULL);
     /* It is back once it answers, on the port its serve.port names now. */
     while (!rc && anvil_now() - t0 < 60) {
         again = daemon_pid(c);
@@ -289,8 +190,7 @@ static int daemon_kill(chaos *c) {
         free(b.data);
         anvil_sleep(0.1);
     }
-    free(d.argv_text);
-    free(d.env_text);
+    anvil_proc_image_free(&d);
     if (rc) return cli_fail("chaos");
     if (anvil_now() - t0 >= 60) {
         anvil_fail("the daemon (%s) did not answer within 60 s of being started again", d.exe);

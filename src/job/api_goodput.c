@@ -93,11 +93,12 @@ int api_job_fault(anvil_api_call *c, const anvil_job *j) {
             return api_reply_error(c, 409, "job %lld has no running attempt to inject a fault into (%s)",
                                    (long long)j->id, anvil_job_status_name(j->status));
         anvil_attempt_ref a = {.job_id = j->id, .attempt = j->attempt, .handle = j->handle};
-        f.at = anvil_store_now();
         int rc = b->ops->inject(b, &a, f.kind, f.target, per_host, f.detail, sizeof f.detail);
+        /* When the backend has struck, not when it was asked: on Slurm a step must reach the node first
+         * (srun, most of a second), which is not the detection's. */
+        f.at = anvil_store_now();
         if (rc < 0) return api_internal_error(c, NULL);
-        /* 409: not now (between attempts), worth asking again; 400: never, for this attempt. */
-        if (rc) return api_reply_error(c, rc == 2 ? 400 : 409, "job %lld: %s", (long long)j->id, f.detail);
+        if (rc) return api_reply_error(c, rc == 2 ? 422 : 409, "job %lld: %s", (long long)j->id, f.detail);
     }
     int attempt = anvil_fault_kind_in_daemon(f.kind) ? j->attempt : attempt_at(c->env, j, f.at);
     anvil_job_fault rec = {.at = f.at, .attempt = attempt, .kind = (char *)anvil_fault_kind_name(f.kind),

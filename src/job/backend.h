@@ -89,8 +89,9 @@ typedef struct {
     /* A fault of anvil chaos (job/chaos.h: kill-rank, stop-rank, kill-attempt, host-lost, net-cut) on running
      * attempt a; target: the rank or host index (the caller draws one when the schedule names none);
      * per_host: the attempt's processes per host. 0 with what was done in done; 1 when there is no such
-     * target to strike now (why in done); 2 when the kind can never strike this attempt (why in done: a
-     * net-cut of one not on simulated hosts); -1 after anvil_fail. NULL on a backend that injects none. */
+     * target to strike now (why in done); 2 when the backend cannot carry the fault out where the job runs
+     * (why in done: a net-cut of an attempt not on simulated hosts); -1 after anvil_fail. NULL on a backend
+     * that injects none. */
     int (*inject)(anvil_backend *b, const anvil_attempt_ref *a, int kind, int target, int per_host, char *done,
                   size_t cap);
     void (*free)(anvil_backend *b);

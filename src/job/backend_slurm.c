@@ -686,6 +686,7 @@ static const anvil_backend_ops slurm_ops = {
     .describe = slurm_describe,
     .attempt_facts = slurm_attempt_facts,
     .fence = slurm_fence,
+    .inject = anvil_slurm_inject,
     .free = slurm_free,
     .failure_line = slurm_failure_line,
     .pools = anvil_slurm_pools,

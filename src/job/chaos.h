@@ -5,8 +5,9 @@
  *   WHEN    "30s" (seconds after the chaos run starts; "1.5s", "2m" too) or "step:200" (once the
  *           job's heartbeat reports step 200 or later)
  *   KIND    kill-rank, stop-rank (SIGKILL / SIGSTOP of one rank), kill-attempt (every process of
- *           the attempt), host-lost (every rank of one host), net-cut (one host cut off the
- *           network until the attempt ends: a job on simulated hosts, anvil serve --sim-hosts),
+ *           the attempt), host-lost (every rank of one host; on Slurm, its node's slurmd killed
+ *           too, and started again once the job has left the node out), net-cut (one host cut off
+ *           the network until the attempt ends: a job on simulated hosts, anvil serve --sim-hosts),
  *           disk-full (the run folder's file system filled until the attempt ends), daemon-kill
  *           (the daemon killed with SIGKILL, then started again as it was), s3-503 (the next
  *           requests to the job's S3 endpoint answered 503 SlowDown by a fault proxy in front of

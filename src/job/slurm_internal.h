@@ -2,7 +2,8 @@
  *   backend_slurm.c    an attempt's batch script, start, poll, stop, kill, fence and facts;
  *   slurm_nodes.c      the job's bad nodes: which node an attempt's end blames, and why;
  *   warm_pool_slurm.c  warm pools: allocations a completed job keeps for the next one;
- *   slurm_client.c     running Slurm's clients, reading their answers, writing shell.
+ *   slurm_client.c     running Slurm's clients, reading their answers, writing shell;
+ *   slurm_chaos.c      the faults of anvil chaos (inject).
  * Everything it knows lives in files under STATE/jobs/<id>/ and STATE/pools/, and in Slurm. */
 #ifndef ANVIL_JOB_SLURM_INTERNAL_H
 #define ANVIL_JOB_SLURM_INTERNAL_H
@@ -109,6 +110,12 @@ int anvil_slurm_exclude_unhealthy(const slurm_backend *sb, const anvil_attempt_r
  * signal that counts, the nodes srun reported failed, and those of its nodes that Slurm reports down,
  * not responding, drained or failed. 0, or -1 after anvil_fail. */
 int anvil_slurm_exclude_bad_nodes(const slurm_backend *sb, const anvil_attempt_ref *a);
+
+/* ---- slurm_chaos.c ---- */
+
+/* The backend's inject (job/backend.h). */
+int anvil_slurm_inject(anvil_backend *b, const anvil_attempt_ref *a, int kind, int target, int per_host, char *done,
+                       size_t cap);
 
 /* ---- warm_pool_slurm.c ---- */
 
