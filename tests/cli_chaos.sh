@@ -11,6 +11,7 @@
 #   - bad schedules and requests: one-line refusals naming the event or field, exit 2; a non-admin
 #     may not inject faults (403).
 . "$(dirname "$0")/tools/cli_common.sh"
+. "$(dirname "$0")/tools/cli_service.sh"
 command -v mpirun > /dev/null || { missing "mpirun is not installed"; finish; }
 command -v curl > /dev/null || { missing "curl is not installed"; finish; }
 command -v bible > /dev/null || { missing "bible-kjv is not installed"; finish; }
@@ -22,18 +23,7 @@ at_exit() { [ -n "${ANVIL_TEST_KEEP:-}" ] || for m in "${mounts[@]}"; do umount 
 
 bible -f "gen1:1-gen50:26" > "$tmp/gen.txt"
 "$anvil" prep --out "$tmp/data" --delimiter '\n' --val-fraction 0.05 "$tmp/gen.txt" > /dev/null || bad "prep"
-"$anvil" serve --init --state "$state" > "$tmp/token" 2> /dev/null || bad "serve --init"
-export ANVIL_TOKEN=$(cat "$tmp/token")
-"$anvil" serve --state "$state" --port 0 --stop-grace 3 >> "$tmp/serve.log" 2>&1 &
-for _ in $(seq 100); do [ -s "$state/serve.port" ] && break; sleep 0.05; done
-[ -s "$state/serve.port" ] || { bad "the daemon did not start: $(tail -n 1 "$tmp/serve.log")"; finish; }
-job() { timeout 120 "$anvil" job --state "$state" "$@"; }
-admin() { timeout 60 "$anvil" "$1" --state "$state" "${@:2}"; }
-# Open MPI's allocations outlive LeakSanitizer: no leak checks in the jobs (as in cli_serve.sh).
-admin role add all --input-prefix "$tmp" --output-prefix "$tmp" --max-procs 4 --max-runtime-s 0 \
-  --env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" > /dev/null && admin role grant all admin > /dev/null ||
-  bad "the admin's role"
-field() { job --json describe "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)$(printf '["%s"]' "${@:2}"))"; }
+serve_start
 
 # The events strike at 26ths of the steps (100, 250, ... of 1300); the sanitizers' build runs half the
 # steps (tests/CMakeLists.txt), each several times slower, so the events stand as far apart in time.

@@ -63,6 +63,7 @@ block "build/anvil serve --state ~/anvil-state --port 0 &" skip \
 block "goodput 7                       # the table" skip "it asks a daemon for job 7 and plots it (tests/cli_chaos.sh and tests/cli_plot.sh)"
 block "goodput 1     # the table" skip "it needs the daemon of the job service's first block and a job (tests/cli_chaos.sh)"
 block '--schedule "step:200 kill-rank' skip "it strikes a running job of that daemon (tests/cli_chaos.sh runs chaos)"
+block "--sim-hosts 2 &" skip "it needs root and a spec.json, and strikes a job (tests/cli_netcut.sh runs it)"
 block "tools/s3_faultproxy.py https://s3.example.com" skip "it needs an S3 store and a running job of the daemon (tests/cli_s3.sh runs the proxy and chaos's S3 faults)"
 block "quota --state ~/anvil-state set --role nlp" skip "it needs the daemon that the job service's first block starts (tests/cli_serve.sh)"
 block "--hook-command 'jq -c ." skip "it runs the daemon in the foreground until it is stopped (tests/cli_serve.sh)"

@@ -247,10 +247,17 @@ static void test_stall(void) {
 
 static void test_schedule(void) {
     anvil_chaos_schedule s;
-    CHECK(anvil_chaos_parse("20s kill-rank:1, step:300 stop-rank,1.5m daemon-kill ,2s host-lost:0", &s) == 0);
-    CHECK(s.n == 4 && s.ev[0].at_s == 20 && s.ev[0].kind == ANVIL_FAULT_KILL_RANK && s.ev[0].target == 1);
+    CHECK(anvil_chaos_parse("20s kill-rank:1, step:300 stop-rank,1.5m daemon-kill ,2s host-lost:0, step:9 net-cut:1",
+                            &s) == 0);
+    CHECK(s.n == 5 && s.ev[0].at_s == 20 && s.ev[0].kind == ANVIL_FAULT_KILL_RANK && s.ev[0].target == 1);
     CHECK(s.ev[1].at_step == 300 && s.ev[1].at_s == -1 && s.ev[1].kind == ANVIL_FAULT_STOP_RANK && s.ev[1].target == -1);
     CHECK(s.ev[2].at_s == 90 && s.ev[2].kind == ANVIL_FAULT_DAEMON_KILL);
+    CHECK(s.ev[3].kind == ANVIL_FAULT_HOST_LOST && s.ev[3].target == 0 && s.ev[3].count == -1);
+    CHECK(s.ev[4].at_step == 9 && s.ev[4].kind == ANVIL_FAULT_NET_CUT && s.ev[4].target == 1);
+    /* net-cut strikes a host, from the daemon's backend, and ends the attempt it strikes (through its hang). */
+    CHECK(anvil_fault_kind_on_host(ANVIL_FAULT_NET_CUT) && anvil_fault_kind_in_daemon(ANVIL_FAULT_NET_CUT));
+    CHECK(!anvil_fault_kind_on_host(ANVIL_FAULT_KILL_RANK) && !anvil_fault_kind_in_daemon(ANVIL_FAULT_DISK_FULL));
+    CHECK(!strcmp(anvil_fault_kind_name(ANVIL_FAULT_NET_CUT), "net-cut"));
     CHECK(s.ev[3].kind == ANVIL_FAULT_HOST_LOST && s.ev[3].target == 0 && s.ev[3].count == -1);
     anvil_chaos_free(&s);
     /* An S3 fault's ":N" is its count of requests; without one, the defaults. */
@@ -271,10 +278,11 @@ static void test_schedule(void) {
         {"5s kill-attempt:2", "kill-attempt takes no target"},
         {"5s kill-rank:x", "the target of kill-rank is a rank index"},
         {"5s host-lost:-1", "the target of host-lost is a host index"},
+        {"5s net-cut:a", "the target of net-cut is a host index"},
         {"5s s3-503:0", "the count of s3-503 is a number of requests from 1"},
         {"5s s3-reset:x", "the count of s3-reset is a number of requests from 1"},
-        {"5s s3-slow", "unknown fault 's3-slow' (kill-rank, stop-rank, kill-attempt, host-lost, disk-full, "
-                       "daemon-kill, s3-503, s3-reset)"},
+        {"5s s3-slow", "unknown fault 's3-slow' (kill-rank, stop-rank, kill-attempt, host-lost, net-cut, "
+                       "disk-full, daemon-kill, s3-503, s3-reset)"},
         {"5s kill-rank\n", "a control character at byte 12"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

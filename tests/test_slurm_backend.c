@@ -306,6 +306,8 @@ static void test_inject(anvil_backend *b) {
     put(in("fake/node_n2", ""), "NodeName=n2 NodeHostName=elsewhere State=ALLOCATED\n");
     CHECK(b->ops->inject(b, &a, ANVIL_FAULT_HOST_LOST, 1, 1, done, sizeof done) == 2);
     CHECK(strstr(done, "only where that runs on the daemon's machine (a test cluster): n2 is on elsewhere"));
+    /* A net-cut is refused outright (no rank signalled in its stead): a cluster's nodes are not simulated hosts. */
+    CHECK(b->ops->inject(b, &a, ANVIL_FAULT_NET_CUT, 1, 1, done, sizeof done) == 2 && strstr(done, "simulated hosts"));
     put(in("fake/job_9", ""), "JobId=9 JobState=PENDING Reason=Priority Restarts=0\n");
     CHECK(b->ops->inject(b, &a, ANVIL_FAULT_KILL_ATTEMPT, -1, 1, done, sizeof done) == 1);
     put(in("fake/job_9", ""), "JobId=9 JobState=RUNNING Reason=None Restarts=0\n");

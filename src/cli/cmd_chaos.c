@@ -44,12 +44,14 @@ static const char *usage =
     "  --schedule TEXT  events 'WHEN KIND[:TARGET]', comma-separated: WHEN is 30s, 2m or step:N (a\n"
     "                   step the attempt then running trained: one resumed past N, its first);\n"
     "                   KIND kill-rank, stop-rank (SIGKILL, SIGSTOP of a rank), kill-attempt,\n"
-    "                   host-lost (every rank of a host), disk-full (the run folder's file system\n"
-    "                   filled when the next checkpoint is written, until the attempt ends),\n"
-    "                   daemon-kill (SIGKILL, then started again as it was), s3-503 (the job's\n"
-    "                   next S3 requests answered 503 SlowDown), s3-reset (its next S3 transfers,\n"
-    "                   GET bodies and PUT or part uploads, cut halfway by a TCP RST); TARGET a\n"
-    "                   rank or host, or for s3-503 and s3-reset how many requests (default 5, 2)\n"
+    "                   host-lost (every rank of a host), net-cut (a host's link down until the\n"
+    "                   attempt ends: a job on anvil serve --sim-hosts), disk-full (the run\n"
+    "                   folder's file system filled when the next checkpoint is written, until the\n"
+    "                   attempt ends), daemon-kill (SIGKILL, then started again as it was), s3-503\n"
+    "                   (the job's next S3 requests answered 503 SlowDown), s3-reset (its next S3\n"
+    "                   transfers, GET bodies and PUT or part uploads, cut halfway by a TCP RST);\n"
+    "                   TARGET a rank or host (host-lost, net-cut), or for s3-503 and s3-reset how\n"
+    "                   many requests (default 5, 2)\n"
     "                   e.g. '20s kill-rank:1, step:300 stop-rank, 90s daemon-kill, step:500 s3-503:20'\n"
     "  --mtbf S         a random schedule instead: faults at exponential gaps of mean S seconds\n"
     "  --duration S     ... over S seconds (default 600)\n"
@@ -65,7 +67,8 @@ static const char *usage =
     "every 0.2 s. On the Slurm backend the daemon signals ranks through a step on their node (srun\n"
     "--overlap); host-lost also kills the node's slurmd and starts it again once the job has left the\n"
     "node out: only where that slurmd runs on the daemon's machine (a test cluster), else refused.\n"
-    "Exit status: 0 the job Completed, 3 it ended otherwise, 1 error, 2 bad usage.\n";
+    "Exit status: 0 the job Completed, 3 it ended otherwise, 1 error, 2 bad usage, 4 the daemon\n"
+    "refused a fault (one line says why: a net-cut of a job not on simulated hosts, a refused host-lost).\n";
 
 typedef struct {
     client cl;
@@ -415,7 +418,7 @@ static int run_event(chaos *c, const anvil_chaos_event *e) {
     /* Drawn whether used or not, so that one event's target does not depend on the kinds before it. */
     uint64_t draw = anvil_rng_u64(&c->rng);
     if (target < 0 && anvil_fault_kind_targeted(e->kind))
-        target = (int)(draw % (uint64_t)(e->kind == ANVIL_FAULT_HOST_LOST ? c->hosts : c->ranks));
+        target = (int)(draw % (uint64_t)(anvil_fault_kind_on_host(e->kind) ? c->hosts : c->ranks));
     if (e->kind == ANVIL_FAULT_DAEMON_KILL) return daemon_kill(c);
     char status[32];
     int attempt;

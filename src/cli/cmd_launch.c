@@ -8,7 +8,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/exit.h"
+#include "core/strbuf.h"
 #include "launch/launch.h"
+#include "launch/simhosts.h"
 #include "obs/metrics.h"
 
 static const char *usage =
@@ -104,4 +106,26 @@ int cmd_launch(int argc, char **argv) {
         fprintf(stderr, "anvil launch: %s%s\n", kind, line);
     }
     return rc;
+}
+
+static const char *rsh_usage =
+    "usage: anvil sim-host-rsh PREFIX [-o OPTION ...] ADDRESS COMMAND...\n"
+    "(internal) mpirun's rsh agent for the job service's simulated hosts (anvil serve --sim-hosts):\n"
+    "runs COMMAND, its words joined as ssh joins them, with /bin/sh in the network namespace\n"
+    "PREFIX-<K> of the host at ADDRESS 10.X.Y.<K+1>. ssh's -o options (which anvil launch gives\n"
+    "mpirun's agent) are taken and ignored.\n";
+
+int cmd_sim_host_rsh(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(rsh_usage, stdout);
+        return 0;
+    }
+    int i = 2;
+    while (i < argc && argv[i][0] == '-') i += strcmp(argv[i], "-o") ? 1 : 2;
+    if (argc < 2 || i + 1 >= argc) return cli_usage_error("sim-host-rsh", "give PREFIX ADDRESS COMMAND...");
+    anvil_strbuf command = {0};
+    for (int k = i + 1; k < argc; k++) anvil_strbuf_printf(&command, "%s%s", k > i + 1 ? " " : "", argv[k]);
+    if (!command.oom) anvil_simhosts_rsh(argv[1], argv[i], command.s);
+    anvil_strbuf_free(&command);
+    return cli_fail("sim-host-rsh");
 }

@@ -17,11 +17,13 @@
 #include "job/daemon.h"
 #include "job/hooks.h"
 #include "job/store.h"
+#include "launch/simhosts.h"
 
 static const char *usage =
     "usage: anvil serve [--state DIR] [--port P] [--stop-grace S] [--max-running N]\n"
     "                   [--backend local|slurm] [--partition P] [--account A] [--s3-config FILE]\n"
     "                   [--hook-command CMD] [--hook-url URL] [--hook-attempts N] [--hook-timeout S]\n"
+    "                   [--sim-hosts N]\n"
     "       anvil serve --init [--state DIR]\n"
     "       anvil serve --backup FILE [--state DIR]\n"
     "\n"
@@ -60,6 +62,11 @@ static const char *usage =
     "  --hook-attempts N attempts per event and hook before it is given up (default 8), the waits\n"
     "                    between them 1, 2, 4, ... s, at most 60\n"
     "  --hook-timeout S  a hook command or POST still running after S seconds has failed (default 30)\n"
+    "  --sim-hosts N     (local; root) N simulated hosts: network namespaces joined by veth pairs to a\n"
+    "                    bridge, that a job of resources.hosts H (2 <= H <= N) runs on, H x\n"
+    "                    procs_per_host ranks, Open MPI over TCP between them (anvil chaos net-cut\n"
+    "                    cuts one off); a job of 1 host runs as without. Made at the start (those a\n"
+    "                    killed daemon of this folder left are kept), removed at the stop\n"
     "\n"
     "SIGTERM or SIGINT stops the daemon, not the jobs: a restarted daemon finds them again. One daemon\n"
     "per state folder.\n";
@@ -103,7 +110,8 @@ static int take(serve_args *a, int argc, char **argv, int *i) {
     }
     static const char *const valued[] = {"--state", "--port", "--stop-grace", "--max-running", "--backend",
                                          "--partition", "--account", "--hook-command", "--hook-url",
-                                         "--hook-attempts", "--hook-timeout", "--backup", "--s3-config"};
+                                         "--hook-attempts", "--hook-timeout", "--backup", "--s3-config",
+                                         "--sim-hosts"};
     size_t k = 0;
     while (k < sizeof valued / sizeof *valued && strcmp(o, valued[k])) k++;
     if (k == sizeof valued / sizeof *valued) return cli_usage_error("serve", "unknown option '%s'", o);
@@ -131,7 +139,8 @@ static int take(serve_args *a, int argc, char **argv, int *i) {
     else if (!strcmp(o, "--hook-timeout")) {
         if (!(bad = arg_double("serve", o, v, &d->hook_timeout_s)) && !(d->hook_timeout_s > 0))
             return cli_usage_error("serve", "--hook-timeout must be > 0");
-    } else if (!strcmp(o, "--backup")) a->backup = v;
+    } else if (!strcmp(o, "--sim-hosts")) bad = arg_int("serve", o, v, 1, ANVIL_SIMHOSTS_MAX, &d->sim_hosts);
+    else if (!strcmp(o, "--backup")) a->backup = v;
     else d->s3_config = v;
     return bad ? ANVIL_EXIT_USAGE : 0;
 }
@@ -198,6 +207,12 @@ int cmd_serve(int argc, char **argv) {
     if (strcmp(a.d.backend, "slurm") && (a.d.partition || a.d.account))
         return cli_usage_error("serve", "--partition and --account go with --backend slurm");
     if (a.init && a.backup) return cli_usage_error("serve", "--init and --backup cannot be combined");
+    if (a.d.sim_hosts && strcmp(a.d.backend, "local"))
+        return cli_usage_error("serve", "--sim-hosts goes with --backend local");
+    if (a.d.sim_hosts && !a.init && !a.backup && geteuid() != 0) {
+        fprintf(stderr, "anvil serve: error: --sim-hosts needs root: it makes network namespaces and links\n");
+        return ANVIL_EXIT_ERROR;
+    }
     char *dir = cli_state_dir(a.state);
     if (!dir) {
         fprintf(stderr, "anvil serve: error: out of memory\n");

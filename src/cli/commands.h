@@ -18,6 +18,7 @@ int cmd_health(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_job(int argc, char **argv);
 int cmd_job_run(int argc, char **argv);
+int cmd_sim_host_rsh(int argc, char **argv);
 int cmd_user(int argc, char **argv);
 int cmd_token(int argc, char **argv);
 int cmd_role(int argc, char **argv);

@@ -43,6 +43,7 @@ static const struct {
     {"pool", cmd_pool, "list and release the job service's warm pools (Slurm allocations kept after a job)", false},
     {"chaos", cmd_chaos, "strike a service job with faults on a schedule (ranks, attempts, the daemon, the disk)", false},
     {"job-run", cmd_job_run, "(internal) the wrapper anvil serve runs each job attempt through", false},
+    {"sim-host-rsh", cmd_sim_host_rsh, "(internal) mpirun's way into anvil serve's simulated hosts (--sim-hosts)", false},
 };
 
 /* Inside a job's attempt (ANVIL_ATTEMPT), the command's word that it finished, in ANVIL_RUN_DIR

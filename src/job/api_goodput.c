@@ -37,15 +37,15 @@ static bool read_request(anvil_api_call *c, const anvil_job *j, const anvil_job_
                 *at = cJSON_GetObjectItemCaseSensitive(o, "at"), *detail = cJSON_GetObjectItemCaseSensitive(o, "detail");
     bool ok = false;
     f->kind = cJSON_IsString(kind) ? anvil_fault_kind_parse(kind->valuestring) : -1;
-    int limit = f->kind == ANVIL_FAULT_HOST_LOST ? spec->hosts : spec->hosts * spec->procs_per_host;
+    bool on_host = f->kind >= 0 && anvil_fault_kind_on_host(f->kind);
+    int limit = on_host ? spec->hosts : spec->hosts * spec->procs_per_host;
     if (f->kind < 0) {
         api_reply_error(c, 400, "fault: kind: one of %s", anvil_fault_kind_list());
     } else if (anvil_fault_kind_targeted(f->kind) != (target != NULL)) {
         api_reply_error(c, 400, "fault: target: %s for %s", target ? "not taken" : "required", kind->valuestring);
     } else if (target && (!cJSON_IsNumber(target) || target->valuedouble != floor(target->valuedouble) ||
                           target->valuedouble < 0 || target->valuedouble >= limit)) {
-        api_reply_error(c, 400, "fault: target: a %s index in [0, %d)", f->kind == ANVIL_FAULT_HOST_LOST ? "host" : "rank",
-                        limit);
+        api_reply_error(c, 400, "fault: target: a %s index in [0, %d)", on_host ? "host" : "rank", limit);
     } else if (anvil_fault_kind_in_daemon(f->kind) ? at || detail : !at || !detail) {
         api_reply_error(c, 400, "fault: at and detail: %s for %s", anvil_fault_kind_in_daemon(f->kind) ? "not taken" :
                         "required (the chaos client carried it out)", kind->valuestring);
@@ -86,7 +86,7 @@ int api_job_fault(anvil_api_call *c, const anvil_job *j) {
     anvil_job_spec_free(&spec);
     if (!ok) return -1;
     char target[64] = "";
-    if (f.target >= 0) snprintf(target, sizeof target, "%s %d", f.kind == ANVIL_FAULT_HOST_LOST ? "host" : "rank", f.target);
+    if (f.target >= 0) snprintf(target, sizeof target, "%s %d", anvil_fault_kind_on_host(f.kind) ? "host" : "rank", f.target);
     if (anvil_fault_kind_in_daemon(f.kind)) {
         anvil_backend *b = j->handle[0] ? anvil_supervisor_backend_named(c->env->sup, j->backend) : NULL;
         if (!b || !b->ops->inject || j->status != ANVIL_JOB_RUNNING)

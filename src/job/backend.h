@@ -24,6 +24,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "launch/simhosts.h"
+
 /* One attempt of a job, as the store knows it. */
 typedef struct {
     int64_t job_id;
@@ -84,11 +86,12 @@ typedef struct {
      * then 0 with why saying what it gave up on (else why is ""). The run folder's lock (which the
      * supervisor checks after) stays the fence of what writes the run folder. */
     int (*fence)(anvil_backend *b, const anvil_attempt_ref *a, double ended_at, char *why, size_t cap);
-    /* A fault of anvil chaos (job/chaos.h: kill-rank, stop-rank, kill-attempt, host-lost) on running attempt
-     * a; target: the rank or host index (the caller draws one when the schedule names none); per_host:
-     * the attempt's processes per host. 0 with what was done in done; 1 when there is no such target to
-     * strike now (why in done); 2 when the backend cannot carry the fault out where the job runs (why in
-     * done); -1 after anvil_fail. NULL on a backend that injects none. */
+    /* A fault of anvil chaos (job/chaos.h: kill-rank, stop-rank, kill-attempt, host-lost, net-cut) on running
+     * attempt a; target: the rank or host index (the caller draws one when the schedule names none);
+     * per_host: the attempt's processes per host. 0 with what was done in done; 1 when there is no such
+     * target to strike now (why in done); 2 when the backend cannot carry the fault out where the job runs
+     * (why in done: a net-cut of an attempt not on simulated hosts); -1 after anvil_fail. NULL on a backend
+     * that injects none. */
     int (*inject)(anvil_backend *b, const anvil_attempt_ref *a, int kind, int target, int per_host, char *done,
                   size_t cap);
     void (*free)(anvil_backend *b);
@@ -127,8 +130,17 @@ int anvil_attempt_spawn(const char *path, char *const *argv, char *const *envp, 
                         const char *handle_prefix, anvil_attempt_record_fn record, void *ctx);
 
 /* The local backend: state_dir holds jobs/<id>/exit_<n>; self is the anvil binary the attempts run.
+ *
+ * sim (NULL: none) are the daemon's simulated hosts (launch/simhosts.h): a job of resources.hosts H >= 2
+ * runs on hosts 0 to H-1 (more than sim->n is refused), the launcher given `--hosts ADDR:P,...` (P its
+ * procs_per_host) and Open MPI, through the environment, the rsh agent `anvil sim-host-rsh`, pml ob1,
+ * btl self,vader,tcp, and the hosts' subnet for btl_tcp_if_include and oob_tcp_if_include. Every process
+ * stays in the wrapper's session, so stop, kill, fence and the rank faults work as on one host. The hosts
+ * an attempt runs on: STATE/jobs/<id>/simhosts_<n> (describe's "sim_hosts"). net-cut takes one host's
+ * link down, naming it in STATE/jobs/<id>/netcut_<n> first; poll brings the links there up again once it
+ * finds the attempt ended, before any retry starts. A job of 1 host runs as without sim.
  * NULL after anvil_fail. */
-anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self);
+anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self, const anvil_simhosts *sim);
 
 /* The Slurm backend (backend_slurm.c): each attempt is one batch job of the cluster that sbatch, scontrol
  * and scancel (in PATH, SLURM_CONF as the daemon has it) reach, its handle the Slurm job ID.

@@ -14,12 +14,15 @@
 
 #include "core/error.h"
 #include "core/fsutil.h"
+#include "core/strbuf.h"
 #include "job/backend.h"
 #include "job/chaos.h"
+#include "launch/simhosts.h"
 
 typedef struct {
     anvil_backend base;
     char *state_dir, *self;
+    anvil_simhosts sim; /* n 0: none */
 } local_backend;
 
 static local_backend *local_of(anvil_backend *b) { return (local_backend *)b; }
@@ -81,14 +84,21 @@ int anvil_attempt_read_exit(const char *state_dir, const anvil_attempt_ref *a) {
     return ok ? (int)code : -1;
 }
 
-/* The wrapper's argv, built before fork: the child may only call async-signal-safe functions. */
-static char **wrapper_argv(const local_backend *lb, const anvil_attempt_spec *a) {
+/* The wrapper's argv, built before fork: the child may only call async-signal-safe functions. hosts: the
+ * launcher's --hosts, NULL on one host. */
+static char **wrapper_argv(const local_backend *lb, const anvil_attempt_spec *a, const char *hosts) {
     char exitf[PATH_MAX], procs[16], logs[PATH_MAX];
     anvil_attempt_exit_path(lb->state_dir, &a->ref, exitf, sizeof exitf);
     snprintf(procs, sizeof procs, "%d", a->procs_per_host * a->hosts);
     snprintf(logs, sizeof logs, "%s/logs", a->run_dir);
-    const char *head[] = {"anvil", "job-run", "--exit-file", exitf, "--", "launch", "-n", procs, "--log-dir", logs, "--"};
-    size_t nhead = sizeof head / sizeof *head, n = nhead + (size_t)a->argc;
+    const char *head[13] = {"anvil", "job-run", "--exit-file", exitf, "--", "launch", "-n", procs, "--log-dir", logs};
+    size_t nhead = 10;
+    if (hosts) {
+        head[nhead++] = "--hosts";
+        head[nhead++] = hosts;
+    }
+    head[nhead++] = "--";
+    size_t n = nhead + (size_t)a->argc;
     char **v = calloc(n + 1, sizeof *v);
     for (size_t i = 0; v && i < n; i++)
         if (!(v[i] = strdup(i < nhead ? head[i] : a->argv[i - nhead]))) {
@@ -144,21 +154,108 @@ int anvil_attempt_spawn(const char *path, char *const *argv, char *const *envp, 
     return rc;
 }
 
+/* ---- simulated hosts (launch/simhosts.h) ---- */
+
+/* A file of attempt a in its job's folder: STATE/jobs/<id>/<name>_<attempt>. */
+static void attempt_file(const local_backend *lb, const anvil_attempt_ref *a, const char *name, char *path,
+                         size_t cap) {
+    snprintf(path, cap, "%s/jobs/%lld/%s_%d", lb->state_dir, (long long)a->job_id, name, a->attempt);
+}
+
+/* Whether env entry e sets a variable that one of the n entries of set sets too. */
+static bool sets_one_of(const char *e, const char *const *set, size_t n) {
+    size_t len = strcspn(e, "=");
+    for (size_t i = 0; i < n; i++)
+        if (!strncmp(e, set[i], len) && set[i][len] == '=') return true;
+    return false;
+}
+
+/* The environment of an attempt on simulated hosts: Open MPI's daemons started through the rsh agent,
+ * and they and the ranks talking over the hosts' subnet alone (TCP between hosts, shared memory within
+ * one); these replace the attempt's own settings of the same names. NULL after anvil_fail. */
+static char **sim_envp(const local_backend *lb, char *const *envp) {
+    /* Open MPI splits its agent's command line at spaces. */
+    if (strchr(lb->self, ' '))
+        return anvil_fail("the anvil binary's path '%s' has a space, which Open MPI's rsh agent cannot take",
+                          lb->self), NULL;
+    char prefix[32], subnet[32], agent[PATH_MAX + 64], tcp[64], oob[64];
+    anvil_simhosts_prefix(&lb->sim, prefix, sizeof prefix);
+    anvil_simhosts_subnet(&lb->sim, subnet, sizeof subnet);
+    snprintf(agent, sizeof agent, "OMPI_MCA_plm_rsh_agent=%s sim-host-rsh %s", lb->self, prefix);
+    snprintf(tcp, sizeof tcp, "OMPI_MCA_btl_tcp_if_include=%s", subnet);
+    snprintf(oob, sizeof oob, "OMPI_MCA_oob_tcp_if_include=%s", subnet);
+    const char *ours[] = {agent, "OMPI_MCA_pml=ob1", "OMPI_MCA_btl=self,vader,tcp", tcp, oob};
+    size_t nours = sizeof ours / sizeof *ours, n = 0, k = 0;
+    while (envp[n]) n++;
+    char **v = calloc(n + nours + 1, sizeof *v);
+    bool ok = v != NULL;
+    for (size_t i = 0; ok && i < nours; i++) ok = (v[k++] = strdup(ours[i])) != NULL;
+    for (size_t i = 0; ok && i < n; i++)
+        if (!sets_one_of(envp[i], ours, nours)) ok = (v[k++] = strdup(envp[i])) != NULL;
+    if (ok) return v;
+    free_argv(v);
+    return anvil_fail("out of memory"), NULL;
+}
+
+/* For an attempt on simulated hosts 0 to H-1: the launcher's --hosts (each one's address and slots)
+ * into hosts, and STATE/jobs/<id>/simhosts_<attempt>, one "NETNS ADDRESS LINK" line a host, which
+ * says that the attempt runs on them (inject, describe). 0, or -1 after anvil_fail. */
+static int sim_hosts_of(const local_backend *lb, const anvil_attempt_spec *a, anvil_strbuf *hosts) {
+    anvil_strbuf file = {0};
+    for (int k = 0; k < a->hosts; k++) {
+        char netns[32], addr[32], link[32];
+        anvil_simhosts_netns(&lb->sim, k, netns, sizeof netns);
+        anvil_simhosts_addr(&lb->sim, k, addr, sizeof addr);
+        anvil_simhosts_link(&lb->sim, k, link, sizeof link);
+        anvil_strbuf_printf(hosts, "%s%s:%d", k ? "," : "", addr, a->procs_per_host);
+        anvil_strbuf_printf(&file, "%s %s %s\n", netns, addr, link);
+    }
+    char path[PATH_MAX];
+    attempt_file(lb, &a->ref, "simhosts", path, sizeof path);
+    int rc = hosts->oom || file.oom ? -1 : anvil_write_file_atomic(path, file.s, file.len);
+    anvil_strbuf_free(&file);
+    return rc;
+}
+
+/* Host k of attempt a, from its simhosts file: 0 with its namespace, address and link (32 bytes each),
+ * 1 when the attempt has no host k, 2 when it does not run on simulated hosts. */
+static int sim_host(const local_backend *lb, const anvil_attempt_ref *a, int k, char *netns, char *addr,
+                    char *link) {
+    char path[PATH_MAX], *text;
+    size_t len;
+    attempt_file(lb, a, "simhosts", path, sizeof path);
+    if (anvil_read_file_max(path, 1 << 16, &text, &len)) return 2;
+    int rc = 1;
+    char *save, *line = strtok_r(text, "\n", &save);
+    for (int i = 0; line && rc; i++, line = strtok_r(NULL, "\n", &save))
+        if (i == k && sscanf(line, "%31s %31s %31s", netns, addr, link) == 3) rc = 0;
+    free(text);
+    return rc;
+}
+
 static int local_start(anvil_backend *b, const anvil_attempt_spec *a, anvil_attempt_record_fn record, void *ctx) {
     local_backend *lb = local_of(b);
-    if (a->hosts != 1)
+    if (a->hosts != 1 && !lb->sim.n)
         return anvil_fail("the local backend runs jobs on 1 host (resources.hosts is %d): run anvil serve --backend slurm "
-                          "for more", a->hosts);
+                          "for more, or --sim-hosts N to simulate them", a->hosts);
+    if (a->hosts > lb->sim.n && a->hosts != 1)
+        return anvil_fail("resources.hosts is %d, more than the %d simulated hosts of this daemon (anvil serve "
+                          "--sim-hosts)", a->hosts, lb->sim.n);
+    /* One host needs no network: it runs as on a daemon without simulated hosts. */
+    bool sim = a->hosts > 1;
     char dir[PATH_MAX], logs[PATH_MAX], log[PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/jobs/%lld", lb->state_dir, (long long)a->ref.job_id);
     snprintf(logs, sizeof logs, "%s/logs", a->run_dir);
     snprintf(log, sizeof log, "%s/launcher.log", logs);
-    char **argv = wrapper_argv(lb, a);
-    int rc = -1;
-    if (!argv) anvil_fail("out of memory");
-    else if (!anvil_mkdir_p(dir) && !anvil_mkdir_p(logs))
-        rc = anvil_attempt_spawn(lb->self, argv, a->envp, a->run_dir, log, "", record, ctx);
+    anvil_strbuf hosts = {0};
+    char **envp = NULL, **argv = NULL;
+    int rc = anvil_mkdir_p(dir) || anvil_mkdir_p(logs) ? -1 : 0;
+    if (!rc && sim) rc = sim_hosts_of(lb, a, &hosts) || !(envp = sim_envp(lb, a->envp)) ? -1 : 0;
+    if (!rc && !(argv = wrapper_argv(lb, a, sim ? hosts.s : NULL))) rc = anvil_fail("out of memory");
+    if (!rc) rc = anvil_attempt_spawn(lb->self, argv, envp ? envp : a->envp, a->run_dir, log, "", record, ctx);
     free_argv(argv);
+    free_argv(envp);
+    anvil_strbuf_free(&hosts);
     return rc;
 }
 
@@ -169,6 +266,24 @@ static int local_start(anvil_backend *b, const anvil_attempt_spec *a, anvil_atte
  * the fork), when its session has no process yet; its pid cannot have been reused. */
 static bool child_running(pid_t sid) { return sid && waitpid(sid, NULL, WNOHANG) == 0; }
 
+/* Once attempt a has ended: the links that net-cut took down in it up again, before the supervisor may
+ * start a retry. 0, or -1 after anvil_fail (the next poll tries again). */
+static int restore_links(const local_backend *lb, const anvil_attempt_ref *a) {
+    char path[PATH_MAX], *text;
+    size_t len;
+    attempt_file(lb, a, "netcut", path, sizeof path);
+    if (access(path, F_OK)) return 0;
+    if (anvil_read_file_max(path, 1 << 16, &text, &len)) return -1;
+    int rc = 0;
+    char *save;
+    /* A link that is gone (its hosts removed with the daemon that made them) has nothing to bring back. */
+    for (char *link = strtok_r(text, "\n", &save); link && !rc; link = strtok_r(NULL, "\n", &save))
+        rc = anvil_simhosts_set_link(link, true) < 0 ? -1 : 0;
+    free(text);
+    if (!rc && unlink(path)) rc = anvil_fail("%s: %s", path, strerror(errno));
+    return rc;
+}
+
 static int local_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
     pid_t sid = session_of(a);
     bool child = child_running(sid);
@@ -176,8 +291,8 @@ static int local_poll(anvil_backend *b, const anvil_attempt_ref *a, int *code) {
      * order could take an attempt ending between the two looks for a lost one. */
     bool alive = child || (sid && session_signal(sid, 0) > 0);
     *code = anvil_attempt_read_exit(local_of(b)->state_dir, a);
-    if (*code >= 0) return ANVIL_ATTEMPT_EXITED;
-    return alive ? ANVIL_ATTEMPT_RUNNING : ANVIL_ATTEMPT_LOST;
+    int state = *code >= 0 ? ANVIL_ATTEMPT_EXITED : alive ? ANVIL_ATTEMPT_RUNNING : ANVIL_ATTEMPT_LOST;
+    return state != ANVIL_ATTEMPT_RUNNING && restore_links(local_of(b), a) ? -1 : state;
 }
 
 /* SIGTERM to the wrapper's process group (the wrapper and the launcher; mpirun and the ranks have
@@ -207,12 +322,23 @@ static int local_describe(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o
     return 0;
 }
 
+/* The session and its live processes, and the simulated hosts of an attempt that runs on them. */
 static int local_attempt_facts(anvil_backend *b, const anvil_attempt_ref *a, cJSON *o) {
-    (void)b;
     pid_t sid = session_of(a);
     if (!sid) return 0;
     if (!cJSON_AddNumberToObject(o, "session", sid) || !cJSON_AddNumberToObject(o, "processes", session_signal(sid, 0)))
         return anvil_fail("out of memory");
+    char netns[32], addr[32], link[32];
+    cJSON *hosts = NULL;
+    for (int k = 0; !sim_host(local_of(b), a, k, netns, addr, link); k++) {
+        cJSON *h = cJSON_CreateObject();
+        if (!hosts && !(hosts = cJSON_AddArrayToObject(o, "sim_hosts"))) return anvil_fail("out of memory");
+        if (!h || !cJSON_AddItemToArray(hosts, h) || !cJSON_AddStringToObject(h, "netns", netns) ||
+            !cJSON_AddStringToObject(h, "address", addr) || !cJSON_AddStringToObject(h, "link", link)) {
+            cJSON_Delete(h);
+            return anvil_fail("out of memory");
+        }
+    }
     return 0;
 }
 
@@ -266,8 +392,35 @@ static int signal_ranks(pid_t sid, int first, int last, int sig) {
     return r.hit;
 }
 
+/* net-cut: host target of an attempt on simulated hosts cut off the network until the attempt ends (poll
+ * brings it back). Its link is named in STATE/jobs/<id>/netcut_<attempt> before it goes down, so that a
+ * daemon killed in between still brings it back up. */
+static int cut_host(const local_backend *lb, const anvil_attempt_ref *a, int target, char *done, size_t cap) {
+    char netns[32], addr[32], link[32], path[PATH_MAX], line[40];
+    int rc = sim_host(lb, a, target, netns, addr, link);
+    if (rc) {
+        if (rc == 2) snprintf(done, cap, "attempt %d does not run on simulated hosts (anvil serve --sim-hosts N, "
+                                         "resources.hosts 2 or more)", a->attempt);
+        else snprintf(done, cap, "attempt %d has no host %d", a->attempt, target);
+        return rc;
+    }
+    attempt_file(lb, a, "netcut", path, sizeof path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644), n = snprintf(line, sizeof line, "%s\n", link);
+    if (fd < 0) return anvil_fail("%s: %s", path, strerror(errno));
+    rc = anvil_write_all(fd, line, (size_t)n, path);
+    close(fd);
+    if (!rc && (rc = anvil_simhosts_set_link(link, false)) > 0) {
+        snprintf(done, cap, "host %d's link %s is gone (its simulated hosts were removed)", target, link);
+        return 1;
+    }
+    if (rc) return -1;
+    snprintf(done, cap, "host %d (%s, namespace %s) cut off the network: link %s down until the attempt ends", target,
+             addr, netns, link);
+    return 0;
+}
+
 /* On this machine every process of the attempt is in its session: a rank is found by its rank number,
- * and a host is the ranks of its slice of the launch (the local backend has one host). */
+ * and a host is the ranks of its slice of the launch (its namespace's, on simulated hosts). */
 static int local_inject(anvil_backend *b, const anvil_attempt_ref *a, int kind, int target, int per_host, char *done,
                         size_t cap) {
     pid_t sid = session_of(a);
@@ -275,6 +428,7 @@ static int local_inject(anvil_backend *b, const anvil_attempt_ref *a, int kind, 
         snprintf(done, cap, "the attempt has no process left");
         return 1;
     }
+    if (kind == ANVIL_FAULT_NET_CUT) return cut_host(local_of(b), a, target, done, cap);
     if (kind == ANVIL_FAULT_KILL_ATTEMPT) {
         local_kill(b, a);
         snprintf(done, cap, "every process of session %d killed (SIGKILL)", (int)sid);
@@ -315,13 +469,14 @@ static const anvil_backend_ops local_ops = {
     .free = local_free,
 };
 
-anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self) {
+anvil_backend *anvil_backend_local_new(const char *state_dir, const char *self, const anvil_simhosts *sim) {
     local_backend *lb = calloc(1, sizeof *lb);
     if (!lb || !(lb->state_dir = strdup(state_dir)) || !(lb->self = strdup(self))) {
         if (lb) local_free(&lb->base);
         anvil_fail("local backend: out of memory");
         return NULL;
     }
+    if (sim) lb->sim = *sim;
     lb->base.ops = &local_ops;
     return &lb->base;
 }

@@ -12,8 +12,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 
-static const char *const kind_names[ANVIL_FAULT_NKINDS] = {"kill-rank",   "stop-rank", "kill-attempt", "host-lost",
-                                                           "disk-full",   "daemon-kill", "s3-503",     "s3-reset"};
+static const char *const kind_names[ANVIL_FAULT_NKINDS] = {"kill-rank", "stop-rank",   "kill-attempt", "host-lost",
+                                                           "net-cut",   "disk-full",   "daemon-kill",  "s3-503",
+                                                           "s3-reset"};
 
 const char *anvil_fault_kind_name(anvil_fault_kind k) { return kind_names[k]; }
 
@@ -23,10 +24,12 @@ int anvil_fault_kind_parse(const char *name) {
     return -1;
 }
 
-int anvil_fault_kind_in_daemon(anvil_fault_kind k) { return k <= ANVIL_FAULT_HOST_LOST; }
+int anvil_fault_kind_in_daemon(anvil_fault_kind k) { return k <= ANVIL_FAULT_NET_CUT; }
+
+int anvil_fault_kind_on_host(anvil_fault_kind k) { return k == ANVIL_FAULT_HOST_LOST || k == ANVIL_FAULT_NET_CUT; }
 
 int anvil_fault_kind_targeted(anvil_fault_kind k) {
-    return k == ANVIL_FAULT_KILL_RANK || k == ANVIL_FAULT_STOP_RANK || k == ANVIL_FAULT_HOST_LOST;
+    return k == ANVIL_FAULT_KILL_RANK || k == ANVIL_FAULT_STOP_RANK || anvil_fault_kind_on_host(k);
 }
 
 int anvil_fault_kind_s3(anvil_fault_kind k) { return k == ANVIL_FAULT_S3_503 || k == ANVIL_FAULT_S3_RESET; }
@@ -94,7 +97,7 @@ static int parse_event(char *text, int number, anvil_chaos_event *e) {
         return anvil_fail("chaos schedule: event %d: %s takes no target, got ':%.40s'", number, kind, target);
     if (target && anvil_fault_kind_targeted(e->kind) && (e->target = (int)whole_number(target, 1 << 20)) < 0)
         return anvil_fail("chaos schedule: event %d: the target of %s is a %s index, got '%.40s'", number, kind,
-                          e->kind == ANVIL_FAULT_HOST_LOST ? "host" : "rank", target);
+                          anvil_fault_kind_on_host(e->kind) ? "host" : "rank", target);
     return 0;
 }
 

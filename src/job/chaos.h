@@ -6,14 +6,16 @@
  *           job's heartbeat reports step 200 or later)
  *   KIND    kill-rank, stop-rank (SIGKILL / SIGSTOP of one rank), kill-attempt (every process of
  *           the attempt), host-lost (every rank of one host; on Slurm, its node's slurmd killed
- *           too, and started again once the job has left the node out), disk-full (the run folder's file
- *           system filled until the attempt ends), daemon-kill (the daemon killed with SIGKILL,
- *           then started again as it was), s3-503 (the next requests to the job's S3 endpoint
- *           answered 503 SlowDown by a fault proxy in front of it), s3-reset (the next transfers
- *           through that proxy, GET bodies and PUT or part uploads, cut mid-body by a TCP RST)
- *   TARGET  the rank (kill-rank, stop-rank) or host (host-lost) index; without one, drawn from the
- *           run's seed among the job's ranks or hosts when the fault strikes. For s3-503 and
- *           s3-reset, how many requests it strikes (default ANVIL_CHAOS_S3_503_N, _RESET_N)
+ *           too, and started again once the job has left the node out), net-cut (one host cut off
+ *           the network until the attempt ends: a job on simulated hosts, anvil serve --sim-hosts),
+ *           disk-full (the run folder's file system filled until the attempt ends), daemon-kill
+ *           (the daemon killed with SIGKILL, then started again as it was), s3-503 (the next
+ *           requests to the job's S3 endpoint answered 503 SlowDown by a fault proxy in front of
+ *           it), s3-reset (the next transfers through that proxy, GET bodies and PUT or part
+ *           uploads, cut mid-body by a TCP RST)
+ *   TARGET  the rank (kill-rank, stop-rank) or host (host-lost, net-cut) index; without one, drawn
+ *           from the run's seed among the job's ranks or hosts when the fault strikes. For s3-503
+ *           and s3-reset, how many requests it strikes (default ANVIL_CHAOS_S3_503_N, _RESET_N)
  * e.g. "20s kill-rank:1, step:300 stop-rank, 90s daemon-kill, step:500 s3-503:20". Events strike
  * in the order of the list; a "step:" event waits for its step, a time one for its time, each after
  * the one before. */
@@ -27,6 +29,7 @@ typedef enum {
     ANVIL_FAULT_STOP_RANK,
     ANVIL_FAULT_KILL_ATTEMPT,
     ANVIL_FAULT_HOST_LOST,
+    ANVIL_FAULT_NET_CUT,
     ANVIL_FAULT_DISK_FULL,
     ANVIL_FAULT_DAEMON_KILL,
     ANVIL_FAULT_S3_503,
@@ -39,8 +42,9 @@ const char *anvil_fault_kind_name(anvil_fault_kind k);
 int anvil_fault_kind_parse(const char *name);
 /* Whether the daemon's backend carries the kind out (the others, the chaos client does itself). */
 int anvil_fault_kind_in_daemon(anvil_fault_kind k);
-/* Whether the kind takes a rank or host index. */
+/* Whether the kind takes a rank or host index; and whether that is a host's (host-lost, net-cut). */
 int anvil_fault_kind_targeted(anvil_fault_kind k);
+int anvil_fault_kind_on_host(anvil_fault_kind k);
 /* Whether the kind strikes the job's S3 requests through a fault proxy, and takes a count. */
 int anvil_fault_kind_s3(anvil_fault_kind k);
 /* Every kind's name, ", " between them, for the messages that list them. */

@@ -18,6 +18,7 @@
 #include "job/objstore.h"
 #include "job/store.h"
 #include "job/supervisor.h"
+#include "launch/simhosts.h"
 
 /* What a running daemon holds, each part NULL (or -1) until started. */
 typedef struct {
@@ -30,6 +31,7 @@ typedef struct {
     anvil_supervisor *sup;
     anvil_hooks *hooks;
     anvil_api *api;
+    anvil_simhosts sim; /* n 0 until made */
 } daemon_parts;
 
 static void report(const anvil_daemon_options *o, const char *fmt, ...) ANVIL_PRINTF(2, 3);
@@ -92,16 +94,34 @@ static int open_state(daemon_parts *d) {
     return 0;
 }
 
+/* The simulated hosts, made or kept from a daemon of this folder that was killed. */
+static int start_sim_hosts(daemon_parts *d) {
+    anvil_simhosts s;
+    anvil_simhosts_init(&s, d->dir, d->o->sim_hosts);
+    bool kept;
+    if (anvil_simhosts_up(&s, &kept)) return -1;
+    d->sim = s;
+    char first[32], last[32], subnet[32];
+    anvil_simhosts_netns(&s, 0, first, sizeof first);
+    anvil_simhosts_netns(&s, s.n - 1, last, sizeof last);
+    anvil_simhosts_subnet(&s, subnet, sizeof subnet);
+    report(d->o, "%d simulated host(s) %s: network namespaces %s to %s on %s", s.n, kept ? "kept" : "made", first,
+           last, subnet);
+    return 0;
+}
+
 /* Backends, supervisor, hooks and API, in the order each needs the last. */
 static int start_parts(daemon_parts *d) {
     const anvil_daemon_options *o = d->o;
     char path[PATH_MAX + 32];
     bool slurm = !strcmp(o->backend, "slurm");
     if (o->s3_config && !(d->objstore = anvil_objstore_load(o->s3_config))) return -1;
+    if (o->sim_hosts && start_sim_hosts(d)) return -1;
+    const anvil_simhosts *sim = d->sim.n ? &d->sim : NULL;
     /* A Slurm daemon keeps the local backend too, for the jobs whose spec asks for it ("backend"). */
     d->backend = slurm ? anvil_backend_slurm_new(d->dir, o->self, o->partition, o->account, o->grace_s)
-                       : anvil_backend_local_new(d->dir, o->self);
-    if (!d->backend || (slurm && !(d->local = anvil_backend_local_new(d->dir, o->self)))) return -1;
+                       : anvil_backend_local_new(d->dir, o->self, sim);
+    if (!d->backend || (slurm && !(d->local = anvil_backend_local_new(d->dir, o->self, sim)))) return -1;
     anvil_backend *both[] = {d->backend, d->local};
     anvil_supervisor_options so = {.grace_s = o->grace_s, .max_running = o->max_running, .objstore = d->objstore};
     if (!(d->sup = anvil_supervisor_new(d->st, both, d->local ? 2 : 1, &so))) return -1;
@@ -128,6 +148,7 @@ static void stop_parts(daemon_parts *d) {
     if (d->local) d->local->ops->free(d->local);
     anvil_objstore_free(d->objstore);
     anvil_store_close(d->st);
+    if (d->sim.n) anvil_simhosts_down(&d->sim);
 }
 
 int anvil_daemon_run(const anvil_daemon_options *o) {

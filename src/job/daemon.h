@@ -28,6 +28,9 @@ typedef struct {
     int hook_attempts;
     double hook_timeout_s;
     const char *s3_config; /* each role's S3 endpoint and credentials (job/objstore.h); NULL: none */
+    /* Simulated hosts (launch/simhosts.h) that the local backend runs multi-host jobs on; 0: none. Made
+     * at the start (root only), removed at the stop: a job still running on them loses its network. */
+    int sim_hosts;
     /* What the daemon does and what goes wrong while it runs, one line each ("listening on ...",
      * "hook URL: ...", "warning: ..."), from its threads; NULL: not told. */
     anvil_report_fn report;

@@ -200,6 +200,11 @@ int anvil_slurm_inject(anvil_backend *b, const anvil_attempt_ref *a, int kind, i
     anvil_attempt_ref r = anvil_slurm_ref(a, id, sizeof id);
     if (kind == ANVIL_FAULT_KILL_ATTEMPT) return kill_attempt(b, a, &r, done, cap);
     if (kind == ANVIL_FAULT_HOST_LOST) return host_lost(sb, a, &r, target, per_host, done, cap);
+    if (kind == ANVIL_FAULT_NET_CUT) {
+        snprintf(done, cap, "net-cut strikes jobs on simulated hosts (the local backend's anvil serve --sim-hosts), "
+                            "not a Slurm cluster's nodes");
+        return 2;
+    }
     int rc = node_at(sb, &r, target / per_host, node, sizeof node);
     if (rc) return rc < 0 ? -1 : (snprintf(done, cap, "attempt %d has no nodes (yet)", a->attempt), 1);
     bool stop = kind == ANVIL_FAULT_STOP_RANK;

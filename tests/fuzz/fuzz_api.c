@@ -85,7 +85,7 @@ static void setup(fixture *f) {
         anvil_auth_add_token(f->st, "alice", &e, f->revoked) || anvil_role_parse(role, strlen(role), &r) ||
         anvil_auth_add_role(f->st, &r, &e) || anvil_auth_grant(f->st, "r", "alice", &e) ||
         anvil_store_submit(f->st, &job, "/tmp/anvil-fuzz/runs", &e, &id) ||
-        !(f->backend = anvil_backend_local_new("/tmp/anvil-fuzz", "/bin/false")) ||
+        !(f->backend = anvil_backend_local_new("/tmp/anvil-fuzz", "/bin/false", NULL)) ||
         !(f->sup = anvil_supervisor_new(f->st, &f->backend, 1, &(anvil_supervisor_options){.grace_s = 1})))
         __builtin_trap();
     anvil_role_free(&r);
