@@ -264,8 +264,8 @@ typedef struct {
     int lock_fd;  /* rank 0's claim on the run folder, or -1 */
     int ranks_fd; /* every rank's shared lock on the run folder, which outlives no rank: or -1 */
     int bad_input; /* the failure is of the configuration or input: a retry cannot help */
-    const char *beat_phase; /* the heartbeat last written, and when */
-    double beat_at;
+    const char *beat_phase; /* the heartbeat last written, when, and the time it said its phase may take */
+    double beat_at, beat_expect;
     int beat_failed;
     struct sigaction old_term, old_usr1;
     /* Since the last "train" record, the time that went to checkpoint stalls, and to validation and
@@ -287,9 +287,6 @@ typedef struct {
 static void beat(anvil_run *r, const char *phase, int64_t step) {
     if (r->rank != 0 || !r->c->out_dir) return;
     double now = anvil_now();
-    if (r->beat_phase == phase && now - r->beat_at < ANVIL_HEARTBEAT_EVERY_S) return;
-    r->beat_phase = phase;
-    r->beat_at = now;
     /* Between training beats lie up to HEARTBEAT_EVERY_S of steps and one more step. Before a phase is
      * measured, an allowance for the bytes it moves stands in (the weights, and for a checkpoint or a
      * resume the moments too). */
@@ -302,6 +299,14 @@ static void beat(anvil_run *r, const char *phase, int64_t step) {
                                                                                : anvil_heartbeat_allowance(whole))
                     : !strcmp(phase, "loading")       ? anvil_heartbeat_allowance(whole)
                                                       : anvil_heartbeat_allowance(model);
+    /* A phase's first measurement is due at once, however recent the last beat: the hang timeout a
+     * service derives from the allowance is minutes, and a rank that freezes right after its first step
+     * (a retry's, say) would be waited on that long. */
+    bool changed = expect < r->beat_expect / 2 || expect > 2 * r->beat_expect;
+    if (r->beat_phase == phase && now - r->beat_at < ANVIL_HEARTBEAT_EVERY_S && !changed) return;
+    r->beat_phase = phase;
+    r->beat_at = now;
+    r->beat_expect = expect;
     if (anvil_heartbeat_write(r->c->out_dir, phase, step, expect) && !r->beat_failed) {
         r->beat_failed = 1;
         fprintf(r->c->log, "warning: heartbeat: %s\n", anvil_errmsg());
@@ -863,8 +868,10 @@ static int telemetry_step(anvil_run *r, int step) {
 
 static int run_after_step(anvil_run *r, int step) {
     int last = step + 1 == r->c->steps;
+    if (record_step(r, step)) return -1;
+    /* After the step's timing, so that the beat of a retry's first step already carries it. */
     beat(r, "training", step + 1);
-    if (record_step(r, step) || validate_and_sample(r, step, last)) return -1;
+    if (validate_and_sample(r, step, last)) return -1;
     int rc = save_or_stop(r, step, last);
     return rc >= 0 && telemetry_step(r, step) ? -1 : rc;
 }
