@@ -6,9 +6,10 @@ pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev ope
 # radosgw, ceph-mon and ceph-osd: the S3 server of the S3 tests (tests/s3/radosgw.sh); uuid-runtime
 # gives it uuidgen; chromium loads the job service's dashboard in cli_serve; sqlite3 runs the README's
 # salvage of a state database in cli_readme.
-# slurm-wlm and munge: the private cluster of cli_slurm (tests/tools/slurm_cluster.sh).
+# slurm-wlm and munge: the private cluster of cli_slurm (tests/tools/slurm_cluster.sh); iproute2 (ip):
+# the simulated hosts of cli_netcut (network namespaces and veth pairs).
 [ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-14-dev libomp-dev zstd qemu-user strace curl prometheus chromium sqlite3 radosgw ceph-mon ceph-osd uuid-runtime)
-[ "${1:-}" = "--test" ] && pkgs+=(slurm-wlm munge)
+[ "${1:-}" = "--test" ] && pkgs+=(slurm-wlm munge iproute2)
 # npm fetches the tiktoken reference; a Node.js from elsewhere (NodeSource's
 # bundles npm and conflicts with Debian's npm package) serves as well.
 [ "${1:-}" = "--test" ] && ! command -v npm > /dev/null && pkgs+=(npm)
