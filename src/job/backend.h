@@ -115,6 +115,9 @@ struct anvil_backend {
     const anvil_backend_ops *ops;
 };
 
+/* A file of attempt a in its job's folder of the state folder, STATE/jobs/<id>/<name>_<attempt>, into
+ * path: where either backend keeps what it knows of one attempt. */
+void anvil_attempt_file(const char *state_dir, const anvil_attempt_ref *a, const char *name, char *path, size_t cap);
 /* The exit file of an attempt, STATE/jobs/<id>/exit_<attempt>, into path: what runs the attempt writes
  * its exit status there (one number, atomically) before the attempt ends, on either backend, so a
  * daemon that was down meanwhile still learns how it ended. */

@@ -68,8 +68,12 @@ static void send_signal(pid_t pid, void *ctx) { kill(pid, *(const int *)ctx); }
 /* Signals every live process of session sid (sig 0: only counts them). */
 static int session_signal(pid_t sid, int sig) { return session_each(sid, sig ? send_signal : NULL, &sig); }
 
+void anvil_attempt_file(const char *state_dir, const anvil_attempt_ref *a, const char *name, char *path, size_t cap) {
+    snprintf(path, cap, "%s/jobs/%lld/%s_%d", state_dir, (long long)a->job_id, name, a->attempt);
+}
+
 void anvil_attempt_exit_path(const char *state_dir, const anvil_attempt_ref *a, char *path, size_t cap) {
-    snprintf(path, cap, "%s/jobs/%lld/exit_%d", state_dir, (long long)a->job_id, a->attempt);
+    anvil_attempt_file(state_dir, a, "exit", path, cap);
 }
 
 int anvil_attempt_read_exit(const char *state_dir, const anvil_attempt_ref *a) {
@@ -156,12 +160,6 @@ int anvil_attempt_spawn(const char *path, char *const *argv, char *const *envp, 
 
 /* ---- simulated hosts (launch/simhosts.h) ---- */
 
-/* A file of attempt a in its job's folder: STATE/jobs/<id>/<name>_<attempt>. */
-static void attempt_file(const local_backend *lb, const anvil_attempt_ref *a, const char *name, char *path,
-                         size_t cap) {
-    snprintf(path, cap, "%s/jobs/%lld/%s_%d", lb->state_dir, (long long)a->job_id, name, a->attempt);
-}
-
 /* Whether env entry e sets a variable that one of the n entries of set sets too. */
 static bool sets_one_of(const char *e, const char *const *set, size_t n) {
     size_t len = strcspn(e, "=");
@@ -211,7 +209,7 @@ static int sim_hosts_of(const local_backend *lb, const anvil_attempt_spec *a, an
         anvil_strbuf_printf(&file, "%s %s %s\n", netns, addr, link);
     }
     char path[PATH_MAX];
-    attempt_file(lb, &a->ref, "simhosts", path, sizeof path);
+    anvil_attempt_file(lb->state_dir, &a->ref, "simhosts", path, sizeof path);
     int rc = hosts->oom || file.oom ? -1 : anvil_write_file_atomic(path, file.s, file.len);
     anvil_strbuf_free(&file);
     return rc;
@@ -223,7 +221,7 @@ static int sim_host(const local_backend *lb, const anvil_attempt_ref *a, int k, 
                     char *link) {
     char path[PATH_MAX], *text;
     size_t len;
-    attempt_file(lb, a, "simhosts", path, sizeof path);
+    anvil_attempt_file(lb->state_dir, a, "simhosts", path, sizeof path);
     if (anvil_read_file_max(path, 1 << 16, &text, &len)) return 2;
     int rc = 1;
     char *save, *line = strtok_r(text, "\n", &save);
@@ -271,7 +269,7 @@ static bool child_running(pid_t sid) { return sid && waitpid(sid, NULL, WNOHANG)
 static int restore_links(const local_backend *lb, const anvil_attempt_ref *a) {
     char path[PATH_MAX], *text;
     size_t len;
-    attempt_file(lb, a, "netcut", path, sizeof path);
+    anvil_attempt_file(lb->state_dir, a, "netcut", path, sizeof path);
     if (access(path, F_OK)) return 0;
     if (anvil_read_file_max(path, 1 << 16, &text, &len)) return -1;
     int rc = 0;
@@ -404,7 +402,7 @@ static int cut_host(const local_backend *lb, const anvil_attempt_ref *a, int tar
         else snprintf(done, cap, "attempt %d has no host %d", a->attempt, target);
         return rc;
     }
-    attempt_file(lb, a, "netcut", path, sizeof path);
+    anvil_attempt_file(lb->state_dir, a, "netcut", path, sizeof path);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644), n = snprintf(line, sizeof line, "%s\n", link);
     if (fd < 0) return anvil_fail("%s: %s", path, strerror(errno));
     rc = anvil_write_all(fd, line, (size_t)n, path);

@@ -315,8 +315,7 @@ static int exited(slurm_backend *sb, const anvil_attempt_ref *a, int code, int *
 static double file_age(const slurm_backend *sb, const anvil_attempt_ref *a, const char *name) {
     char path[PATH_MAX + 64];
     struct stat st;
-    if (!strcmp(name, "exit")) anvil_attempt_exit_path(sb->state_dir, a, path, sizeof path);
-    else anvil_slurm_attempt_file(sb, a, name, path, sizeof path);
+    anvil_slurm_attempt_file(sb, a, name, path, sizeof path);
     return stat(path, &st) ? -1 : difftime(time(NULL), st.st_mtime);
 }
 

@@ -134,7 +134,7 @@ void anvil_slurm_job_dir(const slurm_backend *sb, int64_t id, char *path, size_t
 
 void anvil_slurm_attempt_file(const slurm_backend *sb, const anvil_attempt_ref *a, const char *name, char *path,
                               size_t cap) {
-    snprintf(path, cap, "%s/jobs/%lld/%s_%d", sb->state_dir, (long long)a->job_id, name, a->attempt);
+    anvil_attempt_file(sb->state_dir, a, name, path, cap);
 }
 
 char *anvil_slurm_field(const char *line, const char *key, bool rest) {
