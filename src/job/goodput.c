@@ -312,12 +312,13 @@ static double usual_step(const walk *w, int i, bool ckpt) {
     return median;
 }
 
-/* Fault k's stall in attempt i: what the steps after it took beyond the usual step of their sort
- * (checkpointing or not), up to the first back at pace or the next fault. A step within half again
- * of the usual one counts as at pace: steps vary that much without a fault on a shared machine. */
-static double stall_after(const walk *w, int k, int i) {
+/* Fault k's stall in attempt i: what the steps after it took beyond usual, the attempt's usual step of
+ * their sort (without and with a checkpoint), up to the first back at pace or the next fault. A step
+ * within half again of the usual one counts as at pace: steps vary that much without a fault on a
+ * shared machine. */
+static double stall_after(const walk *w, int k, int i, const double usual[2]) {
     const anvil_job_fault *f = &w->in->faults[k];
-    double until = HUGE_VAL, usual[2] = {usual_step(w, i, false), usual_step(w, i, true)}, stall = 0;
+    double until = HUGE_VAL, stall = 0;
     for (int m = 0; m < w->in->nfaults; m++)
         if (w->in->faults[m].at > f->at && w->in->faults[m].at < until) until = w->in->faults[m].at;
     for (int s = 0; s < w->nsteps; s++) {
@@ -333,6 +334,10 @@ static double stall_after(const walk *w, int k, int i) {
  * time and the restart of the attempt after it; for one the attempt went on through, its stall. */
 static void cost_faults(walk *w) {
     anvil_goodput *g = w->g;
+    /* Each attempt's usual steps, found once for all its faults that need them (NAN: not yet); without
+     * memory for them, no fault has a stall. */
+    double (*usual)[2] = malloc(sizeof *usual * (size_t)(w->in->nattempts ? w->in->nattempts : 1));
+    for (int i = 0; usual && i < w->in->nattempts; i++) usual[i][0] = usual[i][1] = NAN;
     for (int k = 0; k < w->in->nfaults; k++) {
         const anvil_job_fault *f = &w->in->faults[k];
         anvil_gp_fault *o = &g->faults[k];
@@ -348,13 +353,18 @@ static void cost_faults(walk *w) {
         bool last = true, failed = i + 1 < w->in->nattempts || !w->in->completed;
         for (int m = k + 1; m < w->in->nfaults; m++) last = last && w->in->faults[m].attempt != f->attempt;
         if (!w->in->attempts[i].ended_at || !last || !failed || g->attempts[i].parts.s[ANVIL_GP_DETECTION] == 0) {
-            o->stall = stall_after(w, k, i);
+            if (usual && isnan(usual[i][0])) {
+                usual[i][0] = usual_step(w, i, false);
+                usual[i][1] = usual_step(w, i, true);
+            }
+            if (usual) o->stall = stall_after(w, k, i, usual[i]);
             continue;
         }
         o->detection = g->attempts[i].parts.s[ANVIL_GP_DETECTION];
         o->recomputed = g->attempts[i].parts.s[ANVIL_GP_RECOMPUTED];
         if (i + 1 < w->in->nattempts) o->restart = g->attempts[i + 1].parts.s[ANVIL_GP_RESTART];
     }
+    free(usual);
 }
 
 int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g) {
