@@ -147,10 +147,10 @@ static void bench_classifier(int N, int C, int V, int Vp) {
 static void bench_optimizer(size_t n) {
     const anvil_kernels *k = K[0];
     float *p = filled(k, n, 0.02f), *g = filled(k, n, 0.001f), *m = filled(k, n, 0.0f), *v = filled(k, n, 0.0f);
-    k->adamw(p, g, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    k->adamw(p, g, 1.0f, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
     check(k);
     double t0 = anvil_now();
-    for (int i = 0; i < ITERS; i++) k->adamw(p, g, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, i + 2);
+    for (int i = 0; i < ITERS; i++) k->adamw(p, g, 1.0f, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, i + 2);
     check(k);
     row("adamw 124M parameters", "fp32", (anvil_now() - t0) / ITERS, 0, 7.0 * 4 * n);
     t0 = anvil_now();

@@ -138,11 +138,12 @@ typedef struct anvil_kernels {
 
     /* Sum of squares of g[n], in double for a stable global norm. */
     double (*sumsq)(const float *g, size_t n);
-    void (*scale)(float *g, float s, size_t n);
     /* One AdamW update as PyTorch computes it (decoupled weight decay first, then the bias-corrected
-     * step); t is the 1-based step count. */
-    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, int t);
+     * step) from the gradients g * gscale, each product rounded to fp32 as if g had been scaled in
+     * place first (gradient clipping; 1: unclipped), g itself left as it is; t is the 1-based step
+     * count. One pass over the four arrays where clipping and the update would take two. */
+    void (*adamw)(float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t);
 } anvil_kernels;
 
 /* What the matmuls (linear layers and the LM head) multiply in; everything

@@ -57,19 +57,18 @@ double anvil_adamw_grad_sumsq(const anvil_adamw *o, const float *grads) {
     return s;
 }
 
-float anvil_adamw_step(anvil_adamw *o, float *params, float *grads, double sumsq, float max_norm, float lr) {
+float anvil_adamw_step(anvil_adamw *o, float *params, const float *grads, double sumsq, float max_norm, float lr) {
     double norm = sqrt(sumsq);
     float coef = max_norm > 0.0f ? (float)(max_norm / (norm + 1e-6)) : 1.0f;
     o->t++;
     const anvil_adamw_config *a = &o->cfg;
-    /* Scaling and updating are elementwise, so doing both per segment gives the bits of scaling
-     * everything first. */
+    /* Clipping is folded into the update's one pass (the kernel scales each gradient as it reads
+     * it): the bits of scaling every gradient in place first, one pass over them fewer. */
+    const float gscale = coef < 1.0f ? coef : 1.0f;
     for (int i = 0; i < o->nsegs; i++) {
         const anvil_adamw_segment *s = &o->segs[i];
-        float *g = grads + s->grad;
-        if (coef < 1.0f) o->k->scale(g, coef, s->len);
-        o->k->adamw(params + s->param, g, o->m + s->moment, o->v + s->moment, s->len, lr, a->beta1, a->beta2, a->eps,
-                    s->decay ? a->weight_decay : 0.0f, o->t);
+        o->k->adamw(params + s->param, grads + s->grad, gscale, o->m + s->moment, o->v + s->moment, s->len, lr,
+                    a->beta1, a->beta2, a->eps, s->decay ? a->weight_decay : 0.0f, o->t);
     }
     return (float)norm;
 }

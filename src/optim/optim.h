@@ -50,10 +50,10 @@ void anvil_adamw_free(anvil_adamw *o);
 double anvil_adamw_grad_sumsq(const anvil_adamw *o, const float *grads);
 /* One update at learning rate lr from the gradients, params and grads being the bases the segments'
  * offsets refer to. sumsq is the global sum of squares (anvil_adamw_grad_sumsq, summed over the
- * ranks that share the model); when max_norm > 0 and the norm exceeds it, the gradients are first
- * scaled by max_norm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_ does. Returns the norm
- * before clipping. */
-float anvil_adamw_step(anvil_adamw *o, float *params, float *grads, double sumsq, float max_norm, float lr);
+ * ranks that share the model); when max_norm > 0 and the norm exceeds it, the update takes the
+ * gradients scaled by max_norm / (norm + 1e-6), as after torch.nn.utils.clip_grad_norm_ (grads
+ * itself is not written). Returns the norm before clipping. */
+float anvil_adamw_step(anvil_adamw *o, float *params, const float *grads, double sumsq, float max_norm, float lr);
 
 typedef enum { ANVIL_LR_COSINE, ANVIL_LR_CONSTANT } anvil_lr_kind;
 

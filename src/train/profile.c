@@ -174,15 +174,10 @@ static double sumsq(const float *g, size_t n) {
     DONE("grad_sumsq");
     return s;
 }
-static void scale(float *g, float s, size_t n) {
+static void adamw(float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t) {
     OP();
-    K->scale(g, s, n);
-    DONE("grad_scale");
-}
-static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int t) {
-    OP();
-    K->adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+    K->adamw(p, g, gscale, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
     DONE("adamw");
 }
 
@@ -218,7 +213,6 @@ const anvil_kernels *anvil_profiled_kernels(const anvil_kernels *k, const anvil_
     P.classifier = classifier;
     P.logits = logits;
     P.sumsq = sumsq;
-    P.scale = scale;
     P.adamw = adamw;
     return &P;
 }

@@ -21,7 +21,7 @@
     .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,                                 \
     .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward,                                             \
     .swiglu_forward = cpu_swiglu_forward, .swiglu_backward = cpu_swiglu_backward,                                     \
-    .copy = cpu_copy, .add_inplace = cpu_add_inplace, .sumsq = cpu_sumsq, .scale = cpu_scale, .adamw = cpu_adamw
+    .copy = cpu_copy, .add_inplace = cpu_add_inplace, .sumsq = cpu_sumsq, .adamw = cpu_adamw
 
 const anvil_kernels cpu_table = {
     .name = "cpu-" STR(ANVIL_CPU_ISA),

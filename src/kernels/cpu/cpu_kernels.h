@@ -73,7 +73,6 @@ int cpu_sync(void);
 #define cpu_logits_bf16 CPU_ISA_NAME(cpu_logits_bf16)
 #define cpu_logits_amx CPU_ISA_NAME(cpu_logits_amx)
 #define cpu_sumsq CPU_ISA_NAME(cpu_sumsq)
-#define cpu_scale CPU_ISA_NAME(cpu_scale)
 #define cpu_adamw CPU_ISA_NAME(cpu_adamw)
 
 void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T, int C);
@@ -137,9 +136,8 @@ int cpu_classifier_amx(float *losses, float *dx, float *dwte, const float *x, co
                        const int32_t *targets, int N, int C, int V, int Vp, float dscale);
 void cpu_logits_amx(float *logits, const float *x, const float *wte, int N, int C, int Vp);
 double cpu_sumsq(const float *g, size_t n);
-void cpu_scale(float *g, float s, size_t n);
-void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
-               float weight_decay, int t);
+void cpu_adamw(float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr, float beta1,
+               float beta2, float eps, float weight_decay, int t);
 #endif
 
 #endif

@@ -36,17 +36,12 @@ double cpu_sumsq(const float *g, size_t n) {
     return total;
 }
 
-void cpu_scale(float *g, float s, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) g[i] *= s;
-}
-
 /* Mirrors torch.optim.AdamW's single-tensor path operation for operation, so
  * that the two agree to float rounding: decay, moments, then
  * p += (-lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps), with the scalar factors
  * formed in double as Python does. */
-void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
-               float weight_decay, int t) {
+void cpu_adamw(float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr, float beta1,
+               float beta2, float eps, float weight_decay, int t) {
     float decay = (float)(1.0 - (double)lr * (double)weight_decay);
     double bc1 = 1.0 - pow((double)beta1, t), bc2 = 1.0 - pow((double)beta2, t);
     float step_size = (float)((double)lr / bc1);
@@ -54,9 +49,10 @@ void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
     float one_m_b1 = (float)(1.0 - (double)beta1), one_m_b2 = (float)(1.0 - (double)beta2);
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
         float pi = p[i] * decay;
-        float mi = m[i] * beta1 + g[i] * one_m_b1;
-        float vi = v[i] * beta2 + one_m_b2 * g[i] * g[i];
+        float mi = m[i] * beta1 + gi * one_m_b1;
+        float vi = v[i] * beta2 + one_m_b2 * gi * gi;
         float denom = sqrtf(vi) / bc2_sqrt + eps;
         p[i] = pi + (-step_size * mi) / denom;
         m[i] = mi;

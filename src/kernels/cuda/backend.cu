@@ -351,7 +351,6 @@ static void fill_table(anvil_kernels *t, bool bf16) {
     t->classifier_shard_backward = bf16 ? cu_classifier_shard_backward_bf16 : cu_classifier_shard_backward_f32;
     t->logits = bf16 ? cu_logits_bf16 : cu_logits_f32;
     t->sumsq = cu_sumsq;
-    t->scale = cu_scale;
     t->adamw = cu_adamw;
 }
 

@@ -151,7 +151,6 @@ void cu_gelu_forward(float *out, const float *x, size_t n);
 void cu_gelu_backward(float *dx, const float *x, const float *dout, size_t n);
 void cu_copy(float *dst, const float *src, size_t n);
 void cu_add_inplace(float *dst, const float *src, size_t n);
-void cu_scale(float *g, float s, size_t n);
 int cu_classifier_f32(float *losses, float *dx, float *dwte, const float *x, const float *wte, const int32_t *targets,
                       int N, int C, int V, int Vp, float dscale);
 int cu_classifier_bf16(float *losses, float *dx, float *dwte, const float *x, const float *wte,
@@ -167,7 +166,7 @@ int cu_classifier_shard_backward_bf16(float *dx, float *dwte, const float *x, co
 void cu_logits_f32(float *logits, const float *x, const float *wte, int N, int C, int Vp);
 void cu_logits_bf16(float *logits, const float *x, const float *wte, int N, int C, int Vp);
 double cu_sumsq(const float *g, size_t n);
-void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+void cu_adamw(float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
               float weight_decay, int t);
 
 #endif

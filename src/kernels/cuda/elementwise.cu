@@ -31,10 +31,6 @@ __global__ void add_kernel(float *__restrict__ dst, const float *__restrict__ sr
     GRID_STRIDE(i, n) dst[i] += src[i];
 }
 
-__global__ void scale_kernel(float *g, float s, size_t n) {
-    GRID_STRIDE(i, n) g[i] *= s;
-}
-
 void cu_gelu_forward(float *out, const float *x, size_t n) {
     if (!n || !cu_enter()) return;
     gelu_forward_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_g.stream>>>(out, x, n);
@@ -58,8 +54,3 @@ void cu_add_inplace(float *dst, const float *src, size_t n) {
     cu_launched("add_inplace");
 }
 
-void cu_scale(float *g, float s, size_t n) {
-    if (!n || !cu_enter()) return;
-    scale_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_g.stream>>>(g, s, n);
-    cu_launched("scale");
-}

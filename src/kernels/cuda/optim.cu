@@ -55,11 +55,11 @@ double cu_sumsq(const float *g, size_t n) {
 
 /* src/kernels/cpu/optim.c's update operation for operation, each rounded as there (the intrinsics
  * keep nvcc from fusing a multiply and an add the CPU rounds apart), so the two agree bit for bit. */
-__global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
+__global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g, float gscale, float *__restrict__ m,
                              float *__restrict__ v, size_t n, float decay, float beta1, float beta2,
                              float one_m_b1, float one_m_b2, float step_size, float bc2_sqrt, float eps) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i];
+        float gi = __fmul_rn(g[i], gscale);
         float pi = __fmul_rn(p[i], decay);
         float mi = __fadd_rn(__fmul_rn(m[i], beta1), __fmul_rn(gi, one_m_b1));
         float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_m_b2, gi), gi));
@@ -70,7 +70,7 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
     }
 }
 
-void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+void cu_adamw(float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
               float weight_decay, int t) {
     if (!n || !cu_enter()) return;
     /* The scalars exactly as the CPU forms them, in double as PyTorch's Python does. */
@@ -79,7 +79,7 @@ void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, 
     float step_size = (float)((double)lr / bc1);
     float bc2_sqrt = (float)sqrt(bc2);
     float one_m_b1 = (float)(1.0 - (double)beta1), one_m_b2 = (float)(1.0 - (double)beta2);
-    adamw_kernel<<<cu_blocks(n, 256), 256, 0, cu_g.stream>>>(p, g, m, v, n, decay, beta1, beta2, one_m_b1, one_m_b2,
+    adamw_kernel<<<cu_blocks(n, 256), 256, 0, cu_g.stream>>>(p, g, gscale, m, v, n, decay, beta1, beta2, one_m_b1, one_m_b2,
                                                              step_size, bc2_sqrt, eps);
     cu_launched("adamw");
 }
