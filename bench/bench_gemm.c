@@ -247,10 +247,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     const anvil_isa isa = anvil_isa_active();
-    peak_all = anvil_isa_peak_gflops(isa, false, 1.0);
+    peak_all = anvil_isa_peak_gflops(isa, ANVIL_BF16_NONE, 1.0);
     int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    peak_one = anvil_isa_peak_gflops(isa, false, 1.0);
+    peak_one = anvil_isa_peak_gflops(isa, ANVIL_BF16_NONE, 1.0);
     omp_set_num_threads(threads);
 
     Shape v[48];

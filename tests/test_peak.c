@@ -66,7 +66,7 @@ int main(void) {
 
     /* The first call probes, to learn this machine's key and figure. */
     anvil_peak first;
-    CHECK(anvil_isa_peak(isa, false, false, &first) == 0);
+    CHECK(anvil_isa_peak(isa, ANVIL_BF16_NONE, false, &first) == 0);
     CHECK(!first.cached && first.stored && first.probes == 1 && first.probed > 0 && first.gflops == first.probed);
     printf("probed %.1f GFLOP/s (%s, %s, %d threads) into %s\n", first.probed, first.cpu, first.path, first.threads,
            first.file);
@@ -75,7 +75,7 @@ int main(void) {
     const double high = 1e9, high_at = 1e9;
     seed(&first, high, 1, high_at);
     anvil_peak p;
-    CHECK(anvil_isa_peak(isa, false, true, &p) == 0);
+    CHECK(anvil_isa_peak(isa, ANVIL_BF16_NONE, true, &p) == 0);
     CHECK(p.probed > 0 && p.probed < high);
     CHECK(p.gflops == high && p.probed_at == high_at && p.probes == 2 && p.stored && !p.note[0]);
     double g;
@@ -88,7 +88,7 @@ int main(void) {
     const double low = 1e-3;
     seed(&first, low, 3, 1e9);
     double before = (double)time(NULL);
-    CHECK(anvil_isa_peak(isa, false, true, &p) == 0);
+    CHECK(anvil_isa_peak(isa, ANVIL_BF16_NONE, true, &p) == 0);
     CHECK(p.probed > low && p.gflops == p.probed && p.probed_at >= before && p.probes == 4 && p.stored);
     stored(first.file, &g, &n);
     CHECK(fabs(g - p.probed) <= 1e-9 * p.probed && n == 4);
@@ -96,8 +96,25 @@ int main(void) {
 
     /* Without a re-probe the figure is read, not measured. */
     anvil_peak r;
-    CHECK(anvil_isa_peak(isa, false, false, &r) == 0);
+    CHECK(anvil_isa_peak(isa, ANVIL_BF16_NONE, false, &r) == 0);
     CHECK(r.cached && r.probed == 0 && fabs(r.gflops - g) <= 1e-9 * g && r.probes == 4);
+
+    /* Each bf16 kernel's probe where the CPU has it: AMX's tiles (16 x 16 x 32 products a call)
+     * outrun vdpbf16ps many times over, so a probe that did not keep its tiles busy shows. */
+    double vdp = 0;
+    static const anvil_bf16_kernel kinds[] = {ANVIL_BF16_AVX512, ANVIL_BF16_AMX};
+    for (int i = 0; i < 2; i++) {
+        const char *name = anvil_isa_bf16_name(kinds[i]);
+        if (!anvil_isa_bf16_available(kinds[i])) {
+            printf("skipped: the %s peak (this CPU lacks it)\n", name);
+            continue;
+        }
+        double g = anvil_isa_peak_gflops(ANVIL_ISA_AVX512, kinds[i], 0.3);
+        printf("%s peak: %.1f GFLOP/s\n", name, g);
+        CHECK(g > 0);
+        if (kinds[i] == ANVIL_BF16_AVX512) vdp = g;
+        else CHECK(vdp > 0 && g > 4 * vdp);
+    }
 
     char path[sizeof first.file + 8];
     unlink(first.file);

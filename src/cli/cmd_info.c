@@ -26,8 +26,10 @@ static const char *usage =
     "a second), which is then cached.\n"
     "  --gemm-rate   measure this machine: the path's vector multiply-add peak (independent\n"
     "                FMA chains on every thread) and the large-SGEMM rate (median of 5, 2048^3)\n"
-    "                as a share of it; where bf16 runs, the bf16 GEMM's rate and the vdpbf16ps peak;\n"
-    "                one JSON line. Its FMA probe goes into the cache, which keeps the best\n";
+    "                as a share of it; where bf16 runs, the peak of each bf16 kernel the CPU has\n"
+    "                (vdpbf16ps; AMX's TDPBF16PS on resident tiles) and the bf16 GEMM's rate as a\n"
+    "                share of its kernel's peak; one JSON line. Its probes go into the cache, which\n"
+    "                keeps the best\n";
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -74,7 +76,7 @@ static int gemm_rate(void) {
     anvil_isa isa = anvil_isa_active();
     /* This probe also goes into the machine's peak cache, which keeps the best. */
     anvil_peak best;
-    if (anvil_isa_peak(isa, false, true, &best)) return cli_fail("info");
+    if (anvil_isa_peak(isa, ANVIL_BF16_NONE, true, &best)) return cli_fail("info");
     if (best.note[0]) fprintf(stderr, "anvil info: note: %s\n", best.note);
     double peak = best.probed;
     double rate = square_rate(fp32_gemm, n, a, b, c);
@@ -82,10 +84,23 @@ static int gemm_rate(void) {
            "\"sgemm_gflops\": %.1f, \"sgemm_share_of_peak\": %.3f, \"cached_peak_gflops\": %.1f",
            anvil_isa_name(isa), anvil_sgemm_impl(), omp_get_max_threads(), n, peak, rate, rate / peak, best.gflops);
     if (anvil_isa_check_bf16() == 0) {
-        double bpeak = anvil_isa_peak_gflops(isa, true, 1.0);
+        static const struct {
+            anvil_bf16_kernel k;
+            const char *key;
+        } kinds[] = {{ANVIL_BF16_AVX512, "vdpbf16ps_peak_gflops"}, {ANVIL_BF16_AMX, "amx_peak_gflops"}};
+        anvil_bf16_kernel in_use = anvil_isa_bf16();
+        double used_peak = 0;
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+            anvil_peak bp;
+            if (!anvil_isa_bf16_available(kinds[i].k)) continue;
+            if (anvil_isa_peak(isa, kinds[i].k, true, &bp)) return cli_fail("info");
+            if (bp.note[0]) fprintf(stderr, "anvil info: note: %s\n", bp.note);
+            printf(", \"%s\": %.1f", kinds[i].key, bp.probed);
+            if (kinds[i].k == in_use) used_peak = bp.probed;
+        }
         double brate = square_rate(anvil_sgemm_bf16, n, a, b, c);
-        printf(", \"bf16_kernel\": \"%s\", \"vdpbf16ps_peak_gflops\": %.1f, \"bf16_gemm_gflops\": %.1f",
-               anvil_isa_bf16_name(anvil_isa_bf16()), bpeak, brate);
+        printf(", \"bf16_kernel\": \"%s\", \"bf16_gemm_gflops\": %.1f, \"bf16_gemm_share_of_peak\": %.3f",
+               anvil_isa_bf16_name(in_use), brate, used_peak > 0 ? brate / used_peak : 0.0);
     }
     printf("}\n");
     free(a);
@@ -104,8 +119,9 @@ static void supported_paths(char *buf, size_t cap) {
     }
 }
 
-/* MFU's peak (the fp32 one, or bf16's) and where it comes from: the machine's cache, or a probe now. */
-static int print_peak(bool bf16) {
+/* MFU's peak (the fp32 one, or the bf16 kernel's) and where it comes from: the machine's cache, or a
+ * probe now. */
+static int print_peak(anvil_bf16_kernel bf16) {
     anvil_peak p;
     if (anvil_isa_peak(anvil_isa_active(), bf16, false, &p)) return -1;
     if (p.note[0]) fprintf(stderr, "anvil info: note: %s\n", p.note);
@@ -169,7 +185,7 @@ int cmd_info(int argc, char **argv) {
     if (bk == ANVIL_BF16_AMX) printf("bf16:      yes, by AMX (TDPBF16PS); ANVIL_BF16=avx512 for vdpbf16ps\n");
     else if (bk == ANVIL_BF16_AVX512) printf("bf16:      yes, by AVX512_BF16 (vdpbf16ps)\n");
     else printf("bf16:      no: %s\n", anvil_errmsg());
-    if (print_peak(false) || (bk != ANVIL_BF16_NONE && print_peak(true))) return cli_fail("info");
+    if (print_peak(ANVIL_BF16_NONE) || (bk != ANVIL_BF16_NONE && print_peak(bk))) return cli_fail("info");
     list_gpus();
     return 0;
 }

@@ -246,8 +246,10 @@ static void report_line(const anvil_train_result *r, const char *meta_dir) {
         anvil_data_manifest_split(meta_dir, "val", &val_tokens, &val_bytes) == 0 && val_bytes > 0)
         fprintf(stderr, " (%.4f bits/byte at the val split's %.3f bytes/token)",
                 r->val_loss / log(2.0) * (double)val_tokens / (double)val_bytes, (double)val_bytes / (double)val_tokens);
-    fprintf(stderr, ", median %.1f ms/step, %.0f tok/s, %.1f GFLOP/s, peak RSS %.0f MB\n", r->ms_per_step_median,
-            r->tokens_per_s_median, r->gflops_median, r->peak_rss_mb);
+    fprintf(stderr, ", median %.1f ms/step, %.0f tok/s, %.1f GFLOP/s", r->ms_per_step_median, r->tokens_per_s_median,
+            r->gflops_median);
+    if (r->mfu_median > 0) fprintf(stderr, " (MFU %.1f%%)", r->mfu_median * 100);
+    fprintf(stderr, ", peak RSS %.0f MB\n", r->peak_rss_mb);
 }
 
 /* The last line of a finished run on rank 0, and with --summary-json its JSON on stdout. */
@@ -259,10 +261,11 @@ static void report(const train_args *t, const anvil_train_result *r, const char 
     if (t->summary)
         printf("{\"impl\":\"anvil\",\"path\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"ranks\":%d,\"params\":%lld,\"steps\":%d,\"final_loss\":%.6f,"
                "\"val_loss\":%.6f,\"ms_per_step_median\":%.3f,\"tokens_per_s_median\":%.2f,"
-               "\"gflops_median\":%.3f,\"peak_rss_mb\":%.1f,\"comm_wait_share\":%.4f}\n",
+               "\"gflops_median\":%.3f,\"mfu_median\":%.4f,\"peak_rss_mb\":%.1f,\"comm_wait_share\":%.4f}\n",
                anvil_isa_name(anvil_isa_active()), t->dtype, omp_get_max_threads(), world, (long long)r->params,
                r->steps_done, r->final_loss, r->val_loss == r->val_loss ? r->val_loss : -1.0, r->ms_per_step_median,
-               r->tokens_per_s_median, r->gflops_median, r->peak_rss_mb, r->comm_wait_share);
+               r->tokens_per_s_median, r->gflops_median, r->mfu_median > 0 ? r->mfu_median : -1.0, r->peak_rss_mb,
+               r->comm_wait_share);
 }
 
 /* Brings up the ranks, checks them and trains; 0 or the exit status. */

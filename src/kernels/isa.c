@@ -163,6 +163,11 @@ int anvil_isa_check_bf16(void) { return bf16_kernel() == ANVIL_BF16_NONE ? -1 : 
 
 anvil_bf16_kernel anvil_isa_bf16(void) { return bf16_kernel(); }
 
+bool anvil_isa_bf16_available(anvil_bf16_kernel k) {
+    if (k == ANVIL_BF16_NONE || !anvil_isa_supported(ANVIL_ISA_AVX512) || !has("avx512bf16")) return false;
+    return k == ANVIL_BF16_AVX512 || amx_available();
+}
+
 const char *anvil_isa_bf16_name(anvil_bf16_kernel k) {
     return k == ANVIL_BF16_AMX ? "amx" : k == ANVIL_BF16_AVX512 ? "avx512-bf16" : "none";
 }

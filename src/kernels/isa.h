@@ -46,14 +46,17 @@ int anvil_isa_check_bf16(void);
 anvil_bf16_kernel anvil_isa_bf16(void);
 /* "amx", "avx512-bf16" or "none". */
 const char *anvil_isa_bf16_name(anvil_bf16_kernel k);
+/* Whether this CPU (and OS) can run bf16 kernel k on the avx512 path, whatever ANVIL_BF16 and
+ * ANVIL_ISA ask for: anvil info --gemm-rate measures every peak the machine has. */
+bool anvil_isa_bf16_available(anvil_bf16_kernel k);
 
-/* This CPU's vector multiply-add throughput on all OpenMP threads, in
- * GFLOP/s, measured over about `seconds`: independent accumulator chains,
- * enough of them to hide the latency, so it is the machine's limit for
- * `isa` (fp32 FMA; or bf16 dot products, counting 2 FLOPs per bf16 pair
- * element, when bf16). The generic path has no FMA: a multiply and an add.
- * Returns 0 for a path or kind this CPU cannot run. */
-double anvil_isa_peak_gflops(anvil_isa isa, bool bf16, double seconds);
+/* This CPU's multiply-add throughput on all OpenMP threads, in GFLOP/s, measured over about
+ * `seconds`: independent accumulator chains, enough of them to hide the latency, so it is the
+ * machine's limit for `isa` and kernel `bf16` (ANVIL_BF16_NONE: the path's fp32 FMA; the generic
+ * path has no FMA: a multiply and an add. ANVIL_BF16_AVX512: vdpbf16ps. ANVIL_BF16_AMX: TDPBF16PS
+ * on tiles that stay in their registers, 16 x 16 x 32 products a call). bf16 counts 2 FLOPs per
+ * product. Returns 0 for a path or kernel this CPU cannot run. */
+double anvil_isa_peak_gflops(anvil_isa isa, anvil_bf16_kernel bf16, double seconds);
 
 /* The peak that MFU divides by: anvil_isa_peak_gflops on all OpenMP threads, the best of the probes
  * this machine ran, kept in a cache file (anvil_peak_cache_file) with one entry per CPU model,
@@ -68,17 +71,17 @@ typedef struct {
     double probed_at; /* when the best was measured, seconds since the epoch */
     char cpu[128];    /* the key: the CPU's model name (/proc/cpuinfo), */
     char path[16];    /* the path, */
-    char dtype[8];    /* "fp32" or "bf16", */
+    char dtype[12];   /* "fp32", "bf16" (vdpbf16ps) or "bf16-amx", */
     int threads;      /* and the thread count */
     char file[4096];  /* the cache file ("" when there is no folder for one) */
     char note[4400];  /* "" or one line: a cache ignored as corrupt, or one that could not be written */
 } anvil_peak;
-/* The peak of path isa (bf16: its bf16 dot product) from the cache, or probed and cached when the
+/* The peak of path isa with kernel bf16 (ANVIL_BF16_NONE: fp32) from the cache, or probed and cached when the
  * cache has none; with reprobe, probed again, the cache keeping the best. A cache that does not
  * parse is ignored (note says so) and replaced; it is written atomically, under a lock that makes
  * processes starting together on one machine probe once. 0, or -1 after anvil_fail for a path or
  * kind this CPU cannot run. */
-int anvil_isa_peak(anvil_isa isa, bool bf16, bool reprobe, anvil_peak *out);
+int anvil_isa_peak(anvil_isa isa, anvil_bf16_kernel bf16, bool reprobe, anvil_peak *out);
 /* The cache file: $ANVIL_CACHE_DIR/peak.json, else $XDG_CACHE_HOME/anvil/peak.json, else
  * ~/.cache/anvil/peak.json ("" when none of them is set). */
 void anvil_peak_cache_file(char *out, size_t cap);

@@ -140,7 +140,7 @@ static int write_cache(const char *file, cJSON *peaks, cJSON *at, const anvil_pe
 }
 
 /* Probes into p, keeping the best of it and what the cache held. */
-static void probe(anvil_isa isa, bool bf16, anvil_peak *p, int had) {
+static void probe(anvil_isa isa, anvil_bf16_kernel bf16, anvil_peak *p, int had) {
     double g = p->probed = anvil_isa_peak_gflops(isa, bf16, PROBE_SECONDS);
     if (!had || g > p->gflops) {
         p->gflops = g;
@@ -150,13 +150,16 @@ static void probe(anvil_isa isa, bool bf16, anvil_peak *p, int had) {
     p->cached = false;
 }
 
-int anvil_isa_peak(anvil_isa isa, bool bf16, bool reprobe, anvil_peak *p) {
+int anvil_isa_peak(anvil_isa isa, anvil_bf16_kernel bf16, bool reprobe, anvil_peak *p) {
     memset(p, 0, sizeof *p);
-    if (!anvil_isa_supported(isa) || (bf16 && (isa != ANVIL_ISA_AVX512 || !__builtin_cpu_supports("avx512bf16"))))
-        return anvil_fail("peak: the %s path cannot run %s here", anvil_isa_name(isa), bf16 ? "bf16" : "fp32");
+    /* The cache's dtype names the kernel too: vdpbf16ps keeps "bf16", its name before AMX had a probe. */
+    const char *dtype = bf16 == ANVIL_BF16_AMX ? "bf16-amx" : bf16 == ANVIL_BF16_AVX512 ? "bf16" : "fp32";
+    if (!anvil_isa_supported(isa) ||
+        (bf16 != ANVIL_BF16_NONE && (isa != ANVIL_ISA_AVX512 || !anvil_isa_bf16_available(bf16))))
+        return anvil_fail("peak: the %s path cannot run %s here", anvil_isa_name(isa), dtype);
     cpu_model(p->cpu, sizeof p->cpu);
     snprintf(p->path, sizeof p->path, "%s", anvil_isa_name(isa));
-    snprintf(p->dtype, sizeof p->dtype, "%s", bf16 ? "bf16" : "fp32");
+    snprintf(p->dtype, sizeof p->dtype, "%s", dtype);
     p->threads = omp_get_max_threads();
     anvil_peak_cache_file(p->file, sizeof p->file);
     if (!p->file[0]) {

@@ -204,7 +204,7 @@ static void render(const anvil_telemetry *t, anvil_prom *p) {
     anvil_prom_label info[] = {{"kernels", t->c.kernels}, {"dtype", t->c.dtype}, {"ranks", world}};
     anvil_prom_family(p, "anvil_train_info", ANVIL_PROM_GAUGE, "The run's kernels, matmul type and rank count.");
     anvil_prom_sample(p, "anvil_train_info", info, 3, 1);
-    render_peak(t, p);
+    if (t->peak_flops > 0) render_peak(t, p);
     gauge(p, "anvil_train_target_steps", "The step the run ends at.", t->c.steps);
     if (t->have_step) {
         const anvil_telemetry_step *s = &t->last;
@@ -222,7 +222,8 @@ static void render(const anvil_telemetry *t, anvil_prom *p) {
         gauge(p, "anvil_train_model_flops_per_second",
               "Model FLOP/s of the last step over all ranks (6N + 12LCT per token, PaLM's count).",
               s->flops_per_step / s->step_s);
-        gauge(p, "anvil_train_mfu_ratio", "Model FLOP/s over the ranks' measured multiply-add peak.", mfu(t));
+        gauge(p, "anvil_train_mfu_ratio", "Model FLOP/s over the ranks' measured peak of the kernel in use (dtype and path: "
+              "anvil_train_peak_flops_per_second's labels).", mfu(t));
         anvil_prom_family(p, "anvil_train_step_seconds", ANVIL_PROM_HISTOGRAM, "Duration of rank 0's optimizer steps.");
         anvil_prom_histogram_samples(p, "anvil_train_step_seconds", NULL, 0, &t->step_hist);
     }
@@ -388,8 +389,17 @@ static void log_peak(anvil_telemetry *t) {
             p->dtype, p->threads, from);
 }
 
+double anvil_telemetry_mfu(const anvil_telemetry *t, double flops_per_s) {
+    return t->peak_flops > 0 ? flops_per_s / (t->peak_flops * t->world) : NAN;
+}
+
 int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl) {
     t->jsonl = jsonl;
+    if (t->c.cpu) {
+        if (anvil_isa_peak(anvil_isa_active(), t->c.bf16, false, &t->peak)) return -1;
+        t->peak_flops = t->peak.gflops * 1e9;
+        if (t->rank == 0) log_peak(t);
+    }
     if (t->c.metrics_port < 0) return 0;
     t->mine = calloc((size_t)t->nv, sizeof(double));
     t->all = calloc((size_t)t->world * t->nv, sizeof(double));
@@ -400,9 +410,6 @@ int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl) {
     /* Steps from 1 ms to about 9 minutes, a factor of 2 apart. */
     anvil_prom_histogram_exponential(&t->step_hist, 0.001, 2.0, 20);
     if (t->rank == 0 && start_server(t)) return -1;
-    if (anvil_isa_peak(anvil_isa_active(), t->c.bf16, false, &t->peak)) return -1;
-    t->peak_flops = t->peak.gflops * 1e9;
-    if (t->rank == 0) log_peak(t);
     sample_sys(t);
     return 0;
 }

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernels/isa.h"
 #include "obs/metrics.h"
 #include "s3/s3.h"
 
@@ -30,7 +31,10 @@ typedef struct {
     FILE *log;
     const char *kernels;  /* labels of anvil_train_info */
     const char *dtype;
-    int bf16;             /* the peak that MFU divides by is the bf16 one */
+    /* MFU's denominator: the peak of this CPU's kernel in use (kernels/isa.h; ANVIL_BF16_NONE: the
+     * fp32 FMA peak); none (MFU not given) when cpu is 0, a device's kernels doing the work. */
+    int cpu;
+    anvil_bf16_kernel bf16;
     int steps;            /* the run's last step */
     /* Metrics pulled from the log: NAME and REGEX (obs/logmetric.h) of each. */
     const char *const *metric_names, *const *metric_regexes;
@@ -55,10 +59,13 @@ typedef struct {
 anvil_telemetry *anvil_telemetry_open(const anvil_telemetry_config *c);
 /* What the trainer should log to: c->log itself, or a tap on it that feeds the definitions. */
 FILE *anvil_telemetry_log(anvil_telemetry *t);
-/* With a metrics port: measures the CPU's FMA peak (a quarter second, every rank) for MFU, starts
- * the server on rank 0 and writes the port file. jsonl (rank 0's metrics.jsonl, or NULL) receives
+/* Finds MFU's peak (the machine's cache, or a second's probe the first time) and says on rank 0's
+ * log where it came from; with a metrics port, starts the server on rank 0 and writes the port file. jsonl (rank 0's metrics.jsonl, or NULL) receives
  * the log metrics. 0, or -1 after anvil_fail. */
 int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl);
+/* Model FLOP/s (all ranks') over the ranks' peak, rank 0's figure times the world: NAN when there
+ * is no peak (a device run). */
+double anvil_telemetry_mfu(const anvil_telemetry *t, double flops_per_s);
 /* Before each step (1-based): the profile starts at its first step. 0, or -1 after anvil_fail. */
 int anvil_telemetry_step_begin(anvil_telemetry *t, int step);
 /* After each step and everything it logged, on every rank; the profile is written after its last

@@ -548,7 +548,8 @@ static int open_telemetry(anvil_run *r) {
                                  .log = c->log,
                                  .kernels = r->k->name,
                                  .dtype = bf16 ? "bf16" : "fp32",
-                                 .bf16 = bf16,
+                                 .cpu = c->device.kind == ANVIL_DEVICE_CPU,
+                                 .bf16 = bf16 ? anvil_isa_bf16() : ANVIL_BF16_NONE,
                                  .steps = c->steps,
                                  .metric_names = c->metric_names,
                                  .metric_regexes = c->metric_regexes,
@@ -761,23 +762,27 @@ static int record_step(anvil_run *r, int step) {
     r->res->final_loss = r->loss;
     r->res->steps_done = step + 1;
     double tok_s = r->tokens_per_step / dt, gflops = r->flops_per_step / dt / 1e9;
+    double mfu = anvil_telemetry_mfu(r->tel, gflops * 1e9);
     if (r->metrics) {
         const char *keys[] = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", "t", "ckpt_ms",
-                              "eval_ms"};
+                              "eval_ms", "mfu"};
         double vals[] = {step + 1, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops, anvil_epoch_now(),
-                         r->ckpt_s * 1e3, r->eval_s * 1e3};
-        if (anvil_metrics_write(r->metrics, "train", keys, vals, 10) || s3_metrics(r, step)) return -1;
+                         r->ckpt_s * 1e3, r->eval_s * 1e3, mfu};
+        if (anvil_metrics_write(r->metrics, "train", keys, vals, isnan(mfu) ? 10 : 11) || s3_metrics(r, step))
+            return -1;
     }
     r->ckpt_s = r->eval_s = 0;
     if (anvil_checkpointer_step_done(r->ckpt, dt * 1e3, r->timed > c->timing_warmup) || ckpt_metrics(r)) return -1;
+    char share[32] = "";
+    if (!isnan(mfu)) snprintf(share, sizeof share, " | MFU %.1f%%", mfu * 100);
     if (c->progress) {
         char detail[160];
-        snprintf(detail, sizeof detail, "loss %.4f | %.0f tok/s | %.1f GFLOP/s |", r->loss, tok_s, gflops);
+        snprintf(detail, sizeof detail, "loss %.4f | %.0f tok/s | %.1f GFLOP/s%s |", r->loss, tok_s, gflops, share);
         anvil_progress_draw(c->log, step + 1 - (int)r->start, c->steps - (int)r->start, anvil_now() - r->t_start,
                             detail);
     } else if ((step + 1) % c->log_every == 0 || step == 0 || step + 1 == c->steps) {
-        fprintf(c->log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | %.1f GFLOP/s\n",
-                step + 1, c->steps, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops);
+        fprintf(c->log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | %.1f GFLOP/s%s\n",
+                step + 1, c->steps, r->loss, r->lr, r->norm, dt * 1e3, tok_s, gflops, share);
     }
     return 0;
 }
@@ -889,6 +894,7 @@ static int run_finish(anvil_run *r) {
         res->ms_per_step_median = median(r->step_ms + skip, r->timed - skip);
         res->tokens_per_s_median = r->tokens_per_step / (res->ms_per_step_median / 1e3);
         res->gflops_median = r->flops_per_step / (res->ms_per_step_median / 1e3) / 1e9;
+        res->mfu_median = anvil_telemetry_mfu(r->tel, res->gflops_median * 1e9);
     }
     res->peak_rss_mb = peak_rss_mb();
     if (r->L->ops->report(r->L, res->peak_rss_mb, anvil_now() - r->t_start, &res->comm_wait_share)) return -1;

@@ -91,6 +91,7 @@ typedef struct {
     double ms_per_step_median;
     double tokens_per_s_median;
     double gflops_median; /* achieved model FLOP/s (PaLM counting), in GFLOP/s */
+    double mfu_median;    /* that over the peak of the kernel in use (NAN: no peak, a device run) */
     double peak_rss_mb;
     double comm_wait_share; /* of step time, waiting for communication that did not overlap (ranks > 1) */
     int64_t params;

@@ -5,6 +5,7 @@
  * its own instructions and called only when the CPU has them. */
 #include <immintrin.h>
 #include <omp.h>
+#include <stdint.h>
 
 #include "core/clock.h"
 #include "kernels/isa.h"
@@ -66,6 +67,54 @@ __attribute__((target("avx512f,avx512bf16"))) static float chains_bf16(long iter
     return _mm512_reduce_add_ps(s);
 }
 
+/* Palette 1, every tile 16 rows of 64 bytes: the configuration of the AMX GEMM tile
+ * (tile_amx_bf16.c), so a thread that ran this probe computes the same there. Static and const:
+ * _tile_loadconfig's asm claims to read 8 bytes only, so stores to a local copy could be dropped. */
+static const _Alignas(64) struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+/* TDPBF16PS into six accumulator tiles from two source tiles loaded once: 16 x 16 results of
+ * 32 bf16 products each per call, 16384 FLOPs. Six chains, each call waiting on its tile's last,
+ * keep the unit busy (on Sapphire Rapids one call issues every 16 cycles). */
+__attribute__((target("amx-tile,amx-bf16"))) static float chains_amx(long iters) {
+    _Alignas(64) uint16_t src[16 * 32];
+    for (int i = 0; i < 16 * 32; i++) src[i] = (uint16_t)bf16_small;
+    _tile_loadconfig(&amx_config);
+    _tile_loadd(6, src, 64);
+    _tile_loadd(7, src, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    for (long it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 6, 7);
+        _tile_dpbf16ps(1, 6, 7);
+        _tile_dpbf16ps(2, 6, 7);
+        _tile_dpbf16ps(3, 6, 7);
+        _tile_dpbf16ps(4, 6, 7);
+        _tile_dpbf16ps(5, 6, 7);
+    }
+    _Alignas(64) float out[6][16 * 16];
+    _tile_stored(0, out[0], 64);
+    _tile_stored(1, out[1], 64);
+    _tile_stored(2, out[2], 64);
+    _tile_stored(3, out[3], 64);
+    _tile_stored(4, out[4], 64);
+    _tile_stored(5, out[5], 64);
+    float s = 0.0f;
+    for (int i = 0; i < 6; i++) s += out[i][0];
+    return s;
+}
+
 typedef float (*chain_fn)(long);
 
 static volatile float sink;
@@ -82,12 +131,15 @@ static double timed(chain_fn fn, long iters) {
     return anvil_now() - t0;
 }
 
-double anvil_isa_peak_gflops(anvil_isa isa, bool bf16, double seconds) {
+double anvil_isa_peak_gflops(anvil_isa isa, anvil_bf16_kernel bf16, double seconds) {
     if (!anvil_isa_supported(isa)) return 0.0;
     chain_fn fn;
-    double flop_per_iter; /* per thread: CHAINS vector operations */
-    if (bf16) {
-        if (isa != ANVIL_ISA_AVX512 || !__builtin_cpu_supports("avx512bf16")) return 0.0;
+    double flop_per_iter; /* per thread */
+    if (bf16 != ANVIL_BF16_NONE && (isa != ANVIL_ISA_AVX512 || !anvil_isa_bf16_available(bf16))) return 0.0;
+    if (bf16 == ANVIL_BF16_AMX) {
+        fn = chains_amx;
+        flop_per_iter = 6.0 * 16 * 16 * 32 * 2;
+    } else if (bf16 == ANVIL_BF16_AVX512) {
         fn = chains_bf16;
         flop_per_iter = CHAINS * 16 * 4;
     } else if (isa == ANVIL_ISA_AVX512) {
@@ -102,7 +154,7 @@ double anvil_isa_peak_gflops(anvil_isa isa, bool bf16, double seconds) {
     }
     /* Size the runs from a short one, then keep the fastest of three:
      * interference from other processes only ever slows a run down. */
-    long iters = 100000;
+    long iters = bf16 == ANVIL_BF16_AMX ? 10000 : 100000;
     double t = timed(fn, iters);
     if (t <= 0) t = 1e-6;
     long sized = (long)(iters * (seconds / 3.0) / t);
