@@ -10,7 +10,9 @@
 #   --steps-big N  timed steps for 124M B=8 T=1024 (default 3; warmup 1)
 #   --threads N    OMP_NUM_THREADS for both sides (default 2)
 #   --quick        2 timed steps, 1 warmup, skip the B=8 T=1024 config
-#   --bf16         also run anvil with --dtype bf16 (needs AVX512_BF16) and report bf16/fp32
+#   --bf16         also run anvil with --dtype bf16 (needs AVX512_BF16) and the peer under
+#                  torch.autocast("cpu", bfloat16); report anvil's bf16/fp32, its MFU against the
+#                  bf16 kernel's peak (vdpbf16ps, or AMX's), and anvil bf16 / PyTorch autocast
 # ANVIL_ISA in the environment picks anvil's kernel path; GFLOP/s are also given
 # as a share of that path's FMA peak, which 'anvil info --gemm-rate' measures.
 #   --out DIR      keep raw JSON and logs here (default: a new temp dir)
@@ -42,7 +44,7 @@ while (($#)); do
         --quick) quick=1; shift ;;
         --out) (($# >= 2)) || die "--out needs a directory"; out=$2; shift 2 ;;
         --bf16) bf16=1; shift ;;
-        -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
     esac
 done
@@ -96,11 +98,13 @@ fi
 sgemm=""
 peak=""
 path=""
+bf16_kernel=""
 if ((anvil_ok)); then
     if OMP_NUM_THREADS=$threads "$anvil" info --gemm-rate >"$out/gemm_rate.json" 2>"$out/gemm_rate.log"; then
         sgemm=$(jget "$out/gemm_rate.json" sgemm_gflops)
         peak=$(jget "$out/gemm_rate.json" fma_peak_gflops)
         path=$(jget "$out/gemm_rate.json" path)
+        bf16_kernel=$(jget "$out/gemm_rate.json" bf16_kernel)
     fi
     [[ -n "$peak" ]] || { echo "bench_train: '$anvil info --gemm-rate' gave no fma_peak_gflops (see $out/gemm_rate.log)" >&2; failed=1; }
 fi
@@ -134,9 +138,11 @@ for cfg in "${configs[@]}"; do
     a_json="$out/$name.fp32.json"
     b_json="$out/$name.bf16.json"
     p_json="$out/$name.pytorch.json"
+    pb_json="$out/$name.pytorch_bf16.json"
     : >"$a_json"
     : >"$b_json"
     : >"$p_json"
+    : >"$pb_json"
 
     if ((anvil_ok)); then
         anvil_run "$name" fp32 "$L" "$H" "$C" "$V" "$T" "$B" "$W" "$S"
@@ -149,6 +155,15 @@ for cfg in "${configs[@]}"; do
             >"$p_json" 2>"$out/$name.pytorch.log"; then
         echo "bench_train: [$name] pytorch failed (see $out/$name.pytorch.log)" >&2
         failed=1
+    fi
+    if ((bf16)); then
+        echo "bench_train: [$name] pytorch bf16 autocast ($W warmup + $S steps)..." >&2
+        if ! "$py" "$here/torch_peer.py" --layers "$L" --heads "$H" --embd "$C" --vocab "$V" \
+                --seq "$T" --batch "$B" --steps "$S" --warmup "$W" --threads "$threads" --bf16 \
+                >"$pb_json" 2>"$out/$name.pytorch_bf16.log"; then
+            echo "bench_train: [$name] pytorch bf16 failed (see $out/$name.pytorch_bf16.log)" >&2
+            failed=1
+        fi
     fi
 
     a_tps=$(jget "$a_json" tokens_per_s_median)
@@ -168,7 +183,11 @@ for cfg in "${configs[@]}"; do
     if ((bf16)); then
         b_tps=$(jget "$b_json" tokens_per_s_median)
         b_ratio=$(div "$b_tps" "$a_tps")
-        row+=" $(fmt "$b_tps" 0) | $(fmt "$b_ratio" 2)${b_ratio:+x} |"
+        b_mfu=$(jget "$b_json" mfu_median)
+        [[ "$b_mfu" == -1* ]] && b_mfu=""
+        pb_tps=$(jget "$pb_json" tokens_per_s_median)
+        pb_ratio=$(div "$b_tps" "$pb_tps")
+        row+=" $(fmt "$b_tps" 0) | $(fmt "$b_ratio" 2)${b_ratio:+x} | $(pct "$b_mfu") | $(fmt "$pb_tps" 0) | $(fmt "$pb_ratio" 2)${pb_ratio:+x} |"
     fi
     rows+=("$row")
 done
@@ -184,7 +203,8 @@ echo "Medians of timed steps: warmup $warm + $steps steps at T=64 and T=256$( ((
 echo
 head="| config | anvil tok/s | pytorch tok/s | anvil/pytorch | ms/step anvil / pytorch | anvil peak RSS MB | pytorch peak RSS MB | anvil GFLOP/s (of FMA peak) | pytorch of FMA peak |"
 rule="|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-((bf16)) && head+=" anvil bf16 tok/s | bf16/fp32 |" && rule+="---:|---:|"
+((bf16)) && head+=" anvil bf16 tok/s | bf16/fp32 | anvil bf16 MFU (${bf16_kernel:-n/a} peak) | pytorch autocast tok/s | anvil bf16/pytorch autocast |" &&
+    rule+="---:|---:|---:|---:|---:|"
 echo "$head"
 echo "$rule"
 printf '%s\n' "${rows[@]}"
