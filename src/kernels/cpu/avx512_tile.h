@@ -54,6 +54,26 @@ static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
     }
 }
 
+/* Transposes the 8 x 16 block in r[0..7] (rows of 16 k) into col[0..15],
+ * the 8 rows at each k. Half the shuffles of a 16 x 16 transpose, for A
+ * micro-panels of six rows (fp32 values or 32-bit words of bf16 pairs). */
+static inline __attribute__((always_inline)) void transpose8x16(const __m512 r[8], __m256 col[16]) {
+    __m512 u[8];
+    transpose_stages(r, u, 8);
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        /* Lanes 0, 2 of u[e] and u[4 + e], then interleaved: columns e and 8 + e. */
+        __m512 x = _mm512_shuffle_f32x4(u[e], u[4 + e], _MM_SHUFFLE(2, 0, 2, 0));
+        __m512 y = _mm512_shuffle_f32x4(u[e], u[4 + e], _MM_SHUFFLE(3, 1, 3, 1));
+        x = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(3, 1, 2, 0));
+        y = _mm512_shuffle_f32x4(y, y, _MM_SHUFFLE(3, 1, 2, 0));
+        col[e] = _mm512_castps512_ps256(x);
+        col[8 + e] = _mm512_extractf32x8_ps(x, 1);
+        col[4 + e] = _mm512_castps512_ps256(y);
+        col[12 + e] = _mm512_extractf32x8_ps(y, 1);
+    }
+}
+
 /* C[0:m, 0:n] (mode)= acc, the sums of a 6 x 64 tile: the same arithmetic
  * for full and edge tiles, so that results do not depend on how C is cut. */
 static inline __attribute__((always_inline)) void combine_6x64(__m512 acc[6][4], float *c, int ldc, int m, int n,

@@ -12,26 +12,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels/cpu/gemm_tile.h"
 
 TILE_TARGET("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,fma")
 
 #include "kernels/cpu/avx512_tile.h"
+#include "kernels/cpu/bf16_pack.h"
 
 /* 6 x 64 tiles as the fp32 kernel's (combined with C by the same code); a K
  * block twice as deep fits the same L1 and L2 bytes. */
 enum { MR = 6, NV = 4, NR = 16 * NV, KC = 1024, NC = 384, MC = 1536 };
 _Static_assert(MR == 6 && NV == 4, "combine_6x64 writes 6 x 64 tiles");
-
-/* fp32 -> bf16, rounding to nearest even (NaNs stay NaN), as PyTorch rounds. */
-static inline uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)0x7FC0 : (uint16_t)rounded;
-}
 
 static void micro_kernel(int kp, const void *pa, const void *pb, float *restrict c, int ldc, int m, int n,
                          int mode, float beta) {
@@ -63,44 +55,94 @@ static void micro_kernel(int kp, const void *pa, const void *pb, float *restrict
     combine_6x64(acc, c, ldc, m, n, mode, beta);
 }
 
-/* Element (k, r) of a micro-panel R wide, in 16-bit units. */
-#define PAIRED(k, r, R) ((size_t)((k) >> 1) * 2 * (R) + 2 * (size_t)(r) + ((k)&1))
+/* Packing: vectors of 16 (or 6) words, each a k pair of one row or column,
+ * rounded by bf16_pack.h as the AMX tile rounds; padding rows, columns and
+ * the high half of an odd K's last pair are written as zeros. */
+
+static inline int min_int(int x, int y) { return x < y ? x : y; }
 
 static void pack_a(bool ta, const float *A, int lda, int mc, int kc, float alpha, void *out) {
-    const int kp = (kc + 1) & ~1;
+    const int pairs = (kc + 1) / 2;
+    const __m512 va = _mm512_set1_ps(alpha), zero = _mm512_setzero_ps();
     for (int ir = 0; ir < mc; ir += MR) {
-        const int m = mc - ir < MR ? mc - ir : MR;
-        uint16_t *d = (uint16_t *)out + (size_t)ir * kp;
-        if (m < MR || kp != kc) memset(d, 0, sizeof(uint16_t) * (size_t)kp * MR);
+        const int m = min_int(mc - ir, MR);
+        uint32_t *d = (uint32_t *)out + (size_t)ir * pairs;
         if (ta) {
-            for (int k = 0; k < kc; k++) {
-                const float *s = A + (size_t)k * lda + ir;
-                for (int r = 0; r < m; r++) d[PAIRED(k, r, MR)] = to_bf16(alpha * s[r]);
+            /* op(A)(i,k) = A[k*lda + i]: rows k and k+1 of A hold the
+             * micro-panel's m rows side by side: one pair of each. */
+            const __mmask16 rows = lanes(m);
+            for (int q = 0; q < pairs; q++) {
+                const float *s = A + (size_t)(2 * q) * lda + ir;
+                __m512 x0 = _mm512_maskz_mul_ps(rows, va, _mm512_maskz_loadu_ps(rows, s));
+                __m512 x1 = 2 * q + 1 < kc ? _mm512_maskz_mul_ps(rows, va, _mm512_maskz_loadu_ps(rows, s + lda)) : zero;
+                _mm512_mask_storeu_epi32(d + (size_t)q * MR, 0x3F, pair_rows(x0, x1));
             }
-        } else {
-            for (int r = 0; r < m; r++) {
-                const float *s = A + (size_t)(ir + r) * lda;
-                for (int k = 0; k < kc; k++) d[PAIRED(k, r, MR)] = to_bf16(alpha * s[k]);
+            continue;
+        }
+        /* Rows of op(A) run along k: 32 k of a row are its 16 pairs, and an
+         * 8 x 16 transpose of the words gives each pair's six rows. */
+        for (int q0 = 0; q0 < pairs; q0 += 16) {
+            const int k = 2 * q0, n = kc - k, nq = min_int(pairs - q0, 16);
+            __m512 w[8];
+            __m256 col[16];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                if (r >= m) {
+                    w[r] = zero;
+                    continue;
+                }
+                const float *s = A + (size_t)(ir + r) * lda + k;
+                __m512 lo = load16_scaled(s, n, va), hi = n > 16 ? load16_scaled(s + 16, n - 16, va) : zero;
+                w[r] = _mm512_castsi512_ps(to_bf16x32(lo, hi));
             }
+            transpose8x16(w, col);
+            for (int i = 0; i < nq; i++)
+                _mm256_mask_storeu_epi32(d + (size_t)(q0 + i) * MR, 0x3F, _mm256_castps_si256(col[i]));
         }
     }
 }
 
 static void pack_b(bool tb, const float *B, int ldb, int kc, int nc, void *out) {
-    const int kp = (kc + 1) & ~1;
+    const int pairs = (kc + 1) / 2;
+    const __m512 zero = _mm512_setzero_ps();
     for (int jr = 0; jr < nc; jr += NR) {
-        const int n = nc - jr < NR ? nc - jr : NR;
-        uint16_t *d = (uint16_t *)out + (size_t)jr * kp;
-        if (n < NR || kp != kc) memset(d, 0, sizeof(uint16_t) * (size_t)kp * NR);
-        if (tb) {
-            for (int j = 0; j < n; j++) {
-                const float *s = B + (size_t)(jr + j) * ldb;
-                for (int k = 0; k < kc; k++) d[PAIRED(k, j, NR)] = to_bf16(s[k]);
+        const int n = min_int(nc - jr, NR);
+        uint32_t *d = (uint32_t *)out + (size_t)jr * pairs;
+        if (!tb) {
+            /* op(B)(k,j) = B[k*ldb + j]: rows k and k+1 make one pair of 16
+             * columns per vector. */
+            for (int q = 0; q < pairs; q++) {
+                const float *s0 = B + (size_t)(2 * q) * ldb + jr, *s1 = 2 * q + 1 < kc ? s0 + ldb : NULL;
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) {
+                    const int cols = n - 16 * v;
+                    __m512 x0 = cols > 0 ? load16(s0 + 16 * v, cols) : zero;
+                    __m512 x1 = s1 && cols > 0 ? load16(s1 + 16 * v, cols) : zero;
+                    _mm512_storeu_si512(d + (size_t)q * NR + 16 * v, pair_rows(x0, x1));
+                }
             }
-        } else {
-            for (int k = 0; k < kc; k++) {
-                const float *s = B + (size_t)k * ldb + jr;
-                for (int j = 0; j < n; j++) d[PAIRED(k, j, NR)] = to_bf16(s[j]);
+            continue;
+        }
+        /* op(B)(k,j) = B[j*ldb + k]: a column's 32 k are its 16 pairs; a
+         * 16 x 16 transpose of 16 columns' words gives each pair's row. */
+        for (int h = 0; h < NR; h += 16) {
+            const int cols = n - h;
+            for (int q0 = 0; q0 < pairs; q0 += 16) {
+                const int k = 2 * q0, nk = kc - k, nq = min_int(pairs - q0, 16);
+                __m512 w[16];
+#pragma GCC unroll 16
+                for (int j = 0; j < 16; j++) {
+                    if (j >= cols) {
+                        w[j] = zero;
+                        continue;
+                    }
+                    const float *s = B + (size_t)(jr + h + j) * ldb + k;
+                    __m512 lo = load16(s, nk), hi = nk > 16 ? load16(s + 16, nk - 16) : zero;
+                    w[j] = _mm512_castsi512_ps(to_bf16x32(lo, hi));
+                }
+                transpose16(w);
+                for (int i = 0; i < nq; i++)
+                    _mm512_storeu_si512(d + (size_t)(q0 + i) * NR + h, _mm512_castps_si512(w[i]));
             }
         }
     }
