@@ -2,7 +2,9 @@
  * out here interval by interval: one clean attempt; a fault, its retry and the steps it threw away;
  * a job that failed past its last checkpoint; records of another job and damaged lines ignored;
  * and, on random timelines with clocks that disagree, the parts never negative and always adding
- * up to the wall time. Also the chaos schedule parser (src/job/chaos.h): what it takes and the
+ * up to the wall time; through a cache of parsed records, the same parts as a fresh parse while the
+ * file grows (a half-written last line included), is rewritten in place or replaced. Also the chaos
+ * schedule parser (src/job/chaos.h): what it takes and the
  * one-line refusals. */
 #include <math.h>
 #include <stdio.h>
@@ -137,6 +139,54 @@ static void test_running(void) {
     CHECK(anvil_goodput_account(&in, &g) == 0);
     CHECK(near(sum(&g), 6.5) && near(g.total.s[ANVIL_GP_PRODUCTIVE], 2.5) && near(g.total.s[ANVIL_GP_RESTART], 4));
     anvil_goodput_free(&g);
+}
+
+static void append_metrics(const char *text) {
+    FILE *f = fopen(metrics, "a");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The accounting of a running job of the file as it is now, through cache and afresh: the same. */
+static void same_through_cache(anvil_goodput_cache *cache, double end, double productive, const char *when) {
+    anvil_job_attempt at[] = {attempt(1, 102, 0)};
+    anvil_goodput_input in = {.job_id = 7, .submitted_at = 100, .left_queue_at = 100, .end = end,
+                              .attempts = at, .nattempts = 1, .metrics_path = metrics};
+    anvil_goodput fresh, cached;
+    CHECK(anvil_goodput_account(&in, &fresh) == 0);
+    in.cache = cache;
+    CHECK(anvil_goodput_account(&in, &cached) == 0);
+    bool same = fresh.nattempts == cached.nattempts && fresh.attempts[0].last_step == cached.attempts[0].last_step;
+    for (int p = 0; p < ANVIL_GP_NPARTS; p++) same = same && fresh.total.s[p] == cached.total.s[p];
+    if (!same || !near(cached.total.s[ANVIL_GP_PRODUCTIVE], productive))
+        printf("FAIL: %s: through the cache, productive %g, last step %lld; afresh %g, %lld; expected %g\n", when,
+               cached.total.s[ANVIL_GP_PRODUCTIVE], (long long)cached.attempts[0].last_step,
+               fresh.total.s[ANVIL_GP_PRODUCTIVE], (long long)fresh.attempts[0].last_step, productive);
+    CHECK(same && near(cached.total.s[ANVIL_GP_PRODUCTIVE], productive));
+    anvil_goodput_free(&fresh);
+    anvil_goodput_free(&cached);
+}
+
+static void test_cache(void) {
+    anvil_goodput_cache *cache = anvil_goodput_cache_new();
+    CHECK(cache != NULL);
+    write_metrics("{\"kind\":\"start\",\"step\":0,\"t\":104,\"job\":7,\"attempt\":1}\n"
+                  "{\"kind\":\"train\",\"step\":1,\"t\":105}\n{\"kind\":\"train\",\"st");
+    same_through_cache(cache, 106, 2, "a half-written line");
+    append_metrics("ep\":2,\"t\":106}\n{\"kind\":\"train\",\"step\":3,\"t\":107}\n");
+    same_through_cache(cache, 108, 4, "the line finished, one more");
+    /* Rewritten in place (the same inode), longer, its lines elsewhere: a step fewer trained. */
+    write_metrics("{\"kind\":\"start\",\"step\":0,\"t\":104.5,\"job\":7,\"attempt\":1,\"pad\":\"........\"}\n"
+                  "{\"kind\":\"train\",\"step\":1,\"t\":105.5,\"pad\":\"..........................\"}\n"
+                  "{\"kind\":\"train\",\"step\":2,\"t\":106.5}\n");
+    same_through_cache(cache, 108, 3.5, "rewritten in place");
+    /* Replaced by a new file of the same size as the part parsed. */
+    unlink(metrics);
+    write_metrics("{\"kind\":\"start\",\"step\":0,\"t\":104,\"job\":7,\"attempt\":1}\n");
+    same_through_cache(cache, 108, 4, "replaced");
+    anvil_goodput_cache_free(cache);
 }
 
 /* Random timelines whose records may fall before their attempt's start or after its end (clocks of
@@ -308,6 +358,7 @@ int main(void) {
     test_fault();
     test_stall();
     test_running();
+    test_cache();
     test_random();
     test_schedule();
     unlink(metrics);

@@ -49,6 +49,7 @@
 
 #include "core/error.h"
 #include "job/audit.h"
+#include "job/goodput.h"
 #include "job/store.h"
 #include "job/supervisor.h"
 
@@ -89,6 +90,7 @@ typedef struct {
     anvil_supervisor *sup;
     const char *runs_dir;   /* where jobs without an output get their run folder */
     anvil_api_stats *stats; /* NULL: /metrics has no request figures */
+    anvil_goodput_cache *goodput; /* the jobs' metrics records, parsed once (NULL: parsed at each call) */
     /* The rate limit of the audit rows of 401s, per client address (job/audit.h); NULL: every 401
      * is recorded. */
     anvil_audit_limiter *limiter;

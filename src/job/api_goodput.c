@@ -10,7 +10,7 @@
 
 cJSON *api_goodput_json(const anvil_api_env *env, const anvil_job *j, bool timeline) {
     anvil_goodput g;
-    if (anvil_goodput_of(env->st, j, anvil_store_now(), &g)) return NULL;
+    if (anvil_goodput_of(env->st, env->goodput, j, anvil_store_now(), &g)) return NULL;
     cJSON *o = anvil_goodput_json(&g, timeline);
     anvil_goodput_free(&g);
     return o;

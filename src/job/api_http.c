@@ -359,6 +359,7 @@ static void api_free(anvil_api *api) {
     pthread_mutex_destroy(&api->mu);
     pthread_cond_destroy(&api->cv);
     anvil_api_stats_free(api->env.stats);
+    anvil_goodput_cache_free(api->env.goodput);
     free(api->runs_dir);
     free(api);
 }
@@ -367,16 +368,19 @@ anvil_api *anvil_api_start(const anvil_api_env *env, int port) {
     anvil_api *api = calloc(1, sizeof *api);
     anvil_api_stats *stats = anvil_api_stats_new();
     anvil_audit_limiter *limiter = anvil_audit_limiter_new();
-    if (!api || !stats || !limiter || !(api->runs_dir = strdup(env->runs_dir))) {
+    anvil_goodput_cache *goodput = anvil_goodput_cache_new();
+    if (!api || !stats || !limiter || !goodput || !(api->runs_dir = strdup(env->runs_dir))) {
         free(api);
         anvil_api_stats_free(stats);
         anvil_audit_limiter_free(limiter);
+        anvil_goodput_cache_free(goodput);
         anvil_fail("out of memory");
         return NULL;
     }
     api->env = *env;
     api->env.runs_dir = api->runs_dir;
     api->env.stats = stats;
+    api->env.goodput = goodput;
     api->env.limiter = api->limiter = limiter;
     pthread_mutex_init(&api->mu, NULL);
     pthread_cond_init(&api->cv, NULL);

@@ -165,10 +165,10 @@ static void job_figures(anvil_prom *p, const anvil_job *jobs, int n, double now)
 
 /* Each job's goodput accounting (job/goodput.h): seconds by part, the ETTR, and its faults so far. A
  * job whose accounting cannot be read (its metrics file unreadable) is left out of these families. */
-static void goodput_figures(anvil_prom *p, anvil_store *st, const anvil_job *jobs, int n, double now) {
+static void goodput_figures(anvil_prom *p, const anvil_api_env *env, const anvil_job *jobs, int n, double now) {
     anvil_goodput *g = calloc((size_t)(n ? n : 1), sizeof *g);
     bool *have = calloc((size_t)(n ? n : 1), sizeof *have);
-    for (int i = 0; g && have && i < n; i++) have[i] = jobs[i].first_started_at > 0 && !anvil_goodput_of(st, &jobs[i], now, &g[i]);
+    for (int i = 0; g && have && i < n; i++) have[i] = jobs[i].first_started_at > 0 && !anvil_goodput_of(env->st, env->goodput, &jobs[i], now, &g[i]);
     anvil_prom_family(p, "anvil_job_goodput_seconds", ANVIL_PROM_GAUGE,
                       "Where the job's wall time went: productive, recomputed, detection, restart, checkpoint, eval, "
                       "queue (they add up to its wall time).");
@@ -235,7 +235,7 @@ int api_metrics(anvil_api_call *c) {
     if (p) {
         state_figures(p, &k);
         job_figures(p, jobs, n, now);
-        goodput_figures(p, c->env->st, jobs, n, now);
+        goodput_figures(p, c->env, jobs, n, now);
         if (c->env->stats) request_figures(p, c->env->stats);
     }
     anvil_job_list_free(jobs, n);

@@ -7,9 +7,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -58,19 +62,133 @@ static record parse_record(const char *line) {
     return r;
 }
 
-/* Calls fn for every record of the file (none when it is missing); -1 after anvil_fail. */
-static int each_record(const char *path, int (*fn)(void *ctx, const record *r), void *ctx) {
-    FILE *f = fopen(path, "r");
-    if (!f) return errno == ENOENT ? 0 : anvil_fail("%s: cannot open: %s", path, strerror(errno));
+/* The files a cache keeps, and the bytes of a file's last parsed line it keeps to know the file is
+ * still the one it parsed. */
+#define CACHE_FILES 32
+#define CACHE_TAIL 256
+
+typedef struct {
+    char *path; /* NULL: a free slot */
+    dev_t dev;
+    ino_t ino;
+    off_t parsed; /* bytes parsed: whole lines */
+    char tail[CACHE_TAIL];
+    size_t ntail;
+    record *recs;
+    size_t n, cap;
+    uint64_t used;
+} cached_file;
+
+struct anvil_goodput_cache {
+    pthread_mutex_t mu;
+    cached_file files[CACHE_FILES];
+    uint64_t clock;
+};
+
+anvil_goodput_cache *anvil_goodput_cache_new(void) {
+    anvil_goodput_cache *c = calloc(1, sizeof *c);
+    if (c) pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+static void forget(cached_file *f) {
+    free(f->path);
+    free(f->recs);
+    memset(f, 0, sizeof *f);
+}
+
+void anvil_goodput_cache_free(anvil_goodput_cache *c) {
+    if (!c) return;
+    for (int i = 0; i < CACHE_FILES; i++) forget(&c->files[i]);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* path's slot: its own, else a free one or the least recently used, emptied. */
+static cached_file *slot(anvil_goodput_cache *c, const char *path) {
+    cached_file *pick = &c->files[0];
+    for (int i = 0; i < CACHE_FILES; i++) {
+        cached_file *f = &c->files[i];
+        if (f->path && !strcmp(f->path, path)) return f;
+        if (pick->path && (!f->path || f->used < pick->used)) pick = f;
+    }
+    forget(pick);
+    return pick;
+}
+
+/* Whether fd still holds, before f->parsed, the file f parsed. */
+static bool same_file(const cached_file *f, int fd, const struct stat *st) {
+    if (f->dev != st->st_dev || f->ino != st->st_ino || st->st_size < f->parsed) return false;
+    char buf[CACHE_TAIL];
+    return pread(fd, buf, f->ntail, f->parsed - (off_t)f->ntail) == (ssize_t)f->ntail && !memcmp(buf, f->tail, f->ntail);
+}
+
+/* Parses the whole lines of in after f->parsed into f; -1 after anvil_fail. */
+static int parse_more(cached_file *f, FILE *in, const char *path) {
+    if (fseeko(in, f->parsed, SEEK_SET)) return anvil_fail("%s: cannot seek: %s", path, strerror(errno));
     char *line = NULL;
     size_t cap = 0;
+    ssize_t len;
     int rc = 0;
-    while (!rc && getline(&line, &cap, f) > 0) {
+    /* A last line without its newline is still being written: it is parsed once it is whole. */
+    while (!rc && (len = getline(&line, &cap, in)) > 0 && line[len - 1] == '\n') {
         record r = parse_record(line);
-        if (r.kind != REC_OTHER) rc = fn(ctx, &r);
+        if (r.kind != REC_OTHER) {
+            if (f->n == f->cap) {
+                size_t cap2 = f->cap ? 2 * f->cap : 1024;
+                record *grown = realloc(f->recs, cap2 * sizeof *grown);
+                if (!grown) {
+                    rc = anvil_fail("goodput: out of memory for %s's records", path);
+                    break;
+                }
+                f->recs = grown;
+                f->cap = cap2;
+            }
+            f->recs[f->n++] = r;
+        }
+        f->parsed += len;
+        f->ntail = (size_t)len < CACHE_TAIL ? (size_t)len : CACHE_TAIL;
+        memcpy(f->tail, line + len - (ssize_t)f->ntail, f->ntail);
     }
     free(line);
-    fclose(f);
+    return rc;
+}
+
+/* Calls fn for every record of the file (none when it is missing), through the cache when there is
+ * one; -1 after anvil_fail. */
+static int each_record(anvil_goodput_cache *c, const char *path, int (*fn)(void *ctx, const record *r), void *ctx) {
+    FILE *in = fopen(path, "r");
+    if (!in) return errno == ENOENT ? 0 : anvil_fail("%s: cannot open: %s", path, strerror(errno));
+    int rc = 0;
+    if (!c) {
+        char *line = NULL;
+        size_t cap = 0;
+        while (!rc && getline(&line, &cap, in) > 0) {
+            record r = parse_record(line);
+            if (r.kind != REC_OTHER) rc = fn(ctx, &r);
+        }
+        free(line);
+        fclose(in);
+        return rc;
+    }
+    pthread_mutex_lock(&c->mu);
+    cached_file *f = slot(c, path);
+    struct stat st;
+    if (fstat(fileno(in), &st)) rc = anvil_fail("%s: cannot stat: %s", path, strerror(errno));
+    else if (!f->path || !same_file(f, fileno(in), &st)) {
+        char *copy = strdup(path);
+        forget(f);
+        if (!copy) rc = anvil_fail("goodput: out of memory");
+        f->path = copy;
+        f->dev = st.st_dev;
+        f->ino = st.st_ino;
+    }
+    if (!rc) rc = parse_more(f, in, path);
+    if (rc) forget(f);
+    f->used = ++c->clock;
+    for (size_t i = 0; !rc && i < f->n; i++) rc = fn(ctx, &f->recs[i]);
+    pthread_mutex_unlock(&c->mu);
+    fclose(in);
     return rc;
 }
 
@@ -380,12 +498,12 @@ int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g) {
         g->nattempts = in->nattempts;
         g->nfaults = in->nfaults;
         for (int i = 0; i < in->nattempts; i++) w.start_step[i] = -1;
-        rc = each_record(in->metrics_path, scan_start, &w);
+        rc = each_record(in->cache, in->metrics_path, scan_start, &w);
     }
     if (!rc) {
         double first = in->nattempts ? in->attempts[0].started_at : in->end;
         advance(&w, ANVIL_GP_QUEUE, in->left_queue_at > 0 ? in->left_queue_at : first, in->end, -1);
-        rc = each_record(in->metrics_path, walk_record, &w);
+        rc = each_record(in->cache, in->metrics_path, walk_record, &w);
     }
     if (!rc) {
         move_to(&w, in->nattempts - 1);
@@ -416,7 +534,7 @@ static double left_queue(anvil_store *st, int64_t id) {
     return at;
 }
 
-int anvil_goodput_of(anvil_store *st, const anvil_job *j, double now, anvil_goodput *g) {
+int anvil_goodput_of(anvil_store *st, anvil_goodput_cache *cache, const anvil_job *j, double now, anvil_goodput *g) {
     anvil_job_attempt *at = NULL;
     anvil_job_fault *faults = NULL;
     int na = 0, nf = 0;
@@ -437,7 +555,8 @@ int anvil_goodput_of(anvil_store *st, const anvil_job *j, double now, anvil_good
                               .nattempts = na,
                               .faults = faults,
                               .nfaults = nf,
-                              .metrics_path = path};
+                              .metrics_path = path,
+                              .cache = cache};
     int rc = anvil_goodput_account(&in, g);
     anvil_job_attempts_free(at, na);
     anvil_job_faults_free(faults, nf);
