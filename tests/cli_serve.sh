@@ -326,6 +326,13 @@ expect() {
     ok "$2: $got $(cat "$tmp/answer")"
   else bad "$2: expected $1, got $got: $(cat "$tmp/answer")"; fi
 }
+# ?brief=1: the job's record alone, what pollers ask for; any other value is refused naming the field.
+[ "$(call "$admin_token" GET '/v1/jobs/13?brief=1')" = 200 ] && grep -q '"status":"Stopped"' "$tmp/answer" &&
+  ! grep -q '"history"' "$tmp/answer" && [ "$(call "$admin_token" GET /v1/jobs/13)" = 200 ] &&
+  grep -q '"history"' "$tmp/answer" && ok "GET /v1/jobs/13?brief=1: the status without the history" ||
+  bad "brief: $(cat "$tmp/answer")"
+expect 400 "brief=2" "$admin_token" GET '/v1/jobs/13?brief=2'
+expect 400 "an unknown parameter on a job" "$admin_token" GET '/v1/jobs/13?verbose=1'
 njobs_before=$(njobs)
 wrong=${admin_token%?}$([ "${admin_token: -1}" = 0 ] && echo 1 || echo 0)
 expect 401 "no token" - GET /v1/jobs

@@ -86,7 +86,9 @@ typedef struct {
 /* The job's status and attempt now; -1 when it cannot be read (its message printed). */
 static int job_state(chaos *c, char *status, size_t cap, int *attempt) {
     cJSON *j;
-    if (client_call(&c->cl, "GET", c->path, NULL, &j)) return -1;
+    char path[96];
+    snprintf(path, sizeof path, "%s?brief=1", c->path);
+    if (client_call(&c->cl, "GET", path, NULL, &j)) return -1;
     snprintf(status, cap, "%s", client_str(j, "status"));
     if (attempt) *attempt = (int)client_num(j, "attempt");
     cJSON_Delete(j);

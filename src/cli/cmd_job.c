@@ -320,13 +320,20 @@ static int goodput(const client *cl, int argc, char **argv) {
 static int wait_job(const client *cl, int argc, char **argv) {
     char path[128];
     if (argc != 2) return cli_usage_error("job", "wait takes one job ID");
-    if (job_path(argc, argv, "", path, sizeof path)) return ANVIL_EXIT_USAGE;
+    if (job_path(argc, argv, "?brief=1", path, sizeof path)) return ANVIL_EXIT_USAGE;
     for (;;) {
         cJSON *j;
         int rc = client_call(cl, "GET", path, NULL, &j);
         if (rc) return rc;
+        bool done = final(client_str(j, "status"));
+        if (done && cl->json) {
+            /* The whole job once it has ended, as describe gives it. */
+            cJSON_Delete(j);
+            path[strlen(path) - strlen("?brief=1")] = 0;
+            if ((rc = client_call(cl, "GET", path, NULL, &j))) return rc;
+        }
         const char *s = client_str(j, "status");
-        if (final(s)) {
+        if (done) {
             if (cl->json) client_print_json(j);
             else {
                 const char *sec = client_str(j, "secondary_status");
@@ -380,7 +387,7 @@ static int logs(const client *cl, int argc, char **argv) {
         /* Everything written so far has been read: done, unless following a job that still runs. */
         if (!follow || ended) return 0;
         cJSON *j;
-        snprintf(path, sizeof path, "%.*s", (int)(strlen(base) - 5), base);
+        snprintf(path, sizeof path, "%.*s?brief=1", (int)(strlen(base) - 5), base);
         int rc = client_call(cl, "GET", path, NULL, &j);
         if (rc) return rc;
         ended = final(client_str(j, "status"));

@@ -260,8 +260,13 @@ static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
     c->mutating = stop || fault;
     snprintf(c->target, sizeof c->target, "job %lld", id);
     if (stop || fault ? !post : !get) return api_reply_error(c, 405, "use %s", stop || fault ? "POST" : "GET");
-    static const char *const none[] = {NULL};
-    if (part != 2 && part != 4 && !api_known_args(c, none)) return -1;
+    /* ?brief=1: the job's own record alone (status, attempt, ...), without its backend, attempts, hooks,
+     * goodput and history: what a client that polls for a status asks, many times a second. */
+    static const char *const none[] = {NULL}, *const brief_only[] = {"brief", NULL};
+    if (part != 2 && part != 4 && !api_known_args(c, part == 0 ? brief_only : none)) return -1;
+    const char *brief = part == 0 ? api_arg(c, "brief") : NULL;
+    if (brief && strcmp(brief, "1") && strcmp(brief, "0"))
+        return api_reply_error(c, 400, "brief: expected 0 or 1, got '%.40s'", brief);
     anvil_job j;
     int rc = anvil_store_get(c->env->st, id, &j);
     if (rc < 0) return api_internal_error(c, NULL);
@@ -270,7 +275,7 @@ static int one_job(anvil_api_call *c, const char *rest, bool get, bool post) {
         rc = 1;
     }
     if (rc == 1) return api_reply_error(c, 404, "no job %lld", id);
-    if (part == 0) return reply_job(c, 200, &j, true);
+    if (part == 0) return reply_job(c, 200, &j, !brief || !strcmp(brief, "0"));
     if (!stop) {
         rc = part == 2   ? logs(c, j.run_dir)
              : part == 3 ? api_job_plot(c, &j)
