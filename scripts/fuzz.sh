@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Long fuzzing runs: scripts/fuzz.sh [TARGET] [RUNS]
 # TARGET: jsonl, chunks, manifest, rankfile, encode, safetensors, shard, jobspec, api, logmetric, trace, heartbeat,
-# plot or goodput
+# plot, goodput or accounting (one per folder of tests/fuzz/corpus)
 # (default: all of them, one after the other); RUNS: per target (default 1000000).
 # Builds the fuzz targets (build-fuzz, as scripts/test.sh does) and runs each
 # from its seed corpus with no time limit and a new libFuzzer seed, then
