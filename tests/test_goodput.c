@@ -20,13 +20,16 @@
 
 static char metrics[128];
 
-static void write_metrics(const char *text) {
-    FILE *f = fopen(metrics, "w");
+/* The metrics file: text written anew (mode "w") or appended ("a"). */
+static void put_metrics(const char *text, const char *mode) {
+    FILE *f = fopen(metrics, mode);
     CHECK(f != NULL);
     if (!f) return;
     fputs(text, f);
     fclose(f);
 }
+
+static void write_metrics(const char *text) { put_metrics(text, "w"); }
 
 static bool near(double a, double b) { return fabs(a - b) < 1e-6; }
 
@@ -141,14 +144,6 @@ static void test_running(void) {
     anvil_goodput_free(&g);
 }
 
-static void append_metrics(const char *text) {
-    FILE *f = fopen(metrics, "a");
-    CHECK(f != NULL);
-    if (!f) return;
-    fputs(text, f);
-    fclose(f);
-}
-
 /* The accounting of a running job of the file as it is now, through cache and afresh: the same. */
 static void same_through_cache(anvil_goodput_cache *cache, double end, double productive, const char *when) {
     anvil_job_attempt at[] = {attempt(1, 102, 0)};
@@ -175,7 +170,7 @@ static void test_cache(void) {
     write_metrics("{\"kind\":\"start\",\"step\":0,\"t\":104,\"job\":7,\"attempt\":1}\n"
                   "{\"kind\":\"train\",\"step\":1,\"t\":105}\n{\"kind\":\"train\",\"st");
     same_through_cache(cache, 106, 2, "a half-written line");
-    append_metrics("ep\":2,\"t\":106}\n{\"kind\":\"train\",\"step\":3,\"t\":107}\n");
+    put_metrics("ep\":2,\"t\":106}\n{\"kind\":\"train\",\"step\":3,\"t\":107}\n", "a");
     same_through_cache(cache, 108, 4, "the line finished, one more");
     /* Rewritten in place (the same inode), longer, its lines elsewhere: a step fewer trained. */
     write_metrics("{\"kind\":\"start\",\"step\":0,\"t\":104.5,\"job\":7,\"attempt\":1,\"pad\":\"........\"}\n"

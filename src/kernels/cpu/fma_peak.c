@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/clock.h"
+#include "kernels/cpu/amx_config.h"
 #include "kernels/isa.h"
 
 /* Opaque to the compiler, so that the loops below cannot be folded away:
@@ -67,26 +68,13 @@ __attribute__((target("avx512f,avx512bf16"))) static float chains_bf16(long iter
     return _mm512_reduce_add_ps(s);
 }
 
-/* Palette 1, every tile 16 rows of 64 bytes: the configuration of the AMX GEMM tile
- * (tile_amx_bf16.c), so a thread that ran this probe computes the same there. Static and const:
- * _tile_loadconfig's asm claims to read 8 bytes only, so stores to a local copy could be dropped. */
-static const _Alignas(64) struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_config = {
-    .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-};
-
 /* TDPBF16PS into six accumulator tiles from two source tiles loaded once: 16 x 16 results of
  * 32 bf16 products each per call, 16384 FLOPs. Six chains, each call waiting on its tile's last,
  * keep the unit busy (on Sapphire Rapids one call issues every 16 cycles). */
 __attribute__((target("amx-tile,amx-bf16"))) static float chains_amx(long iters) {
     _Alignas(64) uint16_t src[16 * 32];
     for (int i = 0; i < 16 * 32; i++) src[i] = (uint16_t)bf16_small;
-    _tile_loadconfig(&amx_config);
+    _tile_loadconfig(&amx_tile_config);
     _tile_loadd(6, src, 64);
     _tile_loadd(7, src, 64);
     _tile_zero(0);

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/amx_config.h"
 #include "kernels/cpu/gemm_tile.h"
 
 TILE_TARGET("amx-tile,amx-bf16,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
@@ -43,21 +44,9 @@ TILE_TARGET("amx-tile,amx-bf16,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
  * 1024 packs B once per thread at BT = 1024. */
 enum { MR = 32, BW = 32, NB = 4, NR = BW * NB, KSTEP = 32, KC = 768, NC = 512, MC = 1024 };
 
-/* Palette 1 with every tile 16 rows of 64 bytes. Static and const because
- * _tile_loadconfig's asm tells the compiler it reads 8 bytes only: stores
- * to a local configuration could be dropped as dead. */
-static const _Alignas(64) struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config = {
-    .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-};
-
-/* Whether this thread has loaded tile_config. Nothing else in the process
- * configures tiles, and it stays loaded until the thread ends. */
+/* Whether this thread has loaded amx_tile_config. The only other code that
+ * configures tiles, the AMX peak probe, loads the same configuration, and it
+ * stays loaded until the thread ends. */
 static _Thread_local bool tl_configured;
 
 /* The accumulator tiles = A micro-panel @ one B sub-panel, kp deep. */
@@ -108,7 +97,7 @@ static inline void combine(const float *acc, float *c, int ldc, int m, int n, in
 static void micro_kernel(int kp, const void *pa, const void *pb, float *restrict c, int ldc, int m, int n,
                          int mode, float beta) {
     if (!tl_configured) {
-        _tile_loadconfig(&tile_config);
+        _tile_loadconfig(&amx_tile_config);
         tl_configured = true;
     }
     const unsigned char *a = pa, *b = pb;
