@@ -130,7 +130,6 @@ static int parse_more(cached_file *f, FILE *in, const char *path) {
     size_t cap = 0;
     ssize_t len;
     int rc = 0;
-    /* A last line without its newline is still being written: it is parsed once it is whole. */
     while (!rc && (len = getline(&line, &cap, in)) > 0 && line[len - 1] == '\n') {
         record r = parse_record(line);
         if (r.kind != REC_OTHER) {
@@ -155,7 +154,8 @@ static int parse_more(cached_file *f, FILE *in, const char *path) {
 }
 
 /* Calls fn for every record of the file (none when it is missing), through the cache when there is
- * one; -1 after anvil_fail. */
+ * one; -1 after anvil_fail. Either way a last line without its newline is left out: the run is still
+ * writing it. */
 static int each_record(anvil_goodput_cache *c, const char *path, int (*fn)(void *ctx, const record *r), void *ctx) {
     FILE *in = fopen(path, "r");
     if (!in) return errno == ENOENT ? 0 : anvil_fail("%s: cannot open: %s", path, strerror(errno));
@@ -163,7 +163,8 @@ static int each_record(anvil_goodput_cache *c, const char *path, int (*fn)(void 
     if (!c) {
         char *line = NULL;
         size_t cap = 0;
-        while (!rc && getline(&line, &cap, in) > 0) {
+        ssize_t len;
+        while (!rc && (len = getline(&line, &cap, in)) > 0 && line[len - 1] == '\n') {
             record r = parse_record(line);
             if (r.kind != REC_OTHER) rc = fn(ctx, &r);
         }
