@@ -1,7 +1,6 @@
 /* The CPU backend's entry points: memory, shared by every path, and the
  * table of the path in use. Built for baseline x86-64, like the rest of the
  * library; it only hands out pointers into the per-path objects. */
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,21 +27,7 @@ void *cpu_alloc(size_t bytes) {
     return p;
 }
 
-/* Zeroing the gradients is a pass over every parameter at each step's start: big buffers are cut
- * into 1 MiB pieces shared out over the threads, which fill memory faster together than one. */
-#define ZERO_PIECE ((size_t)1 << 20)
-void cpu_zero(void *p, size_t bytes) {
-    if (bytes < 4 * ZERO_PIECE || omp_in_parallel()) {
-        memset(p, 0, bytes);
-        return;
-    }
-    const long pieces = (long)((bytes + ZERO_PIECE - 1) / ZERO_PIECE);
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < pieces; i++) {
-        size_t off = (size_t)i * ZERO_PIECE;
-        memset((char *)p + off, 0, bytes - off < ZERO_PIECE ? bytes - off : ZERO_PIECE);
-    }
-}
+void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 void cpu_memcpy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 uint32_t cpu_copy_crc32c(void *dst, const void *src, size_t bytes, uint32_t crc) {
     return anvil_crc32c_copy(crc, dst, src, bytes);
