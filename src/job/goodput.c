@@ -123,7 +123,8 @@ static bool same_file(const cached_file *f, int fd, const struct stat *st) {
     return pread(fd, buf, f->ntail, f->parsed - (off_t)f->ntail) == (ssize_t)f->ntail && !memcmp(buf, f->tail, f->ntail);
 }
 
-/* Parses the whole lines of in after f->parsed into f; -1 after anvil_fail. */
+/* Parses the whole lines of in after f->parsed into f; -1 after anvil_fail. A last line without its
+ * newline is left out: the run is still writing it. */
 static int parse_more(cached_file *f, FILE *in, const char *path) {
     if (fseeko(in, f->parsed, SEEK_SET)) return anvil_fail("%s: cannot seek: %s", path, strerror(errno));
     char *line = NULL;
@@ -153,28 +154,32 @@ static int parse_more(cached_file *f, FILE *in, const char *path) {
     return rc;
 }
 
-/* Calls fn for every record of the file (none when it is missing), through the cache when there is
- * one; -1 after anvil_fail. Either way a last line without its newline is left out: the run is still
- * writing it. */
-static int each_record(anvil_goodput_cache *c, const char *path, int (*fn)(void *ctx, const record *r), void *ctx) {
+/* The records of a metrics file, for as long as an accounting walks them: the cache's entry (its lock
+ * held until records_done), or without a cache the file parsed into own. */
+typedef struct {
+    const record *r;
+    size_t n;
+    anvil_goodput_cache *locked;
+    cached_file own;
+} records;
+
+/* The records of the file at path (none when it is missing), through the cache when there is one; -1
+ * after anvil_fail. */
+static int records_of(anvil_goodput_cache *c, const char *path, records *out) {
+    memset(out, 0, sizeof *out);
     FILE *in = fopen(path, "r");
     if (!in) return errno == ENOENT ? 0 : anvil_fail("%s: cannot open: %s", path, strerror(errno));
-    int rc = 0;
     if (!c) {
-        char *line = NULL;
-        size_t cap = 0;
-        ssize_t len;
-        while (!rc && (len = getline(&line, &cap, in)) > 0 && line[len - 1] == '\n') {
-            record r = parse_record(line);
-            if (r.kind != REC_OTHER) rc = fn(ctx, &r);
-        }
-        free(line);
+        int rc = parse_more(&out->own, in, path);
         fclose(in);
+        out->r = out->own.recs;
+        out->n = out->own.n;
         return rc;
     }
     pthread_mutex_lock(&c->mu);
     cached_file *f = slot(c, path);
     struct stat st;
+    int rc = 0;
     if (fstat(fileno(in), &st)) rc = anvil_fail("%s: cannot stat: %s", path, strerror(errno));
     else if (!f->path || !same_file(f, fileno(in), &st)) {
         char *copy = strdup(path);
@@ -185,12 +190,22 @@ static int each_record(anvil_goodput_cache *c, const char *path, int (*fn)(void 
         f->ino = st.st_ino;
     }
     if (!rc) rc = parse_more(f, in, path);
-    if (rc) forget(f);
-    f->used = ++c->clock;
-    for (size_t i = 0; !rc && i < f->n; i++) rc = fn(ctx, &f->recs[i]);
-    pthread_mutex_unlock(&c->mu);
     fclose(in);
-    return rc;
+    if (rc) {
+        forget(f);
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    f->used = ++c->clock;
+    out->r = f->recs;
+    out->n = f->n;
+    out->locked = c;
+    return 0;
+}
+
+static void records_done(records *rs) {
+    if (rs->locked) pthread_mutex_unlock(&rs->locked->mu);
+    forget(&rs->own);
 }
 
 /* A step as the walk saw it: when it ended, its time less its evaluation's, whether it checkpointed,
@@ -276,16 +291,14 @@ static double ended(const walk *w, int i) {
 }
 
 /* First pass: where each attempt's training began, and the newest checkpoint. */
-static int scan_start(void *ctx, const record *r) {
-    walk *w = ctx;
+static void scan_start(walk *w, const record *r) {
     if (r->kind == REC_CKPT && r->step > w->ckpt_step) w->ckpt_step = r->step;
-    if (r->kind != REC_START || r->job != w->in->job_id) return 0;
+    if (r->kind != REC_START || r->job != w->in->job_id) return;
     int i = index_of(w->in, r->attempt);
     if (i >= 0 && w->start_step[i] < 0) {
         w->start_step[i] = r->step;
         w->start_t[i] = r->t;
     }
-    return 0;
 }
 
 /* Which steps of attempt i count: up to the step the next attempt that trained resumed from; for the
@@ -385,8 +398,7 @@ static void note_step(walk *w, const record *r, double interval) {
 }
 
 /* Second pass: each record of this job's attempts, in order. */
-static int walk_record(void *ctx, const record *r) {
-    walk *w = ctx;
+static void walk_record(walk *w, const record *r) {
     if (r->kind == REC_START) {
         int i = r->job == w->in->job_id ? index_of(w->in, r->attempt) : -1;
         if (i >= 0 && i >= w->next) move_to(w, i);
@@ -394,9 +406,9 @@ static int walk_record(void *ctx, const record *r) {
             close_attempt(w, w->cur); /* another job's run in this folder */
             w->cur = -1;
         }
-        return 0;
+        return;
     }
-    if (w->cur < 0 || w->clean) return 0;
+    if (w->cur < 0 || w->clean) return;
     anvil_gp_attempt *ga = &w->g->attempts[w->cur];
     if (r->kind == REC_TRAIN) {
         double from = w->cursor;
@@ -408,7 +420,6 @@ static int walk_record(void *ctx, const record *r) {
         split(w, r, r->ckpt_s + r->save_s, ANVIL_GP_CHECKPOINT);
         w->clean = true;
     }
-    return 0;
 }
 
 static int by_value(const void *a, const void *b) {
@@ -499,12 +510,14 @@ int anvil_goodput_account(const anvil_goodput_input *in, anvil_goodput *g) {
         g->nattempts = in->nattempts;
         g->nfaults = in->nfaults;
         for (int i = 0; i < in->nattempts; i++) w.start_step[i] = -1;
-        rc = each_record(in->cache, in->metrics_path, scan_start, &w);
     }
-    if (!rc) {
+    records rs;
+    if (!rc && !(rc = records_of(in->cache, in->metrics_path, &rs))) {
+        for (size_t i = 0; i < rs.n; i++) scan_start(&w, &rs.r[i]);
         double first = in->nattempts ? in->attempts[0].started_at : in->end;
         advance(&w, ANVIL_GP_QUEUE, in->left_queue_at > 0 ? in->left_queue_at : first, in->end, -1);
-        rc = each_record(in->cache, in->metrics_path, walk_record, &w);
+        for (size_t i = 0; i < rs.n; i++) walk_record(&w, &rs.r[i]);
+        records_done(&rs);
     }
     if (!rc) {
         move_to(&w, in->nattempts - 1);
