@@ -60,4 +60,15 @@ static inline __m512 load16_scaled(const float *s, int n, __m512 alpha) {
     return _mm512_maskz_mul_ps(k, alpha, _mm512_maskz_loadu_ps(k, s));
 }
 
+/* A run of k along a row or column, the first n (clamped to 0..32) floats at s, as 16 words of k
+ * pairs (word i: s[2i] in the low half, s[2i + 1] in the high half); zeros past n. */
+static inline __m512i run_pairs(const float *s, int n) {
+    return to_bf16x32(load16(s, n), n > 16 ? load16(s + 16, n - 16) : _mm512_setzero_ps());
+}
+
+/* The same, each float times alpha in fp32 before it is rounded. */
+static inline __m512i run_pairs_scaled(const float *s, int n, __m512 alpha) {
+    return to_bf16x32(load16_scaled(s, n, alpha), n > 16 ? load16_scaled(s + 16, n - 16, alpha) : _mm512_setzero_ps());
+}
+
 #endif

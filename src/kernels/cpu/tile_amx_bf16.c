@@ -136,9 +136,7 @@ static void pack_a(bool ta, const float *A, int lda, int mc, int kc, float alpha
                 const float *s = A + (size_t)(ir + r) * lda;
                 for (int k = 0; k < kp; k += KSTEP) {
                     const int n = kc - k;
-                    __m512 lo = load16_scaled(s + k, n, va);
-                    __m512 hi = n > 16 ? load16_scaled(s + k + 16, n - 16, va) : _mm512_setzero_ps();
-                    dp[(size_t)(k / KSTEP) * MR + r] = to_bf16x32(lo, hi);
+                    dp[(size_t)(k / KSTEP) * MR + r] = run_pairs_scaled(s + k, n, va);
                 }
             }
         }
@@ -216,9 +214,7 @@ static void pack_b(bool tb, const float *B, int ldb, int kc, int nc, void *out) 
                         pairs[j] = _mm512_setzero_ps();
                         continue;
                     }
-                    __m512 lo = load16(s + (size_t)j * ldb, nk);
-                    __m512 hi = nk > 16 ? load16(s + (size_t)j * ldb + 16, nk - 16) : _mm512_setzero_ps();
-                    pairs[j] = _mm512_castsi512_ps(to_bf16x32(lo, hi));
+                    pairs[j] = _mm512_castsi512_ps(run_pairs(s + (size_t)j * ldb, nk));
                 }
                 transpose16(pairs);
 #pragma GCC unroll 16

@@ -86,15 +86,8 @@ static void pack_a(bool ta, const float *A, int lda, int mc, int kc, float alpha
             __m512 w[8];
             __m256 col[16];
 #pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                if (r >= m) {
-                    w[r] = zero;
-                    continue;
-                }
-                const float *s = A + (size_t)(ir + r) * lda + k;
-                __m512 lo = load16_scaled(s, n, va), hi = n > 16 ? load16_scaled(s + 16, n - 16, va) : zero;
-                w[r] = _mm512_castsi512_ps(to_bf16x32(lo, hi));
-            }
+            for (int r = 0; r < 8; r++)
+                w[r] = r < m ? _mm512_castsi512_ps(run_pairs_scaled(A + (size_t)(ir + r) * lda + k, n, va)) : zero;
             transpose8x16(w, col);
             for (int i = 0; i < nq; i++)
                 _mm256_mask_storeu_epi32(d + (size_t)(q0 + i) * MR, 0x3F, _mm256_castps_si256(col[i]));
@@ -131,15 +124,8 @@ static void pack_b(bool tb, const float *B, int ldb, int kc, int nc, void *out) 
                 const int k = 2 * q0, nk = kc - k, nq = min_int(pairs - q0, 16);
                 __m512 w[16];
 #pragma GCC unroll 16
-                for (int j = 0; j < 16; j++) {
-                    if (j >= cols) {
-                        w[j] = zero;
-                        continue;
-                    }
-                    const float *s = B + (size_t)(jr + h + j) * ldb + k;
-                    __m512 lo = load16(s, nk), hi = nk > 16 ? load16(s + 16, nk - 16) : zero;
-                    w[j] = _mm512_castsi512_ps(to_bf16x32(lo, hi));
-                }
+                for (int j = 0; j < 16; j++)
+                    w[j] = j < cols ? _mm512_castsi512_ps(run_pairs(B + (size_t)(jr + h + j) * ldb + k, nk)) : zero;
                 transpose16(w);
                 for (int i = 0; i < nq; i++)
                     _mm512_storeu_si512(d + (size_t)(q0 + i) * NR + h, _mm512_castps_si512(w[i]));
