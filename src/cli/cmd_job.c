@@ -318,19 +318,19 @@ static int goodput(const client *cl, int argc, char **argv) {
 }
 
 static int wait_job(const client *cl, int argc, char **argv) {
-    char path[128];
+    char brief[128], whole[128];
     if (argc != 2) return cli_usage_error("job", "wait takes one job ID");
-    if (job_path(argc, argv, "?brief=1", path, sizeof path)) return ANVIL_EXIT_USAGE;
+    if (job_path(argc, argv, "?brief=1", brief, sizeof brief) || job_path(argc, argv, "", whole, sizeof whole))
+        return ANVIL_EXIT_USAGE;
     for (;;) {
         cJSON *j;
-        int rc = client_call(cl, "GET", path, NULL, &j);
+        int rc = client_call(cl, "GET", brief, NULL, &j);
         if (rc) return rc;
         bool done = final(client_str(j, "status"));
         if (done && cl->json) {
             /* The whole job once it has ended, as describe gives it. */
             cJSON_Delete(j);
-            path[strlen(path) - strlen("?brief=1")] = 0;
-            if ((rc = client_call(cl, "GET", path, NULL, &j))) return rc;
+            if ((rc = client_call(cl, "GET", whole, NULL, &j))) return rc;
         }
         const char *s = client_str(j, "status");
         if (done) {

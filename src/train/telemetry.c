@@ -121,14 +121,17 @@ static void gauge(anvil_prom *p, const char *name, const char *help, double v) {
     anvil_prom_sample(p, name, NULL, 0, v);
 }
 
+double anvil_telemetry_mfu(const anvil_telemetry *t, double flops_per_s) {
+    return t->peak_flops > 0 ? flops_per_s / (t->peak_flops * t->world) : NAN;
+}
+
 /* Achieved over peak, the peaks of every rank summed (rank 0's times the world before the first
  * gather arrives). */
 static double mfu(const anvil_telemetry *t) {
-    double peak = 0;
-    if (t->have_ranks)
-        for (int r = 0; r < t->world; r++) peak += t->shown[r * t->nv + V_PEAK_FLOPS];
-    else peak = t->peak_flops * t->world;
-    return peak > 0 ? t->last.flops_per_step / t->last.step_s / peak : NAN;
+    double flops_per_s = t->last.flops_per_step / t->last.step_s, peak = 0;
+    if (!t->have_ranks) return anvil_telemetry_mfu(t, flops_per_s);
+    for (int r = 0; r < t->world; r++) peak += t->shown[r * t->nv + V_PEAK_FLOPS];
+    return peak > 0 ? flops_per_s / peak : NAN;
 }
 
 /* One sample per rank of value v; a rank without the figure (NAN: /proc did not give it, or the
@@ -387,10 +390,6 @@ static void log_peak(anvil_telemetry *t) {
     else snprintf(from, sizeof from, "probed now%s%s", p->stored ? ", cached in " : "", p->stored ? p->file : "");
     fprintf(log, "metrics: MFU against a peak of %.1f GFLOP/s a rank (%s %s, %d threads), %s\n", p->gflops, p->path,
             p->dtype, p->threads, from);
-}
-
-double anvil_telemetry_mfu(const anvil_telemetry *t, double flops_per_s) {
-    return t->peak_flops > 0 ? flops_per_s / (t->peak_flops * t->world) : NAN;
 }
 
 int anvil_telemetry_start(anvil_telemetry *t, anvil_metrics *jsonl) {
